@@ -1,0 +1,3 @@
+module github.com/rebound-go/rebound
+
+go 1.26
