@@ -1,0 +1,197 @@
+package rebound
+
+import (
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// Loop is the retry loop's decision logic as a state machine: told how an
+// attempt failed, it says how long to wait before the next attempt or why
+// to stop. It never sleeps and never reads the clock, so Do, the HTTP
+// transport and simulations in virtual time all run the same decisions.
+//
+// A Loop is used by one call at a time. Its zero value is not usable; make
+// one with NewLoop.
+type Loop struct {
+	policy      Policy
+	deadline    time.Time
+	sideEffects bool
+	attempts    int
+	waited      time.Duration
+	prevDelay   time.Duration // the last decorrelated-jitter delay
+}
+
+// NewLoop returns the decision state of one call under p. A non-zero
+// deadline is the caller's: a wait that would reach it is not made. A call
+// with sideEffects is never retried.
+func NewLoop(p Policy, deadline time.Time, sideEffects bool) Loop {
+	return Loop{policy: p, deadline: deadline, sideEffects: sideEffects}
+}
+
+// Decision is what a Loop says after a failed attempt.
+type Decision struct {
+	// Retry says to try again after Wait; otherwise the call stops for
+	// Reason.
+	Retry  bool
+	Wait   time.Duration
+	Reason StopReason
+	// ServerWait is the server's wait hint when the verdict carried one
+	// and the policy did not ignore it, even when it stopped the call.
+	ServerWait    time.Duration
+	HasServerWait bool
+}
+
+// StopReason is why a call stopped retrying.
+type StopReason uint8
+
+// Reasons to stop.
+const (
+	// StopAttempts: the attempts allowed for the failure's kind are spent.
+	StopAttempts StopReason = iota + 1
+	// StopWaitBudget: the next wait would overrun the wait budget.
+	StopWaitBudget
+	// StopDeadline: the next wait would reach the caller's deadline.
+	StopDeadline
+	// StopNotRetryable: the failure's kind is never retried (permanent,
+	// quota exhausted, context overflow).
+	StopNotRetryable
+	// StopCanceled: the caller's context was canceled or its deadline
+	// passed.
+	StopCanceled
+	// StopServerWait: the server asked for a wait beyond MaxServerWait
+	// and the policy honours hints.
+	StopServerWait
+	// StopSideEffects: the call has side effects and is attempted once.
+	StopSideEffects
+)
+
+var stopNames = [...]string{
+	StopAttempts: "attempts exhausted", StopWaitBudget: "wait budget exhausted",
+	StopDeadline: "deadline too near", StopNotRetryable: "not retryable", StopCanceled: "canceled",
+	StopServerWait: "server wait too long", StopSideEffects: "side effects, not retried",
+}
+
+func (r StopReason) String() string {
+	if r == 0 {
+		return "not stopped"
+	}
+	return enumString(stopNames[:], int(r), "stop")
+}
+
+// Attempts returns how many failed attempts the loop has been told of.
+func (l *Loop) Attempts() int { return l.attempts }
+
+// Waited returns the total wait of the retries the loop has allowed.
+func (l *Loop) Waited() time.Duration { return l.waited }
+
+// Next records a failed attempt with verdict v and decides what comes
+// next. now is read only when the loop has a deadline.
+func (l *Loop) Next(v Verdict, now time.Time) Decision {
+	l.attempts++
+	switch {
+	case v.Kind == KindCanceled:
+		return Decision{Reason: StopCanceled}
+	case !v.Kind.retryable():
+		return Decision{Reason: StopNotRetryable}
+	case l.sideEffects:
+		return Decision{Reason: StopSideEffects}
+	}
+	b := l.policy.forKind(v.Kind)
+	if l.attempts >= b.maxAttempts {
+		return Decision{Reason: StopAttempts}
+	}
+	var d Decision
+	if v.HasServerWait && l.policy.ServerWait != ServerWaitIgnore {
+		d.ServerWait, d.HasServerWait = max(v.ServerWait, 0), true
+		d.Wait = d.ServerWait
+		if limit := l.policy.maxServerWait(); d.Wait > limit {
+			if l.policy.ServerWait == ServerWaitHonor {
+				d.Reason = StopServerWait
+				return d
+			}
+			d.Wait = limit
+		}
+	} else {
+		d.Wait = l.delay(b, l.attempts)
+	}
+	switch {
+	case l.waited+d.Wait > l.policy.waitBudget():
+		d.Reason, d.Wait = StopWaitBudget, 0
+	case !l.deadline.IsZero() && !now.Add(d.Wait).Before(l.deadline):
+		d.Reason, d.Wait = StopDeadline, 0
+	default:
+		d.Retry = true
+		l.waited += d.Wait
+	}
+	return d
+}
+
+// delay returns the jittered backoff before retry n under b.
+func (l *Loop) delay(b backoff, n int) time.Duration {
+	p := &l.policy
+	if p.Jitter == JitterDecorrelated {
+		prev := l.prevDelay
+		if prev == 0 {
+			prev = b.base
+		}
+		hi := time.Duration(math.MaxInt64)
+		if prev <= hi/3 {
+			hi = 3 * prev
+		}
+		d := b.base
+		if hi > b.base {
+			d += l.uniform(hi - b.base)
+		}
+		l.prevDelay = min(d, b.max)
+		return l.prevDelay
+	}
+	d := min(rawDelay(p, b, n), b.max)
+	switch p.Jitter {
+	case JitterNone:
+		return d
+	case JitterEqual:
+		half := d / 2
+		return d - half + l.uniform(half)
+	}
+	return l.uniform(d)
+}
+
+// uniform returns a uniform duration in [0, d].
+func (l *Loop) uniform(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	n := int64(d)
+	if n < math.MaxInt64 {
+		n++
+	}
+	if l.policy.Rand != nil {
+		return time.Duration(l.policy.Rand.Int64N(n))
+	}
+	return time.Duration(rand.Int64N(n))
+}
+
+// rawDelay is the delay before retry n by the policy's shape, before the
+// cap and jitter; it saturates at b.max instead of overflowing.
+func rawDelay(p *Policy, b backoff, n int) time.Duration {
+	switch p.shape() {
+	case ShapeCustom:
+		return max(p.Schedule(n), 0)
+	case ShapeConstant:
+		return b.base
+	case ShapeLinear:
+		if b.base > 0 && time.Duration(n) > b.max/b.base {
+			return b.max
+		}
+		return time.Duration(n) * b.base
+	}
+	if b.base == 0 {
+		return 0
+	}
+	f := float64(b.base) * math.Pow(p.multiplier(), float64(n-1))
+	if f >= float64(b.max) {
+		return b.max
+	}
+	return time.Duration(f)
+}

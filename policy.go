@@ -1,0 +1,388 @@
+package rebound
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// NoDelay is the sentinel for an explicit zero duration in a Policy.
+//
+// A zero field of Policy means "the default", so a zero duration has to be
+// asked for: set BaseDelay to NoDelay to retry immediately, WaitBudget to
+// NoDelay to allow no waiting at all, MaxServerWait to NoDelay to treat every
+// server wait hint as too long. In JSON an explicit 0 means the same.
+const NoDelay time.Duration = -1
+
+// Defaults of a zero Policy.
+const (
+	DefaultMaxAttempts   = 3
+	DefaultBaseDelay     = 500 * time.Millisecond
+	DefaultMaxDelay      = 30 * time.Second
+	DefaultMultiplier    = 2.0
+	DefaultWaitBudget    = 30 * time.Second
+	DefaultMaxServerWait = 60 * time.Second
+)
+
+// Policy says how often and how patiently a call is retried.
+//
+// A Policy is a plain value: copy it freely and share it between goroutines.
+// Its zero value is the recommended default for a call to an LLM API: three
+// attempts, exponential backoff from 500 ms doubling up to 30 s with full
+// jitter, at most 30 s of waiting in all, and server wait hints honoured up
+// to 60 s. Each field documents its own default.
+type Policy struct {
+	// MaxAttempts is the most attempts a call makes, the first included.
+	// Zero means DefaultMaxAttempts (3); 1 disables retries.
+	MaxAttempts int
+
+	// BaseDelay is the delay before the first retry, before jitter.
+	// Zero means DefaultBaseDelay (500 ms), or MaxDelay if that is set and
+	// smaller; NoDelay means immediate retries.
+	BaseDelay time.Duration
+
+	// MaxDelay caps every computed backoff delay, before and after jitter.
+	// It does not cap server wait hints (see MaxServerWait).
+	// Zero means DefaultMaxDelay (30 s); NoDelay means every retry is
+	// immediate.
+	MaxDelay time.Duration
+
+	// Multiplier is the growth factor of the exponential shape.
+	// Zero means DefaultMultiplier (2); otherwise it must be at least 1.
+	Multiplier float64
+
+	// Jitter randomises each computed delay. The zero value is JitterFull.
+	Jitter Jitter
+
+	// Shape is how the delay grows with the retry number. The zero value
+	// is ShapeExponential. Schedule, if set, overrides it.
+	Shape Shape
+
+	// Schedule, if set, gives the raw delay before retry n (n = 1 for the
+	// first retry) instead of Shape; MaxDelay and Jitter still apply.
+	// A negative result means immediate. It cannot be written as JSON.
+	Schedule func(retry int) time.Duration
+
+	// WaitBudget bounds the total time a call spends waiting between
+	// attempts. A retry whose wait would overrun it is not made: the call
+	// stops at once with the last error. Zero means DefaultWaitBudget
+	// (30 s); NoDelay allows only immediate retries.
+	WaitBudget time.Duration
+
+	// MaxServerWait bounds how long a server may ask the caller to wait
+	// (Retry-After and friends). What happens beyond it is ServerWait's
+	// choice. Zero means DefaultMaxServerWait (60 s).
+	MaxServerWait time.Duration
+
+	// ServerWait says what to do with a server's wait hint. The zero value
+	// is ServerWaitHonor.
+	ServerWait ServerWait
+
+	// AttemptTimeout bounds each attempt; an attempt that runs out of time
+	// is a transient failure and is retried. Zero means no per-attempt
+	// timeout (the caller's context still applies).
+	AttemptTimeout time.Duration
+
+	// PerKind overrides attempts and delays for failures of one kind:
+	// rate-limited calls usually deserve more patience than transient
+	// ones. Only KindTransient, KindRateLimited and KindOverloaded may be
+	// overridden; the other kinds are never retried.
+	PerKind map[Kind]Override
+
+	// Classifier turns a failed attempt's error into a Verdict.
+	// Nil means Classify.
+	Classifier func(error) Verdict
+
+	// Observer, if set, receives an Event for every attempt, every
+	// scheduled retry and every give-up. It must be safe for concurrent
+	// use when the Policy is shared.
+	Observer Observer
+
+	// Rand is the source of jitter. Nil means math/rand/v2's global
+	// generator, which is safe for concurrent use. A seeded *rand.Rand
+	// makes delays reproducible but is not safe for concurrent use: give
+	// each goroutine its own.
+	Rand Rand
+}
+
+// Override replaces some of a Policy's settings for one kind of failure.
+// A zero field inherits the Policy's value; NoDelay asks for zero.
+type Override struct {
+	// MaxAttempts is the most attempts a call makes when its latest
+	// failure is of this kind, counting attempts of every kind.
+	MaxAttempts int
+	// BaseDelay replaces Policy.BaseDelay.
+	BaseDelay time.Duration
+	// MaxDelay replaces Policy.MaxDelay.
+	MaxDelay time.Duration
+}
+
+// Rand is a source of random integers; *math/rand/v2.Rand satisfies it.
+type Rand interface {
+	// Int64N returns a uniform value in [0, n); n > 0.
+	Int64N(n int64) int64
+}
+
+// Jitter is how a computed delay is randomised.
+type Jitter uint8
+
+// Jitters. Brooker's "Exponential Backoff and Jitter" compares them; full
+// and decorrelated jitter do the least work under contention.
+const (
+	// JitterFull waits U(0, d): the default.
+	JitterFull Jitter = iota
+	// JitterNone waits exactly d.
+	JitterNone
+	// JitterEqual waits d/2 + U(0, d/2).
+	JitterEqual
+	// JitterDecorrelated waits min(MaxDelay, U(BaseDelay, 3·previous)),
+	// starting from BaseDelay; it replaces the Shape.
+	JitterDecorrelated
+)
+
+var jitterNames = [...]string{JitterFull: "full", JitterNone: "none", JitterEqual: "equal", JitterDecorrelated: "decorrelated"}
+
+// String returns the JSON name of j.
+func (j Jitter) String() string { return enumString(jitterNames[:], int(j), "jitter") }
+
+// MarshalText implements encoding.TextMarshaler.
+func (j Jitter) MarshalText() ([]byte, error) { return enumMarshal(jitterNames[:], int(j), "jitter") }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (j *Jitter) UnmarshalText(b []byte) error {
+	i, err := enumParse(jitterNames[:], string(b), "jitter")
+	*j = Jitter(i)
+	return err
+}
+
+// Shape is how the raw delay grows with the retry number n.
+type Shape uint8
+
+// Shapes.
+const (
+	// ShapeExponential: BaseDelay · Multiplier^(n−1). The default.
+	ShapeExponential Shape = iota
+	// ShapeLinear: n · BaseDelay.
+	ShapeLinear
+	// ShapeConstant: BaseDelay.
+	ShapeConstant
+	// ShapeCustom: Policy.Schedule(n). Set by giving a Schedule; it has
+	// no JSON form that can be read back.
+	ShapeCustom
+)
+
+var shapeNames = [...]string{ShapeExponential: "exponential", ShapeLinear: "linear", ShapeConstant: "constant", ShapeCustom: "custom"}
+
+// String returns the JSON name of s.
+func (s Shape) String() string { return enumString(shapeNames[:], int(s), "shape") }
+
+// MarshalText implements encoding.TextMarshaler.
+func (s Shape) MarshalText() ([]byte, error) { return enumMarshal(shapeNames[:], int(s), "shape") }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (s *Shape) UnmarshalText(b []byte) error {
+	i, err := enumParse(shapeNames[:], string(b), "shape")
+	*s = Shape(i)
+	return err
+}
+
+// ServerWait is what the loop does with a server's wait hint.
+type ServerWait uint8
+
+// Server wait modes.
+const (
+	// ServerWaitHonor waits exactly as long as the server asked; a hint
+	// beyond MaxServerWait, the wait budget or the caller's deadline stops
+	// the call at once with a GiveUpError carrying the hint. The default:
+	// retrying sooner than asked only buys another 429.
+	ServerWaitHonor ServerWait = iota
+	// ServerWaitClamp waits min(hint, MaxServerWait).
+	ServerWaitClamp
+	// ServerWaitIgnore ignores hints and uses computed backoff.
+	ServerWaitIgnore
+)
+
+var serverWaitNames = [...]string{ServerWaitHonor: "honor", ServerWaitClamp: "clamp", ServerWaitIgnore: "ignore"}
+
+// String returns the JSON name of w.
+func (w ServerWait) String() string { return enumString(serverWaitNames[:], int(w), "server_wait") }
+
+// MarshalText implements encoding.TextMarshaler.
+func (w ServerWait) MarshalText() ([]byte, error) {
+	return enumMarshal(serverWaitNames[:], int(w), "server_wait")
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (w *ServerWait) UnmarshalText(b []byte) error {
+	i, err := enumParse(serverWaitNames[:], string(b), "server_wait")
+	*w = ServerWait(i)
+	return err
+}
+
+func enumString(names []string, i int, what string) string {
+	if i >= 0 && i < len(names) {
+		return names[i]
+	}
+	return fmt.Sprintf("%s(%d)", what, i)
+}
+
+func enumMarshal(names []string, i int, what string) ([]byte, error) {
+	if i >= 0 && i < len(names) {
+		return []byte(names[i]), nil
+	}
+	return nil, fmt.Errorf("rebound: unknown %s %d", what, i)
+}
+
+func enumParse(names []string, s, what string) (int, error) {
+	for i, n := range names {
+		if n == s {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("rebound: unknown %s %q (want %s)", what, s, joinNames(names))
+}
+
+func joinNames(names []string) string {
+	s := ""
+	for i, n := range names {
+		if i > 0 {
+			s += ", "
+		}
+		s += n
+	}
+	return s
+}
+
+// durationOr resolves a Policy duration: zero is the default, NoDelay zero.
+func durationOr(d, def time.Duration) time.Duration {
+	switch d {
+	case 0:
+		return def
+	case NoDelay:
+		return 0
+	}
+	return d
+}
+
+// backoff is the resolved delay settings for one kind of failure.
+type backoff struct {
+	maxAttempts int
+	base, max   time.Duration
+}
+
+// resolved returns the effective backoff of p, defaults applied.
+func (p *Policy) resolved() backoff {
+	b := backoff{maxAttempts: p.MaxAttempts, max: durationOr(p.MaxDelay, DefaultMaxDelay)}
+	if b.maxAttempts == 0 {
+		b.maxAttempts = DefaultMaxAttempts
+	}
+	b.base = durationOr(p.BaseDelay, min(DefaultBaseDelay, b.max))
+	return b
+}
+
+// forKind returns the effective backoff for a failure of kind k.
+func (p *Policy) forKind(k Kind) backoff {
+	b := p.resolved()
+	o, ok := p.PerKind[k]
+	if !ok {
+		return b
+	}
+	if o.MaxAttempts != 0 {
+		b.maxAttempts = o.MaxAttempts
+	}
+	if o.MaxDelay != 0 {
+		b.max = durationOr(o.MaxDelay, 0)
+		if o.BaseDelay == 0 {
+			b.base = min(b.base, b.max)
+		}
+	}
+	b.base = durationOr(o.BaseDelay, b.base)
+	return b
+}
+
+func (p *Policy) multiplier() float64 {
+	if p.Multiplier == 0 {
+		return DefaultMultiplier
+	}
+	return p.Multiplier
+}
+
+func (p *Policy) shape() Shape {
+	if p.Schedule != nil {
+		return ShapeCustom
+	}
+	return p.Shape
+}
+
+func (p *Policy) waitBudget() time.Duration { return durationOr(p.WaitBudget, DefaultWaitBudget) }
+
+func (p *Policy) maxServerWait() time.Duration {
+	return durationOr(p.MaxServerWait, DefaultMaxServerWait)
+}
+
+// Validate reports the first thing wrong with p, in one line, or nil.
+func (p Policy) Validate() error {
+	if p.MaxAttempts < 0 {
+		return policyErr("max_attempts", "must not be negative (got %d)", p.MaxAttempts)
+	}
+	for _, f := range []struct {
+		key string
+		d   time.Duration
+	}{
+		{"base_delay_ms", p.BaseDelay}, {"max_delay_ms", p.MaxDelay}, {"wait_budget_ms", p.WaitBudget},
+		{"max_server_wait_ms", p.MaxServerWait},
+	} {
+		if f.d < 0 && f.d != NoDelay {
+			return policyErr(f.key, "must not be negative (got %v)", f.d)
+		}
+	}
+	if p.AttemptTimeout < 0 {
+		return policyErr("attempt_timeout_ms", "must not be negative (got %v)", p.AttemptTimeout)
+	}
+	if m := p.Multiplier; m != 0 && !(m >= 1 && !math.IsInf(m, 1)) {
+		return policyErr("multiplier", "must be a finite number of at least 1 (got %v)", m)
+	}
+	if int(p.Jitter) >= len(jitterNames) {
+		return policyErr("jitter", "unknown value %d", p.Jitter)
+	}
+	if int(p.Shape) >= len(shapeNames) {
+		return policyErr("shape", "unknown value %d", p.Shape)
+	}
+	if p.Shape == ShapeCustom && p.Schedule == nil {
+		return policyErr("shape", "custom needs a Schedule function")
+	}
+	if int(p.ServerWait) >= len(serverWaitNames) {
+		return policyErr("server_wait", "unknown value %d", p.ServerWait)
+	}
+	if b := p.resolved(); b.max < b.base {
+		return policyErr("max_delay_ms", "%d is below base_delay_ms %d", b.max.Milliseconds(), b.base.Milliseconds())
+	}
+	for k, o := range p.PerKind {
+		if !k.retryable() {
+			return policyErr("per_kind", "%v is never retried and cannot be overridden", k)
+		}
+		key := "per_kind." + k.String()
+		if o.MaxAttempts < 0 {
+			return policyErr(key+".max_attempts", "must not be negative (got %d)", o.MaxAttempts)
+		}
+		if (o.BaseDelay < 0 && o.BaseDelay != NoDelay) || (o.MaxDelay < 0 && o.MaxDelay != NoDelay) {
+			return policyErr(key, "delays must not be negative")
+		}
+		if b := p.forKind(k); b.max < b.base {
+			return policyErr(key+".max_delay_ms", "%d is below base_delay_ms %d", b.max.Milliseconds(), b.base.Milliseconds())
+		}
+	}
+	return nil
+}
+
+// PolicyError says what is wrong with a Policy.
+type PolicyError struct {
+	Key    string // the JSON key at fault, e.g. "max_delay_ms"
+	Reason string
+}
+
+func (e *PolicyError) Error() string { return "rebound: policy: " + e.Key + ": " + e.Reason }
+
+func policyErr(key, format string, args ...any) error {
+	return &PolicyError{Key: key, Reason: fmt.Sprintf(format, args...)}
+}

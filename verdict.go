@@ -1,0 +1,303 @@
+package rebound
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Kind is what sort of failure an attempt met, and so what may be done
+// about it.
+type Kind uint8
+
+// Kinds of failure. The zero value is KindTransient: an error nobody
+// recognises is retried, as in every peer library.
+const (
+	// KindTransient may succeed if tried again: 5xx, 408, 409, 425,
+	// connection resets, per-attempt timeouts, unknown errors.
+	KindTransient Kind = iota
+	// KindRateLimited is a 429 that asks the caller to slow down.
+	KindRateLimited
+	// KindOverloaded is a provider saying it is overloaded (529).
+	KindOverloaded
+	// KindQuotaExhausted is an exhausted quota or balance: retrying
+	// cannot succeed until someone pays.
+	KindQuotaExhausted
+	// KindContextOverflow is a request too large for the model: it can
+	// only succeed once the request is made smaller (413, and providers'
+	// context-length errors).
+	KindContextOverflow
+	// KindPermanent will fail the same way however often it is tried:
+	// 400, 401, 403, 404, 422.
+	KindPermanent
+	// KindCanceled is the caller's own context, canceled or past its
+	// deadline.
+	KindCanceled
+)
+
+var kindNames = [...]string{
+	KindTransient: "transient", KindRateLimited: "rate_limited", KindOverloaded: "overloaded",
+	KindQuotaExhausted: "quota_exhausted", KindContextOverflow: "context_overflow",
+	KindPermanent: "permanent", KindCanceled: "canceled",
+}
+
+// String returns the JSON name of k.
+func (k Kind) String() string { return enumString(kindNames[:], int(k), "kind") }
+
+// MarshalText implements encoding.TextMarshaler.
+func (k Kind) MarshalText() ([]byte, error) { return enumMarshal(kindNames[:], int(k), "kind") }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (k *Kind) UnmarshalText(b []byte) error {
+	i, err := enumParse(kindNames[:], string(b), "kind")
+	*k = Kind(i)
+	return err
+}
+
+// retryable reports whether a failure of kind k may be retried on the same
+// target.
+func (k Kind) retryable() bool { return k <= KindOverloaded }
+
+// Verdict is a classifier's judgement of one failed attempt.
+type Verdict struct {
+	Kind Kind
+	// ServerWait is how long the server asked the caller to wait before
+	// trying again; meaningful only when HasServerWait is set (a server
+	// may ask for zero).
+	ServerWait    time.Duration
+	HasServerWait bool
+}
+
+// PermanentError marks an error that must not be retried. See Permanent.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent marks err as not worth retrying, whatever the classifier would
+// say. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// RetryableError marks an error as transient. See Retryable.
+type RetryableError struct{ Err error }
+
+func (e *RetryableError) Error() string { return e.Err.Error() }
+func (e *RetryableError) Unwrap() error { return e.Err }
+
+// Retryable marks err as transient, whatever the classifier would say. A
+// function returns it to reject a result it cannot use (an empty model
+// response, say) and have the call tried again. Retryable(nil) is nil.
+func Retryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &RetryableError{Err: err}
+}
+
+// HTTPError is an HTTP response that failed. Functions given to Do return
+// one (see NewHTTPError) so that Classify can read its status and headers.
+type HTTPError struct {
+	StatusCode int
+	Header     http.Header
+	// Body is the start of the response body, at most MaxErrorBody bytes.
+	Body []byte
+}
+
+// MaxErrorBody bounds how much of a failed response's body NewHTTPError
+// keeps.
+const MaxErrorBody = 64 << 10
+
+// NewHTTPError reads at most MaxErrorBody bytes of resp's body, closes it,
+// and returns the failure as an *HTTPError.
+func NewHTTPError(resp *http.Response) *HTTPError {
+	e := &HTTPError{StatusCode: resp.StatusCode, Header: resp.Header}
+	if resp.Body != nil {
+		e.Body, _ = io.ReadAll(io.LimitReader(resp.Body, MaxErrorBody))
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, MaxErrorBody))
+		resp.Body.Close()
+	}
+	return e
+}
+
+// errorSnippet bounds how much of the body an error message shows.
+const errorSnippet = 200
+
+func (e *HTTPError) Error() string {
+	msg := fmt.Sprintf("http %d %s", e.StatusCode, http.StatusText(e.StatusCode))
+	if body := strings.TrimSpace(string(e.Body)); body != "" {
+		if len(body) > errorSnippet {
+			body = body[:errorSnippet] + "…"
+		}
+		msg += ": " + strings.Join(strings.Fields(body), " ")
+	}
+	return msg
+}
+
+// Classify is the default classifier. It knows the PermanentError and
+// RetryableError marks, context errors, HTTP statuses and wait hints
+// (through *HTTPError), and network errors. Anything else is transient.
+// Along a chain of wrapped errors the outermost one it knows decides.
+//
+// A connection that broke or timed out may work next time; a certificate
+// that does not verify, a host that does not exist or a URL that cannot be
+// sent will not. context.DeadlineExceeded is transient because, when the
+// caller's own context is still live, it can only come from a per-attempt
+// timeout; Do checks the caller's context before asking the classifier.
+func Classify(err error) Verdict {
+	if v, ok := classifyChain(err); ok {
+		return v
+	}
+	return Verdict{Kind: KindTransient}
+}
+
+// classifyChain walks err's tree as errors.Is does, without errors.As's
+// allocations: Classify sits on every retry's path.
+func classifyChain(err error) (Verdict, bool) {
+	for err != nil {
+		if v, ok := classifyOne(err); ok {
+			return v, true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if v, ok := classifyChain(e); ok {
+					return v, true
+				}
+			}
+			return Verdict{}, false
+		default:
+			return Verdict{}, false
+		}
+	}
+	return Verdict{}, false
+}
+
+func classifyOne(err error) (Verdict, bool) {
+	switch e := err.(type) {
+	case *PermanentError:
+		return Verdict{Kind: KindPermanent}, true
+	case *RetryableError:
+		return Verdict{Kind: KindTransient}, true
+	case *HTTPError:
+		return ClassifyHTTP(e.StatusCode, e.Header), true
+	case *tls.CertificateVerificationError, x509.UnknownAuthorityError, x509.HostnameError,
+		x509.CertificateInvalidError:
+		return Verdict{Kind: KindPermanent}, true
+	case *net.DNSError:
+		if e.IsNotFound {
+			return Verdict{Kind: KindPermanent}, true
+		}
+	case *url.Error:
+		if e.Err != nil && strings.HasPrefix(e.Err.Error(), "unsupported protocol scheme") {
+			return Verdict{Kind: KindPermanent}, true
+		}
+	case syscall.Errno:
+		if e == syscall.ECONNRESET || e == syscall.ECONNREFUSED {
+			return Verdict{Kind: KindTransient}, true
+		}
+	}
+	switch err {
+	case context.Canceled:
+		return Verdict{Kind: KindCanceled}, true
+	case context.DeadlineExceeded, io.ErrUnexpectedEOF, io.EOF:
+		return Verdict{Kind: KindTransient}, true
+	}
+	return Verdict{}, false
+}
+
+// ClassifyHTTP judges a failed HTTP response by its status and headers.
+//
+// Statuses 408, 409, 425, 5xx and unknown ones are transient, 429
+// rate-limited, 529 overloaded, 413 context overflow, other 4xx permanent.
+// "x-should-retry: false" makes anything permanent; "true" makes a status
+// that would be permanent transient. The wait hint comes from
+// retry-after-ms, else Retry-After (delay-seconds or HTTP-date).
+func ClassifyHTTP(status int, h http.Header) Verdict {
+	var v Verdict
+	switch {
+	case status == http.StatusTooManyRequests:
+		v.Kind = KindRateLimited
+	case status == 529:
+		v.Kind = KindOverloaded
+	case status == http.StatusRequestEntityTooLarge:
+		v.Kind = KindContextOverflow
+	case status == http.StatusRequestTimeout, status == http.StatusConflict, status == http.StatusTooEarly:
+		v.Kind = KindTransient
+	case status >= 400 && status < 500:
+		v.Kind = KindPermanent
+	default:
+		v.Kind = KindTransient
+	}
+	switch strings.ToLower(strings.TrimSpace(h.Get("X-Should-Retry"))) {
+	case "false":
+		return Verdict{Kind: KindPermanent}
+	case "true":
+		if v.Kind == KindPermanent {
+			v.Kind = KindTransient
+		}
+	}
+	v.ServerWait, v.HasServerWait = ServerWaitHint(h, time.Time{})
+	return v
+}
+
+// MaxHint is the longest wait hint taken at face value. A longer one is
+// absurd (it would not fit a sensible wait, and may overflow): it is
+// ignored and computed backoff is used instead.
+const MaxHint = 24 * time.Hour
+
+// ServerWaitHint returns the wait a response's headers ask for:
+// retry-after-ms (float milliseconds), else Retry-After as delay-seconds or
+// an HTTP-date. An HTTP-date is measured from the response's Date header,
+// else from now, else from the clock; a date in the past asks for no wait.
+// Negative, unparsable or absurd values (beyond MaxHint) are ignored.
+func ServerWaitHint(h http.Header, now time.Time) (time.Duration, bool) {
+	if s := strings.TrimSpace(h.Get("Retry-After-Ms")); s != "" {
+		ms, err := strconv.ParseFloat(s, 64)
+		if err == nil && ms >= 0 && ms <= float64(MaxHint/time.Millisecond) {
+			return time.Duration(ms * float64(time.Millisecond)), true
+		}
+	}
+	s := strings.TrimSpace(h.Get("Retry-After"))
+	if s == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseUint(s, 10, 64); err == nil {
+		if secs > uint64(MaxHint/time.Second) {
+			return 0, false
+		}
+		return time.Duration(secs) * time.Second, true
+	}
+	at, err := http.ParseTime(s)
+	if err != nil {
+		return 0, false
+	}
+	if date, err := http.ParseTime(h.Get("Date")); err == nil {
+		now = date
+	} else if now.IsZero() {
+		now = time.Now()
+	}
+	d := at.Sub(now)
+	switch {
+	case d < 0:
+		return 0, true
+	case d > MaxHint:
+		return 0, false
+	}
+	return d, true
+}
