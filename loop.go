@@ -107,7 +107,7 @@ func (l *Loop) Next(v Verdict, now time.Time) Decision {
 		d.Wait = d.ServerWait
 		if limit := l.policy.maxServerWait(); d.Wait > limit {
 			if l.policy.ServerWait == ServerWaitHonor {
-				d.Reason = StopServerWait
+				d.Reason, d.Wait = StopServerWait, 0
 				return d
 			}
 			d.Wait = limit

@@ -1,0 +1,43 @@
+package chaos_test
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+
+	"github.com/rebound-go/rebound/chaos"
+)
+
+func Example() {
+	s, err := chaos.New(chaos.Config{Seed: 1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+
+	for _, mode := range []string{chaos.ModeDown, chaos.ModeBadRequest} {
+		req, _ := http.NewRequest("GET", srv.URL+"/v1/chat/completions", nil)
+		req.Header.Set(chaos.HeaderMode, mode)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		resp.Body.Close()
+		fmt.Println(mode, resp.Status)
+	}
+
+	resp, err := http.Get(srv.URL + chaos.StatsPath)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer resp.Body.Close()
+	stats, _ := io.ReadAll(resp.Body)
+	fmt.Print(string(stats))
+	// Output:
+	// down 503 Service Unavailable
+	// badreq 400 Bad Request
+	// {"requests":2,"by_status":{"400":1,"503":1}}
+}

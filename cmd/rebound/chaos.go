@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"math"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/rebound-go/rebound/chaos"
+)
+
+const chaosUsage = `usage: rebound chaos [flags]
+
+Serve a fault-injecting HTTP server until interrupted. Every request is
+answered according to a mode (ok, random, down, badreq, retryafter, slow,
+reset); a request can pick its own with the X-Chaos-Mode header or the
+chaos_mode query parameter. GET /chaos/stats reports counts by status and
+POST /chaos/reset zeroes them and restarts the seeded outcome sequence.
+
+The first line on stdout is "listening on http://HOST:PORT".
+
+flags:
+`
+
+// runChaos implements "rebound chaos". It serves a chaos.Server until ctx is
+// done and returns the exit code: 0 after a clean stop or -h, 1 if it cannot
+// listen or serve, 2 for bad usage.
+func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	addr := fs.String("addr", "127.0.0.1:8787", "listen on `host:port` (port 0 picks a free port)")
+	mode := fs.String("mode", chaos.ModeRandom, "default `mode` of requests that name none")
+	seed := fs.Uint64("seed", 1, "seed of the random-mode outcome sequence")
+	failRate := fs.Float64("fail-rate", 0.35, "failure probability in random mode, in (0, 1]")
+	retryAfter := fs.Int("retry-after", 1, "Retry-After `seconds` sent in retryafter mode")
+	slow := fs.Duration("slow", time.Second, "response `delay` in slow mode")
+
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "rebound chaos: "+format+"\n", a...)
+		return 2
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stderr, chaosUsage)
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+			return 0
+		}
+		return usageErr("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return usageErr("unexpected argument %q", fs.Arg(0))
+	}
+	// chaos.Config reads zero as "use the default"; on the command line a
+	// zero would be a surprise either way, so it is refused.
+	switch {
+	case math.IsNaN(*failRate) || *failRate <= 0 || *failRate > 1:
+		return usageErr("--fail-rate %v outside (0, 1] (use --mode ok for no failures)", *failRate)
+	case *retryAfter < 1:
+		return usageErr("--retry-after %d is not a positive number of seconds", *retryAfter)
+	case *slow <= 0:
+		return usageErr("--slow %v is not a positive duration", *slow)
+	}
+	srv, err := chaos.New(chaos.Config{
+		Mode:       *mode,
+		FailRate:   *failRate,
+		Seed:       *seed,
+		RetryAfter: time.Duration(*retryAfter) * time.Second,
+		SlowDelay:  *slow,
+	})
+	if err != nil {
+		return usageErr("%s", strings.TrimPrefix(err.Error(), "chaos: "))
+	}
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "rebound chaos: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
+
+	hs := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          log.New(stderr, "rebound chaos: ", 0),
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	select {
+	case err := <-served:
+		fmt.Fprintf(stderr, "rebound chaos: %v\n", err)
+		return 1
+	case <-ctx.Done():
+	}
+
+	// Let requests in flight (slow mode, say) finish, but not forever.
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(shutdownCtx); err != nil {
+		fmt.Fprintf(stderr, "rebound chaos: shutdown: %v; closing open connections\n", err)
+		hs.Close()
+	}
+	<-served // http.ErrServerClosed
+	return 0
+}
