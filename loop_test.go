@@ -163,7 +163,9 @@ func TestNotRetried(t *testing.T) {
 }
 
 func TestServerWait(t *testing.T) {
-	hint := func(d time.Duration) Verdict { return Verdict{Kind: KindRateLimited, ServerWait: d, HasServerWait: true} }
+	hint := func(d time.Duration) Verdict {
+		return Verdict{Kind: KindRateLimited, ServerWait: d, HasServerWait: true}
+	}
 	for _, tc := range []struct {
 		name   string
 		p      Policy

@@ -1,3 +1,55 @@
+// Command rebound runs rebound's experiments and tools.
+//
+// Usage:
+//
+//	rebound bench [--json] [--seed N]   reproduce the seed article's experiments
+//	rebound chaos [flags]               serve the fault-injecting chaos server
+//
+// With --json a command prints exactly one JSON object on stdout; without it,
+// a table. Progress and logs go to stderr. The exit code is 0 on success, 1
+// on failure and 2 on bad usage, with a one-line reason.
 package main
 
-func main() {}
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: rebound <command> [flags]
+
+commands:
+  bench   reproduce the seed article's retry experiments against the chaos server
+  chaos   serve the fault-injecting chaos server
+
+"rebound <command> -h" describes a command's flags.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run dispatches to a subcommand and returns the process's exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "bench":
+		return runBench(ctx, args[1:], stdout, stderr)
+	case "chaos":
+		return runChaos(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "rebound: unknown command %q (want bench or chaos)\n", args[0])
+	return 2
+}

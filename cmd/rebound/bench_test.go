@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func runBenchJSON(t *testing.T, seed string) benchReport {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"bench", "--json", "--seed", seed}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "[7/7] idempotency") {
+		t.Errorf("no progress on stderr: %q", stderr.String())
+	}
+	var r benchReport
+	dec := json.NewDecoder(&stdout)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		t.Fatalf("stdout is not one JSON report: %v", err)
+	}
+	if dec.More() {
+		t.Fatal("stdout holds more than one JSON object")
+	}
+	return r
+}
+
+// TestBenchMeetsTheSeed runs the main job over loopback, twice with the
+// same seed, and checks every row against the seed article's figures.
+func TestBenchMeetsTheSeed(t *testing.T) {
+	reports := make([]benchReport, 2)
+	t.Run("runs", func(t *testing.T) {
+		for i := range reports {
+			t.Run("", func(t *testing.T) {
+				t.Parallel()
+				reports[i] = runBenchJSON(t, "11")
+			})
+		}
+	})
+	if t.Failed() {
+		return
+	}
+	r := reports[0]
+	t.Logf("seed %d: %+v", r.Seed, r)
+
+	if nr := r.NoRetry; nr.Calls != 200 || nr.ServerRequests != 200 || nr.Succeeded < 110 || nr.Succeeded > 150 {
+		t.Errorf("no_retry %+v: want about 61-65%% of 200 (binomial noise aside), one request each", nr)
+	}
+	fj := r.FullJitter
+	if fj.Succeeded < 192 || fj.ServerRequests > 340 || fj.Calls != 200 {
+		t.Errorf("full_jitter %+v: want ≥ 96%% success with ≤ 1.7 requests per call", fj)
+	}
+	sum := 0
+	for _, n := range fj.SuccessByAttempt {
+		sum += n
+	}
+	if sum != fj.Succeeded || len(fj.SuccessByAttempt) != 4 || fj.SuccessByAttempt[0] < fj.SuccessByAttempt[1] {
+		t.Errorf("success_by_attempt %v does not add up to %d", fj.SuccessByAttempt, fj.Succeeded)
+	}
+	if fj.TotalWaitMS <= 0 || fj.WallMS < fj.TotalWaitMS {
+		t.Errorf("full_jitter waited %v ms in %v ms of wall time", fj.TotalWaitMS, fj.WallMS)
+	}
+	if r.Always400.ServerRequests != 1 {
+		t.Errorf("always_400: %d requests, want 1", r.Always400.ServerRequests)
+	}
+	ra := r.RetryAfter
+	if ra.WaitedMS != 1000 || ra.CallMS < 1000 || ra.CallMS > 1050 {
+		t.Errorf("retry_after %+v: want the 1 s hint honoured within 50 ms", ra)
+	}
+	if ra.CappedWaitedMS != 300 || ra.CappedCallMS < 300 || ra.CappedCallMS > 350 {
+		t.Errorf("retry_after %+v: want the wait clamped to 300 ms", ra)
+	}
+	if h := r.Herd; h.Clients != 120 || h.NoJitterMaxIn10ms < 100 || h.FullJitterMaxIn10ms > 25 || h.ServerRequests != 480 {
+		t.Errorf("herd %+v: want ≥ 100 in one window without jitter, ≤ 25 with full jitter", h)
+	}
+	if b := r.Budget; b.WaitedMS > 1500 || b.GaveUpAfterMS > 1500+250 || b.ServerRequests >= 20 || b.StopReason != "wait budget exhausted" {
+		t.Errorf("budget %+v: want a stop within the 1500 ms budget, well before 20 attempts", b)
+	}
+	if id := r.Idempotency; id.NonIdempotentRequests != 1 || id.IdempotentRequests != 4 {
+		t.Errorf("idempotency %+v: want 1 vs 4", id)
+	}
+
+	// Same seed, same counts.
+	a, b := reports[0], reports[1]
+	same := a.NoRetry == b.NoRetry && a.FullJitter.Succeeded == b.FullJitter.Succeeded &&
+		a.FullJitter.ServerRequests == b.FullJitter.ServerRequests && a.FullJitter.TotalWaitMS == b.FullJitter.TotalWaitMS &&
+		slices.Equal(a.FullJitter.SuccessByAttempt, b.FullJitter.SuccessByAttempt) && a.Herd == b.Herd &&
+		a.Budget.ServerRequests == b.Budget.ServerRequests && a.Budget.WaitedMS == b.Budget.WaitedMS && a.Idempotency == b.Idempotency
+	if !same {
+		t.Errorf("same seed, different counts:\n%+v\n%+v", a, b)
+	}
+}
+
+func TestBenchBadUsage(t *testing.T) {
+	for _, args := range [][]string{{"bench", "--seed", "x"}, {"bench", "extra"}, {"bench", "--nope"}, {"frobnicate"}, {}} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), args, &stdout, &stderr)
+		if code != 2 || stdout.Len() != 0 {
+			t.Errorf("%q: exit %d, stdout %q", args, code, stdout.String())
+		}
+		if len(args) > 0 && strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 {
+			t.Errorf("%q: reason is not one line: %q", args, stderr.String())
+		}
+	}
+}
+
+func TestMaxInWindow(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		in   []time.Duration
+		want int
+	}{
+		{nil, 0},
+		{[]time.Duration{1 * ms, 2 * ms, 9*ms + 900*time.Microsecond, 10 * ms, 25 * ms}, 3},
+		{[]time.Duration{100 * ms, 100 * ms, 100 * ms}, 3},
+	} {
+		if got := maxInWindow(tc.in, 10*ms); got != tc.want {
+			t.Errorf("%v: %d, want %d", tc.in, got, tc.want)
+		}
+	}
+}
