@@ -16,6 +16,9 @@ import (
 // one attempt.
 //
 // When Do gives up, the error is a *GiveUpError that wraps fn's last error.
+// An invalid p (see Policy.Validate) is found at the first failure: the
+// call then stops with StopInvalidPolicy and the error wraps the
+// *PolicyError too.
 func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error)) (T, error) {
 	var (
 		loop  Loop
@@ -36,6 +39,13 @@ func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error
 		if attempt == 1 {
 			deadline, _ := ctx.Deadline()
 			loop = NewLoop(p, deadline, HasSideEffects(ctx))
+			// Checked here, off the success path, so that a call that
+			// needs no retry pays nothing for it.
+			if invalid := p.Validate(); invalid != nil {
+				loop.attempts = 1
+				var zero T
+				return zero, giveUp(&p, &loop, start, Verdict{}, Decision{Reason: StopInvalidPolicy}, err, invalid)
+			}
 		}
 		var verdict Verdict
 		switch {
@@ -140,7 +150,7 @@ type GiveUpError struct {
 	// Err is the last attempt's error.
 	Err error
 
-	cause error // the context's cause when a wait was cut short
+	cause error // the context's cause, or the *PolicyError that stopped the call
 }
 
 func (e *GiveUpError) Error() string {
@@ -152,6 +162,8 @@ func (e *GiveUpError) Error() string {
 	switch e.Reason {
 	case StopNotRetryable:
 		why = e.Verdict.Kind.String() + " error, " + why
+	case StopInvalidPolicy:
+		why += ": " + e.cause.Error()
 	case StopServerWait, StopWaitBudget, StopDeadline:
 		if e.HasServerWait {
 			why += fmt.Sprintf(", server asked to wait %v", e.ServerWait)
@@ -160,8 +172,9 @@ func (e *GiveUpError) Error() string {
 	return fmt.Sprintf("rebound: gave up after %d %s (%s): %v", e.Attempts, s, why, e.Err)
 }
 
-// Unwrap returns the last attempt's error and, when a wait was cut short by
-// the caller's context, the context's cause.
+// Unwrap returns the last attempt's error and, when the caller's context
+// stopped the call, the context's cause, or when the policy was invalid,
+// the *PolicyError.
 func (e *GiveUpError) Unwrap() []error {
 	if e.cause != nil {
 		return []error{e.Err, e.cause}

@@ -48,3 +48,29 @@ func BenchmarkDoThirdAttempt(b *testing.B) {
 		b.Fatalf("%d attempts for %d calls, want 3 each", calls, n)
 	}
 }
+
+// TestDoAllocations holds the benchmarks' allocation figures as a test:
+// neither a call that succeeds at once nor one that succeeds on its third
+// attempt with zero delay allocates.
+func TestDoAllocations(t *testing.T) {
+	ctx := context.Background()
+	ok := func(context.Context) (int, error) { return 1, nil }
+	if n := testing.AllocsPerRun(1000, func() { _, _ = rebound.Do(ctx, rebound.Policy{}, ok) }); n != 0 {
+		t.Errorf("success at once: %v allocations, want 0", n)
+	}
+	calls := 0
+	flaky := func(context.Context) (int, error) {
+		calls++
+		if calls%3 != 0 {
+			return 0, errFlaky
+		}
+		return 1, nil
+	}
+	p := rebound.Policy{BaseDelay: rebound.NoDelay}
+	if n := testing.AllocsPerRun(1000, func() { _, _ = rebound.Do(ctx, p, flaky) }); n != 0 {
+		t.Errorf("success on the third attempt: %v allocations, want 0", n)
+	}
+	if calls != 3*1001 {
+		t.Errorf("%d attempts, want 3 per call", calls)
+	}
+}

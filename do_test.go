@@ -337,3 +337,20 @@ func TestCustomClassifier(t *testing.T) {
 		t.Fatalf("%v after %d calls", err, *calls)
 	}
 }
+
+func TestInvalidPolicyStopsAtTheFirstFailure(t *testing.T) {
+	fn, calls := failing(http503(), http503())
+	_, err := rebound.Do(context.Background(), rebound.Policy{MaxDelay: time.Second, BaseDelay: time.Minute}, fn)
+	var gu *rebound.GiveUpError
+	var perr *rebound.PolicyError
+	if !errors.As(err, &gu) || gu.Reason != rebound.StopInvalidPolicy || !errors.As(err, &perr) || *calls != 1 {
+		t.Fatalf("err %v after %d calls", err, *calls)
+	}
+	if perr.Key != "max_delay_ms" || !strings.Contains(err.Error(), "invalid policy: rebound: policy: max_delay_ms") {
+		t.Fatalf("message %q", err)
+	}
+	// A call that succeeds at once is not checked: it needs no policy.
+	if _, err := rebound.Do(context.Background(), rebound.Policy{MaxAttempts: -1}, func(context.Context) (int, error) { return 1, nil }); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -64,12 +64,16 @@ const (
 	StopServerWait
 	// StopSideEffects: the call has side effects and is attempted once.
 	StopSideEffects
+	// StopInvalidPolicy: the policy fails Validate (reported by Do, never
+	// by a Loop).
+	StopInvalidPolicy
 )
 
 var stopNames = [...]string{
 	StopAttempts: "attempts exhausted", StopWaitBudget: "wait budget exhausted",
 	StopDeadline: "deadline too near", StopNotRetryable: "not retryable", StopCanceled: "canceled",
 	StopServerWait: "server wait too long", StopSideEffects: "side effects, not retried",
+	StopInvalidPolicy: "invalid policy",
 }
 
 func (r StopReason) String() string {

@@ -1,0 +1,9 @@
+// Package peers benchmarks rebound against the retry libraries Go agents
+// use today, in one run, on the same scenarios as rebound's own
+// benchmarks. It is a module of its own so that rebound itself depends on
+// nothing but the standard library.
+//
+// Run it from this folder:
+//
+//	go test -run '^$' -bench . -count 6
+package peers

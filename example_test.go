@@ -1,0 +1,167 @@
+package rebound_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/rebound-go/rebound"
+)
+
+// A model call that fails twice with a 503 and then answers. Do retries
+// the 503s and returns the answer; a 400 would have been returned at once.
+func ExampleDo() {
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		if calls < 3 {
+			http.Error(w, `{"error":{"message":"busy"}}`, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprint(w, "hello")
+	}))
+	defer srv.Close()
+
+	p := rebound.Policy{
+		BaseDelay: 10 * time.Millisecond,
+		Observer: rebound.ObserverFunc(func(e rebound.Event) {
+			if e.Type == rebound.EventRetry {
+				fmt.Printf("attempt %d failed (%v), retrying\n", e.Attempt, e.Verdict.Kind)
+			}
+		}),
+	}
+	answer, err := rebound.Do(context.Background(), p, func(ctx context.Context) (string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, nil)
+		if err != nil {
+			return "", rebound.Permanent(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return "", err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return "", rebound.NewHTTPError(resp)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return string(body), err
+	})
+	fmt.Println(answer, err)
+	// Output:
+	// attempt 1 failed (transient), retrying
+	// attempt 2 failed (transient), retrying
+	// hello <nil>
+}
+
+// A call that gives up says why, and still reaches the last error.
+func ExampleGiveUpError() {
+	err := rebound.Run(context.Background(), rebound.Policy{}, func(context.Context) error {
+		return &rebound.HTTPError{StatusCode: http.StatusUnauthorized}
+	})
+	var gu *rebound.GiveUpError
+	if errors.As(err, &gu) {
+		fmt.Println(gu.Attempts, gu.Reason, gu.Verdict.Kind)
+	}
+	fmt.Println(err)
+	// Output:
+	// 1 not retryable permanent
+	// rebound: gave up after 1 attempt (permanent error, not retryable): http 401 Unauthorized
+}
+
+// Policies read from JSON: snake_case keys, integer milliseconds, an absent
+// key meaning the default and an explicit 0 meaning zero. Writing a policy
+// gives its effective values.
+func ExamplePolicy_json() {
+	var p rebound.Policy
+	err := json.Unmarshal([]byte(`{
+		"max_attempts": 4,
+		"base_delay_ms": 0,
+		"per_kind": {"rate_limited": {"max_attempts": 6, "base_delay_ms": 2000}}
+	}`), &p)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	out, _ := json.MarshalIndent(p, "", "  ")
+	fmt.Println(string(out))
+
+	err = json.Unmarshal([]byte(`{"max_attempts": 3, "backoff": "fast"}`), &p)
+	fmt.Println(err)
+	err = json.Unmarshal([]byte(`{"base_delay_ms": 2000, "max_delay_ms": 1000}`), &p)
+	fmt.Println(err)
+	// Output:
+	// {
+	//   "max_attempts": 4,
+	//   "base_delay_ms": 0,
+	//   "max_delay_ms": 30000,
+	//   "multiplier": 2,
+	//   "jitter": "full",
+	//   "shape": "exponential",
+	//   "wait_budget_ms": 30000,
+	//   "max_server_wait_ms": 60000,
+	//   "server_wait": "honor",
+	//   "attempt_timeout_ms": 0,
+	//   "per_kind": {
+	//     "rate_limited": {
+	//       "max_attempts": 6,
+	//       "base_delay_ms": 2000,
+	//       "max_delay_ms": 30000
+	//     }
+	//   }
+	// }
+	// rebound: policy: json: unknown field "backoff"
+	// rebound: policy: max_delay_ms: 1000 is below base_delay_ms 2000
+}
+
+// A tool that appends to a file must not run twice: a timeout does not
+// mean nothing was written.
+func ExampleWithSideEffects() {
+	ctx := rebound.WithSideEffects(context.Background())
+	calls := 0
+	err := rebound.Run(ctx, rebound.Policy{}, func(context.Context) error {
+		calls++
+		return context.DeadlineExceeded
+	})
+	fmt.Println(calls, err)
+	// Output:
+	// 1 rebound: gave up after 1 attempt (side effects, not retried): context deadline exceeded
+}
+
+// Seed 004's escalation: retry at once, then linearly, then exponentially.
+func ExamplePolicy_schedule() {
+	p := rebound.Policy{
+		MaxAttempts: 6,
+		MaxDelay:    10 * time.Second,
+		Jitter:      rebound.JitterNone,
+		Schedule: func(retry int) time.Duration {
+			switch {
+			case retry == 1:
+				return 0
+			case retry <= 3:
+				return time.Duration(retry-1) * 500 * time.Millisecond
+			}
+			return time.Second << (retry - 3)
+		},
+	}
+	loop := rebound.NewLoop(p, time.Time{}, false)
+	for {
+		d := loop.Next(rebound.Verdict{Kind: rebound.KindTransient}, time.Time{})
+		if !d.Retry {
+			fmt.Println("stop:", d.Reason)
+			break
+		}
+		fmt.Println("wait", d.Wait)
+	}
+	// Output:
+	// wait 0s
+	// wait 500ms
+	// wait 1s
+	// wait 2s
+	// wait 4s
+	// stop: attempts exhausted
+}
