@@ -107,22 +107,10 @@ const (
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	seed := fs.Uint64("seed", 1, "seed of the chaos server's outcomes and of every jitter draw")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stderr, benchUsage)
-			fs.SetOutput(stderr)
-			fs.PrintDefaults()
-			return 0
-		}
-		fmt.Fprintf(stderr, "rebound bench: %v\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "rebound bench: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, done := parseFlags(fs, args, benchUsage, stderr); done {
+		return code
 	}
 	report, err := bench(ctx, *seed, stderr)
 	if err != nil {

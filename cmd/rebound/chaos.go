@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -34,7 +33,6 @@ flags:
 // listen or serve, 2 for bad usage.
 func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	addr := fs.String("addr", "127.0.0.1:8787", "listen on `host:port` (port 0 picks a free port)")
 	mode := fs.String("mode", chaos.ModeRandom, "default `mode` of requests that name none")
 	seed := fs.Uint64("seed", 1, "seed of the random-mode outcome sequence")
@@ -46,17 +44,8 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "rebound chaos: "+format+"\n", a...)
 		return 2
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stderr, chaosUsage)
-			fs.SetOutput(stderr)
-			fs.PrintDefaults()
-			return 0
-		}
-		return usageErr("%v", err)
-	}
-	if fs.NArg() > 0 {
-		return usageErr("unexpected argument %q", fs.Arg(0))
+	if code, done := parseFlags(fs, args, chaosUsage, stderr); done {
+		return code
 	}
 	// chaos.Config reads zero as "use the default"; on the command line a
 	// zero would be a surprise either way, so it is refused.

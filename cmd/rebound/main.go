@@ -12,6 +12,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -52,4 +54,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "rebound: unknown command %q (want bench or chaos)\n", args[0])
 	return 2
+}
+
+// parseFlags parses a subcommand's args. done says the command should
+// return code at once: 0 after printing the help asked for with -h, 2 after
+// a one-line reason for bad usage. Subcommands take no positional
+// arguments.
+func parseFlags(fs *flag.FlagSet, args []string, usage string, stderr io.Writer) (code int, done bool) {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stderr, usage)
+		fs.SetOutput(stderr)
+		fs.PrintDefaults()
+		return 0, true
+	case err != nil:
+		fmt.Fprintf(stderr, "rebound %s: %v\n", fs.Name(), err)
+		return 2, true
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "rebound %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return 2, true
+	}
+	return 0, false
 }
