@@ -148,8 +148,9 @@ func (e *HTTPError) Error() string {
 }
 
 // Classify is the default classifier. It knows the PermanentError and
-// RetryableError marks, context errors, HTTP statuses and wait hints
-// (through *HTTPError), and network errors. Anything else is transient.
+// RetryableError marks, context errors, HTTP failures (through *HTTPError,
+// judged by ClassifyResponse: status, headers, and OpenAI, Anthropic and
+// Gemini error bodies), and network errors. Anything else is transient.
 // Along a chain of wrapped errors the outermost one it knows decides.
 //
 // A connection that broke or timed out may work next time; a certificate
@@ -195,7 +196,7 @@ func classifyOne(err error) (Verdict, bool) {
 	case *RetryableError:
 		return Verdict{Kind: KindTransient}, true
 	case *HTTPError:
-		return ClassifyHTTP(e.StatusCode, e.Header), true
+		return ClassifyResponse(e.StatusCode, e.Header, e.Body), true
 	case *tls.CertificateVerificationError, x509.UnknownAuthorityError, x509.HostnameError,
 		x509.CertificateInvalidError:
 		return Verdict{Kind: KindPermanent}, true
@@ -221,40 +222,15 @@ func classifyOne(err error) (Verdict, bool) {
 	return Verdict{}, false
 }
 
-// ClassifyHTTP judges a failed HTTP response by its status and headers.
+// ClassifyHTTP judges a failed HTTP response by its status and headers
+// alone: ClassifyResponse without a body.
 //
 // Statuses 408, 409, 425, 5xx and unknown ones are transient, 429
-// rate-limited, 529 overloaded, 413 context overflow, other 4xx permanent.
-// "x-should-retry: false" makes anything permanent; "true" makes a status
-// that would be permanent transient. The wait hint comes from
-// retry-after-ms, else Retry-After (delay-seconds or HTTP-date).
-func ClassifyHTTP(status int, h http.Header) Verdict {
-	var v Verdict
-	switch {
-	case status == http.StatusTooManyRequests:
-		v.Kind = KindRateLimited
-	case status == 529:
-		v.Kind = KindOverloaded
-	case status == http.StatusRequestEntityTooLarge:
-		v.Kind = KindContextOverflow
-	case status == http.StatusRequestTimeout, status == http.StatusConflict, status == http.StatusTooEarly:
-		v.Kind = KindTransient
-	case status >= 400 && status < 500:
-		v.Kind = KindPermanent
-	default:
-		v.Kind = KindTransient
-	}
-	switch strings.ToLower(strings.TrimSpace(h.Get("X-Should-Retry"))) {
-	case "false":
-		return Verdict{Kind: KindPermanent}
-	case "true":
-		if v.Kind == KindPermanent {
-			v.Kind = KindTransient
-		}
-	}
-	v.ServerWait, v.HasServerWait = ServerWaitHint(h, time.Time{})
-	return v
-}
+// rate-limited, 529 overloaded, 402 quota exhausted, 413 context overflow,
+// other 4xx permanent. "x-should-retry: false" makes anything permanent;
+// "true" makes a status that would not be retried transient. The wait hint
+// comes from retry-after-ms, else Retry-After (delay-seconds or HTTP-date).
+func ClassifyHTTP(status int, h http.Header) Verdict { return ClassifyResponse(status, h, nil) }
 
 // MaxHint is the longest wait hint taken at face value. A longer one is
 // absurd (it would not fit a sensible wait, and may overflow): it is

@@ -4,9 +4,10 @@
 // A [Server] is an [http.Handler] that stands in for a flaky upstream such as
 // a model API. It ignores what a request asks for and answers with an outcome
 // chosen by a mode: always succeed, fail at random, be down, reject the
-// request, rate-limit with a Retry-After hint, answer slowly, or drop the
-// connection. rebound's benchmark and tests serve it with [net/http/httptest]
-// or a plain [http.Server] and point a client at it.
+// request, rate-limit with a wait hint, answer slowly, drop the connection,
+// or fail the way a model provider does when it is overloaded, out of quota
+// or given too long a prompt. rebound's benchmark and tests serve it with
+// [net/http/httptest] or a plain [http.Server] and point a client at it.
 //
 // # Modes
 //
@@ -16,14 +17,16 @@
 //     Unavailable 30% and 500 Internal Server Error 10%.
 //   - [ModeDown]: 503.
 //   - [ModeBadRequest]: 400, a failure no retry can fix.
-//   - [ModeRetryAfter]: 429 with a Retry-After header of
-//     [Config.RetryAfter] in whole seconds.
+//   - [ModeRetryAfter]: 429 with a wait hint of [Config.RetryAfter].
 //   - [ModeSlow]: 200 after [Config.SlowDelay], or nothing at all if the
 //     client goes away first.
 //   - [ModeReset]: the connection is closed without a response.
-//
-// Only retryafter mode sends a wait hint; every other failure leaves the
-// client to choose its own backoff.
+//   - [ModeOverload]: the provider is overloaded: 529 in the plain and
+//     anthropic profiles, 503 in the openai and gemini ones.
+//   - [ModeQuota]: 429 for an exhausted quota or spend limit, which a prompt
+//     retry does not fix.
+//   - [ModeContext]: the prompt is longer than the model takes: 400, or 413
+//     in the plain profile. No retry can fix it.
 //
 // A request uses [Config.Mode] unless it names a mode of its own, in the
 // [HeaderMode] header or, failing that, the [QueryMode] query parameter. A
@@ -39,11 +42,57 @@
 // Concurrent requests race for sequence numbers, so which request gets which
 // outcome is then up to the scheduler, but when all of them are in random
 // mode the outcomes of the first N, taken together, are still fixed.
-// [Server.Reset] starts the sequence over.
+// [Server.Reset] starts the sequence over. The profile a request is answered
+// in changes the words of its outcome, never the outcome.
+//
+// # Profiles
+//
+// A profile is the wire format the server answers in. [ProfilePlain], the
+// default, has bodies of the server's own. The others answer like a model
+// provider, closely enough for the provider's official SDK to parse both
+// successes and errors:
+//
+//   - [ProfileOpenAI]: a POST to a path ending in /responses gets a Responses
+//     API object; any other path a chat completion. Errors are
+//     {"error":{"message":…,"type":…,"param":…,"code":…}}.
+//   - [ProfileAnthropic]: every path gets a Messages API message. Errors are
+//     {"type":"error","error":{"type":…,"message":…,"details":…},"request_id":…}.
+//   - [ProfileGemini]: every path gets a GenerateContentResponse, streamed
+//     when the path contains :streamGenerateContent. Errors are
+//     {"error":{"code":…,"message":…,"status":…,"details":[…]}}, with a
+//     google.rpc.QuotaFailure among the details of a 429.
+//
+// The openai and anthropic profiles stream their success as server-sent
+// events, in the provider's event sequence, when the JSON request body has
+// "stream": true; they look at no more than the first MiB of the body, and a
+// body they cannot parse asks for no stream. A success names the model the
+// request body names, if any (for gemini, the model in the path), and says
+// "Hello from chaos." with a plausible token usage. Every failure uses the
+// provider's status, error type and message for its kind of trouble. The
+// openai and anthropic profiles send a request id header and, with a success
+// and in retryafter mode, the provider's rate-limit headers.
+//
+// A request uses [Config.Profile] unless it names a profile of its own in the
+// [HeaderProfile] header. A request naming an unknown profile gets 400 with a
+// plain error body naming it.
+//
+// # Wait hints
+//
+// A failure carries a wait hint in retryafter mode, in every mode if
+// [Config.HintEveryFailure] is set, and whenever the request has a
+// [HeaderRetryAfter] header, whose whole number of seconds then replaces
+// [Config.RetryAfter] for that request (a malformed value gets 400). Any
+// other failure, random ones included, leaves the client to choose its own
+// backoff. A hint of N seconds is sent as the provider sends it:
+//
+//   - plain and anthropic: a Retry-After: N header;
+//   - openai: Retry-After: N and retry-after-ms: N×1000 headers;
+//   - gemini: a google.rpc.RetryInfo entry in the error details, with a
+//     retryDelay of "Ns", and no header.
 //
 // # Responses
 //
-// All bodies are JSON. A success is
+// All bodies are JSON, except streams. In the plain profile a success is
 //
 //	{"ok":true,"request":n}
 //
@@ -85,13 +134,28 @@ const (
 	ModeRandom     = "random"     // fail with probability FailRate: 60% 429, 30% 503, 10% 500
 	ModeDown       = "down"       // always 503
 	ModeBadRequest = "badreq"     // always 400
-	ModeRetryAfter = "retryafter" // 429 with Retry-After: N (whole seconds)
+	ModeRetryAfter = "retryafter" // 429 with a wait hint of RetryAfter
 	ModeSlow       = "slow"       // 200 after SlowDelay (returns early if the client goes away)
 	ModeReset      = "reset"      // drop the connection without a response
+	ModeOverload   = "overload"   // provider overloaded: 529 (plain, anthropic) or 503 (openai, gemini)
+	ModeQuota      = "quota"      // 429 for an exhausted quota or spend limit
+	ModeContext    = "context"    // prompt too long: 400 (413 in the plain profile)
 )
 
 // modes lists every mode, in the order error messages name them.
-var modes = []string{ModeOK, ModeRandom, ModeDown, ModeBadRequest, ModeRetryAfter, ModeSlow, ModeReset}
+var modes = []string{
+	ModeOK, ModeRandom, ModeDown, ModeBadRequest, ModeRetryAfter, ModeSlow, ModeReset,
+	ModeOverload, ModeQuota, ModeContext,
+}
+
+// Profiles a [Server] can answer in, as named in [Config.Profile] and the
+// [HeaderProfile] header.
+const (
+	ProfilePlain     = "plain"     // the server's own bodies
+	ProfileOpenAI    = "openai"    // OpenAI's Chat Completions and Responses APIs
+	ProfileAnthropic = "anthropic" // Anthropic's Messages API
+	ProfileGemini    = "gemini"    // Google's Gemini API
+)
 
 // Request parameters and control paths understood by a [Server].
 const (
@@ -100,6 +164,12 @@ const (
 	// QueryMode is the query parameter that picks the mode of one request
 	// when the HeaderMode header is absent.
 	QueryMode = "chaos_mode"
+	// HeaderProfile is the request header that picks the profile of one
+	// request.
+	HeaderProfile = "X-Chaos-Profile"
+	// HeaderRetryAfter is the request header that asks for a wait hint of
+	// its value, a whole number of seconds, should the request fail.
+	HeaderRetryAfter = "X-Chaos-Retry-After"
 	// StatsPath is the control endpoint that reports [Stats] (GET).
 	StatsPath = "/chaos/stats"
 	// ResetPath is the control endpoint that calls [Server.Reset] (POST).
@@ -107,7 +177,7 @@ const (
 )
 
 // Config configures a [Server]. The zero value is a server in random mode
-// failing 35% of requests, with seed 0.
+// failing 35% of requests, with seed 0, answering in the plain profile.
 type Config struct {
 	// Mode is the mode of requests that do not name one.
 	// The default ("") is ModeRandom.
@@ -121,21 +191,30 @@ type Config struct {
 	// which is as good a seed as any other.
 	Seed uint64
 
-	// RetryAfter is the wait announced by the Retry-After header in
-	// retryafter mode, sent in whole seconds, rounded up. It must not be
-	// negative; the default (0) is one second.
+	// RetryAfter is the wait announced by a wait hint, sent in whole
+	// seconds, rounded up. It must not be negative; the default (0) is one
+	// second.
 	RetryAfter time.Duration
 
 	// SlowDelay is how long a request waits before its answer in slow mode.
 	// It must not be negative; the default (0) is one second.
 	SlowDelay time.Duration
+
+	// Profile is the profile of requests that do not name one.
+	// The default ("") is ProfilePlain.
+	Profile string
+
+	// HintEveryFailure makes every failure carry a wait hint of RetryAfter,
+	// whatever its mode. The default (false) hints only in retryafter mode
+	// and at requests that ask with the HeaderRetryAfter header.
+	HintEveryFailure bool
 }
 
 // Server is a fault-injecting [http.Handler]. Create one with [New]. It is
 // safe for concurrent use.
 type Server struct {
 	cfg        Config // with defaults applied
-	retryAfter string // Retry-After header value for retryafter mode
+	retryAfter int64  // RetryAfter in whole seconds, rounded up
 
 	mu       sync.Mutex     // guards next, requests and byStatus
 	next     uint64         // sequence number of the next request
@@ -154,13 +233,18 @@ type Stats struct {
 	ByStatus map[string]int `json:"by_status"`
 }
 
-// New returns a server for cfg, or an error if cfg names an unknown mode,
-// has a FailRate outside [0, 1] or NaN, or a negative duration.
+// New returns a server for cfg, or an error if cfg names an unknown mode or
+// profile, has a FailRate outside [0, 1] or NaN, or a negative duration.
 func New(cfg Config) (*Server, error) {
 	if cfg.Mode == "" {
 		cfg.Mode = ModeRandom
 	} else if !knownMode(cfg.Mode) {
 		return nil, unknownModeError(cfg.Mode)
+	}
+	if cfg.Profile == "" {
+		cfg.Profile = ProfilePlain
+	} else if profileNamed(cfg.Profile) == nil {
+		return nil, unknownProfileError(cfg.Profile)
 	}
 	switch {
 	case math.IsNaN(cfg.FailRate) || cfg.FailRate < 0 || cfg.FailRate > 1:
@@ -179,10 +263,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.SlowDelay == 0 {
 		cfg.SlowDelay = time.Second
 	}
-	secs := (cfg.RetryAfter + time.Second - 1) / time.Second
 	return &Server{
 		cfg:        cfg,
-		retryAfter: strconv.FormatInt(int64(secs), 10),
+		retryAfter: int64((cfg.RetryAfter + time.Second - 1) / time.Second),
 		byStatus:   make(map[string]int),
 	}, nil
 }
@@ -200,7 +283,8 @@ func unknownModeError(mode string) error {
 	return fmt.Errorf("chaos: unknown mode %q (want %s)", mode, strings.Join(modes, ", "))
 }
 
-// ServeHTTP answers r according to its mode, or serves a control endpoint.
+// ServeHTTP answers r according to its mode and profile, or serves a control
+// endpoint.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case StatsPath:
@@ -216,70 +300,127 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	mode := r.Header.Get(HeaderMode)
-	if mode == "" {
-		mode = r.URL.Query().Get(QueryMode)
-	}
-	if mode == "" {
-		mode = s.cfg.Mode
-	}
-	n, status := s.admit(mode)
+	c, rej := s.newCall(r)
+	c.n, c.fault = s.admit(c.mode, c.profile, rej != nil)
 	switch {
-	case !knownMode(mode):
-		writeError(w, http.StatusBadRequest, unknownModeError(mode).Error(), "chaos_unknown_mode", mode)
+	case rej != nil:
+		c.reject(w, *rej)
 		return
-	case mode == ModeReset:
+	case c.fault == faultReset:
 		drop(w)
 		return
-	case mode == ModeSlow && !s.wait(r.Context()):
-		return
-	case mode == ModeRetryAfter:
-		w.Header().Set("Retry-After", s.retryAfter)
-	}
-	if status == http.StatusOK {
-		writeJSON(w, status, okBody{OK: true, Request: n})
+	case c.mode == ModeSlow && !s.wait(r.Context()):
 		return
 	}
-	msg := fmt.Sprintf("chaos: injected %d %s", status, http.StatusText(status))
-	writeError(w, status, msg, "chaos_injected", mode)
+	c.answer(w, r)
 }
+
+// newCall reads the mode, profile and wait hint of r. If r names something
+// the server does not know, it returns the rejection to answer with and a
+// call good enough to answer it in.
+func (s *Server) newCall(r *http.Request) (*call, *rejection) {
+	c := &call{profile: plain, wait: noHint}
+	name := r.Header.Get(HeaderProfile)
+	if name == "" {
+		name = s.cfg.Profile
+	}
+	if c.profile = profileNamed(name); c.profile == nil {
+		c.profile = plain
+		return c, &rejection{"chaos_unknown_profile", name, unknownProfileError(name).Error()}
+	}
+
+	c.mode = r.Header.Get(HeaderMode)
+	if c.mode == "" {
+		c.mode = r.URL.Query().Get(QueryMode)
+	}
+	if c.mode == "" {
+		c.mode = s.cfg.Mode
+	}
+	if !knownMode(c.mode) {
+		return c, &rejection{"chaos_unknown_mode", c.mode, unknownModeError(c.mode).Error()}
+	}
+
+	if v := r.Header.Get(HeaderRetryAfter); v != "" {
+		secs, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			msg := fmt.Sprintf("chaos: %s %q is not a whole number of seconds", HeaderRetryAfter, v)
+			return c, &rejection{"chaos_bad_retry_after", v, msg}
+		}
+		c.wait = int64(secs)
+	} else if c.mode == ModeRetryAfter || s.cfg.HintEveryFailure {
+		c.wait = s.retryAfter
+	}
+	return c, nil
+}
+
+// A fault is the outcome of a request before a profile puts it into words.
+type fault int
+
+const (
+	faultNone        fault = iota // success
+	faultRateLimit                // too many requests
+	faultUnavailable              // service unavailable
+	faultInternal                 // internal server error
+	faultBadRequest               // invalid request
+	faultOverload                 // the provider is overloaded
+	faultQuota                    // quota or spend limit exhausted
+	faultContext                  // prompt too long for the model
+	faultReset                    // connection dropped without a response
+)
 
 // statusReset stands for a dropped connection among status codes.
 const statusReset = 0
 
-// admit gives a request in the given mode its sequence number, decides its
-// status and counts it.
-func (s *Server) admit(mode string) (n uint64, status int) {
+// admit gives a request in the given mode and profile its sequence number,
+// decides its fault and counts it. A rejected request is a bad request.
+func (s *Server) admit(mode string, p *profile, rejected bool) (n uint64, f fault) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n = s.next
 	s.next++
-	status = s.outcome(mode, n)
+	f = faultBadRequest
+	if !rejected {
+		f = s.outcome(mode, n)
+	}
 	s.requests++
 	key := "reset"
-	if status != statusReset {
-		key = strconv.Itoa(status)
+	if f != faultReset {
+		key = strconv.Itoa(p.status(f))
 	}
 	s.byStatus[key]++
-	return n, status
+	return n, f
 }
 
-// outcome returns the status of request n in the given mode.
-func (s *Server) outcome(mode string, n uint64) int {
+// outcome returns the fault of request n in the given mode.
+func (s *Server) outcome(mode string, n uint64) fault {
 	switch mode {
 	case ModeOK, ModeSlow:
-		return http.StatusOK
+		return faultNone
 	case ModeRandom:
-		return s.randomStatus(n)
+		return randomFaults[s.randomStatus(n)]
 	case ModeDown:
-		return http.StatusServiceUnavailable
+		return faultUnavailable
 	case ModeRetryAfter:
-		return http.StatusTooManyRequests
+		return faultRateLimit
 	case ModeReset:
-		return statusReset
-	default: // ModeBadRequest and unknown modes
-		return http.StatusBadRequest
+		return faultReset
+	case ModeOverload:
+		return faultOverload
+	case ModeQuota:
+		return faultQuota
+	case ModeContext:
+		return faultContext
+	default: // ModeBadRequest
+		return faultBadRequest
 	}
+}
+
+// randomFaults maps the statuses of random mode to their faults.
+var randomFaults = map[int]fault{
+	http.StatusOK:                  faultNone,
+	http.StatusTooManyRequests:     faultRateLimit,
+	http.StatusServiceUnavailable:  faultUnavailable,
+	http.StatusInternalServerError: faultInternal,
 }
 
 // randomStatus returns the random-mode status of request n, a pure function

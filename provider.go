@@ -1,0 +1,377 @@
+package rebound
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Provider rules live here, in the root package, so that the default
+// classifier knows OpenAI, Anthropic and Gemini errors with no
+// configuration: a Transport pointed at any of them, at a proxy in front of
+// them, or at a test server that speaks their dialect just works. The
+// rules read the JSON error body each provider sends:
+//
+//	OpenAI     {"error": {"message", "type", "param", "code"}}
+//	Anthropic  {"type": "error", "error": {"type", "message", "details": {"error_code"}}}
+//	Gemini     {"error": {"code", "message", "status", "details": [{"@type", ...}]}}
+
+// quotaCodes are the OpenAI error types and codes that mean money or quota
+// has run out: a retry cannot succeed, whatever the status says.
+var quotaCodes = map[string]bool{
+	"insufficient_quota":                true,
+	"credit_balance_exhausted":          true,
+	"organization_spend_limit_exceeded": true,
+	"project_spend_limit_exceeded":      true,
+	"organization_usage_limit_exceeded": true,
+	"billing_error":                     true, // Anthropic's type
+	"billing_hard_limit_reached":        true,
+}
+
+// permanentCodes are error types and statuses that no retry will change.
+var permanentCodes = map[string]bool{
+	"invalid_request_error":    true,
+	"authentication_error":     true,
+	"permission_error":         true,
+	"not_found_error":          true,
+	"content_policy_violation": true,
+	"content_filter":           true,
+	"invalid_api_key":          true,
+	"model_not_found":          true,
+	"INVALID_ARGUMENT":         true,
+	"PERMISSION_DENIED":        true,
+	"UNAUTHENTICATED":          true,
+	"NOT_FOUND":                true,
+	"FAILED_PRECONDITION":      true,
+}
+
+// providerError is the union of the three providers' error bodies.
+type providerError struct {
+	Message string
+	Type    string // OpenAI type, Anthropic error.type
+	Code    string // OpenAI code (a string); Gemini's numeric code is ignored
+	Status  string // Gemini status, e.g. RESOURCE_EXHAUSTED
+	// ErrorCode is Anthropic's error.details.error_code.
+	ErrorCode string
+	// QuotaIDs are Gemini's QuotaFailure violations' quota IDs.
+	QuotaIDs []string
+	// RetryDelay is Gemini's RetryInfo.retryDelay, if valid.
+	RetryDelay    time.Duration
+	HasRetryDelay bool
+	// RetryAfter is a top-level body "retry_after" in seconds, if valid.
+	RetryAfter    time.Duration
+	HasRetryAfter bool
+}
+
+type errorBodyJSON struct {
+	Error      json.RawMessage `json:"error"`
+	RetryAfter json.RawMessage `json:"retry_after"`
+}
+
+type errorJSON struct {
+	Message string          `json:"message"`
+	Type    string          `json:"type"`
+	Code    json.RawMessage `json:"code"`
+	Status  string          `json:"status"`
+	Details json.RawMessage `json:"details"`
+}
+
+type detailJSON struct {
+	Type       string `json:"@type"`
+	RetryDelay string `json:"retryDelay"`
+	Violations []struct {
+		QuotaID string `json:"quotaId"`
+	} `json:"violations"`
+}
+
+// parseProviderError reads an error body in any of the providers' shapes.
+// It reports false for a body that is not JSON or has no error in it.
+func parseProviderError(body []byte) (providerError, bool) {
+	var pe providerError
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 || body[0] != '{' {
+		return pe, false
+	}
+	var top errorBodyJSON
+	if json.Unmarshal(body, &top) != nil {
+		return pe, false
+	}
+	pe.RetryAfter, pe.HasRetryAfter = parseSecondsJSON(top.RetryAfter)
+	raw := bytes.TrimSpace(top.Error)
+	switch {
+	case len(raw) == 0:
+		return pe, pe.HasRetryAfter
+	case raw[0] == '"': // {"error": "message"}, as some proxies send
+		_ = json.Unmarshal(raw, &pe.Message)
+		return pe, true
+	case raw[0] != '{':
+		return pe, pe.HasRetryAfter
+	}
+	var e errorJSON
+	if json.Unmarshal(raw, &e) != nil {
+		return pe, pe.HasRetryAfter
+	}
+	pe.Message, pe.Type, pe.Status = e.Message, e.Type, e.Status
+	if code := bytes.TrimSpace(e.Code); len(code) > 0 && code[0] == '"' {
+		_ = json.Unmarshal(code, &pe.Code)
+	}
+	details := bytes.TrimSpace(e.Details)
+	switch {
+	case len(details) > 0 && details[0] == '{':
+		var d struct {
+			ErrorCode string `json:"error_code"`
+		}
+		if json.Unmarshal(details, &d) == nil {
+			pe.ErrorCode = d.ErrorCode
+		}
+	case len(details) > 0 && details[0] == '[':
+		var ds []detailJSON
+		if json.Unmarshal(details, &ds) == nil {
+			for _, d := range ds {
+				switch {
+				case strings.HasSuffix(d.Type, "google.rpc.RetryInfo"):
+					pe.RetryDelay, pe.HasRetryDelay = parseProtoDuration(d.RetryDelay)
+				case strings.HasSuffix(d.Type, "google.rpc.QuotaFailure"):
+					for _, v := range d.Violations {
+						pe.QuotaIDs = append(pe.QuotaIDs, v.QuotaID)
+					}
+				}
+			}
+		}
+	}
+	return pe, true
+}
+
+// parseProtoDuration reads a google.protobuf.Duration in its JSON form
+// ("53s", "1.5s"), bounded by MaxHint.
+func parseProtoDuration(s string) (time.Duration, bool) {
+	num, ok := strings.CutSuffix(strings.TrimSpace(s), "s")
+	if !ok {
+		return 0, false
+	}
+	return boundedSeconds(num)
+}
+
+// parseSecondsJSON reads a JSON number or numeric string of seconds.
+func parseSecondsJSON(raw json.RawMessage) (time.Duration, bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return 0, false
+	}
+	s := string(raw)
+	if raw[0] == '"' {
+		if json.Unmarshal(raw, &s) != nil {
+			return 0, false
+		}
+	}
+	return boundedSeconds(s)
+}
+
+// boundedSeconds parses a non-negative decimal number of seconds no larger
+// than MaxHint.
+func boundedSeconds(s string) (time.Duration, bool) {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || !(f >= 0) || f > MaxHint.Seconds() {
+		return 0, false
+	}
+	return time.Duration(f * float64(time.Second)), true
+}
+
+// kind returns what the body alone says about the failure, or false if it
+// says nothing the status does not. status is used only to read the
+// providers' wording (an Anthropic 400 that means "no credit").
+func (pe *providerError) kind(status int) (Kind, bool) {
+	msg := strings.ToLower(pe.Message)
+	switch {
+	case quotaCodes[pe.Code] || quotaCodes[pe.Type],
+		pe.ErrorCode == "enforced_spend_limit_reached",
+		strings.Contains(msg, "credit balance is too low"),
+		strings.Contains(msg, "spend limit"),
+		pe.Status == "RESOURCE_EXHAUSTED" && pe.dailyQuota():
+		return KindQuotaExhausted, true
+	case pe.Code == "context_length_exceeded", pe.Type == "request_too_large",
+		strings.Contains(msg, "prompt is too long"),
+		strings.Contains(msg, "maximum context length"),
+		strings.Contains(msg, "input token count") && strings.Contains(msg, "exceeds"):
+		return KindContextOverflow, true
+	case pe.Type == "overloaded_error",
+		(status == http.StatusServiceUnavailable || status == 529) && strings.Contains(msg, "overloaded"):
+		return KindOverloaded, true
+	case pe.Code == "rate_limit_exceeded", pe.Type == "rate_limit_error", pe.Status == "RESOURCE_EXHAUSTED":
+		return KindRateLimited, true
+	case permanentCodes[pe.Code] || permanentCodes[pe.Type] || permanentCodes[pe.Status]:
+		return KindPermanent, true
+	}
+	return 0, false
+}
+
+// dailyQuota reports whether a Gemini RESOURCE_EXHAUSTED names a per-day
+// quota: it will not come back in seconds, so it is quota exhaustion, not
+// a rate limit.
+func (pe *providerError) dailyQuota() bool {
+	for _, id := range pe.QuotaIDs {
+		if strings.Contains(id, "PerDay") {
+			return true
+		}
+	}
+	return false
+}
+
+// ClassifyResponse judges a failed HTTP response by its status, headers and
+// the start of its body, which may be in OpenAI's, Anthropic's or Gemini's
+// error shape.
+//
+// The status gives a first answer (see ClassifyHTTP). A body that says the
+// quota is exhausted, the context overflowed, the provider is overloaded or
+// the caller is rate-limited overrides it: an OpenAI 429 insufficient_quota
+// is not retried, an Anthropic 400 "prompt is too long" is a context
+// overflow. "x-should-retry: false" always wins; "true" makes a failure
+// transient unless the body says quota exhausted, context overflow or
+// permanent. The wait hint comes from retry-after-ms, Retry-After, Gemini's
+// RetryInfo.retryDelay, then a body "retry_after", in that order.
+// Rate-limit reset headers are never a wait hint (see ParseRateLimit).
+func ClassifyResponse(status int, h http.Header, body []byte) Verdict {
+	v := Verdict{Kind: statusKind(status)}
+	pe, parsed := parseProviderError(body)
+	bodyKind, bodySays := pe.kind(status)
+	if bodySays && bodyKind != KindPermanent {
+		v.Kind = bodyKind
+	}
+	switch strings.ToLower(strings.TrimSpace(h.Get("X-Should-Retry"))) {
+	case "false":
+		return Verdict{Kind: KindPermanent}
+	case "true":
+		sticky := bodySays && (bodyKind == KindPermanent || bodyKind == KindQuotaExhausted || bodyKind == KindContextOverflow)
+		if sticky {
+			v.Kind = bodyKind
+		} else if !v.Kind.retryable() {
+			v.Kind = KindTransient
+		}
+	}
+	v.ServerWait, v.HasServerWait = ServerWaitHint(h, time.Time{})
+	if !v.HasServerWait && parsed {
+		switch {
+		case pe.HasRetryDelay:
+			v.ServerWait, v.HasServerWait = pe.RetryDelay, true
+		case pe.HasRetryAfter:
+			v.ServerWait, v.HasServerWait = pe.RetryAfter, true
+		}
+	}
+	return v
+}
+
+// statusKind is the verdict of a status alone.
+func statusKind(status int) Kind {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return KindRateLimited
+	case status == 529:
+		return KindOverloaded
+	case status == http.StatusPaymentRequired:
+		return KindQuotaExhausted
+	case status == http.StatusRequestEntityTooLarge:
+		return KindContextOverflow
+	case status == http.StatusRequestTimeout, status == http.StatusConflict, status == http.StatusTooEarly:
+		return KindTransient
+	case status >= 400 && status < 500:
+		return KindPermanent
+	}
+	return KindTransient
+}
+
+// Quota is what a provider's rate-limit headers say about one limit.
+type Quota struct {
+	// Limit and Remaining are the limit and what is left of it; -1 when
+	// the header is absent or malformed.
+	Limit, Remaining int64
+	// Reset is how long until the limit is fully replenished; meaningful
+	// when HasReset is set.
+	Reset    time.Duration
+	HasReset bool
+}
+
+// RateLimit is what a response's rate-limit headers say: OpenAI's
+// x-ratelimit-{limit,remaining,reset}-{requests,tokens} and Anthropic's
+// anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-*.
+// A reset says when a quota is full again, not when to retry: it feeds a
+// rate limiter and is never a wait hint.
+type RateLimit struct {
+	Requests, Tokens, InputTokens, OutputTokens Quota
+}
+
+// ParseRateLimit reads the rate-limit headers of a response received at
+// now (the Date header, if any, is preferred, as for Retry-After). It
+// reports false when there are none. Malformed or absurd values are
+// treated as absent.
+func ParseRateLimit(h http.Header, now time.Time) (RateLimit, bool) {
+	if date, err := http.ParseTime(h.Get("Date")); err == nil {
+		now = date
+	}
+	var rl RateLimit
+	found := false
+	parse := func(q *Quota, limit, remaining, reset string, rfc3339 bool) {
+		q.Limit, q.Remaining = headerInt(h, limit), headerInt(h, remaining)
+		if rfc3339 {
+			q.Reset, q.HasReset = resetAt(h.Get(reset), now)
+		} else {
+			q.Reset, q.HasReset = resetIn(h.Get(reset))
+		}
+		found = found || q.Limit >= 0 || q.Remaining >= 0 || q.HasReset
+	}
+	if h.Get("X-Ratelimit-Limit-Requests") != "" || h.Get("X-Ratelimit-Remaining-Requests") != "" ||
+		h.Get("X-Ratelimit-Limit-Tokens") != "" || h.Get("X-Ratelimit-Remaining-Tokens") != "" ||
+		h.Get("X-Ratelimit-Reset-Requests") != "" || h.Get("X-Ratelimit-Reset-Tokens") != "" {
+		parse(&rl.Requests, "X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests", false)
+		parse(&rl.Tokens, "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens", false)
+		rl.InputTokens, rl.OutputTokens = Quota{Limit: -1, Remaining: -1}, Quota{Limit: -1, Remaining: -1}
+		return rl, found
+	}
+	for _, q := range []struct {
+		q    *Quota
+		name string
+	}{{&rl.Requests, "requests"}, {&rl.Tokens, "tokens"}, {&rl.InputTokens, "input-tokens"}, {&rl.OutputTokens, "output-tokens"}} {
+		p := "Anthropic-Ratelimit-" + q.name
+		parse(q.q, p+"-Limit", p+"-Remaining", p+"-Reset", true)
+	}
+	return rl, found
+}
+
+func headerInt(h http.Header, key string) int64 {
+	n, err := strconv.ParseInt(strings.TrimSpace(h.Get(key)), 10, 64)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+// resetIn reads an OpenAI reset such as "1s", "6m0s" or "12ms".
+func resetIn(s string) (time.Duration, bool) {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || d < 0 || d > MaxHint {
+		return 0, false
+	}
+	return d, true
+}
+
+// resetAt reads an Anthropic reset, an RFC 3339 time, as a duration from
+// now; a time in the past is a reset already done.
+func resetAt(s string, now time.Time) (time.Duration, bool) {
+	at, err := time.Parse(time.RFC3339, strings.TrimSpace(s))
+	if err != nil {
+		return 0, false
+	}
+	if now.IsZero() {
+		now = time.Now()
+	}
+	d := at.Sub(now)
+	switch {
+	case d < 0:
+		return 0, true
+	case d > MaxHint:
+		return 0, false
+	}
+	return d, true
+}
