@@ -20,65 +20,44 @@ import (
 // call then stops with StopInvalidPolicy and the error wraps the
 // *PolicyError too.
 func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error)) (T, error) {
-	var (
-		loop  Loop
-		start time.Time
-	)
-	observed := p.Observer != nil
-	if observed {
+	// The first attempt is made here, with nothing set up, so that a call
+	// that succeeds at once costs one function call.
+	var start time.Time
+	if p.Observer != nil {
 		start = time.Now()
 	}
-	for attempt := 1; ; attempt++ {
-		v, err, timedOut := call(ctx, p.AttemptTimeout, fn)
-		if observed {
-			p.Observer.Observe(Event{Type: EventAttempt, Attempt: attempt, Err: err, Elapsed: time.Since(start)})
+	v, err, timedOut := call(ctx, p.AttemptTimeout, fn)
+	if p.Observer != nil {
+		p.Observer.Observe(Event{Type: EventAttempt, Attempt: 1, Err: err, Elapsed: time.Since(start)})
+	}
+	if err == nil {
+		return v, nil
+	}
+	return retry(ctx, p, fn, start, err, timedOut)
+}
+
+// retry goes on with a call whose first attempt failed with err.
+func retry[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error), start time.Time, err error, timedOut bool) (T, error) {
+	var zero T
+	r := run{obs: p.Observer, start: start}
+	if invalid := r.begin(ctx, &p, HasSideEffects(ctx)); invalid != nil {
+		return zero, invalid
+	}
+	for attempt := 2; ; attempt++ {
+		verdict := r.classify(ctx, err, timedOut)
+		d := r.next(verdict)
+		if !d.Retry {
+			return zero, r.giveUp(ctx, verdict, d, err)
 		}
+		r.retrying(attempt-1, err, verdict, d)
+		if stopped := r.wait(ctx, d, err); stopped != nil {
+			return zero, stopped
+		}
+		var v T
+		v, err, timedOut = call(ctx, p.AttemptTimeout, fn)
+		r.attempted(attempt, err)
 		if err == nil {
 			return v, nil
-		}
-		if attempt == 1 {
-			deadline, _ := ctx.Deadline()
-			loop = NewLoop(p, deadline, HasSideEffects(ctx))
-			// Checked here, off the success path, so that a call that
-			// needs no retry pays nothing for it.
-			if invalid := p.Validate(); invalid != nil {
-				loop.attempts = 1
-				var zero T
-				return zero, giveUp(&p, &loop, start, Verdict{}, Decision{Reason: StopInvalidPolicy}, err, invalid)
-			}
-		}
-		var verdict Verdict
-		switch {
-		case ctx.Err() != nil:
-			verdict.Kind = KindCanceled
-		case timedOut:
-			verdict.Kind = KindTransient
-		case p.Classifier != nil:
-			verdict = p.Classifier(err)
-		default:
-			verdict = Classify(err)
-		}
-		var now time.Time
-		if !loop.deadline.IsZero() {
-			now = time.Now()
-		}
-		d := loop.Next(verdict, now)
-		if !d.Retry {
-			var cause error
-			if verdict.Kind == KindCanceled && ctx.Err() != nil {
-				cause = context.Cause(ctx)
-			}
-			var zero T
-			return zero, giveUp(&p, &loop, start, verdict, d, err, cause)
-		}
-		if observed {
-			p.Observer.Observe(Event{Type: EventRetry, Attempt: attempt, Err: err, Verdict: verdict,
-				Wait: d.Wait, Waited: loop.waited, Elapsed: time.Since(start)})
-		}
-		if cause := wait(ctx, d.Wait); cause != nil {
-			d.Reason = StopCanceled
-			var zero T
-			return zero, giveUp(&p, &loop, start, Verdict{Kind: KindCanceled}, d, err, cause)
 		}
 	}
 }
@@ -98,12 +77,108 @@ func call[T any](ctx context.Context, timeout time.Duration, fn func(context.Con
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	v, err = fn(actx)
-	return v, err, err != nil && ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded)
+	return v, err, err != nil && attemptTimedOut(ctx, actx)
 }
 
-// wait sleeps for d or until ctx is done, and returns ctx's cause if that
+// attemptTimedOut reports whether an attempt's own timeout, not the
+// caller's context, ended it.
+func attemptTimedOut(ctx, actx context.Context) bool {
+	return ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded)
+}
+
+// run is the state of one call that Do and Transport share: the observer
+// and the start time for its events, and the Loop (holding the policy)
+// once an attempt has failed. It holds the policy by value so that the
+// caller's copy stays on the stack.
+type run struct {
+	obs   Observer
+	start time.Time
+	loop  Loop
+}
+
+// attempted reports an attempt's end to the observer.
+func (r *run) attempted(attempt int, err error) {
+	if r.obs != nil {
+		r.obs.Observe(Event{Type: EventAttempt, Attempt: attempt, Err: err, Elapsed: time.Since(r.start)})
+	}
+}
+
+// begin sets up the Loop after the first failure. The policy is validated
+// here, off the success path, so that a call that needs no retry pays
+// nothing for it; an invalid one stops the call.
+func (r *run) begin(ctx context.Context, p *Policy, sideEffects bool) *GiveUpError {
+	deadline, _ := ctx.Deadline()
+	r.loop = NewLoop(*p, deadline, sideEffects)
+	if invalid := p.Validate(); invalid != nil {
+		r.loop.attempts = 1
+		return r.stop(Verdict{}, Decision{Reason: StopInvalidPolicy}, nil, invalid)
+	}
+	return nil
+}
+
+// classify returns the verdict on a failed attempt's error.
+func (r *run) classify(ctx context.Context, err error, timedOut bool) Verdict {
+	switch {
+	case ctx.Err() != nil:
+		return Verdict{Kind: KindCanceled}
+	case timedOut:
+		return Verdict{Kind: KindTransient}
+	case r.loop.policy.Classifier != nil:
+		return r.loop.policy.Classifier(err)
+	}
+	return Classify(err)
+}
+
+// next asks the Loop; the clock is read only when there is a deadline.
+func (r *run) next(v Verdict) Decision {
+	var now time.Time
+	if !r.loop.deadline.IsZero() {
+		now = time.Now()
+	}
+	return r.loop.Next(v, now)
+}
+
+// retrying reports a scheduled retry to the observer.
+func (r *run) retrying(attempt int, err error, v Verdict, d Decision) {
+	if r.obs != nil {
+		r.obs.Observe(Event{Type: EventRetry, Attempt: attempt, Err: err, Verdict: v,
+			Wait: d.Wait, Waited: r.loop.waited, Elapsed: time.Since(r.start)})
+	}
+}
+
+// wait sleeps for d.Wait, or gives up if ctx ends first.
+func (r *run) wait(ctx context.Context, d Decision, err error) *GiveUpError {
+	cause := sleep(ctx, d.Wait)
+	if cause == nil {
+		return nil
+	}
+	d.Reason = StopCanceled
+	return r.stop(Verdict{Kind: KindCanceled}, d, err, cause)
+}
+
+// giveUp ends the call after decision d on err.
+func (r *run) giveUp(ctx context.Context, v Verdict, d Decision, err error) *GiveUpError {
+	var cause error
+	if v.Kind == KindCanceled && ctx.Err() != nil {
+		cause = context.Cause(ctx)
+	}
+	return r.stop(v, d, err, cause)
+}
+
+func (r *run) stop(v Verdict, d Decision, err, cause error) *GiveUpError {
+	if r.obs != nil {
+		r.obs.Observe(Event{Type: EventGiveUp, Attempt: r.loop.attempts, Err: err, Verdict: v,
+			Reason: d.Reason, Waited: r.loop.waited, Elapsed: time.Since(r.start)})
+	}
+	return &GiveUpError{
+		Attempts: r.loop.attempts, Reason: d.Reason, Verdict: v, Waited: r.loop.waited,
+		ServerWait: d.ServerWait, HasServerWait: d.HasServerWait, Err: err, cause: cause,
+	}
+}
+
+// sleep waits for d or until ctx is done, and returns ctx's cause if that
 // came first.
-func wait(ctx context.Context, d time.Duration) error {
+func sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
@@ -118,18 +193,6 @@ func wait(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
-}
-
-func giveUp(p *Policy, loop *Loop, start time.Time, v Verdict, d Decision, err, cause error) error {
-	e := &GiveUpError{
-		Attempts: loop.attempts, Reason: d.Reason, Verdict: v, Waited: loop.waited,
-		ServerWait: d.ServerWait, HasServerWait: d.HasServerWait, Err: err, cause: cause,
-	}
-	if p.Observer != nil {
-		p.Observer.Observe(Event{Type: EventGiveUp, Attempt: loop.attempts, Err: err, Verdict: v,
-			Reason: d.Reason, Waited: loop.waited, Elapsed: time.Since(start)})
-	}
-	return e
 }
 
 // GiveUpError is the error of a call that stopped without success. It wraps

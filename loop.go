@@ -14,19 +14,24 @@ import (
 // A Loop is used by one call at a time. Its zero value is not usable; make
 // one with NewLoop.
 type Loop struct {
-	policy      Policy
-	deadline    time.Time
-	sideEffects bool
-	attempts    int
-	waited      time.Duration
-	prevDelay   time.Duration // the last decorrelated-jitter delay
+	policy   Policy
+	deadline time.Time
+	// once, if set, is why the call gets a single attempt.
+	once      StopReason
+	attempts  int
+	waited    time.Duration
+	prevDelay time.Duration // the last decorrelated-jitter delay
 }
 
 // NewLoop returns the decision state of one call under p. A non-zero
 // deadline is the caller's: a wait that would reach it is not made. A call
 // with sideEffects is never retried.
 func NewLoop(p Policy, deadline time.Time, sideEffects bool) Loop {
-	return Loop{policy: p, deadline: deadline, sideEffects: sideEffects}
+	l := Loop{policy: p, deadline: deadline}
+	if sideEffects {
+		l.once = StopSideEffects
+	}
+	return l
 }
 
 // Decision is what a Loop says after a failed attempt.
@@ -67,13 +72,16 @@ const (
 	// StopInvalidPolicy: the policy fails Validate (reported by Do, never
 	// by a Loop).
 	StopInvalidPolicy
+	// StopUnreplayableBody: the request's body could be sent only once
+	// (Transport).
+	StopUnreplayableBody
 )
 
 var stopNames = [...]string{
 	StopAttempts: "attempts exhausted", StopWaitBudget: "wait budget exhausted",
 	StopDeadline: "deadline too near", StopNotRetryable: "not retryable", StopCanceled: "canceled",
 	StopServerWait: "server wait too long", StopSideEffects: "side effects, not retried",
-	StopInvalidPolicy: "invalid policy",
+	StopInvalidPolicy: "invalid policy", StopUnreplayableBody: "request body cannot be replayed",
 }
 
 func (r StopReason) String() string {
@@ -98,8 +106,8 @@ func (l *Loop) Next(v Verdict, now time.Time) Decision {
 		return Decision{Reason: StopCanceled}
 	case !v.Kind.retryable():
 		return Decision{Reason: StopNotRetryable}
-	case l.sideEffects:
-		return Decision{Reason: StopSideEffects}
+	case l.once != 0:
+		return Decision{Reason: l.once}
 	}
 	b := l.policy.forKind(v.Kind)
 	if l.attempts >= b.maxAttempts {
