@@ -107,7 +107,7 @@ func TestTransportRetriesAndReplaysTheBody(t *testing.T) {
 		ht := &handlerTransport{h: s}
 		client := &http.Client{Transport: &rebound.Transport{Base: ht, Policy: rebound.Policy{BaseDelay: 100 * time.Millisecond, Jitter: rebound.JitterNone}}}
 		for _, mk := range []func() io.Reader{
-			func() io.Reader { return strings.NewReader(`{"model":"m"}`) },             // GetBody set by NewRequest
+			func() io.Reader { return strings.NewReader(`{"model":"m"}`) },                 // GetBody set by NewRequest
 			func() io.Reader { return io.MultiReader(strings.NewReader(`{"model":"m"}`)) }, // no GetBody: buffered
 		} {
 			s.requests, s.bodies = 0, nil
