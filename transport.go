@@ -82,7 +82,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			cancel()
 		case resp.StatusCode < http.StatusBadRequest:
 			r.attempted(attempt, nil)
-			resp.Body = &attemptBody{ReadCloser: resp.Body, cancel: cancel}
+			if areq.Context() != ctx { // a per-attempt timeout runs until the body is read
+				resp.Body = &attemptBody{ReadCloser: resp.Body, cancel: cancel}
+			}
 			return resp, nil
 		default:
 			snippet, _ = io.ReadAll(io.LimitReader(resp.Body, MaxErrorBody))
@@ -173,9 +175,9 @@ func (t *Transport) replayableBody(req *http.Request) (requestBody, error) {
 func attemptRequest(req *http.Request, body requestBody, attempt int, timeout time.Duration) (*http.Request, context.CancelFunc) {
 	fresh := body.get != nil && (attempt > 1 || req.GetBody == nil)
 	if !fresh && timeout <= 0 {
-		return req, func() {}
+		return req, noCancel
 	}
-	ctx, cancel := req.Context(), context.CancelFunc(func() {})
+	ctx, cancel := req.Context(), context.CancelFunc(noCancel)
 	if timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 	}
@@ -196,6 +198,8 @@ func attemptRequest(req *http.Request, body requestBody, attempt int, timeout ti
 	}
 	return areq, cancel
 }
+
+func noCancel() {}
 
 type errReader struct{ err error }
 
