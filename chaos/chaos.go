@@ -2,8 +2,8 @@
 // logic.
 //
 // A [Server] is an [http.Handler] that stands in for a flaky upstream such as
-// a model API. It ignores what a request asks for and answers with an outcome
-// chosen by a mode: always succeed, fail at random, be down, reject the
+// a model API. What a request asks for has no bearing on its outcome, which
+// is chosen by a mode: always succeed, fail at random, be down, reject the
 // request, rate-limit with a wait hint, answer slowly, drop the connection,
 // or fail the way a model provider does when it is overloaded, out of quota
 // or given too long a prompt. rebound's benchmark and tests serve it with
@@ -52,8 +52,8 @@
 // provider, closely enough for the provider's official SDK to parse both
 // successes and errors:
 //
-//   - [ProfileOpenAI]: a POST to a path ending in /responses gets a Responses
-//     API object; any other path a chat completion. Errors are
+//   - [ProfileOpenAI]: a path ending in /responses gets a Responses API
+//     object; any other path a chat completion. Errors are
 //     {"error":{"message":…,"type":…,"param":…,"code":…}}.
 //   - [ProfileAnthropic]: every path gets a Messages API message. Errors are
 //     {"type":"error","error":{"type":…,"message":…,"details":…},"request_id":…}.
@@ -324,10 +324,11 @@ func (s *Server) newCall(r *http.Request) (*call, *rejection) {
 	if name == "" {
 		name = s.cfg.Profile
 	}
-	if c.profile = profileNamed(name); c.profile == nil {
-		c.profile = plain
+	p := profileNamed(name)
+	if p == nil {
 		return c, &rejection{"chaos_unknown_profile", name, unknownProfileError(name).Error()}
 	}
+	c.profile = p
 
 	c.mode = r.Header.Get(HeaderMode)
 	if c.mode == "" {
@@ -368,9 +369,6 @@ const (
 	faultReset                    // connection dropped without a response
 )
 
-// statusReset stands for a dropped connection among status codes.
-const statusReset = 0
-
 // admit gives a request in the given mode and profile its sequence number,
 // decides its fault and counts it. A rejected request is a bad request.
 func (s *Server) admit(mode string, p *profile, rejected bool) (n uint64, f fault) {
@@ -393,26 +391,23 @@ func (s *Server) admit(mode string, p *profile, rejected bool) (n uint64, f faul
 
 // outcome returns the fault of request n in the given mode.
 func (s *Server) outcome(mode string, n uint64) fault {
-	switch mode {
-	case ModeOK, ModeSlow:
-		return faultNone
-	case ModeRandom:
+	if mode == ModeRandom {
 		return randomFaults[s.randomStatus(n)]
-	case ModeDown:
-		return faultUnavailable
-	case ModeRetryAfter:
-		return faultRateLimit
-	case ModeReset:
-		return faultReset
-	case ModeOverload:
-		return faultOverload
-	case ModeQuota:
-		return faultQuota
-	case ModeContext:
-		return faultContext
-	default: // ModeBadRequest
-		return faultBadRequest
 	}
+	return modeFaults[mode]
+}
+
+// modeFaults gives the fault of every mode but random.
+var modeFaults = map[string]fault{
+	ModeOK:         faultNone,
+	ModeSlow:       faultNone,
+	ModeDown:       faultUnavailable,
+	ModeBadRequest: faultBadRequest,
+	ModeRetryAfter: faultRateLimit,
+	ModeReset:      faultReset,
+	ModeOverload:   faultOverload,
+	ModeQuota:      faultQuota,
+	ModeContext:    faultContext,
 }
 
 // randomFaults maps the statuses of random mode to their faults.

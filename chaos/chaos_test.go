@@ -238,7 +238,8 @@ func TestNew(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{Mode: "x"}, `chaos: unknown mode "x" (want ok, random, down, badreq, retryafter, slow, reset)`},
+		{Config{Mode: "x"}, `chaos: unknown mode "x" (want ok, random, down, badreq, retryafter, slow, reset, overload, quota, context)`},
+		{Config{Profile: "azure"}, `chaos: unknown profile "azure" (want plain, openai, anthropic, gemini)`},
 		{Config{FailRate: -0.1}, "chaos: fail rate -0.1 outside [0, 1]"},
 		{Config{FailRate: 1.5}, "chaos: fail rate 1.5 outside [0, 1]"},
 		{Config{FailRate: math.NaN()}, "chaos: fail rate NaN outside [0, 1]"},
@@ -252,9 +253,9 @@ func TestNew(t *testing.T) {
 	}
 
 	s := newServer(t, Config{})
-	want := Config{Mode: ModeRandom, FailRate: 0.35, RetryAfter: time.Second, SlowDelay: time.Second}
-	if s.cfg != want || s.retryAfter != "1" {
-		t.Errorf("defaults %+v Retry-After %q, want %+v \"1\"", s.cfg, s.retryAfter, want)
+	want := Config{Mode: ModeRandom, FailRate: 0.35, RetryAfter: time.Second, SlowDelay: time.Second, Profile: ProfilePlain}
+	if s.cfg != want || s.retryAfter != 1 {
+		t.Errorf("defaults %+v Retry-After %d, want %+v 1", s.cfg, s.retryAfter, want)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 
 	"github.com/rebound-go/rebound/chaos"
 )
@@ -40,4 +41,29 @@ func Example() {
 	// down 503 Service Unavailable
 	// badreq 400 Bad Request
 	// {"requests":2,"by_status":{"400":1,"503":1}}
+}
+
+// A server in a provider's profile fails in the provider's words, here with a
+// wait hint the request asked for.
+func ExampleConfig_profile() {
+	s, err := chaos.New(chaos.Config{Profile: chaos.ProfileAnthropic, Mode: chaos.ModeOverload})
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+
+	req, _ := http.NewRequest("POST", srv.URL+"/v1/messages", strings.NewReader(`{"model":"claude-x","max_tokens":64}`))
+	req.Header.Set(chaos.HeaderRetryAfter, "30")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Println(resp.StatusCode, "Retry-After:", resp.Header.Get("Retry-After"))
+	fmt.Print(string(body))
+	// Output:
+	// 529 Retry-After: 30
+	// {"type":"error","error":{"type":"overloaded_error","message":"Overloaded","details":null},"request_id":"req_chaos_0"}
 }

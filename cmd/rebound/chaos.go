@@ -19,9 +19,15 @@ const chaosUsage = `usage: rebound chaos [flags]
 
 Serve a fault-injecting HTTP server until interrupted. Every request is
 answered according to a mode (ok, random, down, badreq, retryafter, slow,
-reset); a request can pick its own with the X-Chaos-Mode header or the
-chaos_mode query parameter. GET /chaos/stats reports counts by status and
-POST /chaos/reset zeroes them and restarts the seeded outcome sequence.
+reset, overload, quota, context); a request can pick its own with the
+X-Chaos-Mode header or the chaos_mode query parameter. Answers follow a
+profile: plain, or the wire format of openai, anthropic or gemini, which
+their SDKs parse; a request can pick its own with the X-Chaos-Profile
+header. A failure carries a wait hint in retryafter mode, on every failure
+if --retry-after is given, and when the request asks with an
+X-Chaos-Retry-After: SECONDS header. GET /chaos/stats reports counts by
+status and POST /chaos/reset zeroes them and restarts the seeded outcome
+sequence.
 
 The first line on stdout is "listening on http://HOST:PORT".
 
@@ -37,8 +43,9 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	mode := fs.String("mode", chaos.ModeRandom, "default `mode` of requests that name none")
 	seed := fs.Uint64("seed", 1, "seed of the random-mode outcome sequence")
 	failRate := fs.Float64("fail-rate", 0.35, "failure probability in random mode, in (0, 1]")
-	retryAfter := fs.Int("retry-after", 1, "Retry-After `seconds` sent in retryafter mode")
+	retryAfter := fs.Int("retry-after", 1, "wait hint `seconds` sent in retryafter mode; if given, with every failure")
 	slow := fs.Duration("slow", time.Second, "response `delay` in slow mode")
+	profile := fs.String("profile", chaos.ProfilePlain, "answer in the wire format of `profile` (plain, openai, anthropic, gemini)")
 
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "rebound chaos: "+format+"\n", a...)
@@ -47,6 +54,9 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if code, done := parseFlags(fs, args, chaosUsage, stderr); done {
 		return code
 	}
+	// An explicit --retry-after asks for a wait hint with every failure.
+	hintAll := false
+	fs.Visit(func(f *flag.Flag) { hintAll = hintAll || f.Name == "retry-after" })
 	// chaos.Config reads zero as "use the default"; on the command line a
 	// zero would be a surprise either way, so it is refused.
 	switch {
@@ -58,11 +68,13 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return usageErr("--slow %v is not a positive duration", *slow)
 	}
 	srv, err := chaos.New(chaos.Config{
-		Mode:       *mode,
-		FailRate:   *failRate,
-		Seed:       *seed,
-		RetryAfter: time.Duration(*retryAfter) * time.Second,
-		SlowDelay:  *slow,
+		Mode:             *mode,
+		FailRate:         *failRate,
+		Seed:             *seed,
+		RetryAfter:       time.Duration(*retryAfter) * time.Second,
+		SlowDelay:        *slow,
+		Profile:          *profile,
+		HintEveryFailure: hintAll,
 	})
 	if err != nil {
 		return usageErr("%s", strings.TrimPrefix(err.Error(), "chaos: "))

@@ -32,43 +32,71 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-func TestRunChaos(t *testing.T) {
+// startChaos runs "rebound chaos" with args on a free port. It returns the
+// server's URL and a function that stops it and returns the exit code.
+func startChaos(t *testing.T, args ...string) (url string, stop func() int) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
 	pr, pw := io.Pipe()
 	var stderr lockedBuffer
 	code := make(chan int, 1)
 	go func() {
-		code <- runChaos(ctx, []string{"--addr", "127.0.0.1:0", "--mode", "down"}, pw, &stderr)
+		code <- runChaos(ctx, append([]string{"--addr", "127.0.0.1:0"}, args...), pw, &stderr)
 		pw.Close()
 	}()
+	stop = func() int {
+		cancel()
+		select {
+		case c := <-code:
+			if c != 0 {
+				t.Logf("stderr %q", stderr.String())
+			}
+			return c
+		case <-time.After(10 * time.Second):
+			t.Fatal("runChaos did not return after cancel")
+			return -1
+		}
+	}
 
 	line, err := bufio.NewReader(pr).ReadString('\n')
 	if err != nil {
+		stop()
 		t.Fatalf("reading first stdout line: %v (stderr %q)", err, stderr.String())
 	}
 	m := regexp.MustCompile(`^listening on (http://127\.0\.0\.1:[1-9][0-9]*)\n$`).FindStringSubmatch(line)
 	if m == nil {
+		stop()
 		t.Fatalf("first stdout line %q, want listening on http://127.0.0.1:PORT", line)
 	}
-	url := m[1]
+	return m[1], stop
+}
 
+// call sends a request with the given mode (none if "") and returns the
+// response with its body read.
+func call(t *testing.T, method, url, mode string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(`{"model":"m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mode != "" {
+		req.Header.Set("X-Chaos-Mode", mode)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp, string(body)
+}
+
+func TestRunChaos(t *testing.T) {
+	url, stop := startChaos(t, "--mode", "down")
 	get := func(path, mode string) (int, string) {
 		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, "GET", url+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if mode != "" {
-			req.Header.Set("X-Chaos-Mode", mode)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
+		resp, body := call(t, "GET", url+path, mode)
+		return resp.StatusCode, body
 	}
 	if status, _ := get("/", ""); status != 503 {
 		t.Errorf("GET /: %d, want 503", status)
@@ -80,15 +108,38 @@ func TestRunChaos(t *testing.T) {
 	if status, body := get("/chaos/stats", ""); status != 200 || body != want {
 		t.Errorf("GET /chaos/stats: %d %q, want 200 %q", status, body, want)
 	}
+	if c := stop(); c != 0 {
+		t.Errorf("exit code %d after cancel, want 0", c)
+	}
+}
 
-	cancel()
-	select {
-	case c := <-code:
-		if c != 0 {
-			t.Errorf("exit code %d after cancel, want 0 (stderr %q)", c, stderr.String())
+func TestRunChaosProfile(t *testing.T) {
+	tests := []struct {
+		args       []string
+		mode       string
+		status     int
+		retryAfter string
+		body       string // in the body
+	}{
+		{nil, "down", 503, "", `"type":"chaos_injected","code":"down"`},
+		{[]string{"--retry-after", "2"}, "down", 503, "2", `"code":"down"`},
+		{[]string{"--profile", "plain", "--retry-after", "1"}, "badreq", 400, "1", `"code":"badreq"`},
+		{[]string{"--profile", "openai"}, "down", 503, "", `"type":"server_error","param":null,"code":null`},
+		{[]string{"--profile", "openai"}, "retryafter", 429, "1", `"code":"rate_limit_exceeded"`},
+		{[]string{"--profile", "anthropic", "--retry-after", "3"}, "overload", 529, "3", `"type":"overloaded_error"`},
+		{[]string{"--profile", "gemini", "--retry-after", "4"}, "quota", 429, "", `"retryDelay":"4s"`},
+		{[]string{"--profile", "gemini"}, "ok", 200, "", `"text":"Hello from chaos."`},
+	}
+	for _, tt := range tests {
+		url, stop := startChaos(t, tt.args...)
+		resp, body := call(t, "POST", url+"/v1/chat/completions", tt.mode)
+		if resp.StatusCode != tt.status || resp.Header.Get("Retry-After") != tt.retryAfter || !strings.Contains(body, tt.body) {
+			t.Errorf("%q, mode %s: %d Retry-After %q %s; want %d Retry-After %q and %s",
+				tt.args, tt.mode, resp.StatusCode, resp.Header.Get("Retry-After"), body, tt.status, tt.retryAfter, tt.body)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("runChaos did not return after cancel")
+		if c := stop(); c != 0 {
+			t.Errorf("%q: exit code %d after cancel, want 0", tt.args, c)
+		}
 	}
 }
 
@@ -101,6 +152,7 @@ func TestRunChaosUsage(t *testing.T) {
 		{[]string{"--seed", "x"}, `invalid value "x" for flag -seed`},
 		{[]string{"serve"}, `unexpected argument "serve"`},
 		{[]string{"--mode", "flaky"}, `unknown mode "flaky" (want ok, random, down`},
+		{[]string{"--profile", "azure"}, `unknown profile "azure" (want plain, openai, anthropic, gemini)`},
 		{[]string{"--fail-rate", "1.5"}, "--fail-rate 1.5 outside (0, 1]"},
 		{[]string{"--fail-rate", "0"}, "--fail-rate 0 outside (0, 1]"},
 		{[]string{"--retry-after", "0"}, "--retry-after 0"},
@@ -123,7 +175,8 @@ func TestRunChaosHelp(t *testing.T) {
 	if code := runChaos(t.Context(), []string{"-h"}, &stdout, &stderr); code != 0 {
 		t.Errorf("-h: exit code %d, want 0", code)
 	}
-	if !strings.HasPrefix(stderr.String(), "usage: rebound chaos") || !strings.Contains(stderr.String(), "-fail-rate") {
+	if !strings.HasPrefix(stderr.String(), "usage: rebound chaos") || !strings.Contains(stderr.String(), "-fail-rate") ||
+		!strings.Contains(stderr.String(), "-profile") {
 		t.Errorf("-h: stderr %q, want usage with flags", stderr.String())
 	}
 }
