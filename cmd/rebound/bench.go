@@ -293,19 +293,23 @@ func (b *benchRunner) always400(ctx context.Context, r *benchReport) error {
 // retryAfter: the first attempt meets 429 with Retry-After: 1, the second
 // succeeds; once honouring the hint, once clamping it to 300 ms.
 func (b *benchRunner) retryAfter(ctx context.Context, r *benchReport) error {
+	// waited is measured, from the end of the first attempt to the start
+	// of the second: the sleep as it happened, not as it was planned.
 	call := func(p rebound.Policy) (waited, took time.Duration, err error) {
-		var tally waitTally
-		p.Observer = &tally
+		var failedAt time.Time
 		attempt := 0
 		start := time.Now()
 		err = rebound.Run(ctx, p, func(ctx context.Context) error {
 			attempt++
 			if attempt == 1 {
-				return b.get(ctx, chaos.ModeRetryAfter)
+				err := b.get(ctx, chaos.ModeRetryAfter)
+				failedAt = time.Now()
+				return err
 			}
+			waited = time.Since(failedAt)
 			return b.get(ctx, chaos.ModeOK)
 		})
-		return tally.waited, time.Since(start), err
+		return waited, time.Since(start), err
 	}
 	row := retryAfterRow{HintS: 1, CappedMaxServerWaitMS: 300}
 	waited, took, err := call(rebound.Policy{MaxAttempts: 2, BaseDelay: 20 * time.Millisecond})
