@@ -26,25 +26,44 @@ func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error
 	if p.Observer != nil {
 		start = time.Now()
 	}
+	var permit Permit
+	if p.Breaker != nil {
+		var refused error
+		if permit, refused = p.Breaker.Allow(); refused != nil {
+			var zero T
+			r := run{obs: p.Observer, start: start}
+			return zero, r.stop(Verdict{}, Decision{Reason: StopBreakerOpen}, refused, nil)
+		}
+	}
 	v, err, timedOut := call(ctx, p.AttemptTimeout, fn)
 	if p.Observer != nil {
 		p.Observer.Observe(Event{Type: EventAttempt, Attempt: 1, Err: err, Elapsed: time.Since(start)})
 	}
 	if err == nil {
+		if p.Breaker != nil {
+			p.Breaker.Done(permit, OutcomeSuccess)
+		}
 		return v, nil
 	}
-	return retry(ctx, p, fn, start, err, timedOut)
+	return retry(ctx, p, fn, start, permit, err, timedOut)
 }
 
-// retry goes on with a call whose first attempt failed with err.
-func retry[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error), start time.Time, err error, timedOut bool) (T, error) {
+// retry goes on with a call whose first attempt, made under permit, failed
+// with err.
+func retry[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error), start time.Time, permit Permit, err error, timedOut bool) (T, error) {
 	var zero T
 	r := run{obs: p.Observer, start: start}
 	if invalid := r.begin(ctx, &p, HasSideEffects(ctx)); invalid != nil {
+		if p.Breaker != nil {
+			p.Breaker.Done(permit, OutcomeIgnored)
+		}
 		return zero, invalid
 	}
 	for attempt := 2; ; attempt++ {
 		verdict := r.classify(ctx, err, timedOut)
+		if p.Breaker != nil {
+			p.Breaker.Done(permit, OutcomeOf(err, verdict))
+		}
 		d := r.next(verdict)
 		if !d.Retry {
 			return zero, r.giveUp(ctx, verdict, d, err)
@@ -53,10 +72,19 @@ func retry[T any](ctx context.Context, p Policy, fn func(context.Context) (T, er
 		if stopped := r.wait(ctx, d, err); stopped != nil {
 			return zero, stopped
 		}
+		if p.Breaker != nil {
+			var refused error
+			if permit, refused = p.Breaker.Allow(); refused != nil {
+				return zero, r.stop(verdict, Decision{Reason: StopBreakerOpen}, err, refused)
+			}
+		}
 		var v T
 		v, err, timedOut = call(ctx, p.AttemptTimeout, fn)
 		r.attempted(attempt, err)
 		if err == nil {
+			if p.Breaker != nil {
+				p.Breaker.Done(permit, OutcomeSuccess)
+			}
 			return v, nil
 		}
 	}
@@ -77,13 +105,16 @@ func call[T any](ctx context.Context, timeout time.Duration, fn func(context.Con
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	v, err = fn(actx)
-	return v, err, err != nil && attemptTimedOut(ctx, actx)
+	return v, err, attemptTimedOut(ctx, actx, err)
 }
 
-// attemptTimedOut reports whether an attempt's own timeout, not the
-// caller's context, ended it.
-func attemptTimedOut(ctx, actx context.Context) bool {
-	return ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded)
+// attemptTimedOut reports whether an attempt failed with err because its
+// own timeout ended it, not the caller's context. An error that does not
+// say so (a Permanent mark returned after the deadline, say) is left to the
+// classifier.
+func attemptTimedOut(ctx, actx context.Context, err error) bool {
+	return err != nil && ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) &&
+		errors.Is(err, context.DeadlineExceeded)
 }
 
 // run is the state of one call that Do and Transport share: the observer
@@ -213,7 +244,7 @@ type GiveUpError struct {
 	// Err is the last attempt's error.
 	Err error
 
-	cause error // the context's cause, or the *PolicyError that stopped the call
+	cause error // the context's cause, the *PolicyError or the breaker's refusal that stopped the call
 }
 
 func (e *GiveUpError) Error() string {
@@ -225,8 +256,10 @@ func (e *GiveUpError) Error() string {
 	switch e.Reason {
 	case StopNotRetryable:
 		why = e.Verdict.Kind.String() + " error, " + why
-	case StopInvalidPolicy:
-		why += ": " + e.cause.Error()
+	case StopInvalidPolicy, StopBreakerOpen:
+		if e.cause != nil {
+			why += ": " + e.cause.Error()
+		}
 	case StopServerWait, StopWaitBudget, StopDeadline:
 		if e.HasServerWait {
 			why += fmt.Sprintf(", server asked to wait %v", e.ServerWait)
@@ -236,8 +269,9 @@ func (e *GiveUpError) Error() string {
 }
 
 // Unwrap returns the last attempt's error and, when the caller's context
-// stopped the call, the context's cause, or when the policy was invalid,
-// the *PolicyError.
+// stopped the call, the context's cause; when the policy was invalid, the
+// *PolicyError; when a breaker refused a retry, its refusal. A call that a
+// breaker refused before its first attempt has only the refusal.
 func (e *GiveUpError) Unwrap() []error {
 	if e.cause != nil {
 		return []error{e.Err, e.cause}

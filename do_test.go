@@ -354,3 +354,32 @@ func TestInvalidPolicyStopsAtTheFirstFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A function that overruns its attempt's timeout but says, on its way out,
+// that the failure is permanent is believed.
+func TestTimedOutAttemptStillClassified(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		calls := 0
+		err := rebound.Run(t.Context(), rebound.Policy{AttemptTimeout: 10 * time.Millisecond, BaseDelay: rebound.NoDelay},
+			func(ctx context.Context) error {
+				calls++
+				time.Sleep(20 * time.Millisecond) // ignores ctx; virtual time
+				return rebound.Permanent(errors.New("invalid tool arguments"))
+			})
+		var gu *rebound.GiveUpError
+		if calls != 1 || !errors.As(err, &gu) || gu.Reason != rebound.StopNotRetryable {
+			t.Fatalf("%d calls, err %v", calls, err)
+		}
+	})
+}
+
+// A hint of a day is a long wait, not an absurd one: honouring it stops
+// the call instead of retrying in half a second.
+func TestVeryLongHintStops(t *testing.T) {
+	fn, calls := failing(&rebound.HTTPError{StatusCode: 429, Header: http.Header{"Retry-After": {"90000"}}})
+	_, err := rebound.Do(context.Background(), rebound.Policy{}, fn)
+	var gu *rebound.GiveUpError
+	if *calls != 1 || !errors.As(err, &gu) || gu.Reason != rebound.StopServerWait || gu.ServerWait != 25*time.Hour {
+		t.Fatalf("%d calls, err %v", *calls, err)
+	}
+}

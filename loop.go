@@ -75,6 +75,8 @@ const (
 	// StopUnreplayableBody: the request's body could be sent only once
 	// (Transport).
 	StopUnreplayableBody
+	// StopBreakerOpen: the Policy's Breaker refused an attempt.
+	StopBreakerOpen
 )
 
 var stopNames = [...]string{
@@ -82,6 +84,7 @@ var stopNames = [...]string{
 	StopDeadline: "deadline too near", StopNotRetryable: "not retryable", StopCanceled: "canceled",
 	StopServerWait: "server wait too long", StopSideEffects: "side effects, not retried",
 	StopInvalidPolicy: "invalid policy", StopUnreplayableBody: "request body cannot be replayed",
+	StopBreakerOpen: "breaker open",
 }
 
 func (r StopReason) String() string {
@@ -128,9 +131,9 @@ func (l *Loop) Next(v Verdict, now time.Time) Decision {
 		d.Wait = l.delay(b, l.attempts)
 	}
 	switch {
-	case l.waited+d.Wait > l.policy.waitBudget():
+	case d.Wait > l.policy.waitBudget()-l.waited: // not waited+Wait: that can overflow
 		d.Reason, d.Wait = StopWaitBudget, 0
-	case !l.deadline.IsZero() && !now.Add(d.Wait).Before(l.deadline):
+	case !l.deadline.IsZero() && d.Wait >= l.deadline.Sub(now):
 		d.Reason, d.Wait = StopDeadline, 0
 	default:
 		d.Retry = true

@@ -91,6 +91,19 @@ func TestExponentialDoesNotOverflow(t *testing.T) {
 			break
 		}
 	}
+	// Waits near the largest duration: the budget check must not wrap.
+	huge := Policy{MaxAttempts: 10, BaseDelay: 5000000000000 * time.Millisecond, MaxDelay: 9223372036854 * time.Millisecond,
+		WaitBudget: 9223372036854 * time.Millisecond, Jitter: JitterNone}
+	l = NewLoop(huge, time.Time{}, false)
+	for range 10 {
+		d := l.Next(Verdict{}, time.Time{})
+		if l.Waited() < 0 || l.Waited() > huge.WaitBudget {
+			t.Fatalf("waited %v, budget %v", l.Waited(), huge.WaitBudget)
+		}
+		if !d.Retry {
+			break
+		}
+	}
 	lin := Policy{MaxAttempts: 1 << 30, BaseDelay: 1 << 40, MaxDelay: 1 << 62, Shape: ShapeLinear, Jitter: JitterNone}
 	if d := rawDelay(&lin, lin.resolved(), 1<<30); d != lin.MaxDelay {
 		t.Fatalf("linear raw delay %v, want the cap", d)
@@ -120,6 +133,21 @@ func TestJitterBounds(t *testing.T) {
 		if j == JitterFull && (lo > 5*time.Millisecond || hi < 95*time.Millisecond) {
 			t.Errorf("full jitter spans only [%v, %v]", lo, hi)
 		}
+	}
+}
+
+func TestDecorrelatedStaysUnderTheCap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	p := Policy{MaxAttempts: 200, BaseDelay: 100 * time.Millisecond, MaxDelay: 200 * time.Millisecond, Jitter: JitterDecorrelated, WaitBudget: time.Hour, Rand: rng}
+	hitCap := false
+	for _, d := range waits(p, 199) {
+		if d < p.BaseDelay || d > p.MaxDelay {
+			t.Fatalf("wait %v outside [%v, %v]", d, p.BaseDelay, p.MaxDelay)
+		}
+		hitCap = hitCap || d == p.MaxDelay
+	}
+	if !hitCap {
+		t.Fatal("U(base, 3·prev) never reached the cap: the cap was not exercised")
 	}
 }
 
@@ -259,6 +287,9 @@ func randomPolicy(r *rand.Rand) Policy {
 		WaitBudget:    msOrZero(20000),
 		MaxServerWait: msOrZero(5000),
 		ServerWait:    ServerWait(r.IntN(3)),
+	}
+	if r.IntN(4) == 0 {
+		p.AttemptTimeout = time.Duration(1+r.IntN(5000)) * time.Millisecond
 	}
 	p.MaxDelay = msOrZero(10000)
 	p.BaseDelay = msOrZero(int64(max(p.resolved().max/time.Millisecond, 1)))

@@ -80,7 +80,10 @@ type Policy struct {
 
 	// AttemptTimeout bounds each attempt; an attempt that runs out of time
 	// is a transient failure and is retried. Zero means no per-attempt
-	// timeout (the caller's context still applies).
+	// timeout (the caller's context still applies). In Do the attempt's
+	// context ends when the function returns, so a result that still reads
+	// from it (an HTTP response body) must be read inside the function;
+	// Transport keeps it alive until the body is read or closed.
 	AttemptTimeout time.Duration
 
 	// PerKind overrides attempts and delays for failures of one kind:
@@ -98,10 +101,17 @@ type Policy struct {
 	// use when the Policy is shared.
 	Observer Observer
 
+	// Breaker, if set, is asked before every attempt and told how each
+	// ended (see the breaker package). A refusal stops the call with
+	// StopBreakerOpen. Only failures the provider is to blame for count
+	// against it (see OutcomeOf).
+	Breaker Breaker
+
 	// Rand is the source of jitter. Nil means math/rand/v2's global
 	// generator, which is safe for concurrent use. A seeded *rand.Rand
 	// makes delays reproducible but is not safe for concurrent use: give
-	// each goroutine its own.
+	// each goroutine's calls to Do their own; a Transport serialises its
+	// requests' use of it.
 	Rand Rand
 }
 

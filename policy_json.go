@@ -66,8 +66,12 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 // UnmarshalJSON reads a policy: snake_case keys, durations in integer
 // milliseconds, an absent key meaning the default and an explicit 0
 // meaning zero. Unknown keys are rejected, and so is any policy that
-// Validate rejects. Fields without a JSON form keep their values.
+// Validate rejects. Fields without a JSON form keep their values, and so
+// does everything when the input is null.
 func (p *Policy) UnmarshalJSON(data []byte) error {
+	if string(bytes.TrimSpace(data)) == "null" {
+		return nil // as encoding/json does: null changes nothing
+	}
 	var j policyJSON
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()

@@ -168,3 +168,10 @@ func TestMarshalSubMillisecondStaysNonZero(t *testing.T) {
 		t.Fatalf("marshalled %s, want base_delay_ms 1", b)
 	}
 }
+
+func TestUnmarshalNullChangesNothing(t *testing.T) {
+	p := Policy{MaxAttempts: 7, BaseDelay: time.Second}
+	if err := json.Unmarshal([]byte(` null `), &p); err != nil || p.MaxAttempts != 7 || p.BaseDelay != time.Second {
+		t.Fatalf("%+v %v", p, err)
+	}
+}

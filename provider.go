@@ -244,10 +244,11 @@ func ClassifyResponse(status int, h http.Header, body []byte) Verdict {
 	case "false":
 		return Verdict{Kind: KindPermanent}
 	case "true":
-		sticky := bodySays && (bodyKind == KindPermanent || bodyKind == KindQuotaExhausted || bodyKind == KindContextOverflow)
-		if sticky {
-			v.Kind = bodyKind
-		} else if !v.Kind.retryable() {
+		// The server's yes lifts a status that would not be retried, but
+		// not a body that says the failure cannot succeed; it never makes
+		// a failure less retryable.
+		bodyForbids := bodySays && (bodyKind == KindPermanent || bodyKind == KindQuotaExhausted || bodyKind == KindContextOverflow)
+		if !v.Kind.retryable() && !bodyForbids {
 			v.Kind = KindTransient
 		}
 	}

@@ -70,6 +70,9 @@ func TestClassifyResponseProviders(t *testing.T) {
 		{"x-should-retry false beats everything", 503, h("X-Should-Retry", "false", "Retry-After", "1"), `{"error":{"code":"rate_limit_exceeded"}}`, KindPermanent, -1},
 		{"x-should-retry true on a 400 without body", 400, h("X-Should-Retry", "true"), ``, KindTransient, -1},
 		{"402 without body", 402, nil, ``, KindQuotaExhausted, -1},
+		{"x-should-retry true keeps a 409 transient", 409, h("X-Should-Retry", "true"), `{"error":{"type":"invalid_request_error","message":"lock timeout"}}`, KindTransient, -1},
+		{"x-should-retry true keeps a 503 transient", 503, h("X-Should-Retry", "true"), `{"error":{"type":"invalid_request_error"}}`, KindTransient, -1},
+		{"x-should-retry true keeps a 429 rate-limited", 429, h("X-Should-Retry", "true"), `{"type":"error","error":{"type":"permission_error"}}`, KindRateLimited, -1},
 	} {
 		hdr := tc.header
 		if hdr == nil {

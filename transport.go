@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -51,6 +52,8 @@ type Transport struct {
 	// retried. Zero means DefaultMaxBufferedBody; negative means never
 	// buffer.
 	MaxBufferedBody int64
+
+	randMu sync.Mutex // serialises concurrent requests' draws from Policy.Rand
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -69,62 +72,117 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if r.obs != nil {
 		r.start = time.Now()
 	}
+	// The latest failed attempt is kept until the next one is surely made,
+	// so that a call that ends early (a breaker refusing the retry) can
+	// still give back the provider's own response.
+	var last failedAttempt
 	for attempt := 1; ; attempt++ {
-		areq, cancel := attemptRequest(req, body, attempt, p.AttemptTimeout)
+		var permit Permit
+		if p.Breaker != nil {
+			var refused error
+			if permit, refused = p.Breaker.Allow(); refused != nil {
+				if attempt == 1 {
+					return nil, r.stop(Verdict{}, Decision{Reason: StopBreakerOpen}, refused, nil)
+				}
+				return last.giveBack(r.stop(last.verdict, Decision{Reason: StopBreakerOpen}, last.err, refused))
+			}
+		}
+		areq, cancel, bodyErr := attemptRequest(req, body, attempt, p.AttemptTimeout)
+		if bodyErr != nil {
+			// The body cannot be had again: no retry can fix that.
+			if p.Breaker != nil {
+				p.Breaker.Done(permit, OutcomeIgnored)
+			}
+			return last.giveBack(r.stop(last.verdict, Decision{Reason: StopUnreplayableBody}, last.err, bodyErr))
+		}
+		last.discard()
 		resp, err := base.RoundTrip(areq)
-		timedOut := err != nil && areq != req && attemptTimedOut(ctx, areq.Context())
+		timedOut := areq != req && attemptTimedOut(ctx, areq.Context(), err)
 
-		var failure error // the attempt's error, as the loop sees it
-		var snippet []byte
+		cur := failedAttempt{cancel: cancel}
 		switch {
 		case err != nil:
-			failure = err
-			cancel()
+			cur.err = redactError(err, req)
 		case resp.StatusCode < http.StatusBadRequest:
 			r.attempted(attempt, nil)
+			if p.Breaker != nil {
+				p.Breaker.Done(permit, OutcomeSuccess)
+			}
 			if areq.Context() != ctx { // a per-attempt timeout runs until the body is read
 				resp.Body = &attemptBody{ReadCloser: resp.Body, cancel: cancel}
 			}
 			return resp, nil
 		default:
-			snippet, _ = io.ReadAll(io.LimitReader(resp.Body, MaxErrorBody))
-			failure = &HTTPError{StatusCode: resp.StatusCode, Header: resp.Header, Body: redact(snippet, req)}
+			cur.resp = resp
+			cur.snippet, _ = io.ReadAll(io.LimitReader(resp.Body, MaxErrorBody))
+			cur.err = &HTTPError{StatusCode: resp.StatusCode, Header: resp.Header, Body: redact(cur.snippet, req)}
 		}
-		r.attempted(attempt, failure)
+		r.attempted(attempt, cur.err)
 		if attempt == 1 {
 			if invalid := r.begin(ctx, &p, HasSideEffects(ctx) && req.Header.Get("Idempotency-Key") == ""); invalid != nil {
-				return giveBack(resp, snippet, cancel, failure, invalid)
+				if p.Breaker != nil {
+					p.Breaker.Done(permit, OutcomeIgnored)
+				}
+				return cur.giveBack(invalid)
 			}
 			if body.once && r.loop.once == 0 {
 				r.loop.once = StopUnreplayableBody
 			}
+			if r.loop.policy.Rand != nil {
+				r.loop.policy.Rand = lockedRand{mu: &t.randMu, r: r.loop.policy.Rand}
+			}
 		}
-		verdict := r.classify(ctx, failure, timedOut)
-		d := r.next(verdict)
+		cur.verdict = r.classify(ctx, cur.err, timedOut)
+		if p.Breaker != nil {
+			p.Breaker.Done(permit, OutcomeOf(cur.err, cur.verdict))
+		}
+		d := r.next(cur.verdict)
 		if !d.Retry {
-			return giveBack(resp, snippet, cancel, failure, r.giveUp(ctx, verdict, d, failure))
+			return cur.giveBack(r.giveUp(ctx, cur.verdict, d, cur.err))
 		}
-		r.retrying(attempt, failure, verdict, d)
-		if resp != nil {
-			discard(resp.Body)
-			cancel()
-		}
-		if stopped := r.wait(ctx, d, failure); stopped != nil {
+		r.retrying(attempt, cur.err, cur.verdict, d)
+		last = cur
+		if stopped := r.wait(ctx, d, cur.err); stopped != nil {
+			last.discard()
 			return nil, stopped
 		}
 	}
 }
 
-// giveBack ends a RoundTrip that gave up: with the last response, its body
-// put back together, if there is one; else with the give-up error.
-func giveBack(resp *http.Response, snippet []byte, cancel context.CancelFunc, failure error, stopped *GiveUpError) (*http.Response, error) {
-	if resp == nil {
-		cancel()
+// failedAttempt is an attempt that failed: with a response (status 400 or
+// above) or a transport error.
+type failedAttempt struct {
+	resp    *http.Response // nil after a transport error
+	snippet []byte         // what was read of resp's body
+	cancel  context.CancelFunc
+	err     error
+	verdict Verdict
+}
+
+// discard drains and closes the attempt's response, if any, so that its
+// connection can be reused, and ends the attempt's context.
+func (f *failedAttempt) discard() {
+	if f.resp != nil {
+		_, _ = io.CopyN(io.Discard, f.resp.Body, maxDrain)
+		f.resp.Body.Close()
+	}
+	if f.cancel != nil {
+		f.cancel()
+	}
+	*f = failedAttempt{}
+}
+
+// giveBack ends a RoundTrip that gave up: with the attempt's response, its
+// body put back together, if there is one; else with the give-up error.
+func (f *failedAttempt) giveBack(stopped *GiveUpError) (*http.Response, error) {
+	if f.resp == nil {
+		f.cancel()
 		return nil, stopped
 	}
+	resp := f.resp
 	resp.Body = &attemptBody{
-		ReadCloser: readCloser{Reader: io.MultiReader(bytes.NewReader(snippet), resp.Body), Closer: resp.Body},
-		cancel:     cancel,
+		ReadCloser: readCloser{Reader: io.MultiReader(bytes.NewReader(f.snippet), resp.Body), Closer: resp.Body},
+		cancel:     f.cancel,
 	}
 	return resp, nil
 }
@@ -171,11 +229,23 @@ func (t *Transport) replayableBody(req *http.Request) (requestBody, error) {
 
 // attemptRequest returns the request of one attempt: req itself when it
 // can go as it is, else a copy with a fresh body and, with a per-attempt
-// timeout, a context of its own.
-func attemptRequest(req *http.Request, body requestBody, attempt int, timeout time.Duration) (*http.Request, context.CancelFunc) {
+// timeout, a context of its own. A protocol upgrade gets no per-attempt
+// timeout: the connection it returns outlives any body. The error is
+// GetBody's.
+func attemptRequest(req *http.Request, body requestBody, attempt int, timeout time.Duration) (*http.Request, context.CancelFunc, error) {
+	if req.Header.Get("Upgrade") != "" {
+		timeout = 0
+	}
 	fresh := body.get != nil && (attempt > 1 || req.GetBody == nil)
 	if !fresh && timeout <= 0 {
-		return req, noCancel
+		return req, noCancel, nil
+	}
+	var b io.ReadCloser
+	if fresh {
+		var err error
+		if b, err = body.get(); err != nil {
+			return nil, nil, fmt.Errorf("rebound: getting the request body again: %w", err)
+		}
 	}
 	ctx, cancel := req.Context(), context.CancelFunc(noCancel)
 	if timeout > 0 {
@@ -183,12 +253,6 @@ func attemptRequest(req *http.Request, body requestBody, attempt int, timeout ti
 	}
 	areq := req.Clone(ctx)
 	if fresh {
-		// GetBody of the original request, or of the buffer, cannot fail
-		// on a retry in a way a retry could fix.
-		b, err := body.get()
-		if err != nil {
-			b = io.NopCloser(errReader{err})
-		}
 		areq.Body = b
 		if body.once {
 			areq.GetBody = nil
@@ -196,14 +260,22 @@ func attemptRequest(req *http.Request, body requestBody, attempt int, timeout ti
 			areq.GetBody = body.get
 		}
 	}
-	return areq, cancel
+	return areq, cancel, nil
 }
 
 func noCancel() {}
 
-type errReader struct{ err error }
+// lockedRand serialises draws from a Rand shared by concurrent requests.
+type lockedRand struct {
+	mu *sync.Mutex
+	r  Rand
+}
 
-func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+func (l lockedRand) Int64N(n int64) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Int64N(n)
+}
 
 type readCloser struct {
 	io.Reader
@@ -236,11 +308,6 @@ func (b *attemptBody) Close() error {
 // connection can be reused; beyond it, closing is cheaper.
 const maxDrain = 64 << 10
 
-func discard(body io.ReadCloser) {
-	_, _ = io.CopyN(io.Discard, body, maxDrain)
-	body.Close()
-}
-
 // secretHeaders carry credentials; their values never leave RoundTrip.
 var secretHeaders = []string{"Authorization", "Proxy-Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key"}
 
@@ -248,27 +315,61 @@ var secretHeaders = []string{"Authorization", "Proxy-Authorization", "X-Api-Key"
 // ones would scrub ordinary words.
 const minSecret = 8
 
+// secrets returns the request's credentials: the values of its secret
+// headers (and the token of "Bearer …") and its "key" query parameter.
+func secrets(req *http.Request) []string {
+	var out []string
+	add := func(v string) {
+		if v = strings.TrimSpace(v); len(v) >= minSecret {
+			out = append(out, v)
+		}
+	}
+	for _, h := range secretHeaders {
+		for _, v := range req.Header.Values(h) {
+			add(v)
+			if _, token, ok := strings.Cut(v, " "); ok {
+				add(token)
+			}
+		}
+	}
+	if req.URL != nil {
+		add(req.URL.Query().Get("key"))
+	}
+	return out
+}
+
 // redact replaces the request's credentials in an error body, in case a
 // server echoes them, before the body reaches errors and events. The
 // response body given back to the caller is not touched.
 func redact(body []byte, req *http.Request) []byte {
 	out := body
-	scrub := func(secret string) {
-		secret = strings.TrimSpace(secret)
-		if len(secret) >= minSecret && bytes.Contains(out, []byte(secret)) {
-			out = bytes.ReplaceAll(out, []byte(secret), []byte("[redacted]"))
+	for _, s := range secrets(req) {
+		if bytes.Contains(out, []byte(s)) {
+			out = bytes.ReplaceAll(out, []byte(s), []byte("[redacted]"))
 		}
-	}
-	for _, h := range secretHeaders {
-		for _, v := range req.Header.Values(h) {
-			scrub(v)
-			if _, token, ok := strings.Cut(v, " "); ok {
-				scrub(token) // "Bearer sk-…": the token alone
-			}
-		}
-	}
-	if req.URL != nil {
-		scrub(req.URL.Query().Get("key"))
 	}
 	return out
 }
+
+// redactError returns err with the request's credentials scrubbed from
+// its message (a base transport may put the URL, key and all, in it);
+// errors.Is and errors.As still reach err.
+func redactError(err error, req *http.Request) error {
+	msg := err.Error()
+	scrubbed := msg
+	for _, s := range secrets(req) {
+		scrubbed = strings.ReplaceAll(scrubbed, s, "[redacted]")
+	}
+	if scrubbed == msg {
+		return err
+	}
+	return &redactedError{msg: scrubbed, err: err}
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }

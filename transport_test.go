@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -143,7 +145,8 @@ func TestTransportGivesBackTheLastResponse(t *testing.T) {
 		s := &script{statuses: []int{503}, body: long}
 		var events []rebound.Event
 		p := rebound.Policy{BaseDelay: rebound.NoDelay, Observer: rebound.ObserverFunc(func(e rebound.Event) { events = append(events, e) })}
-		client := &http.Client{Transport: &rebound.Transport{Base: &handlerTransport{h: s}, Policy: p}}
+		ht := &handlerTransport{h: s}
+		client := &http.Client{Transport: &rebound.Transport{Base: ht, Policy: p}}
 		resp, err := client.Post("http://provider.test/", "application/json", strings.NewReader("{}"))
 		if err != nil {
 			t.Fatal(err)
@@ -157,6 +160,9 @@ func TestTransportGivesBackTheLastResponse(t *testing.T) {
 		last := events[len(events)-1]
 		if last.Type != rebound.EventGiveUp || last.Reason != rebound.StopAttempts || last.Attempt != 3 {
 			t.Fatalf("last event %+v", last)
+		}
+		if !ht.allClosed() {
+			t.Fatal("a discarded response body was not closed")
 		}
 	})
 }
@@ -359,14 +365,22 @@ func TestTransportNeverLeaksSecrets(t *testing.T) {
 		t.Errorf("events show no redaction: %s", seen.String())
 	}
 
-	// And over a transport error: nothing from the request in the error.
-	dead := &rebound.Transport{Base: roundTripFunc(func(*http.Request) (*http.Response, error) { return nil, syscall.ECONNREFUSED }),
-		Policy: rebound.Policy{BaseDelay: rebound.NoDelay, Observer: obs}}
+	// And over a transport error that names the URL, key and all, as some
+	// base transports' errors do: scrubbed, yet still reachable.
+	seen.Reset()
+	dead := &rebound.Transport{
+		Base: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			return nil, &url.Error{Op: "Post", URL: r.URL.String(), Err: syscall.ECONNREFUSED}
+		}),
+		Policy: rebound.Policy{BaseDelay: rebound.NoDelay, Observer: obs},
+	}
+	req, _ = http.NewRequest(http.MethodPost, "http://provider.test/v1?key="+secrets[4], strings.NewReader("{}"))
 	_, err = dead.RoundTrip(req)
-	for _, s := range secrets {
-		if err == nil || strings.Contains(err.Error(), s) {
-			t.Errorf("error %v", err)
-		}
+	if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "key=[redacted]") {
+		t.Fatalf("error %v", err)
+	}
+	if strings.Contains(err.Error(), secrets[4]) || strings.Contains(seen.String(), secrets[4]) {
+		t.Errorf("the key leaked:\n%v\n%s", err, seen.String())
 	}
 }
 
@@ -404,5 +418,81 @@ func TestTransportConcurrentUse(t *testing.T) {
 	// 6 attempts at 35% failures: 1 − 0.35⁶ ≈ 99.8% succeed.
 	if ok.Load() < 195 {
 		t.Fatalf("%d of 200 calls succeeded", ok.Load())
+	}
+}
+
+// TestTransportGetBodyFailureStops: a body that cannot be had again ends
+// the call with the last response; retrying cannot fix it.
+func TestTransportGetBodyFailureStops(t *testing.T) {
+	s := &script{statuses: []int{503}}
+	var reason rebound.StopReason
+	obs := rebound.ObserverFunc(func(e rebound.Event) {
+		if e.Type == rebound.EventGiveUp {
+			reason = e.Reason
+		}
+	})
+	tr := &rebound.Transport{Base: &handlerTransport{h: s}, Policy: rebound.Policy{MaxAttempts: 5, BaseDelay: rebound.NoDelay, Observer: obs}}
+	req, _ := http.NewRequest(http.MethodPost, "http://provider.test/", strings.NewReader("{}"))
+	req.GetBody = func() (io.ReadCloser, error) { return nil, errors.New("spool file gone") }
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 || s.count() != 1 || reason != rebound.StopUnreplayableBody {
+		t.Fatalf("status %d, %d requests, reason %v", resp.StatusCode, s.count(), reason)
+	}
+}
+
+// upgradeTransport answers with 101 and a connection as the body.
+type upgradeTransport struct{}
+
+type conn struct{ io.Reader }
+
+func (conn) Write(p []byte) (int, error) { return len(p), nil }
+func (conn) Close() error                { return nil }
+
+func (upgradeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusSwitchingProtocols, Header: http.Header{}, Body: conn{strings.NewReader("")}, Request: req}, nil
+}
+
+func TestTransportLeavesUpgradesAlone(t *testing.T) {
+	tr := &rebound.Transport{Base: upgradeTransport{}, Policy: rebound.Policy{AttemptTimeout: time.Second}}
+	req, _ := http.NewRequest(http.MethodGet, "http://provider.test/ws", nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := resp.Body.(io.ReadWriteCloser); !ok {
+		t.Fatalf("the upgraded connection lost its Write: %T", resp.Body)
+	}
+}
+
+// TestTransportSharedSeededRand: a seeded *rand.Rand in the Policy of a
+// Transport used by many goroutines (run with -race).
+func TestTransportSharedSeededRand(t *testing.T) {
+	s := &script{statuses: []int{503}}
+	tr := &rebound.Transport{Base: &handlerTransport{h: s}, Policy: rebound.Policy{
+		MaxAttempts: 4, BaseDelay: time.Microsecond, MaxDelay: 10 * time.Microsecond, Rand: rand.New(rand.NewPCG(1, 1)),
+	}}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 10 {
+				req, _ := http.NewRequest(http.MethodGet, "http://provider.test/", nil)
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	if s.count() != 8*10*4 {
+		t.Fatalf("%d requests, want %d", s.count(), 8*10*4)
 	}
 }

@@ -232,10 +232,12 @@ func classifyOne(err error) (Verdict, bool) {
 // comes from retry-after-ms, else Retry-After (delay-seconds or HTTP-date).
 func ClassifyHTTP(status int, h http.Header) Verdict { return ClassifyResponse(status, h, nil) }
 
-// MaxHint is the longest wait hint taken at face value. A longer one is
-// absurd (it would not fit a sensible wait, and may overflow): it is
-// ignored and computed backoff is used instead.
-const MaxHint = 24 * time.Hour
+// MaxHint is the longest wait hint taken at face value: a year. A hint
+// up to it is a real request to wait, however long (and, beyond
+// MaxServerWait, stops a call that honours hints); a longer one, like a
+// date decades away or 1e300 seconds, is absurd: it is ignored and
+// computed backoff is used instead.
+const MaxHint = 365 * 24 * time.Hour
 
 // ServerWaitHint returns the wait a response's headers ask for:
 // retry-after-ms (float milliseconds), else Retry-After as delay-seconds or

@@ -75,6 +75,8 @@ func TestServerWaitHint(t *testing.T) {
 		{"absurd seconds", http.Header{"Retry-After": {"99999999999999999999"}}, 0, false},
 		{"huge but parsable seconds", http.Header{"Retry-After": {"9223372036854775807"}}, 0, false},
 		{"an hour", http.Header{"Retry-After": {"3600"}}, time.Hour, true},
+		{"a day and more", http.Header{"Retry-After": {"90000"}}, 25 * time.Hour, true},
+		{"two years", http.Header{"Retry-After": {"63072000"}}, 0, false},
 		{"absurd ms", http.Header{"Retry-After-Ms": {"1e300"}}, 0, false},
 		{"date", http.Header{"Retry-After": {date(now.Add(90 * time.Second))}}, 90 * time.Second, true},
 		{"date against Date header", http.Header{"Retry-After": {date(now.Add(time.Hour + 30*time.Second))}, "Date": {date(now.Add(time.Hour))}}, 30 * time.Second, true},

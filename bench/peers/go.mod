@@ -9,6 +9,9 @@ require (
 	github.com/rebound-go/rebound v0.0.0
 )
 
-require github.com/bits-and-blooms/bitset v1.24.4 // indirect
+require (
+	github.com/bits-and-blooms/bitset v1.24.4 // indirect
+	github.com/sony/gobreaker/v2 v2.4.0 // indirect
+)
 
 replace github.com/rebound-go/rebound => ../..

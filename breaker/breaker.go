@@ -1,0 +1,372 @@
+// Package breaker is a circuit breaker for the targets an agent calls: one
+// model for one kind of task, say "gpt-x:summarise".
+//
+// A Breaker is closed while the target works. It opens when the target
+// keeps failing, by either of two rules: a number of failures in a row, or
+// a failure rate over a rolling time window once the window has seen enough
+// calls. While open it refuses calls without touching the network, with an
+// error wrapping ErrOpen, so that a caller moves to a fallback at once
+// instead of queuing behind a dead provider. After a cooldown it lets a
+// bounded number of probes through (half-open); enough probe successes
+// close it, one probe failure opens it again.
+//
+// Only failures the provider is to blame for count: transient,
+// rate-limited and overloaded ones. A 400, an exhausted quota or the
+// caller's own cancellation says nothing about the provider's health and
+// moves nothing.
+//
+// A Breaker is used in two steps, Allow before an attempt and Done after
+// it, so that a stream can be recorded when it ends rather than when it
+// starts. It satisfies rebound.Breaker: set it as Policy.Breaker and Do
+// and Transport consult it before every attempt. The closed path takes no
+// lock and allocates nothing.
+//
+// A Set holds one Breaker per key, created on first use, bounded in size.
+package breaker
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rebound-go/rebound"
+)
+
+// ErrOpen is the error an open breaker refuses a call with (wrapped in an
+// *OpenError that says which breaker and until when).
+var ErrOpen = errors.New("breaker: open")
+
+// OpenError is a refusal by an open or half-open breaker.
+type OpenError struct {
+	Name  string
+	State State
+	// Until is when an open breaker will let a probe through; zero for a
+	// half-open breaker whose probes are all in flight.
+	Until time.Time
+}
+
+func (e *OpenError) Error() string {
+	if e.State == HalfOpen {
+		return fmt.Sprintf("breaker %q: half-open, probes in flight", e.Name)
+	}
+	return fmt.Sprintf("breaker %q: open until %s", e.Name, e.Until.Format(time.RFC3339))
+}
+
+// Unwrap returns ErrOpen.
+func (e *OpenError) Unwrap() error { return ErrOpen }
+
+// State is a breaker's state.
+type State uint8
+
+// States.
+const (
+	Closed State = iota
+	Open
+	HalfOpen
+)
+
+func (s State) String() string {
+	switch s {
+	case Closed:
+		return "closed"
+	case Open:
+		return "open"
+	case HalfOpen:
+		return "half-open"
+	}
+	return fmt.Sprintf("state(%d)", s)
+}
+
+// Config says when a breaker opens and how it recovers. Its zero value is
+// a sensible breaker for an LLM API; each field documents its default.
+type Config struct {
+	// ConsecutiveFailures opens the breaker after this many failures in a
+	// row. Zero means 5; negative disables the rule.
+	ConsecutiveFailures int
+	// FailureRate opens the breaker when the share of failures over
+	// Window reaches it. Zero means 0.5; negative disables the rule.
+	FailureRate float64
+	// Window is the rolling window of the failure rate. Zero means 60 s.
+	Window time.Duration
+	// MinCalls is how many calls the window must hold before the failure
+	// rate counts. Zero means 20.
+	MinCalls int
+	// Cooldown is how long the breaker stays open before probing. Zero
+	// means 30 s.
+	Cooldown time.Duration
+	// Probes is how many calls may be in flight while half-open. Zero
+	// means 1.
+	Probes int
+	// Successes is how many probe successes close the breaker. Zero
+	// means 2.
+	Successes int
+	// OnStateChange, if set, is called after every change of state, on
+	// the goroutine that caused it. It must not block or call back into
+	// the breaker.
+	OnStateChange func(Change)
+}
+
+// Change is a change of a breaker's state.
+type Change struct {
+	Name     string
+	From, To State
+	At       time.Time
+	// Reason says why, e.g. "5 failures in a row".
+	Reason string
+}
+
+const windowBuckets = 10
+
+// stripes spreads the counters of one bucket over cache lines, so that
+// goroutines on different cores recording at once do not fight over one.
+const stripes = 8
+
+// clockEvery is how many successes wait on a stripe before one reads the
+// clock. Reading it costs more than the rest of the closed path on some
+// machines, so successes wait in a pending count until a clock reading (a
+// failure's, or the clockEvery-th pending success's on a stripe) moves
+// them into the window's current bucket. A success may so be counted late,
+// and, when fewer than stripes·clockEvery successes arrive in a whole
+// window, after the window has passed it: late errs towards not opening.
+const clockEvery = 16
+
+// line pads what follows it to a cache line of its own.
+type line [64]byte
+
+type stripe struct {
+	successes, failures atomic.Int64
+	_                   [48]byte
+}
+
+type bucket struct {
+	epoch   atomic.Int64 // which stretch of time the counts belong to
+	_       [56]byte
+	stripes [stripes]stripe
+}
+
+// Breaker is a circuit breaker. It is safe for concurrent use. Make one
+// with New.
+type Breaker struct {
+	name string
+	cfg  Config // defaults applied
+
+	// state is the generation of the current state in its upper bits and
+	// the State in its lowest two: a permit carries it, so that the outcome
+	// of a call allowed under an earlier state is not mistaken for a probe.
+	state       atomic.Uint64
+	consecutive atomic.Int64
+	inFlight    atomic.Int64 // half-open probes allowed and not yet done
+	successes   atomic.Int64 // half-open probe successes
+	openedAt    atomic.Int64 // unix nanoseconds
+	_           line
+	pending     [stripes]stripe // successes not yet in the window
+	window      [windowBuckets]bucket
+	bucketWidth int64 // nanoseconds
+
+	mu sync.Mutex // serialises state changes; guards nothing else
+}
+
+// New returns a closed breaker named name (used in errors and events).
+func New(name string, cfg Config) *Breaker {
+	if cfg.ConsecutiveFailures == 0 {
+		cfg.ConsecutiveFailures = 5
+	}
+	if cfg.FailureRate == 0 {
+		cfg.FailureRate = 0.5
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = time.Minute
+	}
+	if cfg.MinCalls <= 0 {
+		cfg.MinCalls = 20
+	}
+	if cfg.Cooldown <= 0 {
+		cfg.Cooldown = 30 * time.Second
+	}
+	if cfg.Probes <= 0 {
+		cfg.Probes = 1
+	}
+	if cfg.Successes <= 0 {
+		cfg.Successes = 2
+	}
+	return &Breaker{name: name, cfg: cfg, bucketWidth: max(int64(cfg.Window/windowBuckets), 1)}
+}
+
+// Name returns the breaker's name.
+func (b *Breaker) Name() string { return b.name }
+
+// State returns the current state. An open breaker whose cooldown has
+// passed reports Open until a call asks to go through.
+func (b *Breaker) State() State { return State(b.state.Load() & 3) }
+
+// Allow asks to make one attempt now. It returns a permit to hand back to
+// Done, or an *OpenError.
+func (b *Breaker) Allow() (rebound.Permit, error) {
+	s := b.state.Load()
+	switch State(s & 3) {
+	case Closed:
+		return rebound.Permit(s), nil
+	case Open:
+		until := time.Unix(0, b.openedAt.Load()).Add(b.cfg.Cooldown)
+		now := time.Now()
+		if now.Before(until) {
+			return 0, &OpenError{Name: b.name, State: Open, Until: until}
+		}
+		s = b.transition(s, HalfOpen, now, "cooldown over")
+	}
+	if State(s&3) != HalfOpen {
+		return b.Allow() // the state moved on meanwhile
+	}
+	if b.inFlight.Add(1) > int64(b.cfg.Probes) {
+		b.inFlight.Add(-1)
+		return 0, &OpenError{Name: b.name, State: HalfOpen}
+	}
+	return rebound.Permit(s), nil
+}
+
+// Done reports how an attempt allowed with permit p ended.
+func (b *Breaker) Done(p rebound.Permit, o rebound.Outcome) {
+	s := b.state.Load()
+	if uint64(p) != s {
+		// Allowed under an earlier state: the outcome no longer describes
+		// the present, and entering half-open again frees every probe slot.
+		return
+	}
+	switch State(s & 3) {
+	case Closed:
+		b.doneClosed(s, o)
+	case HalfOpen:
+		b.doneHalfOpen(s, o)
+	}
+}
+
+func (b *Breaker) doneClosed(s uint64, o rebound.Outcome) {
+	switch o {
+	case rebound.OutcomeSuccess:
+		if b.consecutive.Load() != 0 {
+			b.consecutive.Store(0)
+		}
+		i := rand.Uint32() % stripes
+		if b.pending[i].successes.Add(1) >= clockEvery {
+			b.flushStripe(b.bucket(b.epochAt(time.Now())), i)
+		}
+	case rebound.OutcomeFailure:
+		now := time.Now()
+		b.flush(b.epochAt(now))
+		b.bucket(b.epochAt(now)).stripes[rand.Uint32()%stripes].failures.Add(1)
+		n := b.consecutive.Add(1)
+		if c := b.cfg.ConsecutiveFailures; c > 0 && n >= int64(c) {
+			b.transition(s, Open, now, fmt.Sprintf("%d failures in a row", n))
+			return
+		}
+		if b.cfg.FailureRate > 0 {
+			calls, failures := b.counts(now)
+			if calls >= int64(b.cfg.MinCalls) && float64(failures) >= b.cfg.FailureRate*float64(calls) {
+				b.transition(s, Open, now, fmt.Sprintf("%d of %d calls failed in %v", failures, calls, b.cfg.Window))
+			}
+		}
+	}
+}
+
+func (b *Breaker) doneHalfOpen(s uint64, o rebound.Outcome) {
+	b.inFlight.Add(-1)
+	switch o {
+	case rebound.OutcomeSuccess:
+		if b.successes.Add(1) >= int64(b.cfg.Successes) {
+			b.transition(s, Closed, time.Now(), fmt.Sprintf("%d probes succeeded", b.cfg.Successes))
+		}
+	case rebound.OutcomeFailure:
+		b.transition(s, Open, time.Now(), "a probe failed")
+	}
+}
+
+// transition moves the breaker from state s to `to`, unless another
+// goroutine already moved it, and returns the state it is in afterwards.
+func (b *Breaker) transition(s uint64, to State, now time.Time, reason string) uint64 {
+	b.mu.Lock()
+	cur := b.state.Load()
+	if cur != s {
+		b.mu.Unlock()
+		return cur
+	}
+	next := (s>>2+1)<<2 | uint64(to)
+	switch to {
+	case Open:
+		b.openedAt.Store(now.UnixNano())
+	case HalfOpen:
+		b.inFlight.Store(0)
+		b.successes.Store(0)
+	case Closed:
+		b.consecutive.Store(0)
+		b.clearWindow()
+	}
+	b.state.Store(next)
+	b.mu.Unlock()
+	if f := b.cfg.OnStateChange; f != nil {
+		f(Change{Name: b.name, From: State(s & 3), To: to, At: now, Reason: reason})
+	}
+	return next
+}
+
+func (b *Breaker) epochAt(t time.Time) int64 { return t.UnixNano() / b.bucketWidth }
+
+// flush moves all pending successes into the bucket of epoch.
+func (b *Breaker) flush(epoch int64) {
+	bk := b.bucket(epoch)
+	for i := range b.pending {
+		b.flushStripe(bk, uint32(i))
+	}
+}
+
+// flushStripe moves stripe i's pending successes into bk.
+func (b *Breaker) flushStripe(bk *bucket, i uint32) {
+	if n := b.pending[i].successes.Swap(0); n != 0 {
+		bk.stripes[i].successes.Add(n)
+	}
+}
+
+// bucket returns the window's bucket for epoch, emptied first if it held an
+// older stretch of time. A count that lands between the emptying and the
+// new epoch is lost, which a rate over dozens of calls can afford.
+func (b *Breaker) bucket(epoch int64) *bucket {
+	bk := &b.window[epoch%windowBuckets]
+	if old := bk.epoch.Load(); old < epoch && bk.epoch.CompareAndSwap(old, epoch) {
+		for j := range bk.stripes {
+			bk.stripes[j].successes.Store(0)
+			bk.stripes[j].failures.Store(0)
+		}
+	}
+	return bk
+}
+
+// counts sums the window's calls and failures as of now.
+func (b *Breaker) counts(now time.Time) (calls, failures int64) {
+	epoch := now.UnixNano() / b.bucketWidth
+	for i := range b.window {
+		bk := &b.window[i]
+		if e := bk.epoch.Load(); e <= epoch-windowBuckets || e > epoch {
+			continue
+		}
+		for j := range bk.stripes {
+			calls += bk.stripes[j].successes.Load() + bk.stripes[j].failures.Load()
+			failures += bk.stripes[j].failures.Load()
+		}
+	}
+	return calls, failures
+}
+
+func (b *Breaker) clearWindow() {
+	for i := range b.window {
+		b.window[i].epoch.Store(0)
+		for j := range b.window[i].stripes {
+			b.window[i].stripes[j].successes.Store(0)
+			b.window[i].stripes[j].failures.Store(0)
+		}
+	}
+	for i := range b.pending {
+		b.pending[i].successes.Store(0)
+	}
+}
