@@ -24,20 +24,20 @@ func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error
 	// that succeeds at once costs one function call.
 	var start time.Time
 	if p.Observer != nil {
-		start = time.Now()
+		start = ClockFrom(ctx).Now()
 	}
 	var permit Permit
 	if p.Breaker != nil {
 		var refused error
 		if permit, refused = p.Breaker.Allow(); refused != nil {
 			var zero T
-			r := run{obs: p.Observer, start: start}
+			r := run{obs: p.Observer, start: start, clock: ClockFrom(ctx)}
 			return zero, r.stop(Verdict{}, Decision{Reason: StopBreakerOpen}, refused, nil)
 		}
 	}
 	v, err, timedOut := call(ctx, p.AttemptTimeout, fn)
 	if p.Observer != nil {
-		p.Observer.Observe(Event{Type: EventAttempt, Attempt: 1, Err: err, Elapsed: time.Since(start)})
+		p.Observer.Observe(Event{Type: EventAttempt, Attempt: 1, Err: err, Elapsed: ClockFrom(ctx).Now().Sub(start)})
 	}
 	if err == nil {
 		if p.Breaker != nil {
@@ -52,7 +52,7 @@ func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error
 // with err.
 func retry[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error), start time.Time, permit Permit, err error, timedOut bool) (T, error) {
 	var zero T
-	r := run{obs: p.Observer, start: start}
+	r := run{obs: p.Observer, start: start, clock: ClockFrom(ctx)}
 	if invalid := r.begin(ctx, &p, HasSideEffects(ctx)); invalid != nil {
 		if p.Breaker != nil {
 			p.Breaker.Done(permit, OutcomeIgnored)
@@ -118,19 +118,22 @@ func attemptTimedOut(ctx, actx context.Context, err error) bool {
 }
 
 // run is the state of one call that Do and Transport share: the observer
-// and the start time for its events, and the Loop (holding the policy)
-// once an attempt has failed. It holds the policy by value so that the
-// caller's copy stays on the stack.
+// and the start time for its events, the clock, and the Loop (holding the
+// policy) once an attempt has failed. It holds the policy by value so that
+// the caller's copy stays on the stack.
 type run struct {
 	obs   Observer
 	start time.Time
+	clock Clock
 	loop  Loop
 }
+
+func (r *run) elapsed() time.Duration { return r.clock.Now().Sub(r.start) }
 
 // attempted reports an attempt's end to the observer.
 func (r *run) attempted(attempt int, err error) {
 	if r.obs != nil {
-		r.obs.Observe(Event{Type: EventAttempt, Attempt: attempt, Err: err, Elapsed: time.Since(r.start)})
+		r.obs.Observe(Event{Type: EventAttempt, Attempt: attempt, Err: err, Elapsed: r.elapsed()})
 	}
 }
 
@@ -164,7 +167,7 @@ func (r *run) classify(ctx context.Context, err error, timedOut bool) Verdict {
 func (r *run) next(v Verdict) Decision {
 	var now time.Time
 	if !r.loop.deadline.IsZero() {
-		now = time.Now()
+		now = r.clock.Now()
 	}
 	return r.loop.Next(v, now)
 }
@@ -173,13 +176,13 @@ func (r *run) next(v Verdict) Decision {
 func (r *run) retrying(attempt int, err error, v Verdict, d Decision) {
 	if r.obs != nil {
 		r.obs.Observe(Event{Type: EventRetry, Attempt: attempt, Err: err, Verdict: v,
-			Wait: d.Wait, Waited: r.loop.waited, Elapsed: time.Since(r.start)})
+			Wait: d.Wait, Waited: r.loop.waited, Elapsed: r.elapsed()})
 	}
 }
 
 // wait sleeps for d.Wait, or gives up if ctx ends first.
 func (r *run) wait(ctx context.Context, d Decision, err error) *GiveUpError {
-	cause := sleep(ctx, d.Wait)
+	cause := r.clock.Sleep(ctx, d.Wait)
 	if cause == nil {
 		return nil
 	}
@@ -199,7 +202,7 @@ func (r *run) giveUp(ctx context.Context, v Verdict, d Decision, err error) *Giv
 func (r *run) stop(v Verdict, d Decision, err, cause error) *GiveUpError {
 	if r.obs != nil {
 		r.obs.Observe(Event{Type: EventGiveUp, Attempt: r.loop.attempts, Err: err, Verdict: v,
-			Reason: d.Reason, Waited: r.loop.waited, Elapsed: time.Since(r.start)})
+			Reason: d.Reason, Waited: r.loop.waited, Elapsed: r.elapsed()})
 	}
 	return &GiveUpError{
 		Attempts: r.loop.attempts, Reason: d.Reason, Verdict: v, Waited: r.loop.waited,

@@ -68,9 +68,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	p := t.Policy
-	r := run{obs: p.Observer}
+	r := run{obs: p.Observer, clock: ClockFrom(ctx)}
 	if r.obs != nil {
-		r.start = time.Now()
+		r.start = r.clock.Now()
 	}
 	// The latest failed attempt is kept until the next one is surely made,
 	// so that a call that ends early (a breaker refusing the retry) can

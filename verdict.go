@@ -137,7 +137,10 @@ func NewHTTPError(resp *http.Response) *HTTPError {
 const errorSnippet = 200
 
 func (e *HTTPError) Error() string {
-	msg := fmt.Sprintf("http %d %s", e.StatusCode, http.StatusText(e.StatusCode))
+	msg := fmt.Sprintf("http %d", e.StatusCode)
+	if text := http.StatusText(e.StatusCode); text != "" {
+		msg += " " + text
+	}
 	if body := strings.TrimSpace(string(e.Body)); body != "" {
 		if len(body) > errorSnippet {
 			body = body[:errorSnippet] + "…"

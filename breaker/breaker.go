@@ -107,6 +107,9 @@ type Config struct {
 	// the goroutine that caused it. It must not block or call back into
 	// the breaker.
 	OnStateChange func(Change)
+	// Now is the breaker's clock. Nil means time.Now; a simulation gives
+	// it virtual time.
+	Now func() time.Time
 }
 
 // Change is a change of a breaker's state.
@@ -192,6 +195,9 @@ func New(name string, cfg Config) *Breaker {
 	if cfg.Successes <= 0 {
 		cfg.Successes = 2
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	return &Breaker{name: name, cfg: cfg, bucketWidth: max(int64(cfg.Window/windowBuckets), 1)}
 }
 
@@ -211,7 +217,7 @@ func (b *Breaker) Allow() (rebound.Permit, error) {
 		return rebound.Permit(s), nil
 	case Open:
 		until := time.Unix(0, b.openedAt.Load()).Add(b.cfg.Cooldown)
-		now := time.Now()
+		now := b.cfg.Now()
 		if now.Before(until) {
 			return 0, &OpenError{Name: b.name, State: Open, Until: until}
 		}
@@ -251,10 +257,10 @@ func (b *Breaker) doneClosed(s uint64, o rebound.Outcome) {
 		}
 		i := rand.Uint32() % stripes
 		if b.pending[i].successes.Add(1) >= clockEvery {
-			b.flushStripe(b.bucket(b.epochAt(time.Now())), i)
+			b.flushStripe(b.bucket(b.epochAt(b.cfg.Now())), i)
 		}
 	case rebound.OutcomeFailure:
-		now := time.Now()
+		now := b.cfg.Now()
 		b.flush(b.epochAt(now))
 		b.bucket(b.epochAt(now)).stripes[rand.Uint32()%stripes].failures.Add(1)
 		n := b.consecutive.Add(1)
@@ -276,10 +282,10 @@ func (b *Breaker) doneHalfOpen(s uint64, o rebound.Outcome) {
 	switch o {
 	case rebound.OutcomeSuccess:
 		if b.successes.Add(1) >= int64(b.cfg.Successes) {
-			b.transition(s, Closed, time.Now(), fmt.Sprintf("%d probes succeeded", b.cfg.Successes))
+			b.transition(s, Closed, b.cfg.Now(), fmt.Sprintf("%d probes succeeded", b.cfg.Successes))
 		}
 	case rebound.OutcomeFailure:
-		b.transition(s, Open, time.Now(), "a probe failed")
+		b.transition(s, Open, b.cfg.Now(), "a probe failed")
 	}
 }
 

@@ -1,0 +1,130 @@
+// Package cost counts what an agent's calls cost, attempt by attempt, and
+// the figure that matters: the cost per successful task.
+//
+// Cost per call misleads. A strategy that retries every 400 three times
+// pays for four calls that produce nothing, and a strategy that falls back
+// to a cheaper model pays less per call and succeeds more often. So a Task
+// is every attempt one piece of work made, on whatever target, with the
+// tokens each reported (see rebound.ReportUsage); a Table prices them; and
+// a Ledger adds up many tasks: spend, the share of it wasted on attempts
+// that produced nothing, success rate and cost per successful task.
+package cost
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/rebound-go/rebound"
+)
+
+// Price is what a target charges, in US dollars per million tokens.
+type Price struct {
+	InputPerMillion, OutputPerMillion float64
+}
+
+// Of returns the price of u.
+func (p Price) Of(u rebound.Usage) float64 {
+	return (float64(u.InputTokens)*p.InputPerMillion + float64(u.OutputTokens)*p.OutputPerMillion) / 1e6
+}
+
+// Table prices targets by name.
+type Table map[string]Price
+
+// Attempt is one attempt of a task.
+type Attempt struct {
+	Target string
+	Usage  rebound.Usage
+	// Answered is set for the attempt that produced the task's answer; the
+	// cost of every other attempt is waste.
+	Answered bool
+}
+
+// Task is one piece of work: its attempts, and whether it succeeded.
+type Task struct {
+	Attempts  []Attempt
+	Succeeded bool
+}
+
+// Spend returns what the task cost under t, and how much of that went on
+// attempts that produced nothing. A target missing from t costs nothing.
+func (t Table) Spend(task Task) (spent, wasted float64) {
+	for _, a := range task.Attempts {
+		c := t[a.Target].Of(a.Usage)
+		spent += c
+		if !a.Answered {
+			wasted += c
+		}
+	}
+	return spent, wasted
+}
+
+// Ledger adds up tasks under a price table. It is safe for concurrent use.
+type Ledger struct {
+	Prices Table
+
+	mu        sync.Mutex // guards the fields below
+	tasks     int
+	succeeded int
+	attempts  int
+	spent     float64
+	wasted    float64
+}
+
+// Add records one task.
+func (l *Ledger) Add(t Task) {
+	spent, wasted := l.Prices.Spend(t)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.tasks++
+	if t.Succeeded {
+		l.succeeded++
+	}
+	l.attempts += len(t.Attempts)
+	l.spent += spent
+	l.wasted += wasted
+}
+
+// Summary is a Ledger's totals.
+type Summary struct {
+	Tasks, Succeeded, Attempts int
+	// Spent and Wasted are in US dollars; Wasted is the part of Spent paid
+	// for attempts that produced nothing.
+	Spent, Wasted float64
+}
+
+// Summary returns the totals so far.
+func (l *Ledger) Summary() Summary {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return Summary{Tasks: l.tasks, Succeeded: l.succeeded, Attempts: l.attempts, Spent: l.spent, Wasted: l.wasted}
+}
+
+// WastedShare is Wasted as a fraction of Spent (0 when nothing was spent).
+func (s Summary) WastedShare() float64 {
+	if s.Spent == 0 {
+		return 0
+	}
+	return s.Wasted / s.Spent
+}
+
+// SuccessRate is the fraction of tasks that succeeded.
+func (s Summary) SuccessRate() float64 {
+	if s.Tasks == 0 {
+		return 0
+	}
+	return float64(s.Succeeded) / float64(s.Tasks)
+}
+
+// CostPerSuccess is Spent divided by the tasks that succeeded: what one
+// useful result really cost.
+func (s Summary) CostPerSuccess() float64 {
+	if s.Succeeded == 0 {
+		return 0
+	}
+	return s.Spent / float64(s.Succeeded)
+}
+
+func (s Summary) String() string {
+	return fmt.Sprintf("%d tasks, %.1f%% succeeded, %d attempts, $%.2f spent, %.1f%% wasted, $%.4f per success",
+		s.Tasks, 100*s.SuccessRate(), s.Attempts, s.Spent, 100*s.WastedShare(), s.CostPerSuccess())
+}

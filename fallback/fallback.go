@@ -1,0 +1,282 @@
+// Package fallback moves a request along an ordered list of targets (a
+// model, a cheaper model, a cached answer) until one answers.
+//
+// Each Target has its own retry policy, and usually its own breaker. A
+// Chain tries them in order and moves to the next when:
+//
+//   - the target's breaker is open (no request is sent);
+//   - the target is overloaded (at once, without spending retries on it,
+//     unless the target says RetryOverloaded);
+//   - the target's quota is exhausted: it is then skipped for
+//     QuotaCooldown, since quota does not come back in seconds;
+//   - its retries are spent.
+//
+// A context overflow first calls the Compact hook, which returns a smaller
+// request, and tries the same target once more; if that overflows too, the
+// chain moves on to a target whose ContextWindow is larger. A permanent
+// error stops the chain: a 400 on one model is a 400 on all. So does the
+// caller's cancellation.
+//
+// The Result says which target answered and carries the trail: every
+// target tried or skipped, every attempt, every verdict, and the tokens
+// each attempt reported (rebound.ReportUsage), from which package cost
+// counts spend and waste.
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/breaker"
+	"github.com/rebound-go/rebound/cost"
+)
+
+// DefaultQuotaCooldown is how long a target whose quota ran out is skipped
+// unless the Chain says otherwise.
+const DefaultQuotaCooldown = 10 * time.Minute
+
+// ErrNoTarget is the error of a chain that skipped every target without
+// making a single attempt.
+var ErrNoTarget = errors.New("fallback: no target could be tried")
+
+// Target is one way to answer a request.
+type Target[Req, Resp any] struct {
+	// Name identifies the target in results, trails and price tables,
+	// e.g. "gpt-x" or "cache".
+	Name string
+	// Call answers a request. It may report the tokens it used with
+	// rebound.ReportUsage.
+	Call func(ctx context.Context, req Req) (Resp, error)
+	// Policy is the retry policy on this target, its Breaker included.
+	Policy rebound.Policy
+	// ContextWindow is the target's context window in tokens, or zero if
+	// unknown. After a context overflow the chain moves only to a target
+	// with a larger window.
+	ContextWindow int
+	// RetryOverloaded retries an overloaded target under its Policy
+	// instead of moving on at once.
+	RetryOverloaded bool
+}
+
+// Chain is an ordered list of targets. It is safe for concurrent use once
+// set up; its fields must not change while it is in use.
+type Chain[Req, Resp any] struct {
+	Targets []Target[Req, Resp]
+	// Compact, if set, is called on a context overflow with the request
+	// that overflowed and the error; the smaller request it returns is
+	// tried once more on the same target, and then on the targets after
+	// it.
+	Compact func(ctx context.Context, req Req, err error) (Req, error)
+	// QuotaCooldown is how long a target whose quota ran out is skipped.
+	// Zero means DefaultQuotaCooldown.
+	QuotaCooldown time.Duration
+
+	mu             sync.Mutex           // guards quotaExhausted
+	quotaExhausted map[string]time.Time // target name → skipped until
+}
+
+// Step is one entry of a Result's trail: an attempt on a target, or a
+// target skipped without one.
+type Step struct {
+	Target string
+	// Attempt is the attempt's number on this target, from 1; zero for a
+	// skipped target.
+	Attempt int
+	// Skipped says why the target was not tried, e.g. "breaker open".
+	Skipped string
+	// Err is the attempt's error; nil for the answer.
+	Err error
+	// Verdict is the classifier's verdict on Err.
+	Verdict rebound.Verdict
+	// Usage is what the attempt reported with rebound.ReportUsage.
+	Usage rebound.Usage
+}
+
+// Result is what a Chain did with a request.
+type Result[Resp any] struct {
+	// Value is the answer; the zero value if no target answered.
+	Value Resp
+	// Target is the name of the target that answered; empty if none.
+	Target string
+	// Trail is every step, in order.
+	Trail []Step
+}
+
+// Task returns the result as a cost.Task, for a cost.Ledger.
+func (r Result[Resp]) Task() cost.Task {
+	t := cost.Task{Succeeded: r.Target != ""}
+	for i, s := range r.Trail {
+		if s.Attempt == 0 {
+			continue
+		}
+		t.Attempts = append(t.Attempts, cost.Attempt{Target: s.Target, Usage: s.Usage,
+			Answered: t.Succeeded && i == len(r.Trail)-1})
+	}
+	return t
+}
+
+// ChainError is the error of a chain that got no answer. It wraps the last
+// target's error (a *rebound.GiveUpError, usually), or ErrNoTarget.
+type ChainError struct {
+	Trail []Step
+	Err   error
+}
+
+func (e *ChainError) Error() string {
+	var tried []string
+	for _, s := range e.Trail {
+		if len(tried) == 0 || tried[len(tried)-1] != s.Target {
+			tried = append(tried, s.Target)
+		}
+	}
+	return fmt.Sprintf("fallback: no answer from %s: %v", strings.Join(tried, ", "), e.Err)
+}
+
+func (e *ChainError) Unwrap() error { return e.Err }
+
+// Do sends req along the chain and returns the first answer, with the
+// trail of how it got there. Without an answer the error is a *ChainError.
+func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Result[Resp], error) {
+	var (
+		res         Result[Resp]
+		last        error = ErrNoTarget
+		overflowed        = false // a context overflow happened, compaction and all
+		minWindow         = 0     // after an overflow, only larger windows
+		attempted         = false
+		clock             = rebound.ClockFrom(ctx)
+		sideEffects       = rebound.HasSideEffects(ctx)
+	)
+	for i := range c.Targets {
+		t := &c.Targets[i]
+		switch {
+		case c.quotaSkipped(t.Name, clock.Now()):
+			res.Trail = append(res.Trail, Step{Target: t.Name, Skipped: "quota exhausted"})
+			continue
+		case overflowed && t.ContextWindow <= minWindow:
+			res.Trail = append(res.Trail, Step{Target: t.Name, Skipped: "context window too small"})
+			continue
+		case attempted && sideEffects:
+			// Another target would do the side effect a second time.
+			return res, &ChainError{Trail: res.Trail, Err: last}
+		}
+		compacted := false
+		for {
+			v, err := c.try(ctx, t, req, &res)
+			if err == nil {
+				res.Value, res.Target = v, t.Name
+				return res, nil
+			}
+			var gu *rebound.GiveUpError
+			if !errors.As(err, &gu) {
+				gu = &rebound.GiveUpError{Verdict: rebound.Classify(err), Err: err}
+			}
+			if gu.Attempts == 0 {
+				// The breaker refused before any attempt.
+				res.Trail = append(res.Trail, Step{Target: t.Name, Skipped: "breaker open", Err: err})
+				if last == ErrNoTarget {
+					last = err
+				}
+				break
+			}
+			attempted, last = true, err
+			switch gu.Verdict.Kind {
+			case rebound.KindPermanent, rebound.KindCanceled:
+				return res, &ChainError{Trail: res.Trail, Err: err}
+			case rebound.KindQuotaExhausted:
+				c.skipForQuota(t.Name, clock.Now())
+			case rebound.KindContextOverflow:
+				if c.Compact != nil && !compacted {
+					smaller, cerr := c.Compact(ctx, req, err)
+					if cerr != nil {
+						return res, &ChainError{Trail: res.Trail, Err: fmt.Errorf("fallback: compacting the request: %w", cerr)}
+					}
+					req, compacted = smaller, true
+					continue
+				}
+				overflowed, minWindow = true, max(minWindow, t.ContextWindow)
+			}
+			break
+		}
+	}
+	return res, &ChainError{Trail: res.Trail, Err: last}
+}
+
+// try runs req on t under its policy, recording each attempt in res.
+func (c *Chain[Req, Resp]) try(ctx context.Context, t *Target[Req, Resp], req Req, res *Result[Resp]) (Resp, error) {
+	p := t.Policy
+	if !t.RetryOverloaded {
+		// One overloaded answer is enough to move on: the next target is
+		// likelier to answer than this one after a wait.
+		p.PerKind = maps.Clone(p.PerKind)
+		if p.PerKind == nil {
+			p.PerKind = map[rebound.Kind]rebound.Override{}
+		}
+		o := p.PerKind[rebound.KindOverloaded]
+		o.MaxAttempts = 1
+		p.PerKind[rebound.KindOverloaded] = o
+	}
+	first := len(res.Trail)
+	user := p.Observer
+	p.Observer = rebound.ObserverFunc(func(e rebound.Event) {
+		if e.Type == rebound.EventRetry || e.Type == rebound.EventGiveUp {
+			if n := len(res.Trail); n > first && res.Trail[n-1].Attempt == e.Attempt {
+				res.Trail[n-1].Verdict = e.Verdict
+			}
+		}
+		if user != nil {
+			user.Observe(e)
+		}
+	})
+	attempt := 0
+	return rebound.Do(ctx, p, func(ctx context.Context) (Resp, error) {
+		attempt++
+		var usage rebound.UsageRecorder
+		v, err := t.Call(rebound.WithUsageRecorder(ctx, &usage), req)
+		res.Trail = append(res.Trail, Step{Target: t.Name, Attempt: attempt, Err: err, Usage: usage.Usage()})
+		return v, err
+	})
+}
+
+func (c *Chain[Req, Resp]) quotaSkipped(name string, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	until, ok := c.quotaExhausted[name]
+	return ok && now.Before(until)
+}
+
+func (c *Chain[Req, Resp]) skipForQuota(name string, now time.Time) {
+	d := c.QuotaCooldown
+	if d <= 0 {
+		d = DefaultQuotaCooldown
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.quotaExhausted == nil {
+		c.quotaExhausted = map[string]time.Time{}
+	}
+	c.quotaExhausted[name] = now.Add(d)
+}
+
+// Recommended returns rebound's recommended setup over targets: each gets
+// rebound.Recommended() as its policy (its Observer and Classifier are
+// kept) and a breaker of its own, made with breakers (the zero Config is
+// the recommended one), and the chain falls back on overload, exhausted
+// quota and open breakers.
+func Recommended[Req, Resp any](breakers breaker.Config, targets ...Target[Req, Resp]) *Chain[Req, Resp] {
+	set := breaker.NewSet(breakers, 0)
+	out := make([]Target[Req, Resp], len(targets))
+	for i, t := range targets {
+		p := rebound.Recommended()
+		p.Observer, p.Classifier, p.Rand = t.Policy.Observer, t.Policy.Classifier, t.Policy.Rand
+		p.Breaker = set.Get(t.Name)
+		t.Policy = p
+		out[i] = t
+	}
+	return &Chain[Req, Resp]{Targets: out}
+}
