@@ -11,19 +11,28 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/chaos"
+	"github.com/rebound-go/rebound/sim"
 )
 
-const benchUsage = `usage: rebound bench [--json] [--seed N]
+const benchUsage = `usage: rebound bench [--scenario seed|cost] [--json] [--seed N] [cost flags]
 
-Reproduce the seed article's retry experiments with rebound against the chaos
-server over loopback HTTP, the calls of each row one after another, and print
-the seed's figure beside ours. The same seed gives the same counts.
+--scenario seed (the default) reproduces the seed article's retry experiments
+with rebound against the chaos server over loopback HTTP, the calls of each
+row one after another, and prints the seed's figure beside ours.
+
+--scenario cost runs seed 002's three retry strategies and rebound's
+recommended setup over a simulated month of agent traffic, in virtual time,
+through rebound's real retry, breaker and fallback code, and prints what each
+costs per successful task.
+
+The same seed gives the same counts.
 
 flags:
 `
@@ -109,8 +118,28 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	seed := fs.Uint64("seed", 1, "seed of the chaos server's outcomes and of every jitter draw")
+	scenario := fs.String("scenario", "seed", "`seed` (the seed article's experiments) or cost (a simulated month)")
+	var w sim.CostWorkload
+	fs.IntVar(&w.Days, "days", 30, "cost: days of traffic")
+	fs.IntVar(&w.TasksPerDay, "tasks-per-day", 2000, "cost: tasks a day")
+	fs.IntVar(&w.MinCalls, "min-calls", 3, "cost: fewest LLM calls in a task")
+	fs.IntVar(&w.MaxCalls, "max-calls", 5, "cost: most LLM calls in a task")
+	fs.IntVar(&w.InputTokens, "input-tokens", 2000, "cost: input tokens of a call")
+	fs.IntVar(&w.OutputTokens, "output-tokens", 500, "cost: output tokens of a call")
+	fs.Float64Var(&w.PermanentRate, "permanent-rate", 0.02, "cost: share of calls that fail with a permanent 4xx")
+	fs.Float64Var(&w.RateLimitRate, "rate-limit-rate", 0.015, "cost: chance an attempt meets a 429")
+	fs.Float64Var(&w.ServerErrorRate, "server-error-rate", 0.015, "cost: chance an attempt meets a 5xx")
+	fs.Float64Var(&w.IncidentsPerDay, "incidents-per-day", 1.5, "cost: mean provider incidents (529s) a day")
 	if code, done := parseFlags(fs, args, benchUsage, stderr); done {
 		return code
+	}
+	switch *scenario {
+	case "seed":
+	case "cost":
+		return runCostBench(*seed, w, *asJSON, stdout, stderr)
+	default:
+		fmt.Fprintf(stderr, "rebound bench: unknown scenario %q (want seed or cost)\n", *scenario)
+		return 2
 	}
 	report, err := bench(ctx, *seed, stderr)
 	if err != nil {
@@ -455,4 +484,42 @@ func printBench(w io.Writer, r *benchReport) {
 	id := r.Idempotency
 	fmt.Fprintf(tw, "always 503, side effects vs idempotent\t1 vs 4 requests\t%d vs %d requests\n", id.NonIdempotentRequests, id.IdempotentRequests)
 	tw.Flush()
+}
+
+// runCostBench runs the cost scenario and prints its table or JSON.
+func runCostBench(seed uint64, w sim.CostWorkload, asJSON bool, stdout, stderr io.Writer) int {
+	if err := w.Validate(); err != nil || w.Days == 0 || w.TasksPerDay == 0 || w.MinCalls > w.MaxCalls {
+		if err == nil {
+			err = errors.New("days and tasks per day must be positive, and min calls at most max calls")
+		}
+		fmt.Fprintf(stderr, "rebound bench: %s\n", strings.TrimPrefix(err.Error(), "sim: "))
+		return 2
+	}
+	fmt.Fprintf(stderr, "rebound bench: cost scenario, seed %d, %d days of %d tasks…\n", seed, w.Days, w.TasksPerDay)
+	start := time.Now()
+	r, err := sim.RunCost(seed, w)
+	if err != nil {
+		fmt.Fprintf(stderr, "rebound bench: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "rebound bench: done in %v\n", time.Since(start).Round(time.Millisecond))
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(r); err != nil {
+			fmt.Fprintf(stderr, "rebound bench: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(stdout, "rebound bench --scenario cost, seed %d: %d days × %d tasks, first attempts failing %.1f%%\n\n",
+		seed, w.Days, w.TasksPerDay, 100*r.FirstAttemptFailureRate)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "strategy\trequests\tto fallback\t$ / month\twasted\tsuccess\t$ / successful task\t")
+	for _, s := range r.Strategies {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%.1f%%\t%.2f%%\t%.5f\t\n", s.Name, s.Requests, s.FallbackRequests,
+			s.MonthlyCostUSD, 100*s.WastedShare, 100*s.SuccessRate, s.CostPerSuccessUSD)
+	}
+	tw.Flush()
+	return 0
 }

@@ -125,3 +125,41 @@ func TestMaxInWindow(t *testing.T) {
 		}
 	}
 }
+
+func TestBenchCostScenario(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"bench", "--scenario", "cost", "--json", "--days", "2", "--seed", "4"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var r struct {
+		Seed       uint64 `json:"seed"`
+		Strategies []struct {
+			Name              string  `json:"name"`
+			Requests          int     `json:"requests"`
+			MonthlyCostUSD    float64 `json:"monthly_cost_usd"`
+			WastedShare       float64 `json:"wasted_share"`
+			SuccessRate       float64 `json:"success_rate"`
+			CostPerSuccessUSD float64 `json:"cost_per_success_usd"`
+		} `json:"strategies"`
+	}
+	dec := json.NewDecoder(&stdout)
+	if err := dec.Decode(&r); err != nil || dec.More() {
+		t.Fatalf("stdout is not one JSON object: %v", err)
+	}
+	var names []string
+	for _, s := range r.Strategies {
+		names = append(names, s.Name)
+		if s.Requests == 0 || s.MonthlyCostUSD <= 0 || s.WastedShare < 0 || s.WastedShare > 1 || s.SuccessRate <= 0 || s.CostPerSuccessUSD <= 0 {
+			t.Errorf("implausible row %+v", s)
+		}
+	}
+	if r.Seed != 4 || strings.Join(names, ",") != "naive,backoff,classified,rebound" {
+		t.Fatalf("seed %d, strategies %v", r.Seed, names)
+	}
+	for _, args := range [][]string{{"bench", "--scenario", "nope"}, {"bench", "--scenario", "cost", "--days", "-1"}, {"bench", "--scenario", "cost", "--min-calls", "6"}} {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), args, &out, &errOut); code != 2 || strings.Count(strings.TrimSpace(errOut.String()), "\n") != 0 {
+			t.Errorf("%q: exit %d, stderr %q", args, code, errOut.String())
+		}
+	}
+}

@@ -1,0 +1,50 @@
+// Package sim runs rebound's real code (Do, the Loop, breakers, fallback
+// chains) against modelled providers in virtual time: a month of agent
+// traffic runs in seconds, and the same seed gives the same numbers.
+//
+// Nothing here re-implements a retry decision. A simulation gives the calls
+// a Clock (rebound.WithClock) that jumps instead of sleeping, gives the
+// breakers the same clock, and models only the provider: which attempt
+// fails, how, and what it costs.
+package sim
+
+import (
+	"context"
+	"time"
+)
+
+// Clock is a virtual clock for one simulated worker: Sleep moves it
+// forward at once. It is not safe for concurrent use; a simulation runs
+// its worker on one goroutine.
+type Clock struct {
+	now time.Time
+}
+
+// NewClock returns a clock that reads start.
+func NewClock(start time.Time) *Clock { return &Clock{now: start} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time { return c.now }
+
+// Sleep moves the clock forward by d, unless ctx is already done.
+func (c *Clock) Sleep(ctx context.Context, d time.Duration) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	c.Advance(d)
+	return nil
+}
+
+// Advance moves the clock forward by d (a negative d is ignored).
+func (c *Clock) Advance(d time.Duration) {
+	if d > 0 {
+		c.now = c.now.Add(d)
+	}
+}
+
+// AdvanceTo moves the clock to t if t is later.
+func (c *Clock) AdvanceTo(t time.Time) {
+	if t.After(c.now) {
+		c.now = t
+	}
+}
