@@ -1,0 +1,128 @@
+package rebound
+
+import (
+	"context"
+	"iter"
+)
+
+// Stream opens a stream with open and retries under p while nothing has
+// reached the caller: once an event has been yielded, the stream is the
+// caller's, and a later error passes through unchanged and is never
+// retried (the caller has already shown half an answer; a replay would
+// show it twice).
+//
+// Leading events for which preamble reports true (a stream's "message
+// started" or keep-alive events, say) are held back, not yielded, until the
+// first other event: a failure after preamble alone is still retried, and
+// the held events of a failed attempt are dropped. A nil preamble holds
+// nothing back. A stream that ends cleanly after preamble alone yields it
+// and ends.
+//
+// A failure before the first event is classified and retried as in Do; if
+// the call gives up, the stream yields one *GiveUpError. A Breaker in p is
+// asked before each attempt and told the outcome when the attempt's stream
+// ends. p.AttemptTimeout does not apply: a stream's length is its own.
+func Stream[E any](ctx context.Context, p Policy, open func(context.Context) iter.Seq2[E, error], preamble func(E) bool) iter.Seq2[E, error] {
+	return func(yield func(E, error) bool) {
+		var zero E
+		r := run{obs: p.Observer, clock: ClockFrom(ctx)}
+		if r.obs != nil {
+			r.start = r.clock.Now()
+		}
+		var (
+			last        error
+			lastVerdict Verdict
+		)
+		for attempt := 1; ; attempt++ {
+			var permit Permit
+			if p.Breaker != nil {
+				var refused error
+				if permit, refused = p.Breaker.Allow(); refused != nil {
+					var stopped *GiveUpError
+					if attempt == 1 {
+						stopped = r.stop(Verdict{}, Decision{Reason: StopBreakerOpen}, refused, nil)
+					} else {
+						stopped = r.stop(lastVerdict, Decision{Reason: StopBreakerOpen}, last, refused)
+					}
+					yield(zero, stopped)
+					return
+				}
+			}
+			failure, delivered, stopped := streamAttempt(ctx, open, preamble, yield)
+			if failure == nil {
+				r.attempted(attempt, nil)
+				if p.Breaker != nil {
+					p.Breaker.Done(permit, OutcomeSuccess)
+				}
+				return
+			}
+			r.attempted(attempt, failure)
+			if attempt == 1 {
+				if invalid := r.begin(ctx, &p, HasSideEffects(ctx)); invalid != nil {
+					if p.Breaker != nil {
+						p.Breaker.Done(permit, OutcomeIgnored)
+					}
+					yield(zero, invalid)
+					return
+				}
+			}
+			verdict := r.classify(ctx, failure, false)
+			if p.Breaker != nil {
+				p.Breaker.Done(permit, OutcomeOf(failure, verdict))
+			}
+			if delivered {
+				if !stopped {
+					yield(zero, failure) // the caller's stream broke: theirs to handle
+				}
+				return
+			}
+			d := r.next(verdict)
+			if !d.Retry {
+				yield(zero, r.giveUp(ctx, verdict, d, failure))
+				return
+			}
+			r.retrying(attempt, failure, verdict, d)
+			if gaveUp := r.wait(ctx, d, failure); gaveUp != nil {
+				yield(zero, gaveUp)
+				return
+			}
+			last, lastVerdict = failure, verdict
+		}
+	}
+}
+
+// streamAttempt runs one attempt's stream into yield, holding preamble back
+// until the first other event. It returns the attempt's error (nil if the
+// stream ended cleanly or the caller stopped), whether any event reached
+// the caller, and whether the caller stopped asking.
+func streamAttempt[E any](ctx context.Context, open func(context.Context) iter.Seq2[E, error], preamble func(E) bool,
+	yield func(E, error) bool) (failure error, delivered, stopped bool) {
+	var held []E
+	for e, err := range open(ctx) {
+		if err != nil {
+			return err, delivered, false
+		}
+		if !delivered && preamble != nil && preamble(e) {
+			held = append(held, e)
+			continue
+		}
+		if !delivered {
+			delivered = true
+			for _, h := range held {
+				if !yield(h, nil) {
+					return nil, true, true
+				}
+			}
+			held = nil
+		}
+		if !yield(e, nil) {
+			return nil, true, true
+		}
+	}
+	for _, h := range held {
+		if !yield(h, nil) {
+			return nil, true, true
+		}
+	}
+	return nil, delivered || len(held) > 0, false
+}
