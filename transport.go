@@ -28,6 +28,17 @@ const DefaultMaxBufferedBody = 1 << 20
 // status, headers and the first MaxErrorBody bytes of its body; a transport
 // error by Classify.
 //
+// An event stream (a 200 with Content-Type text/event-stream) is looked
+// into before it is handed over, up to its first content event: if what
+// comes first is an in-band error event (a *StreamError: OpenAI's error
+// chunk, Anthropic's overloaded_error), or the stream ends, breaks or stalls
+// before any content, the attempt failed and is retried like an HTTP error.
+// Otherwise the SDK gets the stream with the bytes read put back in front,
+// unchanged, and nothing after the first content event is ever retried.
+// Preamble (OpenAI chunks with only a role, response.created, Anthropic's
+// message_start, ping and empty content_block_start) is safe to retry
+// after.
+//
 // When Transport gives up on a failed response, it returns that response,
 // body intact, so that the SDK reports the provider's own error; the reason
 // it stopped goes to Policy.Observer. When there is no response, the error
@@ -52,6 +63,18 @@ type Transport struct {
 	// retried. Zero means DefaultMaxBufferedBody; negative means never
 	// buffer.
 	MaxBufferedBody int64
+
+	// StreamLookahead bounds how long an event stream (a 200 with
+	// Content-Type text/event-stream) may take to send its first content
+	// event; one that takes longer is closed and retried as a transient
+	// failure. Zero means DefaultStreamLookahead (2 minutes). It is apart
+	// from Policy.AttemptTimeout.
+	StreamLookahead time.Duration
+
+	// StreamLookaheadBytes bounds how much of an event stream is read
+	// looking for its first content event; past it the stream is handed
+	// over as it is. Zero means DefaultStreamLookaheadBytes (64 KiB).
+	StreamLookaheadBytes int
 
 	randMu sync.Mutex // serialises concurrent requests' draws from Policy.Rand
 }
@@ -103,6 +126,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		switch {
 		case err != nil:
 			cur.err = redactError(err, req)
+		case resp.StatusCode == http.StatusOK && isEventStream(resp):
+			read, failed := t.lookahead(resp)
+			if failed != nil {
+				cur.resp, cur.snippet, cur.err = resp, read, failed
+				break // a failed attempt, like any other
+			}
+			r.attempted(attempt, nil)
+			body := &streamBody{Reader: io.MultiReader(bytes.NewReader(read), resp.Body), body: resp.Body, cancel: cancel}
+			if b := p.Breaker; b != nil {
+				body.done = func(o Outcome) { b.Done(permit, o) }
+			}
+			resp.Body = body
+			return resp, nil
 		case resp.StatusCode < http.StatusBadRequest:
 			r.attempted(attempt, nil)
 			if p.Breaker != nil {

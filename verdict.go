@@ -200,6 +200,8 @@ func classifyOne(err error) (Verdict, bool) {
 		return Verdict{Kind: KindTransient}, true
 	case *HTTPError:
 		return ClassifyResponse(e.StatusCode, e.Header, e.Body), true
+	case *StreamError:
+		return ClassifyResponse(0, nil, e.Data), true
 	case *tls.CertificateVerificationError, x509.UnknownAuthorityError, x509.HostnameError,
 		x509.CertificateInvalidError:
 		return Verdict{Kind: KindPermanent}, true

@@ -1,0 +1,268 @@
+package rebound
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Limits of the look ahead into an event stream, unless a Transport says
+// otherwise.
+const (
+	DefaultStreamLookaheadBytes = 64 << 10
+	DefaultStreamLookahead      = 2 * time.Minute
+)
+
+// ErrStreamStalled is the failure of an event stream that sent no content
+// within the Transport's StreamLookahead. It is transient.
+var ErrStreamStalled = errors.New("rebound: event stream sent no content in time")
+
+// errStreamEnded is the failure of an event stream that ended before any
+// content: the provider gave up mid-answer.
+var errStreamEnded = fmt.Errorf("rebound: event stream ended before any content: %w", io.ErrUnexpectedEOF)
+
+// StreamError is an error event inside an event stream that answered 200:
+// OpenAI's {"error": …} chunk, Anthropic's "event: error" (an
+// overloaded_error, say), Gemini's error chunk. Classify judges its data as
+// it would an error body.
+type StreamError struct {
+	// Event is the event's name ("error"), if it had one.
+	Event string
+	// Data is the event's data, at most MaxErrorBody bytes.
+	Data []byte
+}
+
+func (e *StreamError) Error() string {
+	data := strings.Join(strings.Fields(string(e.Data)), " ")
+	if len(data) > errorSnippet {
+		data = data[:errorSnippet] + "…"
+	}
+	return "rebound: error event in stream: " + data
+}
+
+func isEventStream(resp *http.Response) bool {
+	mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	return err == nil && mt == "text/event-stream"
+}
+
+// eventKind is what one server-sent event means for retrying.
+type eventKind uint8
+
+const (
+	eventPreamble eventKind = iota // before the answer: safe to retry after
+	eventContent                   // the answer has begun
+	eventError                     // an in-band error
+	eventEnd                       // the stream's normal end
+)
+
+// peekStream reads an event stream up to its first content event, at most
+// limit bytes. It returns what it read and, if the stream failed before
+// any content, why: a *StreamError, errStreamEnded, or the read error. A
+// stream with no content within limit bytes is passed on as it is.
+func peekStream(body io.Reader, limit int) ([]byte, error) {
+	var seen bytes.Buffer
+	r := bufio.NewReader(io.TeeReader(io.LimitReader(body, int64(limit)), &seen))
+	var name string
+	var data []byte
+	for {
+		line, err := r.ReadBytes('\n')
+		if err != nil && len(line) == 0 {
+			switch {
+			case seen.Len() >= limit:
+				return seen.Bytes(), nil
+			case err == io.EOF:
+				return seen.Bytes(), errStreamEnded
+			}
+			return seen.Bytes(), err
+		}
+		line = bytes.TrimRight(line, "\r\n")
+		switch {
+		case len(line) == 0: // the end of an event
+			if data != nil || name != "" {
+				switch kindOfEvent(name, data) {
+				case eventContent:
+					return seen.Bytes(), nil
+				case eventError:
+					return seen.Bytes(), &StreamError{Event: name, Data: bytes.Clone(data[:min(len(data), MaxErrorBody)])}
+				case eventEnd:
+					return seen.Bytes(), errStreamEnded
+				}
+			}
+			name, data = "", nil
+		case bytes.HasPrefix(line, []byte("event:")):
+			name = string(bytes.TrimSpace(line[len("event:"):]))
+		case bytes.HasPrefix(line, []byte("data:")):
+			if data != nil {
+				data = append(data, '\n')
+			}
+			data = append(data, bytes.TrimPrefix(line[len("data:"):], []byte(" "))...)
+			if data == nil {
+				data = []byte{}
+			}
+		}
+		if err != nil { // a last line without its newline
+			if err == io.EOF {
+				return seen.Bytes(), errStreamEnded
+			}
+			return seen.Bytes(), err
+		}
+	}
+}
+
+// sseData is the union of the providers' stream chunks, as far as telling
+// preamble from content needs.
+type sseData struct {
+	Type    string          `json:"type"`
+	Error   json.RawMessage `json:"error"`
+	Delta   json.RawMessage `json:"delta"`
+	Choices []struct {
+		Delta struct {
+			Content      string          `json:"content"`
+			ToolCalls    json.RawMessage `json:"tool_calls"`
+			Refusal      string          `json:"refusal"`
+			FunctionCall json.RawMessage `json:"function_call"`
+		} `json:"delta"`
+	} `json:"choices"`
+	Candidates []struct {
+		Content struct {
+			Parts []struct {
+				Text         string          `json:"text"`
+				FunctionCall json.RawMessage `json:"functionCall"`
+			} `json:"parts"`
+		} `json:"content"`
+	} `json:"candidates"`
+}
+
+// kindOfEvent tells preamble from content in OpenAI's chat and Responses
+// streams, Anthropic's and Gemini's: content begins with the first
+// non-empty text, tool call or refusal delta (Anthropic: the first
+// content_block_delta); an unknown shape counts as content, so that a
+// stream nobody recognises is passed on rather than retried.
+func kindOfEvent(name string, data []byte) eventKind {
+	switch name {
+	case "error":
+		return eventError
+	case "content_block_delta":
+		return eventContent
+	case "message_stop":
+		return eventEnd
+	}
+	trimmed := bytes.TrimSpace(data)
+	if string(trimmed) == "[DONE]" {
+		return eventEnd
+	}
+	var d sseData
+	if len(trimmed) == 0 || json.Unmarshal(trimmed, &d) != nil {
+		return eventContent
+	}
+	switch {
+	case len(d.Error) > 0 && string(d.Error) != "null", d.Type == "error", d.Type == "response.failed":
+		return eventError
+	case d.Type == "content_block_delta":
+		return eventContent
+	case d.Type == "message_stop", d.Type == "response.completed", d.Type == "response.incomplete":
+		return eventEnd
+	case strings.HasPrefix(d.Type, "response.") && strings.HasSuffix(d.Type, ".delta"):
+		if nonEmpty(d.Delta) {
+			return eventContent
+		}
+		return eventPreamble
+	case d.Type != "":
+		return eventPreamble // message_start, ping, content_block_start, response.created, …
+	}
+	for _, c := range d.Choices {
+		if c.Delta.Content != "" || c.Delta.Refusal != "" || nonEmpty(c.Delta.ToolCalls) || nonEmpty(c.Delta.FunctionCall) {
+			return eventContent
+		}
+	}
+	for _, c := range d.Candidates {
+		for _, p := range c.Content.Parts {
+			if p.Text != "" || nonEmpty(p.FunctionCall) {
+				return eventContent
+			}
+		}
+	}
+	if len(d.Choices) > 0 || len(d.Candidates) > 0 {
+		return eventPreamble
+	}
+	if nonEmpty(d.Delta) {
+		return eventContent // {"delta": "…"}: a plain stream
+	}
+	return eventPreamble
+}
+
+func nonEmpty(raw json.RawMessage) bool {
+	s := string(bytes.TrimSpace(raw))
+	return s != "" && s != "null" && s != `""` && s != "[]" && s != "{}"
+}
+
+// lookahead peeks into an event-stream response before the Transport
+// hands it over: it returns the bytes read and the stream's failure, if it
+// failed before any content. A stream that sends no content within the
+// time limit has its body closed and fails with ErrStreamStalled.
+func (t *Transport) lookahead(resp *http.Response) ([]byte, error) {
+	limit, wait := t.StreamLookaheadBytes, t.StreamLookahead
+	if limit <= 0 {
+		limit = DefaultStreamLookaheadBytes
+	}
+	if wait <= 0 {
+		wait = DefaultStreamLookahead
+	}
+	var stalled atomic.Bool
+	timer := time.AfterFunc(wait, func() {
+		stalled.Store(true)
+		resp.Body.Close() // unblocks the read below
+	})
+	read, err := peekStream(resp.Body, limit)
+	if !timer.Stop() && stalled.Load() {
+		return read, ErrStreamStalled
+	}
+	return read, err
+}
+
+// streamBody is an event stream handed to the caller: the bytes the look
+// ahead read, then the rest. When a Breaker is attached it is told how the
+// stream ended, once: success at its end, failure if it broke, nothing
+// learned if the caller closed it early.
+type streamBody struct {
+	io.Reader
+	body   io.ReadCloser
+	cancel func()
+	done   func(Outcome) // nil without a breaker
+	once   sync.Once
+}
+
+func (b *streamBody) Read(p []byte) (int, error) {
+	n, err := b.Reader.Read(p)
+	switch {
+	case err == io.EOF:
+		b.finish(OutcomeSuccess)
+	case err != nil:
+		b.finish(OutcomeFailure)
+	}
+	return n, err
+}
+
+func (b *streamBody) Close() error {
+	err := b.body.Close()
+	b.finish(OutcomeIgnored)
+	return err
+}
+
+func (b *streamBody) finish(o Outcome) {
+	b.once.Do(func() {
+		if b.done != nil {
+			b.done(o)
+		}
+		b.cancel()
+	})
+}

@@ -1,0 +1,203 @@
+package rebound
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+func TestKindOfEvent(t *testing.T) {
+	for _, tc := range []struct {
+		name, event, data string
+		want              eventKind
+	}{
+		{"openai role chunk", "", `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`, eventPreamble},
+		{"openai empty delta", "", `{"choices":[{"index":0,"delta":{}}]}`, eventPreamble},
+		{"openai usage chunk", "", `{"choices":[],"usage":{"prompt_tokens":5}}`, eventPreamble},
+		{"openai text", "", `{"choices":[{"delta":{"content":"Hel"}}]}`, eventContent},
+		{"openai tool call", "", `{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"search"}}]}}]}`, eventContent},
+		{"openai refusal", "", `{"choices":[{"delta":{"refusal":"I can't"}}]}`, eventContent},
+		{"openai error chunk", "", `{"error":{"message":"The server had an error","type":"server_error"}}`, eventError},
+		{"openai done", "", `[DONE]`, eventEnd},
+		{"responses created", "response.created", `{"type":"response.created","sequence_number":0}`, eventPreamble},
+		{"responses in progress", "response.in_progress", `{"type":"response.in_progress"}`, eventPreamble},
+		{"responses item added", "response.output_item.added", `{"type":"response.output_item.added"}`, eventPreamble},
+		{"responses text delta", "response.output_text.delta", `{"type":"response.output_text.delta","delta":"Hel"}`, eventContent},
+		{"responses empty delta", "response.output_text.delta", `{"type":"response.output_text.delta","delta":""}`, eventPreamble},
+		{"responses arguments delta", "response.function_call_arguments.delta", `{"type":"response.function_call_arguments.delta","delta":"{\"q\""}`, eventContent},
+		{"responses error", "error", `{"type":"error","code":"server_error","message":"boom"}`, eventError},
+		{"responses failed", "response.failed", `{"type":"response.failed"}`, eventError},
+		{"responses completed", "response.completed", `{"type":"response.completed"}`, eventEnd},
+		{"anthropic message_start", "message_start", `{"type":"message_start","message":{"id":"m"}}`, eventPreamble},
+		{"anthropic ping", "ping", `{"type":"ping"}`, eventPreamble},
+		{"anthropic empty block start", "content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`, eventPreamble},
+		{"anthropic delta", "content_block_delta", `{"type":"content_block_delta","delta":{"type":"text_delta","text":"Hel"}}`, eventContent},
+		{"anthropic overloaded", "error", `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, eventError},
+		{"anthropic stop", "message_stop", `{"type":"message_stop"}`, eventEnd},
+		{"gemini text", "", `{"candidates":[{"content":{"parts":[{"text":"Hel"}],"role":"model"}}]}`, eventContent},
+		{"gemini empty", "", `{"candidates":[{"content":{"parts":[{"text":""}],"role":"model"}}]}`, eventPreamble},
+		{"gemini function call", "", `{"candidates":[{"content":{"parts":[{"functionCall":{"name":"f"}}]}}]}`, eventContent},
+		{"gemini error", "", `{"error":{"code":503,"message":"The model is overloaded.","status":"UNAVAILABLE"}}`, eventError},
+		{"plain delta", "", `{"delta":"Hel"}`, eventContent},
+		{"not json", "", `hello`, eventContent},
+	} {
+		if got := kindOfEvent(tc.event, []byte(tc.data)); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// sseTransport answers every request with the next scripted event stream.
+type sseTransport struct {
+	mu      sync.Mutex // guards streams and calls
+	streams []string
+	calls   int
+}
+
+func (s *sseTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	s.mu.Lock()
+	body := s.streams[min(s.calls, len(s.streams)-1)]
+	s.calls++
+	s.mu.Unlock()
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream; charset=utf-8"}},
+		Body: io.NopCloser(strings.NewReader(body)), Request: req}, nil
+}
+
+const (
+	anthropicStart    = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\"}}\n\nevent: ping\ndata: {\"type\":\"ping\"}\n\n"
+	anthropicOverload = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
+	anthropicText     = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hello\"}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	openaiRole        = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
+	openaiText        = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello\"}}]}\n\ndata: [DONE]\n\n"
+)
+
+func roundTripStream(t *testing.T, tr *Transport) (string, *http.Response) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, "http://provider.test/v1/messages", strings.NewReader(`{"stream":true}`))
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return string(b), resp
+}
+
+func TestTransportRetriesAStreamBeforeContent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for _, tc := range []struct {
+			name    string
+			streams []string
+			calls   int
+			want    string
+		}{
+			{"anthropic in-band overload", []string{anthropicStart + anthropicOverload, anthropicStart + anthropicText}, 2, anthropicStart + anthropicText},
+			{"openai error chunk", []string{openaiRole + "data: {\"error\":{\"message\":\"boom\",\"type\":\"server_error\"}}\n\n", openaiRole + openaiText}, 2, openaiRole + openaiText},
+			{"ended before content", []string{anthropicStart, "data: [DONE]\n\n", openaiRole + openaiText}, 3, openaiRole + openaiText},
+			{"content first: handed over", []string{anthropicStart + anthropicText}, 1, anthropicStart + anthropicText},
+			{"error after content: never retried", []string{anthropicStart + anthropicText + anthropicOverload}, 1, anthropicStart + anthropicText + anthropicOverload},
+		} {
+			st := &sseTransport{streams: tc.streams}
+			tr := &Transport{Base: st, Policy: Policy{BaseDelay: time.Second, Jitter: JitterNone}}
+			got, _ := roundTripStream(t, tr)
+			if got != tc.want || st.calls != tc.calls {
+				t.Errorf("%s: %d calls, body\n%q\nwant\n%q", tc.name, st.calls, got, tc.want)
+			}
+		}
+	})
+}
+
+func TestTransportGivesBackTheLastFailedStream(t *testing.T) {
+	st := &sseTransport{streams: []string{anthropicStart + anthropicOverload}}
+	var last Event
+	tr := &Transport{Base: st, Policy: Policy{BaseDelay: NoDelay, Observer: ObserverFunc(func(e Event) { last = e })}}
+	got, resp := roundTripStream(t, tr)
+	var se *StreamError
+	if got != anthropicStart+anthropicOverload || resp.StatusCode != 200 || st.calls != 3 || last.Type != EventGiveUp ||
+		!errors.As(last.Err, &se) || last.Verdict.Kind != KindOverloaded {
+		t.Fatalf("%d calls, last event %+v, body %q", st.calls, last, got)
+	}
+}
+
+func TestTransportPassesOnALongPreamble(t *testing.T) {
+	long := strings.Repeat(": keep-alive\n\n", 200) // comments, no content
+	st := &sseTransport{streams: []string{long + anthropicOverload}}
+	tr := &Transport{Base: st, StreamLookaheadBytes: 1024}
+	got, _ := roundTripStream(t, tr)
+	if got != long+anthropicOverload || st.calls != 1 {
+		t.Fatalf("%d calls; the stream was not passed on whole", st.calls)
+	}
+}
+
+// stallTransport's first stream sends its preamble and then nothing until
+// closed; the second answers at once.
+type stallTransport struct {
+	mu    sync.Mutex // guards calls
+	calls int
+}
+
+func (s *stallTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	s.mu.Lock()
+	s.calls++
+	n := s.calls
+	s.mu.Unlock()
+	h := http.Header{"Content-Type": {"text/event-stream"}}
+	if n > 1 {
+		return &http.Response{StatusCode: 200, Header: h, Body: io.NopCloser(strings.NewReader(openaiRole + openaiText)), Request: req}, nil
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		pw.Write([]byte(openaiRole))
+		// Nothing more: the reader's Close ends the write below.
+		pw.Write([]byte("never"))
+	}()
+	return &http.Response{StatusCode: 200, Header: h, Body: pr, Request: req}, nil
+}
+
+func TestTransportRetriesAStalledStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &stallTransport{}
+		tr := &Transport{Base: st, StreamLookahead: 30 * time.Second, Policy: Policy{BaseDelay: NoDelay}}
+		start := time.Now()
+		got, _ := roundTripStream(t, tr)
+		if got != openaiRole+openaiText || st.calls != 2 || time.Since(start) != 30*time.Second {
+			t.Fatalf("%d calls after %v: %q", st.calls, time.Since(start), got)
+		}
+	})
+}
+
+type countingBreaker struct {
+	mu       sync.Mutex // guards outcomes
+	outcomes []Outcome
+}
+
+func (b *countingBreaker) Allow() (Permit, error) { return 0, nil }
+func (b *countingBreaker) Done(_ Permit, o Outcome) {
+	b.mu.Lock()
+	b.outcomes = append(b.outcomes, o)
+	b.mu.Unlock()
+}
+
+func TestTransportTellsTheBreakerWhenTheStreamEnds(t *testing.T) {
+	b := &countingBreaker{}
+	st := &sseTransport{streams: []string{anthropicStart + anthropicText}}
+	tr := &Transport{Base: st, Policy: Policy{Breaker: b}}
+	req, _ := http.NewRequest(http.MethodPost, "http://provider.test/", strings.NewReader("{}"))
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.outcomes) != 0 {
+		t.Fatalf("outcome %v before the stream was read", b.outcomes)
+	}
+	io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if len(b.outcomes) != 1 || b.outcomes[0] != OutcomeSuccess {
+		t.Fatalf("outcomes %v", b.outcomes)
+	}
+}
