@@ -73,16 +73,21 @@ func peekStream(body io.Reader, limit int) ([]byte, error) {
 	r := bufio.NewReader(io.TeeReader(io.LimitReader(body, int64(limit)), &seen))
 	var name string
 	var data []byte
+	// stopped says what a read error means: the look ahead's limit (pass
+	// the stream on), the stream's end, or its break.
+	stopped := func(err error) ([]byte, error) {
+		switch {
+		case seen.Len() >= limit:
+			return seen.Bytes(), nil
+		case err == io.EOF:
+			return seen.Bytes(), errStreamEnded
+		}
+		return seen.Bytes(), err
+	}
 	for {
 		line, err := r.ReadBytes('\n')
 		if err != nil && len(line) == 0 {
-			switch {
-			case seen.Len() >= limit:
-				return seen.Bytes(), nil
-			case err == io.EOF:
-				return seen.Bytes(), errStreamEnded
-			}
-			return seen.Bytes(), err
+			return stopped(err)
 		}
 		line = bytes.TrimRight(line, "\r\n")
 		switch {
@@ -110,10 +115,7 @@ func peekStream(body io.Reader, limit int) ([]byte, error) {
 			}
 		}
 		if err != nil { // a last line without its newline
-			if err == io.EOF {
-				return seen.Bytes(), errStreamEnded
-			}
-			return seen.Bytes(), err
+			return stopped(err)
 		}
 	}
 }
