@@ -5,8 +5,9 @@
 // a model API. What a request asks for has no bearing on its outcome, which
 // is chosen by a mode: always succeed, fail at random, be down, reject the
 // request, rate-limit with a wait hint, answer slowly, drop the connection,
-// or fail the way a model provider does when it is overloaded, out of quota
-// or given too long a prompt. rebound's benchmark and tests serve it with
+// fail the way a model provider does when it is overloaded, out of quota or
+// given too long a prompt, break off a stream midway, or lose the reply to a
+// call that has done its work. rebound's benchmark and tests serve it with
 // [net/http/httptest] or a plain [http.Server] and point a client at it.
 //
 // # Modes
@@ -27,6 +28,11 @@
 //     retry does not fix.
 //   - [ModeContext]: the prompt is longer than the model takes: 400, or 413
 //     in the plain profile. No retry can fix it.
+//   - [ModeStreamCut]: a request that asks for a stream gets 200 and a
+//     stream that, with probability [Config.FailRate], breaks off before its
+//     end (see Broken streams). Any other request is answered as in ok mode.
+//   - [ModeLostReply]: every request performs an action, and with
+//     probability [Config.FailRate] its reply is lost (see Lost replies).
 //
 // A request uses [Config.Mode] unless it names a mode of its own, in the
 // [HeaderMode] header or, failing that, the [QueryMode] query parameter. A
@@ -35,13 +41,14 @@
 // # Determinism
 //
 // Every request other than a control request is given a sequence number: 0,
-// 1, 2, … in order of arrival. The random-mode outcome of request n is a pure
-// function of [Config.Seed] and n, so a run that sends its requests one after
-// another sees the same outcomes every time, and over many requests the
-// failure rate and the mix of statuses approach the configured ones.
-// Concurrent requests race for sequence numbers, so which request gets which
-// outcome is then up to the scheduler, but when all of them are in random
-// mode the outcomes of the first N, taken together, are still fixed.
+// 1, 2, … in order of arrival. The outcome of request n in random, stream-cut
+// or lost-reply mode, whether it fails and how, is a pure function of
+// [Config.Seed] and n, so a run that sends its requests one after another
+// sees the same outcomes every time, and over many requests the failure rate
+// and the mix of failures approach the configured ones. Concurrent requests
+// race for sequence numbers, so which request gets which outcome is then up
+// to the scheduler, but when all of them are in the same mode the outcomes
+// of the first N, taken together, are still fixed.
 // [Server.Reset] starts the sequence over. The profile a request is answered
 // in changes the words of its outcome, never the outcome.
 //
@@ -76,6 +83,72 @@
 // [HeaderProfile] header. A request naming an unknown profile gets 400 with a
 // plain error body naming it.
 //
+// # Broken streams
+//
+// In stream-cut mode a request that asks for a stream gets 200 and the
+// stream of its profile: in openai and anthropic one that says "stream":
+// true, in gemini one to a :streamGenerateContent path. The plain profile,
+// which streams in no other mode, answers a JSON body with "stream": true
+// with one data: {"delta":…} event per piece of text and a closing
+// data: [DONE].
+//
+// With probability [Config.FailRate] the stream breaks. It sends the events
+// that open it whatever happens (OpenAI's chunk with the role; the Responses
+// API's response.created, response.in_progress, response.output_item.added
+// and response.content_part.added; Anthropic's message_start,
+// content_block_start and ping), then K of its three pieces of text, then,
+// as picked half the time each, either
+//
+//   - the provider's in-band error event, after which the body ends without
+//     the events that close the stream, or
+//   - nothing: the connection is aborted, so that the client sees the body
+//     end unexpectedly rather than cleanly.
+//
+// K is [Config.CutAfter], or the whole number in the request's
+// [HeaderCutAfter] header (a malformed value gets 400; other modes ignore
+// the header). A K of three or more breaks the stream after its last piece
+// of text, before the events that finish it: a broken stream never sends a
+// finish reason, a stop event, usage or a terminator such as [DONE]. The
+// in-band error events are, profile by profile:
+//
+//	# plain
+//	data: {"error":{"message":"chaos: injected stream error","type":"chaos_injected"}}
+//
+//	# openai, chat completions
+//	data: {"error":{"message":"The server had an error while processing your request.","type":"server_error","param":null,"code":null}}
+//
+//	# openai, Responses API, N being the event's place in the stream
+//	event: error
+//	data: {"type":"error","code":"server_error","message":"The server had an error while processing your request.","sequence_number":N}
+//
+//	# anthropic
+//	event: error
+//	data: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}
+//
+//	# gemini
+//	data: {"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}
+//
+// # Lost replies
+//
+// Lost-reply mode stands for a tool endpoint with side effects. Every
+// request performs an action, numbered 1, 2, … since the server was created
+// or last reset, and is answered 200 with, in every profile,
+//
+//	{"ok":true,"action":a}
+//
+// With probability [Config.FailRate] the reply is lost after the action is
+// done: half the time the connection is dropped, as in reset mode; the other
+// half the reply comes only after [Config.SlowDelay], which a client's
+// timeout is expected to cut short, and never if the client goes away first.
+//
+// A request with an Idempotency-Key header ([HeaderIdempotencyKey]) performs
+// an action only the first time the server sees its key, and the server
+// records the action's number under the key. A later request with the key
+// performs nothing and is answered from the record; its reply may be lost
+// too, by the same rule as any other. Requests without the header always
+// perform a new action. The server remembers the most recent 16384 keys,
+// forgetting the oldest first, and [Server.Reset] forgets them all.
+//
 // # Wait hints
 //
 // A failure carries a wait hint in retryafter mode, in every mode if
@@ -96,7 +169,8 @@
 //
 //	{"ok":true,"request":n}
 //
-// where n is the request's sequence number. A failure has the shape of a
+// where n is the request's sequence number (a success in lost-reply mode is
+// the one shown under Lost replies). A failure has the shape of a
 // typical model-API error, with the mode that produced it as the code:
 //
 //	{"error":{"message":"chaos: injected 503 Service Unavailable","type":"chaos_injected","code":"down"}}
@@ -115,12 +189,14 @@ package chaos
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -140,12 +216,14 @@ const (
 	ModeOverload   = "overload"   // provider overloaded: 529 (plain, anthropic) or 503 (openai, gemini)
 	ModeQuota      = "quota"      // 429 for an exhausted quota or spend limit
 	ModeContext    = "context"    // prompt too long: 400 (413 in the plain profile)
+	ModeStreamCut  = "stream-cut" // a stream breaks off with probability FailRate
+	ModeLostReply  = "lost-reply" // perform an action, then lose the reply with probability FailRate
 )
 
-// modes lists every mode, in the order error messages name them.
+// modes lists every mode, in the order an unknown-mode error names them.
 var modes = []string{
 	ModeOK, ModeRandom, ModeDown, ModeBadRequest, ModeRetryAfter, ModeSlow, ModeReset,
-	ModeOverload, ModeQuota, ModeContext,
+	ModeOverload, ModeQuota, ModeContext, ModeStreamCut, ModeLostReply,
 }
 
 // Profiles a [Server] can answer in, as named in [Config.Profile] and the
@@ -170,6 +248,14 @@ const (
 	// HeaderRetryAfter is the request header that asks for a wait hint of
 	// its value, a whole number of seconds, should the request fail.
 	HeaderRetryAfter = "X-Chaos-Retry-After"
+	// HeaderCutAfter is the request header that sets, in stream-cut mode,
+	// how many pieces of text a breaking stream sends first: a whole number
+	// that replaces Config.CutAfter for the request.
+	HeaderCutAfter = "X-Chaos-Cut-After"
+	// HeaderIdempotencyKey is the request header whose value, in lost-reply
+	// mode, names the action a request asks for, so that a retry with the
+	// same key does not perform it again.
+	HeaderIdempotencyKey = "Idempotency-Key"
 	// StatsPath is the control endpoint that reports [Stats] (GET).
 	StatsPath = "/chaos/stats"
 	// ResetPath is the control endpoint that calls [Server.Reset] (POST).
@@ -183,12 +269,14 @@ type Config struct {
 	// The default ("") is ModeRandom.
 	Mode string
 
-	// FailRate is the probability that a request fails in random mode. It
-	// must lie in [0, 1]; the default (0) is 0.35.
+	// FailRate is the probability that a request fails in random mode, that
+	// a stream breaks in stream-cut mode and that a reply is lost in
+	// lost-reply mode. It must lie in [0, 1]; the default (0) is 0.35.
 	FailRate float64
 
-	// Seed seeds the sequence of random-mode outcomes. The default is 0,
-	// which is as good a seed as any other.
+	// Seed seeds the sequence of outcomes of random, stream-cut and
+	// lost-reply mode. The default is 0, which is as good a seed as any
+	// other.
 	Seed uint64
 
 	// RetryAfter is the wait announced by a wait hint, sent in whole
@@ -196,8 +284,9 @@ type Config struct {
 	// second.
 	RetryAfter time.Duration
 
-	// SlowDelay is how long a request waits before its answer in slow mode.
-	// It must not be negative; the default (0) is one second.
+	// SlowDelay is how long a request waits before its answer in slow mode,
+	// and before a reply that is lost by coming late in lost-reply mode. It
+	// must not be negative; the default (0) is one second.
 	SlowDelay time.Duration
 
 	// Profile is the profile of requests that do not name one.
@@ -208,6 +297,12 @@ type Config struct {
 	// whatever its mode. The default (false) hints only in retryafter mode
 	// and at requests that ask with the HeaderRetryAfter header.
 	HintEveryFailure bool
+
+	// CutAfter is how many pieces of text a stream that breaks in
+	// stream-cut mode sends before it breaks, for requests without a
+	// HeaderCutAfter header; three or more breaks it after the last one. It
+	// must not be negative; the default (0) breaks it before the first.
+	CutAfter int
 }
 
 // Server is a fault-injecting [http.Handler]. Create one with [New]. It is
@@ -216,25 +311,57 @@ type Server struct {
 	cfg        Config // with defaults applied
 	retryAfter int64  // RetryAfter in whole seconds, rounded up
 
-	mu       sync.Mutex     // guards next, requests and byStatus
-	next     uint64         // sequence number of the next request
-	requests int            // requests served since the last Reset
-	byStatus map[string]int // as in Stats.ByStatus
+	// mu guards next, requests, byStatus, streams, actions, duplicates,
+	// keys and keyOrder.
+	mu         sync.Mutex
+	next       uint64              // sequence number of the next request
+	requests   int                 // requests served since the last Reset
+	byStatus   map[string]int      // as in Stats.ByStatus
+	streams    [mishapLate]int     // stream-cut streams by how they ended: mishapNone, mishapInBand, mishapAbort
+	actions    uint64              // lost-reply actions performed, the number of the last one
+	duplicates int                 // as in Stats.Duplicates
+	keys       map[[32]byte]uint64 // action recorded for each remembered key, by its SHA-256
+	keyOrder   [][32]byte          // the keys in keys, oldest first
 }
+
+// maxKeys is how many idempotency keys a server remembers at most.
+const maxKeys = 16384
 
 // Stats counts the requests a [Server] has served since it was created or
 // last reset. A request is counted, under the outcome chosen for it, when it
 // arrives; a slow request whose client goes away is still counted as 200.
+// The counts of stream-cut and lost-reply mode are left out of the JSON
+// while zero, so a server that never runs those modes reports only requests
+// and by_status.
 type Stats struct {
 	// Requests is the number of requests served, control requests excluded.
 	Requests int `json:"requests"`
 	// ByStatus counts requests by status code in decimal ("200", "429",
 	// ...); dropped connections are counted under "reset". It is never nil.
+	// A stream that stream-cut mode breaks counts as 200, as its status
+	// went out; a reply lost-reply mode loses by dropping the connection
+	// counts under "reset" and one it loses by coming late as 200.
 	ByStatus map[string]int `json:"by_status"`
+
+	// StreamsCompleted, StreamsCutInBand and StreamsCutAbort count the
+	// streams served in stream-cut mode by how they ended: normally, with
+	// the provider's in-band error event, or with the connection aborted. A
+	// stream is counted when it ends; streams in other modes and requests
+	// not asking for a stream are not counted.
+	StreamsCompleted int `json:"streams_completed,omitempty"`
+	StreamsCutInBand int `json:"streams_cut_inband,omitempty"`
+	StreamsCutAbort  int `json:"streams_cut_abort,omitempty"`
+
+	// Actions is the number of distinct actions performed in lost-reply
+	// mode, and Duplicates the number of requests there answered from the
+	// record of an earlier request with the same idempotency key.
+	Actions    int `json:"actions,omitempty"`
+	Duplicates int `json:"duplicates,omitempty"`
 }
 
 // New returns a server for cfg, or an error if cfg names an unknown mode or
-// profile, has a FailRate outside [0, 1] or NaN, or a negative duration.
+// profile, has a FailRate outside [0, 1] or NaN, a negative duration or a
+// negative CutAfter.
 func New(cfg Config) (*Server, error) {
 	if cfg.Mode == "" {
 		cfg.Mode = ModeRandom
@@ -253,6 +380,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("chaos: negative retry-after %v", cfg.RetryAfter)
 	case cfg.SlowDelay < 0:
 		return nil, fmt.Errorf("chaos: negative slow delay %v", cfg.SlowDelay)
+	case cfg.CutAfter < 0:
+		return nil, fmt.Errorf("chaos: negative cut-after %d", cfg.CutAfter)
 	}
 	if cfg.FailRate == 0 {
 		cfg.FailRate = 0.35
@@ -267,16 +396,12 @@ func New(cfg Config) (*Server, error) {
 		cfg:        cfg,
 		retryAfter: int64((cfg.RetryAfter + time.Second - 1) / time.Second),
 		byStatus:   make(map[string]int),
+		keys:       make(map[[32]byte]uint64),
 	}, nil
 }
 
 func knownMode(mode string) bool {
-	for _, m := range modes {
-		if m == mode {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(modes, mode)
 }
 
 func unknownModeError(mode string) error {
@@ -301,10 +426,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	c, rej := s.newCall(r)
-	c.n, c.fault = s.admit(c.mode, c.profile, rej != nil)
+	s.admit(c, rej != nil)
 	switch {
 	case rej != nil:
 		c.reject(w, *rej)
+		return
+	case c.mode == ModeLostReply:
+		s.act(w, r, c)
 		return
 	case c.fault == faultReset:
 		drop(w)
@@ -319,7 +447,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the server does not know, it returns the rejection to answer with and a
 // call good enough to answer it in.
 func (s *Server) newCall(r *http.Request) (*call, *rejection) {
-	c := &call{profile: plain, wait: noHint}
+	c := &call{srv: s, profile: plain, wait: noHint}
 	name := r.Header.Get(HeaderProfile)
 	if name == "" {
 		name = s.cfg.Profile
@@ -351,6 +479,18 @@ func (s *Server) newCall(r *http.Request) (*call, *rejection) {
 	} else if c.mode == ModeRetryAfter || s.cfg.HintEveryFailure {
 		c.wait = s.retryAfter
 	}
+
+	if c.mode == ModeStreamCut {
+		c.cutAfter = min(s.cfg.CutAfter, len(successChunks))
+		if v := r.Header.Get(HeaderCutAfter); v != "" {
+			k, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				msg := fmt.Sprintf("chaos: %s %q is not a whole number of events", HeaderCutAfter, v)
+				return c, &rejection{"chaos_bad_cut_after", v, msg}
+			}
+			c.cutAfter = int(min(k, uint64(len(successChunks))))
+		}
+	}
 	return c, nil
 }
 
@@ -369,35 +509,64 @@ const (
 	faultReset                    // connection dropped without a response
 )
 
-// admit gives a request in the given mode and profile its sequence number,
-// decides its fault and counts it. A rejected request is a bad request.
-func (s *Server) admit(mode string, p *profile, rejected bool) (n uint64, f fault) {
+// A mishap is what goes wrong with a reply in stream-cut and lost-reply
+// modes, beyond what its status says.
+type mishap int
+
+const (
+	mishapNone   mishap = iota // the reply arrives whole
+	mishapInBand               // the stream ends with the provider's in-band error event
+	mishapAbort                // the connection is aborted: mid-stream, or before a lost reply
+	mishapLate                 // the reply comes after SlowDelay
+)
+
+// admit gives c, a request whose mode and profile are known, its sequence
+// number, decides its fault and mishap and counts it. A rejected request is
+// a bad request.
+func (s *Server) admit(c *call, rejected bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n = s.next
+	c.n = s.next
 	s.next++
-	f = faultBadRequest
+	c.fault = faultBadRequest
 	if !rejected {
-		f = s.outcome(mode, n)
+		c.fault, c.mishap = s.outcome(c.mode, c.n)
 	}
 	s.requests++
 	key := "reset"
-	if f != faultReset {
-		key = strconv.Itoa(p.status(f))
+	if c.fault != faultReset {
+		key = strconv.Itoa(c.profile.status(c.fault))
 	}
 	s.byStatus[key]++
-	return n, f
 }
 
-// outcome returns the fault of request n in the given mode.
-func (s *Server) outcome(mode string, n uint64) fault {
-	if mode == ModeRandom {
-		return randomFaults[s.randomStatus(n)]
+// outcome returns the fault and mishap of request n in the given mode. A
+// failure of stream-cut or lost-reply mode is, half the time each, the first
+// or the second of its two mishaps.
+func (s *Server) outcome(mode string, n uint64) (fault, mishap) {
+	switch mode {
+	case ModeRandom:
+		return randomFaults[s.randomStatus(n)], mishapNone
+	case ModeStreamCut, ModeLostReply:
+		fail, u := s.draw(n)
+		switch {
+		case !fail:
+			return faultNone, mishapNone
+		case mode == ModeStreamCut && u < 0.5:
+			return faultNone, mishapInBand
+		case mode == ModeStreamCut:
+			return faultNone, mishapAbort
+		case u < 0.5:
+			return faultReset, mishapAbort
+		default:
+			return faultNone, mishapLate
+		}
 	}
-	return modeFaults[mode]
+	return modeFaults[mode], mishapNone
 }
 
-// modeFaults gives the fault of every mode but random.
+// modeFaults gives the fault of every mode but random, stream-cut and
+// lost-reply.
 var modeFaults = map[string]fault{
 	ModeOK:         faultNone,
 	ModeSlow:       faultNone,
@@ -418,14 +587,25 @@ var randomFaults = map[int]fault{
 	http.StatusInternalServerError: faultInternal,
 }
 
+// draw reports whether request n fails, with probability FailRate, and for
+// a failure returns a number in [0, 1) to pick its kind; both are a pure
+// function of the seed and n.
+func (s *Server) draw(n uint64) (fail bool, u float64) {
+	rng := rand.New(rand.NewPCG(s.cfg.Seed, n))
+	if rng.Float64() >= s.cfg.FailRate {
+		return false, 0
+	}
+	return true, rng.Float64()
+}
+
 // randomStatus returns the random-mode status of request n, a pure function
 // of the seed and n.
 func (s *Server) randomStatus(n uint64) int {
-	rng := rand.New(rand.NewPCG(s.cfg.Seed, n))
-	if rng.Float64() >= s.cfg.FailRate {
+	fail, u := s.draw(n)
+	if !fail {
 		return http.StatusOK
 	}
-	switch u := rng.Float64(); {
+	switch {
 	case u < 0.6:
 		return http.StatusTooManyRequests
 	case u < 0.9:
@@ -446,6 +626,57 @@ func (s *Server) wait(ctx context.Context) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// act answers c, a request in lost-reply mode: it performs the request's
+// action, unless its idempotency key is on record, and replies with the
+// action's number, or loses the reply as c's mishap says.
+func (s *Server) act(w http.ResponseWriter, r *http.Request, c *call) {
+	action := s.perform(r.Header.Get(HeaderIdempotencyKey))
+	switch {
+	case c.mishap == mishapAbort:
+		drop(w)
+		return
+	case c.mishap == mishapLate && !s.wait(r.Context()):
+		return
+	}
+	c.setID(w.Header())
+	writeJSON(w, http.StatusOK, actionBody{OK: true, Action: action})
+}
+
+// perform performs an action for a request with the given idempotency key
+// ("" for none) and returns its number. If the key is on record it performs
+// nothing and returns the number recorded; otherwise it records the new
+// action under the key, forgetting the oldest key if it already remembers
+// maxKeys of them.
+func (s *Server) perform(key string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if key == "" {
+		s.actions++
+		return s.actions
+	}
+	// A digest keeps each record small however long the key.
+	k := sha256.Sum256([]byte(key))
+	if action, ok := s.keys[k]; ok {
+		s.duplicates++
+		return action
+	}
+	s.actions++
+	if len(s.keyOrder) == maxKeys {
+		delete(s.keys, s.keyOrder[0])
+		s.keyOrder = s.keyOrder[1:]
+	}
+	s.keys[k] = s.actions
+	s.keyOrder = append(s.keyOrder, k)
+	return s.actions
+}
+
+// countStream counts a stream of stream-cut mode that ended as m says.
+func (s *Server) countStream(m mishap) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.streams[m]++
 }
 
 // drop closes the connection under w without writing a response. Where the
@@ -470,21 +701,35 @@ func drop(w http.ResponseWriter) {
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{Requests: s.requests, ByStatus: make(map[string]int, len(s.byStatus))}
+	st := Stats{
+		Requests:         s.requests,
+		ByStatus:         make(map[string]int, len(s.byStatus)),
+		StreamsCompleted: s.streams[mishapNone],
+		StreamsCutInBand: s.streams[mishapInBand],
+		StreamsCutAbort:  s.streams[mishapAbort],
+		Actions:          int(s.actions),
+		Duplicates:       s.duplicates,
+	}
 	for k, v := range s.byStatus {
 		st.ByStatus[k] = v
 	}
 	return st
 }
 
-// Reset zeroes the counts and sets the sequence number of the next request
-// back to 0, so that the outcomes of a seeded run repeat.
+// Reset zeroes the counts, sets the sequence number of the next request
+// back to 0, so that the outcomes of a seeded run repeat, and forgets every
+// idempotency key, so that the next action is number 1 again.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.next = 0
 	s.requests = 0
 	clear(s.byStatus)
+	s.streams = [mishapLate]int{}
+	s.actions = 0
+	s.duplicates = 0
+	clear(s.keys)
+	s.keyOrder = nil
 }
 
 // allow reports whether r uses method, answering 405 if it does not.
@@ -501,6 +746,11 @@ func allow(w http.ResponseWriter, r *http.Request, method string) bool {
 type okBody struct {
 	OK      bool   `json:"ok"`
 	Request uint64 `json:"request"`
+}
+
+type actionBody struct {
+	OK     bool   `json:"ok"`
+	Action uint64 `json:"action"`
 }
 
 type errorBody struct {

@@ -58,11 +58,14 @@ type rejection struct {
 
 // A call is one request being answered.
 type call struct {
-	n       uint64 // sequence number
-	mode    string
-	profile *profile
-	fault   fault
-	wait    int64 // seconds of the wait hint a failure carries, or noHint
+	srv      *Server // the server answering it
+	n        uint64  // sequence number
+	mode     string
+	profile  *profile
+	fault    fault
+	mishap   mishap
+	wait     int64 // seconds of the wait hint a failure carries, or noHint
+	cutAfter int   // stream-cut mode: pieces of text a breaking stream sends, at most len(successChunks)
 }
 
 // noHint is call.wait for a failure that carries no wait hint.
@@ -184,6 +187,7 @@ func readRequest(r *http.Request) request {
 type object = map[string]any
 
 // The plain profile: today's bodies, and a Retry-After header as the hint.
+// It streams only in stream-cut mode.
 
 var plain = &profile{
 	name: ProfilePlain,
@@ -200,7 +204,11 @@ var plain = &profile{
 		return errorBody{errorDetail{Message: e.message, Type: e.typ, Code: cmp.Or(e.code, c.mode)}}
 	},
 	hint: retryAfterHint,
-	success: func(w http.ResponseWriter, _ *http.Request, c *call) {
+	success: func(w http.ResponseWriter, r *http.Request, c *call) {
+		if c.mode == ModeStreamCut && readRequest(r).Stream {
+			streamPlain(w, c)
+			return
+		}
 		writeJSON(w, http.StatusOK, okBody{OK: true, Request: c.n})
 	},
 }

@@ -41,6 +41,64 @@ func (s *eventStream) sendRaw(name, data string) {
 	s.rc.Flush() // fails only where flushing is unsupported; the events still arrive
 }
 
+// The data of the in-band error event that ends a broken stream, in each
+// profile's words. The Responses API's has the event's sequence number put
+// in.
+const (
+	plainStreamError     = `{"error":{"message":"chaos: injected stream error","type":"chaos_injected"}}`
+	chatStreamError      = `{"error":{"message":"The server had an error while processing your request.","type":"server_error","param":null,"code":null}}`
+	responseStreamError  = `{"type":"error","code":"server_error","message":"The server had an error while processing your request.","sequence_number":%d}`
+	anthropicStreamError = `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`
+	geminiStreamError    = `{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}`
+)
+
+// content returns the pieces of text c's stream sends and whether the
+// stream then breaks: all of successChunks, or, for a stream that
+// stream-cut mode breaks, the first cutAfter of them.
+func (c *call) content() (pieces []string, broken bool) {
+	if c.mishap == mishapNone {
+		return successChunks, false
+	}
+	return successChunks[:c.cutAfter], true
+}
+
+// breakOff ends s, c's broken stream, and counts it: with the in-band error
+// event name (none if "") and data, or by aborting the handler, which makes
+// the server end the connection without ending the body (or reset the
+// stream, over HTTP/2).
+func (c *call) breakOff(s *eventStream, name, data string) {
+	c.srv.countStream(c.mishap)
+	if c.mishap == mishapAbort {
+		s.rc.Flush() // the header, should no event have sent it yet
+		panic(http.ErrAbortHandler)
+	}
+	s.sendRaw(name, data)
+}
+
+// completed counts c's stream, which ran to its end, if c is in stream-cut
+// mode.
+func (c *call) completed() {
+	if c.mode == ModeStreamCut {
+		c.srv.countStream(mishapNone)
+	}
+}
+
+// streamPlain streams the plain profile's success: one {"delta":…} event per
+// piece of text, then [DONE].
+func streamPlain(w http.ResponseWriter, c *call) {
+	s := startStream(w)
+	pieces, broken := c.content()
+	for _, piece := range pieces {
+		s.send("", object{"delta": piece})
+	}
+	if broken {
+		c.breakOff(s, "", plainStreamError)
+		return
+	}
+	s.sendRaw("", "[DONE]")
+	c.completed()
+}
+
 // streamChat streams an OpenAI chat completion: a chunk with the role, one
 // per piece of text, one with the finish reason, the usage if asked for, and
 // [DONE].
@@ -60,8 +118,13 @@ func streamChat(w http.ResponseWriter, c *call, model string, usage bool) {
 		return []object{{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": finish}}
 	}
 	s.send("", chunk(choice(object{"role": "assistant", "content": ""}, nil)))
-	for _, piece := range successChunks {
+	pieces, broken := c.content()
+	for _, piece := range pieces {
 		s.send("", chunk(choice(object{"content": piece}, nil)))
+	}
+	if broken {
+		c.breakOff(s, "", chatStreamError)
+		return
 	}
 	s.send("", chunk(choice(object{}, "stop")))
 	if usage {
@@ -70,6 +133,7 @@ func streamChat(w http.ResponseWriter, c *call, model string, usage bool) {
 		s.send("", last)
 	}
 	s.sendRaw("", "[DONE]")
+	c.completed()
 }
 
 // streamResponse streams an OpenAI Responses API response, numbering its
@@ -95,14 +159,20 @@ func streamResponse(w http.ResponseWriter, c *call, model string) {
 	emit("response.in_progress", object{"response": openAIResponse(c, model, "in_progress", []any{})})
 	emit("response.output_item.added", object{"output_index": 0, "item": openAIMessage(c, "in_progress", "")})
 	emit("response.content_part.added", inPart(object{"part": openAIOutputText("")}))
-	for _, piece := range successChunks {
+	pieces, broken := c.content()
+	for _, piece := range pieces {
 		emit("response.output_text.delta", inPart(object{"delta": piece, "logprobs": []any{}}))
+	}
+	if broken {
+		c.breakOff(s, "error", fmt.Sprintf(responseStreamError, seq))
+		return
 	}
 	emit("response.output_text.done", inPart(object{"text": successText, "logprobs": []any{}}))
 	emit("response.content_part.done", inPart(object{"part": openAIOutputText(successText)}))
 	done := openAIMessage(c, "completed", successText)
 	emit("response.output_item.done", object{"output_index": 0, "item": done})
 	emit("response.completed", object{"response": openAIResponse(c, model, "completed", []any{done})})
+	c.completed()
 }
 
 // streamMessage streams an Anthropic message: its start, a text block
@@ -116,8 +186,13 @@ func streamMessage(w http.ResponseWriter, c *call, model string) {
 	emit("message_start", object{"message": anthropicMessage(c, model, []any{}, "", 1)})
 	emit("content_block_start", object{"index": 0, "content_block": object{"type": "text", "text": ""}})
 	emit("ping", object{})
-	for _, piece := range successChunks {
+	pieces, broken := c.content()
+	for _, piece := range pieces {
 		emit("content_block_delta", object{"index": 0, "delta": object{"type": "text_delta", "text": piece}})
+	}
+	if broken {
+		c.breakOff(s, "error", anthropicStreamError)
+		return
 	}
 	emit("content_block_stop", object{"index": 0})
 	emit("message_delta", object{
@@ -125,13 +200,21 @@ func streamMessage(w http.ResponseWriter, c *call, model string) {
 		"usage": object{"output_tokens": outputTokens},
 	})
 	emit("message_stop", object{})
+	c.completed()
 }
 
 // streamGemini streams a Gemini answer as one GenerateContentResponse per
-// piece of text, the last with the finish reason and usage.
+// piece of text, the last with the finish reason and usage. In a broken
+// stream none has them.
 func streamGemini(w http.ResponseWriter, c *call, model string) {
 	s := startStream(w)
-	for i, piece := range successChunks {
-		s.send("", geminiResponse(c, model, piece, i == len(successChunks)-1))
+	pieces, broken := c.content()
+	for i, piece := range pieces {
+		s.send("", geminiResponse(c, model, piece, !broken && i == len(pieces)-1))
 	}
+	if broken {
+		c.breakOff(s, "", geminiStreamError)
+		return
+	}
+	c.completed()
 }

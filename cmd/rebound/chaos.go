@@ -19,15 +19,21 @@ const chaosUsage = `usage: rebound chaos [flags]
 
 Serve a fault-injecting HTTP server until interrupted. Every request is
 answered according to a mode (ok, random, down, badreq, retryafter, slow,
-reset, overload, quota, context); a request can pick its own with the
-X-Chaos-Mode header or the chaos_mode query parameter. Answers follow a
+reset, overload, quota, context, stream-cut, lost-reply); a request can pick
+its own with the X-Chaos-Mode header or the chaos_mode query parameter. In
+stream-cut mode a streaming request's stream breaks off, with probability
+--fail-rate, after --cut-after pieces of text (or as many as an
+X-Chaos-Cut-After: N header asks for). In lost-reply mode every request
+performs an action, counted once per Idempotency-Key, and its reply is lost
+with probability --fail-rate, by a dropped connection or an answer delayed
+by --slow. Answers follow a
 profile: plain, or the wire format of openai, anthropic or gemini, which
 their SDKs parse; a request can pick its own with the X-Chaos-Profile
 header. A failure carries a wait hint in retryafter mode, on every failure
 if --retry-after is given, and when the request asks with an
 X-Chaos-Retry-After: SECONDS header. GET /chaos/stats reports counts by
-status and POST /chaos/reset zeroes them and restarts the seeded outcome
-sequence.
+status, of broken streams and of actions, and POST /chaos/reset zeroes them,
+forgets idempotency keys and restarts the seeded outcome sequence.
 
 The first line on stdout is "listening on http://HOST:PORT".
 
@@ -41,11 +47,12 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8787", "listen on `host:port` (port 0 picks a free port)")
 	mode := fs.String("mode", chaos.ModeRandom, "default `mode` of requests that name none")
-	seed := fs.Uint64("seed", 1, "seed of the random-mode outcome sequence")
-	failRate := fs.Float64("fail-rate", 0.35, "failure probability in random mode, in (0, 1]")
+	seed := fs.Uint64("seed", 1, "seed of the outcome sequence of random, stream-cut and lost-reply mode")
+	failRate := fs.Float64("fail-rate", 0.35, "failure probability in random, stream-cut and lost-reply mode, in (0, 1]")
 	retryAfter := fs.Int("retry-after", 1, "wait hint `seconds` sent in retryafter mode; if given, with every failure")
-	slow := fs.Duration("slow", time.Second, "response `delay` in slow mode")
+	slow := fs.Duration("slow", time.Second, "response `delay` in slow mode and of late replies in lost-reply mode")
 	profile := fs.String("profile", chaos.ProfilePlain, "answer in the wire format of `profile` (plain, openai, anthropic, gemini)")
+	cutAfter := fs.Int("cut-after", 0, "`pieces` of text a breaking stream sends before it breaks, in stream-cut mode")
 
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "rebound chaos: "+format+"\n", a...)
@@ -66,6 +73,8 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return usageErr("--retry-after %d is not a positive number of seconds", *retryAfter)
 	case *slow <= 0:
 		return usageErr("--slow %v is not a positive duration", *slow)
+	case *cutAfter < 0:
+		return usageErr("--cut-after %d is negative", *cutAfter)
 	}
 	srv, err := chaos.New(chaos.Config{
 		Mode:             *mode,
@@ -75,6 +84,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		SlowDelay:        *slow,
 		Profile:          *profile,
 		HintEveryFailure: hintAll,
+		CutAfter:         *cutAfter,
 	})
 	if err != nil {
 		return usageErr("%s", strings.TrimPrefix(err.Error(), "chaos: "))

@@ -193,3 +193,41 @@ func TestRunChaosListenError(t *testing.T) {
 		t.Errorf("address in use: code %d, stdout %q, stderr %q; want 1 and one line", code, stdout.String(), stderr.String())
 	}
 }
+
+func TestRunChaosCutAfter(t *testing.T) {
+	url, stop := startChaos(t, "--mode", "stream-cut", "--fail-rate", "1", "--cut-after", "2", "--profile", "anthropic")
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range 4 {
+		req, err := http.NewRequestWithContext(t.Context(), "POST", url+"/v1/messages", strings.NewReader(`{"model":"m","stream":true}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// An aborted stream ends in an error, an in-band one in an error
+		// event; either way two pieces of text come first, and no more.
+		body, readErr := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		deltas := strings.Count(string(body), "event: content_block_delta\n")
+		inBand := strings.Contains(string(body), "event: error\n")
+		if resp.StatusCode != 200 || deltas != 2 || inBand == (readErr != nil) || strings.Contains(string(body), "message_stop") {
+			t.Errorf("request %d: %d, %d deltas, in-band error %v, read error %v:\n%s", i, resp.StatusCode, deltas, inBand, readErr, body)
+		}
+	}
+	if c := stop(); c != 0 {
+		t.Errorf("exit code %d after cancel, want 0", c)
+	}
+
+	for _, c := range []struct{ args, want string }{
+		{"--cut-after -1", "--cut-after -1 is negative"},
+		{"--cut-after two", `invalid value "two" for flag -cut-after`},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := runChaos(t.Context(), strings.Fields(c.args), &stdout, &stderr)
+		if msg := stderr.String(); code != 2 || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, c.want) {
+			t.Errorf("runChaos(%s) = %d, stderr %q; want 2 and one line containing %q", c.args, code, msg, c.want)
+		}
+	}
+}
