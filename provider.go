@@ -364,15 +364,5 @@ func resetAt(s string, now time.Time) (time.Duration, bool) {
 	if err != nil {
 		return 0, false
 	}
-	if now.IsZero() {
-		now = time.Now()
-	}
-	d := at.Sub(now)
-	switch {
-	case d < 0:
-		return 0, true
-	case d > MaxHint:
-		return 0, false
-	}
-	return d, true
+	return waitUntil(at, now)
 }

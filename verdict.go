@@ -272,7 +272,14 @@ func ServerWaitHint(h http.Header, now time.Time) (time.Duration, bool) {
 	}
 	if date, err := http.ParseTime(h.Get("Date")); err == nil {
 		now = date
-	} else if now.IsZero() {
+	}
+	return waitUntil(at, now)
+}
+
+// waitUntil returns the wait from now (the clock's, if zero) until at: none
+// for a time already past; false for one beyond MaxHint, which is absurd.
+func waitUntil(at, now time.Time) (time.Duration, bool) {
+	if now.IsZero() {
 		now = time.Now()
 	}
 	d := at.Sub(now)

@@ -147,13 +147,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 1
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(report); err != nil {
-			fmt.Fprintf(stderr, "rebound bench: %v\n", err)
-			return 1
-		}
-		return 0
+		return printJSON(stdout, stderr, report)
 	}
 	printBench(stdout, report)
 	return 0
@@ -504,13 +498,7 @@ func runCostBench(seed uint64, w sim.CostWorkload, asJSON bool, stdout, stderr i
 	}
 	fmt.Fprintf(stderr, "rebound bench: done in %v\n", time.Since(start).Round(time.Millisecond))
 	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(r); err != nil {
-			fmt.Fprintf(stderr, "rebound bench: %v\n", err)
-			return 1
-		}
-		return 0
+		return printJSON(stdout, stderr, r)
 	}
 	fmt.Fprintf(stdout, "rebound bench --scenario cost, seed %d: %d days × %d tasks, first attempts failing %.1f%%\n\n",
 		seed, w.Days, w.TasksPerDay, 100*r.FirstAttemptFailureRate)
@@ -521,5 +509,17 @@ func runCostBench(seed uint64, w sim.CostWorkload, asJSON bool, stdout, stderr i
 			s.MonthlyCostUSD, 100*s.WastedShare, 100*s.SuccessRate, s.CostPerSuccessUSD)
 	}
 	tw.Flush()
+	return 0
+}
+
+// printJSON prints v as the one JSON object of a --json run and returns
+// the exit code.
+func printJSON(stdout, stderr io.Writer, v any) int {
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		fmt.Fprintf(stderr, "rebound bench: %v\n", err)
+		return 1
+	}
 	return 0
 }
