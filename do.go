@@ -26,6 +26,9 @@ func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error
 	if p.Observer != nil {
 		start = ClockFrom(ctx).Now()
 	}
+	if p.Budget != nil {
+		p.Budget.Deposit(ClockFrom(ctx).Now())
+	}
 	var permit Permit
 	if p.Breaker != nil {
 		var refused error
@@ -163,20 +166,35 @@ func (r *run) classify(ctx context.Context, err error, timedOut bool) Verdict {
 	return Classify(err)
 }
 
-// next asks the Loop; the clock is read only when there is a deadline.
+// next asks the Loop, and then the retry budget, if any; the clock is read
+// only when one of them needs it.
 func (r *run) next(v Verdict) Decision {
 	var now time.Time
 	if !r.loop.deadline.IsZero() {
 		now = r.clock.Now()
 	}
-	return r.loop.Next(v, now)
+	d := r.loop.Next(v, now)
+	if b := r.loop.policy.Budget; d.Retry && b != nil && !b.Withdraw(r.clock.Now()) {
+		r.loop.waited -= d.Wait
+		return Decision{Reason: StopRetryBudget, ServerWait: d.ServerWait, HasServerWait: d.HasServerWait}
+	}
+	return d
+}
+
+// budgetLeft is what the retry budget still allows, for events; -1
+// without a budget that can say.
+func (r *run) budgetLeft() float64 {
+	if b, ok := r.loop.policy.Budget.(interface{ Available(time.Time) float64 }); ok {
+		return b.Available(r.clock.Now())
+	}
+	return -1
 }
 
 // retrying reports a scheduled retry to the observer.
 func (r *run) retrying(attempt int, err error, v Verdict, d Decision) {
 	if r.obs != nil {
 		r.obs.Observe(Event{Type: EventRetry, Attempt: attempt, Err: err, Verdict: v,
-			Wait: d.Wait, Waited: r.loop.waited, Elapsed: r.elapsed()})
+			Wait: d.Wait, Waited: r.loop.waited, Elapsed: r.elapsed(), BudgetLeft: r.budgetLeft()})
 	}
 }
 
@@ -202,7 +220,7 @@ func (r *run) giveUp(ctx context.Context, v Verdict, d Decision, err error) *Giv
 func (r *run) stop(v Verdict, d Decision, err, cause error) *GiveUpError {
 	if r.obs != nil {
 		r.obs.Observe(Event{Type: EventGiveUp, Attempt: r.loop.attempts, Err: err, Verdict: v,
-			Reason: d.Reason, Waited: r.loop.waited, Elapsed: r.elapsed()})
+			Reason: d.Reason, Waited: r.loop.waited, Elapsed: r.elapsed(), BudgetLeft: r.budgetLeft()})
 	}
 	return &GiveUpError{
 		Attempts: r.loop.attempts, Reason: d.Reason, Verdict: v, Waited: r.loop.waited,
@@ -328,6 +346,9 @@ type Event struct {
 	Reason StopReason
 	// Elapsed is the time since the call started.
 	Elapsed time.Duration
+	// BudgetLeft is how many retries the policy's retry budget still
+	// allows (EventRetry, EventGiveUp); -1 when it has none that can say.
+	BudgetLeft float64
 }
 
 type sideEffectsKey struct{}

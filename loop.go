@@ -77,6 +77,8 @@ const (
 	StopUnreplayableBody
 	// StopBreakerOpen: the Policy's Breaker refused an attempt.
 	StopBreakerOpen
+	// StopRetryBudget: the retry budget shared with other calls is spent.
+	StopRetryBudget
 )
 
 var stopNames = [...]string{
@@ -84,7 +86,7 @@ var stopNames = [...]string{
 	StopDeadline: "deadline too near", StopNotRetryable: "not retryable", StopCanceled: "canceled",
 	StopServerWait: "server wait too long", StopSideEffects: "side effects, not retried",
 	StopInvalidPolicy: "invalid policy", StopUnreplayableBody: "request body cannot be replayed",
-	StopBreakerOpen: "breaker open",
+	StopBreakerOpen: "breaker open", StopRetryBudget: "retry budget exhausted",
 }
 
 func (r StopReason) String() string {

@@ -107,6 +107,13 @@ type Policy struct {
 	// against it (see OutcomeOf).
 	Breaker Breaker
 
+	// Budget, if set, caps retries across all the calls that share it
+	// (see RetryBudget): every first attempt deposits, every retry
+	// withdraws, and a refused withdrawal stops the call with
+	// StopRetryBudget. Transport keeps a RetryBudget per host when this is
+	// nil.
+	Budget Budget
+
 	// Rand is the source of jitter. Nil means math/rand/v2's global
 	// generator, which is safe for concurrent use. A seeded *rand.Rand
 	// makes delays reproducible but is not safe for concurrent use: give

@@ -29,6 +29,9 @@ func Stream[E any](ctx context.Context, p Policy, open func(context.Context) ite
 		if r.obs != nil {
 			r.start = r.clock.Now()
 		}
+		if p.Budget != nil {
+			p.Budget.Deposit(r.clock.Now())
+		}
 		var (
 			last        error
 			lastVerdict Verdict

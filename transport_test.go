@@ -395,7 +395,9 @@ func TestTransportConcurrentUse(t *testing.T) {
 	}
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
-	client := &http.Client{Transport: &rebound.Transport{Policy: rebound.Policy{MaxAttempts: 6, BaseDelay: rebound.NoDelay}}}
+	// 200 calls at 35% failures make about 107 retries in well under a
+	// second: close to the default budget of 120, which is tested elsewhere.
+	client := &http.Client{Transport: &rebound.Transport{DisableRetryBudget: true, Policy: rebound.Policy{MaxAttempts: 6, BaseDelay: rebound.NoDelay}}}
 	var wg sync.WaitGroup
 	var ok atomic.Int64
 	for range 8 {
@@ -474,7 +476,7 @@ func TestTransportLeavesUpgradesAlone(t *testing.T) {
 // Transport used by many goroutines (run with -race).
 func TestTransportSharedSeededRand(t *testing.T) {
 	s := &script{statuses: []int{503}}
-	tr := &rebound.Transport{Base: &handlerTransport{h: s}, Policy: rebound.Policy{
+	tr := &rebound.Transport{Base: &handlerTransport{h: s}, DisableRetryBudget: true, Policy: rebound.Policy{
 		MaxAttempts: 4, BaseDelay: time.Microsecond, MaxDelay: 10 * time.Microsecond, Rand: rand.New(rand.NewPCG(1, 1)),
 	}}
 	var wg sync.WaitGroup

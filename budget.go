@@ -1,0 +1,137 @@
+package rebound
+
+import (
+	"sync"
+	"time"
+)
+
+// Budget caps the retries of all the calls to one target, so that a fleet
+// of clients cannot multiply the load on a provider that is already
+// failing. Do, Transport and Stream deposit for every first attempt and
+// withdraw for every retry; a refused withdrawal stops the call with
+// StopRetryBudget. RetryBudget is the standard one.
+type Budget interface {
+	// Deposit records a first attempt made at now.
+	Deposit(now time.Time)
+	// Withdraw asks to spend one retry at now; false means the budget is
+	// spent.
+	Withdraw(now time.Time) bool
+}
+
+// Defaults of a zero RetryBudget.
+const (
+	DefaultBudgetRatio        = 0.1
+	DefaultBudgetMinPerSecond = 10
+	DefaultBudgetTTL          = 10 * time.Second
+)
+
+// budgetSlots is how many pieces the TTL window is cut into.
+const budgetSlots = 10
+
+// RetryBudget is a token bucket of retries, as in Finagle's RetryBudget
+// and gRPC's retry throttling: every first attempt deposits Ratio of a
+// token, every retry spends one, and deposits and spending are forgotten
+// after TTL. A reserve of MinPerSecond·TTL tokens lets a quiet client
+// retry. Under a full outage the retries are capped near Ratio of the
+// calls, so the load stays near 1 + Ratio of the calls instead of
+// MaxAttempts times it; when a few calls fail, they retry as the policy
+// says.
+//
+// Its zero value is ready to use, with each field's default; set the
+// fields before first use. It is safe for concurrent use.
+type RetryBudget struct {
+	// Ratio is the share of a token each first attempt deposits. Zero
+	// means DefaultBudgetRatio (0.1): retries are at most about 10% of
+	// calls, beyond the reserve.
+	Ratio float64
+	// MinPerSecond is the reserve: this many retries a second are always
+	// allowed, on average over TTL. Zero means DefaultBudgetMinPerSecond
+	// (10); negative means no reserve.
+	MinPerSecond float64
+	// TTL is how long deposits and retries are remembered. Zero means
+	// DefaultBudgetTTL (10 s).
+	TTL time.Duration
+
+	mu    sync.Mutex // guards slots
+	slots [budgetSlots]budgetSlot
+}
+
+type budgetSlot struct {
+	epoch                 int64 // which slot-long stretch of time the counts are from
+	deposits, withdrawals float64
+}
+
+func (b *RetryBudget) ttl() time.Duration {
+	if b.TTL <= 0 {
+		return DefaultBudgetTTL
+	}
+	return b.TTL
+}
+
+func (b *RetryBudget) ratio() float64 {
+	if b.Ratio <= 0 {
+		return DefaultBudgetRatio
+	}
+	return b.Ratio
+}
+
+func (b *RetryBudget) reserve() float64 {
+	switch {
+	case b.MinPerSecond < 0:
+		return 0
+	case b.MinPerSecond == 0:
+		return DefaultBudgetMinPerSecond * b.ttl().Seconds()
+	}
+	return b.MinPerSecond * b.ttl().Seconds()
+}
+
+// slot returns the slot of now, emptied first if it held an older stretch
+// of time. b.mu is held.
+func (b *RetryBudget) slot(now time.Time) *budgetSlot {
+	width := max(int64(b.ttl())/budgetSlots, 1)
+	epoch := now.UnixNano() / width
+	s := &b.slots[epoch%budgetSlots]
+	if s.epoch != epoch {
+		*s = budgetSlot{epoch: epoch}
+	}
+	return s
+}
+
+// available returns the tokens left at now. b.mu is held.
+func (b *RetryBudget) available(now time.Time) float64 {
+	width := max(int64(b.ttl())/budgetSlots, 1)
+	epoch := now.UnixNano() / width
+	var deposits, withdrawals float64
+	for _, s := range b.slots {
+		if s.epoch > epoch-budgetSlots && s.epoch <= epoch {
+			deposits += s.deposits
+			withdrawals += s.withdrawals
+		}
+	}
+	return b.reserve() + b.ratio()*deposits - withdrawals
+}
+
+// Deposit records a first attempt.
+func (b *RetryBudget) Deposit(now time.Time) {
+	b.mu.Lock()
+	b.slot(now).deposits++
+	b.mu.Unlock()
+}
+
+// Withdraw spends one retry if at least one token is left.
+func (b *RetryBudget) Withdraw(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.available(now) < 1 {
+		return false
+	}
+	b.slot(now).withdrawals++
+	return true
+}
+
+// Available returns how many retries the budget would allow at now.
+func (b *RetryBudget) Available(now time.Time) float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return max(b.available(now), 0)
+}

@@ -1,0 +1,126 @@
+package rebound_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/rebound-go/rebound"
+)
+
+func TestRetryBudgetReserve(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var b rebound.RetryBudget // 10 retries a second over 10 s, and 10% of calls
+		now := time.Now()
+		for i := range 100 {
+			if !b.Withdraw(now) {
+				t.Fatalf("the reserve refused retry %d of 100", i+1)
+			}
+		}
+		if b.Withdraw(now) || b.Available(now) != 0 {
+			t.Fatal("the reserve allowed a 101st retry with no calls")
+		}
+		for range 20 {
+			b.Deposit(now)
+		}
+		if !b.Withdraw(now) || !b.Withdraw(now) || b.Withdraw(now) {
+			t.Fatal("20 calls at a ratio of 0.1 should allow exactly 2 more retries")
+		}
+		time.Sleep(rebound.DefaultBudgetTTL) // virtual: everything is forgotten
+		if got := b.Available(time.Now()); got != 100 {
+			t.Fatalf("after the TTL %v retries available, want the reserve of 100", got)
+		}
+	})
+}
+
+func TestRetryBudgetRatio(t *testing.T) {
+	b := &rebound.RetryBudget{MinPerSecond: -1, Ratio: 0.2}
+	now := time.Now()
+	for range 50 {
+		b.Deposit(now)
+	}
+	n := 0
+	for b.Withdraw(now) {
+		n++
+	}
+	if n != 10 {
+		t.Fatalf("50 calls at a ratio of 0.2 allowed %d retries, want 10", n)
+	}
+}
+
+// TestBudgetCapsAmplification: a full outage, 1000 calls of 4 attempts
+// each sharing one budget: without it the provider would see 4000
+// attempts; with it, the calls plus about a tenth of them plus the reserve.
+func TestBudgetCapsAmplification(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		budget := &rebound.RetryBudget{}
+		p := rebound.Policy{MaxAttempts: 4, BaseDelay: rebound.NoDelay, Budget: budget}
+		attempts, refused := 0, 0
+		for range 1000 {
+			err := rebound.Run(t.Context(), p, func(context.Context) error { attempts++; return &rebound.HTTPError{StatusCode: 503} })
+			var gu *rebound.GiveUpError
+			if errors.As(err, &gu) && gu.Reason == rebound.StopRetryBudget {
+				refused++
+			}
+		}
+		if max := 1000 + 100 + 100 + 1; attempts > max || refused < 900 {
+			t.Fatalf("%d attempts (at most %d), %d calls stopped by the budget", attempts, max, refused)
+		}
+		t.Logf("%d attempts for 1000 calls (amplification %.2f), %d stopped by the budget", attempts, float64(attempts)/1000, refused)
+	})
+}
+
+func TestBudgetShowsInEvents(t *testing.T) {
+	budget := &rebound.RetryBudget{MinPerSecond: -1}
+	for range 10 {
+		budget.Deposit(time.Now())
+	}
+	var left []float64
+	var reason rebound.StopReason
+	p := rebound.Policy{MaxAttempts: 5, BaseDelay: rebound.NoDelay, Budget: budget, Observer: rebound.ObserverFunc(func(e rebound.Event) {
+		switch e.Type {
+		case rebound.EventRetry:
+			left = append(left, e.BudgetLeft)
+		case rebound.EventGiveUp:
+			reason = e.Reason
+		}
+	})}
+	err := rebound.Run(context.Background(), p, func(context.Context) error { return &rebound.HTTPError{StatusCode: 503} })
+	// 11 calls' deposits (the 10 above and this one) at 0.1: one retry.
+	if len(left) != 1 || left[0] > 0.11 || reason != rebound.StopRetryBudget || !strings.Contains(err.Error(), "retry budget exhausted") {
+		t.Fatalf("budget left %v, reason %v, err %v", left, reason, err)
+	}
+}
+
+// TestTransportKeepsABudgetPerHost: a Transport facing a full outage on
+// one host retries about a tenth of its calls there, beyond the reserve,
+// and another host still has its own.
+func TestTransportKeepsABudgetPerHost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &script{statuses: []int{503}}
+		client := &http.Client{Transport: &rebound.Transport{Base: &handlerTransport{h: s}, Policy: rebound.Policy{BaseDelay: rebound.NoDelay}}}
+		for range 500 {
+			resp, err := client.Get("http://down.test/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+		if n := s.count(); n > 500+100+50+1 {
+			t.Fatalf("%d requests for 500 calls: the budget did not cap retries", n)
+		}
+		before := s.count()
+		resp, err := client.Get("http://other.test/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if s.count()-before != 3 {
+			t.Fatalf("another host got %d attempts, want 3: it has a budget of its own", s.count()-before)
+		}
+	})
+}
