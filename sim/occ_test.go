@@ -106,7 +106,7 @@ func TestOCCIsDeterministic(t *testing.T) {
 // Brooker's formulas: base 5 ms, cap 2 s, exponential min(cap, base·2ⁿ).
 func TestOCCPolicyIsBrookers(t *testing.T) {
 	const (
-		base = 5 * time.Millisecond
+		base    = 5 * time.Millisecond
 		ceiling = 2 * time.Second
 	)
 	brooker := func(n int) time.Duration { return min(ceiling, base<<n) }

@@ -518,7 +518,7 @@ func printJSON(stdout, stderr io.Writer, v any) int {
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(v); err != nil {
-		fmt.Fprintf(stderr, "rebound bench: %v\n", err)
+		fmt.Fprintf(stderr, "rebound: writing JSON: %v\n", err)
 		return 1
 	}
 	return 0

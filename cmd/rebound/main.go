@@ -4,6 +4,8 @@
 //
 //	rebound bench [--json] [--seed N]   reproduce the seed article's experiments
 //	rebound chaos [flags]               serve the fault-injecting chaos server
+//	rebound sim [--scenario occ] [--json] [flags]
+//	                                    simulate a scenario in virtual time
 //
 // With --json a command prints exactly one JSON object on stdout; without it,
 // a table. Progress and logs go to stderr. The exit code is 0 on success, 1
@@ -26,6 +28,7 @@ const usage = `usage: rebound <command> [flags]
 commands:
   bench   reproduce the seed article's retry experiments against the chaos server
   chaos   serve the fault-injecting chaos server
+  sim     simulate a scenario (occ: Brooker's backoff experiment) in virtual time
 
 "rebound <command> -h" describes a command's flags.
 `
@@ -48,11 +51,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runBench(ctx, args[1:], stdout, stderr)
 	case "chaos":
 		return runChaos(ctx, args[1:], stdout, stderr)
+	case "sim":
+		return runSim(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
-	fmt.Fprintf(stderr, "rebound: unknown command %q (want bench or chaos)\n", args[0])
+	fmt.Fprintf(stderr, "rebound: unknown command %q (want bench, chaos or sim)\n", args[0])
 	return 2
 }
 
