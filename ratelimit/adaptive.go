@@ -1,0 +1,181 @@
+package ratelimit
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// ErrQueueFull is the error of a call that found the Adaptive queue full.
+var ErrQueueFull = errors.New("ratelimit: too many calls waiting")
+
+// AdaptiveConfig tunes an Adaptive limit. Its zero value is a sensible one
+// for an LLM API; each field documents its default.
+type AdaptiveConfig struct {
+	// Initial, Min and Max bound the number of calls in flight. Zero means
+	// 20, 1 and 1000.
+	Initial, Min, Max int
+	// Decrease multiplies the limit on a congestion signal. Zero means
+	// 0.7 (the AWS SDK's adaptive mode cuts to 0.7 too).
+	Decrease float64
+	// QueueSize bounds how many calls may wait. Zero means 10 000.
+	QueueSize int
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Signal is what a finished call tells an Adaptive limit.
+type Signal uint8
+
+// Signals.
+const (
+	// Success raises the limit by about one per limit's worth of
+	// successes.
+	Success Signal = iota
+	// Congested (a 429, an overload, a timeout) cuts the limit.
+	Congested
+	// Neutral says nothing about the provider's load (a 400, a caller's
+	// cancellation).
+	Neutral
+)
+
+// Adaptive bounds the calls in flight to a provider and adapts the bound
+// to the provider's health (AIMD). Calls beyond it wait in a FIFO queue;
+// one whose context ends while waiting (its deadline passes, or it is
+// cancelled) is dropped without ever being sent. It is safe for
+// concurrent use; the zero value is not, use NewAdaptive.
+type Adaptive struct {
+	cfg AdaptiveConfig
+
+	mu       sync.Mutex // guards the fields below
+	limit    float64
+	inFlight int
+	// cooldownUntil holds further cuts back for a moment after one, so
+	// that one burst of failures counts as one signal.
+	cooldownUntil time.Time
+	waiting       *list.List // of *waiter, oldest first
+}
+
+type waiter struct {
+	ready chan struct{} // closed when the call may go
+	done  bool          // granted or dropped
+}
+
+// NewAdaptive returns an Adaptive limit for cfg.
+func NewAdaptive(cfg AdaptiveConfig) *Adaptive {
+	if cfg.Min <= 0 {
+		cfg.Min = 1
+	}
+	if cfg.Max <= 0 {
+		cfg.Max = 1000
+	}
+	if cfg.Initial <= 0 {
+		cfg.Initial = 20
+	}
+	cfg.Initial = min(max(cfg.Initial, cfg.Min), cfg.Max)
+	if cfg.Decrease <= 0 || cfg.Decrease >= 1 {
+		cfg.Decrease = 0.7
+	}
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = 10000
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Adaptive{cfg: cfg, limit: float64(cfg.Initial), waiting: list.New()}
+}
+
+// Limit returns the current bound on calls in flight.
+func (a *Adaptive) Limit() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return int(a.limit)
+}
+
+// InFlight returns how many calls are in flight.
+func (a *Adaptive) InFlight() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.inFlight
+}
+
+// TryAcquire takes a slot if one is free and nobody is waiting for one.
+// Every slot taken must be given back with Release.
+func (a *Adaptive) TryAcquire() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.waiting.Len() == 0 && float64(a.inFlight) < a.limit {
+		a.inFlight++
+		return true
+	}
+	return false
+}
+
+// Acquire waits for a slot, first in, first out. It returns ctx's error if
+// ctx ends first (the call is then dropped from the queue, never sent), or
+// ErrQueueFull.
+func (a *Adaptive) Acquire(ctx context.Context) error {
+	a.mu.Lock()
+	if a.waiting.Len() == 0 && float64(a.inFlight) < a.limit {
+		a.inFlight++
+		a.mu.Unlock()
+		return nil
+	}
+	if a.waiting.Len() >= a.cfg.QueueSize {
+		a.mu.Unlock()
+		return ErrQueueFull
+	}
+	w := &waiter{ready: make(chan struct{})}
+	e := a.waiting.PushBack(w)
+	a.mu.Unlock()
+
+	select {
+	case <-w.ready:
+		return nil
+	case <-ctx.Done():
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if w.done { // granted just as the context ended: hand it on
+			a.inFlight--
+			a.grant()
+		} else {
+			w.done = true
+			a.waiting.Remove(e)
+		}
+		return context.Cause(ctx)
+	}
+}
+
+// Release gives a slot back, with what the call showed of the provider's
+// health.
+func (a *Adaptive) Release(s Signal) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.inFlight--
+	switch s {
+	case Success:
+		a.limit = min(a.limit+1/a.limit, float64(a.cfg.Max))
+	case Congested:
+		now := a.cfg.Now()
+		if now.Before(a.cooldownUntil) {
+			break
+		}
+		a.limit = max(a.limit*a.cfg.Decrease, float64(a.cfg.Min))
+		// One cut per burst: the calls in flight when the provider
+		// faltered will fail too, and say nothing new.
+		a.cooldownUntil = now.Add(time.Second)
+	}
+	a.grant()
+}
+
+// grant hands free slots to the oldest waiters. a.mu is held.
+func (a *Adaptive) grant() {
+	for a.waiting.Len() > 0 && float64(a.inFlight) < a.limit {
+		w := a.waiting.Remove(a.waiting.Front()).(*waiter)
+		w.done = true
+		a.inFlight++
+		close(w.ready)
+	}
+}

@@ -1,0 +1,257 @@
+// Package ratelimit keeps an agent inside its provider's limits, and sends
+// less when the provider is struggling.
+//
+// A Limiter paces calls to a requests-per-minute and a tokens-per-minute
+// limit (an LLM call's token cost is estimated before the call and
+// corrected once its usage is known), and learns from the provider: its
+// x-ratelimit-remaining-* / reset-* and anthropic-ratelimit-* headers slow
+// the pace so that what is left of a quota lasts until it is replenished.
+// It is built on golang.org/x/time/rate and has its shapes: Allow, Reserve,
+// Wait.
+//
+// An Adaptive limit bounds how many calls are in flight, and moves the
+// bound with the provider's health: a 429, an overload or a timeout cuts
+// it, every success raises it a little (additive increase, multiplicative
+// decrease, as TCP does). Calls beyond the bound wait in a first-in,
+// first-out queue, and a waiting call whose deadline passes is dropped
+// before it is sent: work a provider does for a caller who has left is the
+// fuel of metastable failure.
+//
+// Transport puts both under rebound.Transport (or any http.Client), so
+// every attempt waits its turn.
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/rebound-go/rebound"
+)
+
+// ErrDeadline is the error of a call that would have to wait past its
+// context's deadline: it is dropped at once instead.
+var ErrDeadline = errors.New("ratelimit: the wait would pass the deadline")
+
+// Config is a Limiter's limits. Its zero value limits nothing.
+type Config struct {
+	// RequestsPerMinute and TokensPerMinute are the limits; zero means
+	// none. Calls may come in bursts of up to ten seconds' worth, so that
+	// no 60 s window sees more than 7/6 of a limit; a call of more tokens
+	// than ten seconds' worth is charged ten seconds' worth.
+	RequestsPerMinute, TokensPerMinute float64
+	// Now is the limiter's clock. Nil means time.Now; a simulation gives
+	// it virtual time.
+	Now func() time.Time
+}
+
+// Limiter paces calls to requests- and tokens-per-minute limits, learning
+// from the provider's rate-limit headers. It is safe for concurrent use.
+type Limiter struct {
+	now func() time.Time
+
+	mu       sync.Mutex    // guards the fields below
+	requests *rate.Limiter // nil: no limit
+	tokens   *rate.Limiter // nil: no limit
+	cfg      Config
+	// restoreAt is when a pace learned from headers ends and the
+	// configured limits apply again.
+	restoreAt time.Time
+}
+
+// New returns a Limiter for cfg.
+func New(cfg Config) *Limiter {
+	l := &Limiter{now: cfg.Now, cfg: cfg}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	l.requests = perMinute(cfg.RequestsPerMinute)
+	l.tokens = perMinute(cfg.TokensPerMinute)
+	return l
+}
+
+// perMinute makes a limiter of n a minute, with bursts of up to ten
+// seconds' worth, so that no minute sees more than 7/6 of n; nil for no
+// limit.
+func perMinute(n float64) *rate.Limiter {
+	if n <= 0 {
+		return nil
+	}
+	return rate.NewLimiter(rate.Limit(n/60), max(int(math.Ceil(n/6)), 1))
+}
+
+// Reservation is a Limiter's promise of one call of some tokens.
+type Reservation struct {
+	req, tok *rate.Reservation
+	at       time.Time
+	ok       bool
+}
+
+// OK reports whether the call can ever go (its tokens fit the limit).
+func (r *Reservation) OK() bool { return r.ok }
+
+// Delay is how long to wait before the call may go.
+func (r *Reservation) Delay() time.Duration {
+	var d time.Duration
+	if r.req != nil {
+		d = max(d, r.req.DelayFrom(r.at))
+	}
+	if r.tok != nil {
+		d = max(d, r.tok.DelayFrom(r.at))
+	}
+	return d
+}
+
+// Cancel gives the reservation back, as far as it can still be.
+func (r *Reservation) Cancel() {
+	if r.req != nil {
+		r.req.Cancel()
+	}
+	if r.tok != nil {
+		r.tok.Cancel()
+	}
+}
+
+// Reserve reserves one call of tokens (an estimate) now.
+func (l *Limiter) Reserve(tokens int) *Reservation {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	l.restoreIfDue(now)
+	r := &Reservation{at: now, ok: true}
+	if l.requests != nil {
+		r.req = l.requests.ReserveN(now, 1)
+		r.ok = r.ok && r.req.OK()
+	}
+	if l.tokens != nil && tokens > 0 {
+		r.tok = l.tokens.ReserveN(now, min(tokens, l.tokens.Burst()))
+		r.ok = r.ok && r.tok.OK()
+	}
+	if !r.ok {
+		r.Cancel()
+	}
+	return r
+}
+
+// Allow reports whether one call of tokens may go now, and if so counts
+// it.
+func (l *Limiter) Allow(tokens int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	l.restoreIfDue(now)
+	// Both limits are checked before either is charged; l.mu keeps the
+	// check and the charge together.
+	if l.requests != nil && l.requests.TokensAt(now) < 1 {
+		return false
+	}
+	n := 0
+	if l.tokens != nil && tokens > 0 {
+		n = min(tokens, l.tokens.Burst())
+		if l.tokens.TokensAt(now) < float64(n) {
+			return false
+		}
+		l.tokens.AllowN(now, n)
+	}
+	if l.requests != nil {
+		l.requests.AllowN(now, 1)
+	}
+	return true
+}
+
+// Wait waits until one call of tokens may go, or returns ErrDeadline at
+// once if that would be after ctx's deadline, or ctx's error if it ends
+// first.
+func (l *Limiter) Wait(ctx context.Context, tokens int) error {
+	r := l.Reserve(tokens)
+	if !r.OK() {
+		return fmt.Errorf("ratelimit: %d tokens exceed the tokens-per-minute limit", tokens)
+	}
+	d := r.Delay()
+	if d == 0 {
+		return nil
+	}
+	if deadline, ok := ctx.Deadline(); ok && d >= deadline.Sub(l.now()) {
+		r.Cancel()
+		return ErrDeadline
+	}
+	if err := rebound.ClockFrom(ctx).Sleep(ctx, d); err != nil {
+		r.Cancel()
+		return err
+	}
+	return nil
+}
+
+// Correct charges the difference between a call's estimated and actual
+// tokens, once its usage is known. Tokens over the estimate are charged
+// (they may delay later calls); tokens under it are not given back, which
+// errs on the safe side.
+func (l *Limiter) Correct(estimated, actual int) {
+	if actual <= estimated {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tokens != nil {
+		l.tokens.ReserveN(l.now(), min(actual-estimated, l.tokens.Burst()))
+	}
+}
+
+// Observe learns from a response's rate-limit headers: when the provider
+// says how much of a quota is left and when it resets, the pace is slowed
+// so that what is left lasts until the reset (never sped up beyond the
+// configured limit); with nothing left, calls wait for the reset.
+func (l *Limiter) Observe(h http.Header) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	rl, ok := rebound.ParseRateLimit(h, now)
+	if !ok {
+		return
+	}
+	l.requests = pace(l.requests, rl.Requests, l.cfg.RequestsPerMinute, now, &l.restoreAt)
+	l.tokens = pace(l.tokens, rl.Tokens, l.cfg.TokensPerMinute, now, &l.restoreAt)
+}
+
+// pace slows lim so that q.Remaining lasts until q.Reset.
+func pace(lim *rate.Limiter, q rebound.Quota, configured float64, now time.Time, restoreAt *time.Time) *rate.Limiter {
+	if q.Remaining < 0 || !q.HasReset || q.Reset <= 0 {
+		return lim
+	}
+	r := rate.Limit(float64(q.Remaining) / q.Reset.Seconds())
+	if configured > 0 {
+		r = min(r, rate.Limit(configured/60))
+	}
+	if lim == nil {
+		lim = rate.NewLimiter(r, max(int(q.Remaining), 1))
+	}
+	if q.Remaining == 0 {
+		// Nothing left: wait for the reset.
+		lim.SetLimitAt(now, rate.Limit(1/q.Reset.Seconds()))
+		lim.SetBurstAt(now, 1)
+		lim.ReserveN(now, lim.Burst())
+	} else {
+		lim.SetLimitAt(now, r)
+	}
+	if until := now.Add(q.Reset); until.After(*restoreAt) {
+		*restoreAt = until
+	}
+	return lim
+}
+
+// restoreIfDue puts the configured limits back once the learned pace has
+// run its course. l.mu is held.
+func (l *Limiter) restoreIfDue(now time.Time) {
+	if l.restoreAt.IsZero() || now.Before(l.restoreAt) {
+		return
+	}
+	l.restoreAt = time.Time{}
+	l.requests = perMinute(l.cfg.RequestsPerMinute)
+	l.tokens = perMinute(l.cfg.TokensPerMinute)
+}

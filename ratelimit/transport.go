@@ -1,0 +1,124 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+)
+
+// Transport makes every request wait its turn: a slot of the Adaptive
+// limit, then the Limiter's pace. Put it under rebound.Transport, so that
+// every attempt waits, retries included:
+//
+//	client := &http.Client{Transport: &rebound.Transport{
+//		Base: &ratelimit.Transport{Limiter: limiter, Adaptive: adaptive},
+//	}}
+//
+// It learns from every response's rate-limit headers, tells the Adaptive
+// limit how each request went (429, 529, 503 and timeouts are congestion),
+// and gives the slot back when the response body is closed or read to its
+// end. A request whose deadline would pass while it waits fails at once
+// with ErrDeadline, never sent.
+type Transport struct {
+	// Base sends the requests. Nil means http.DefaultTransport.
+	Base http.RoundTripper
+	// Limiter and Adaptive are optional; nil means no such limit.
+	Limiter  *Limiter
+	Adaptive *Adaptive
+	// Tokens estimates a request's token cost for the Limiter. Nil means
+	// a cost of 1 per request (requests-per-minute only).
+	Tokens func(*http.Request) int
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	if t.Adaptive != nil {
+		if err := t.Adaptive.Acquire(ctx); err != nil {
+			closeBody(req)
+			return nil, err
+		}
+	}
+	if t.Limiter != nil {
+		tokens := 1
+		if t.Tokens != nil {
+			tokens = t.Tokens(req)
+		}
+		if err := t.Limiter.Wait(ctx, tokens); err != nil {
+			if t.Adaptive != nil {
+				t.Adaptive.Release(Neutral)
+			}
+			closeBody(req)
+			return nil, err
+		}
+	}
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	resp, err := base.RoundTrip(req)
+	if err != nil {
+		if t.Adaptive != nil {
+			t.Adaptive.Release(signalOf(ctx, err, 0))
+		}
+		return nil, err
+	}
+	if t.Limiter != nil {
+		t.Limiter.Observe(resp.Header)
+	}
+	if t.Adaptive != nil {
+		resp.Body = &releaseBody{ReadCloser: resp.Body, release: t.Adaptive.Release, signal: signalOf(ctx, nil, resp.StatusCode)}
+	}
+	return resp, nil
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
+
+// signalOf judges a finished request for the Adaptive limit.
+func signalOf(ctx context.Context, err error, status int) Signal {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return Neutral // the caller left
+	case err != nil && errors.Is(err, context.DeadlineExceeded):
+		return Congested // an attempt's own timeout: the provider is slow
+	case err != nil:
+		return Neutral
+	case status == http.StatusTooManyRequests || status == 529 || status == http.StatusServiceUnavailable:
+		return Congested
+	case status >= 400:
+		return Neutral
+	}
+	return Success
+}
+
+// releaseBody gives the slot back once, when the body is closed or read to
+// its end.
+type releaseBody struct {
+	io.ReadCloser
+	release  func(Signal)
+	signal   Signal
+	released bool
+}
+
+func (b *releaseBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !b.released {
+		b.released = true
+		b.release(b.signal)
+	}
+	return n, err
+}
+
+func (b *releaseBody) Close() error {
+	err := b.ReadCloser.Close()
+	if !b.released {
+		b.released = true
+		b.release(b.signal)
+	}
+	return err
+}

@@ -1,0 +1,66 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/rebound-go/rebound"
+)
+
+type statusTransport struct {
+	status atomic.Int64
+	sent   atomic.Int64
+}
+
+func (s *statusTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	s.sent.Add(1)
+	return &http.Response{StatusCode: int(s.status.Load()), Header: http.Header{}, Body: io.NopCloser(strings.NewReader("{}")), Request: req}, nil
+}
+
+func TestTransportTellsTheAdaptiveLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := &statusTransport{}
+		base.status.Store(429)
+		a := NewAdaptive(AdaptiveConfig{Initial: 10})
+		client := &http.Client{Transport: &Transport{Base: base, Adaptive: a}}
+		resp, err := client.Get("http://provider.test/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.InFlight() != 1 {
+			t.Fatalf("%d in flight before the body was closed", a.InFlight())
+		}
+		resp.Body.Close()
+		if a.InFlight() != 0 || a.Limit() != 7 {
+			t.Fatalf("in flight %d, limit %d after a 429", a.InFlight(), a.Limit())
+		}
+	})
+}
+
+func TestTransportDropsBeforeSending(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := &statusTransport{}
+		base.status.Store(200)
+		l := New(Config{RequestsPerMinute: 6})
+		client := &http.Client{Transport: &rebound.Transport{Base: &Transport{Base: base, Limiter: l}}}
+		resp, err := client.Get("http://provider.test/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://provider.test/", nil)
+		_, err = client.Do(req)
+		if !errors.Is(err, ErrDeadline) || base.sent.Load() != 1 {
+			t.Fatalf("err %v, %d sent: a call that would miss its deadline was sent", err, base.sent.Load())
+		}
+	})
+}
