@@ -52,6 +52,13 @@ type Adaptive struct {
 	mu       sync.Mutex // guards the fields below
 	limit    float64
 	inFlight int
+	// typical is a moving average of successful calls' latency. fastest
+	// and fastestBefore are the least latency seen in this stretch of
+	// fastestWindow and the one before: the least of the two is the
+	// provider's latency with no queue, forgotten after a while so that a
+	// provider that became slower for good is not held to its past.
+	typical, fastest, fastestBefore time.Duration
+	fastestSince                    time.Time
 	// cooldownUntil holds further cuts back for a moment after one, so
 	// that one burst of failures counts as one signal.
 	cooldownUntil time.Time
@@ -101,6 +108,15 @@ func (a *Adaptive) InFlight() int {
 	return a.inFlight
 }
 
+// Expected returns the typical latency of a successful call lately (zero
+// before any): a call with less time than this left before its deadline
+// is not worth sending.
+func (a *Adaptive) Expected() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.typical
+}
+
 // TryAcquire takes a slot if one is free and nobody is waiting for one.
 // Every slot taken must be given back with Release.
 func (a *Adaptive) TryAcquire() bool {
@@ -114,8 +130,9 @@ func (a *Adaptive) TryAcquire() bool {
 }
 
 // Acquire waits for a slot, first in, first out. It returns ctx's error if
-// ctx ends first (the call is then dropped from the queue, never sent), or
-// ErrQueueFull.
+// ctx ends first (the call is then dropped from the queue, never sent),
+// ErrDeadline if by its turn less time is left than a call typically takes
+// (see Expected), or ErrQueueFull.
 func (a *Adaptive) Acquire(ctx context.Context) error {
 	a.mu.Lock()
 	if a.waiting.Len() == 0 && float64(a.inFlight) < a.limit {
@@ -133,6 +150,10 @@ func (a *Adaptive) Acquire(ctx context.Context) error {
 
 	select {
 	case <-w.ready:
+		if deadline, ok := ctx.Deadline(); ok && deadline.Sub(a.cfg.Now()) < a.Expected() {
+			a.Release(Neutral) // too late to be answered in time: not sent
+			return ErrDeadline
+		}
 		return nil
 	case <-ctx.Done():
 		a.mu.Lock()
@@ -150,10 +171,44 @@ func (a *Adaptive) Acquire(ctx context.Context) error {
 
 // Release gives a slot back, with what the call showed of the provider's
 // health.
-func (a *Adaptive) Release(s Signal) {
+func (a *Adaptive) Release(s Signal) { a.ReleaseAfter(s, 0) }
+
+// latencyTolerance is how many times its fastest a provider may answer
+// before a success counts as congestion: a queue is building up there.
+// fastestWindow is how long a fastest latency is remembered (two windows).
+const (
+	latencyTolerance = 4
+	fastestWindow    = 30 * time.Second
+)
+
+// ReleaseAfter is Release for a call that took latency (zero if unknown).
+// A success much slower than the fastest lately counts as congestion, as
+// in TCP Vegas: the provider is queueing, and sending less before the
+// timeouts start keeps stale work out of its queue.
+func (a *Adaptive) ReleaseAfter(s Signal, latency time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.inFlight--
+	if s == Success && latency > 0 {
+		if now := a.cfg.Now(); now.Sub(a.fastestSince) >= fastestWindow {
+			a.fastestBefore, a.fastest, a.fastestSince = a.fastest, 0, now
+		}
+		if a.fastest == 0 || latency < a.fastest {
+			a.fastest = latency
+		}
+		if a.typical == 0 {
+			a.typical = latency
+		} else {
+			a.typical += (latency - a.typical) / 16
+		}
+		least := a.fastest
+		if a.fastestBefore > 0 {
+			least = min(least, a.fastestBefore)
+		}
+		if latency > latencyTolerance*least {
+			s = Congested
+		}
+	}
 	switch s {
 	case Success:
 		a.limit = min(a.limit+1/a.limit, float64(a.cfg.Max))

@@ -1,0 +1,390 @@
+package sim
+
+import (
+	"container/heap"
+	"container/list"
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/ratelimit"
+)
+
+// The overload scenario's fixed model (the issue that asked for it fixes
+// it, so that results stay comparable): one provider serving attempts
+// first in, first out at Capacity a second; unique calls arriving as a
+// Poisson stream at Arrivals a second, each with a deadline of
+// CallDeadline and each attempt a timeout of AttemptTimeout; an attempt
+// the client gave up on is still served when it reaches the front of the
+// queue. After Warmup, a trigger drops capacity to a fraction for a while;
+// the run goes on for ten times the trigger's length after it.
+const (
+	OverloadCapacity       = 100.0
+	OverloadArrivals       = 90.0
+	OverloadCallDeadline   = 5 * time.Second
+	OverloadAttemptTimeout = time.Second
+	OverloadWarmup         = 30 * time.Second
+	// recoveryWindow is how long goodput must hold at 90% of arrivals
+	// for the provider to count as recovered.
+	recoveryWindow = 5
+)
+
+// Overload strategies.
+const (
+	OverloadNone    = "none"    // no retries
+	OverloadRetry3  = "retry3"  // 3 retries, full jitter from 100 ms, cap 5 s
+	OverloadBudget  = "budget"  // retry3 and a retry budget
+	OverloadRebound = "rebound" // the recommended setup: retry budget and adaptive limits
+)
+
+// OverloadStrategies returns the strategies in report order.
+func OverloadStrategies() []string {
+	return []string{OverloadNone, OverloadRetry3, OverloadBudget, OverloadRebound}
+}
+
+// OverloadCell is one trigger: capacity falls to Fraction for Duration.
+type OverloadCell struct {
+	Fraction float64
+	Duration time.Duration
+}
+
+// DefaultOverloadCells are f ∈ {0.1, 0.5} × Δt ∈ {5, 10, 30} s.
+func DefaultOverloadCells() []OverloadCell {
+	var cells []OverloadCell
+	for _, f := range []float64{0.1, 0.5} {
+		for _, d := range []time.Duration{5 * time.Second, 10 * time.Second, 30 * time.Second} {
+			cells = append(cells, OverloadCell{Fraction: f, Duration: d})
+		}
+	}
+	return cells
+}
+
+// OverloadResult is one strategy in one cell.
+type OverloadResult struct {
+	Strategy        string  `json:"strategy"`
+	TriggerFraction float64 `json:"trigger_fraction"`
+	TriggerS        float64 `json:"trigger_s"`
+	// Goodput is successful calls a second over the whole run.
+	Goodput float64 `json:"goodput"`
+	// Amplification is attempts that reached the provider per unique call.
+	Amplification float64 `json:"amplification"`
+	SuccessRate   float64 `json:"success_rate"`
+	Recovered     bool    `json:"recovered"`
+	// RecoveryS is the time from the trigger's end to the first second
+	// from which goodput over the next 5 s reaches 90% of arrivals; -1 if
+	// never.
+	RecoveryS float64 `json:"recovery_s"`
+	// GoodputBySecond is successful calls in each second of the run, for
+	// charts.
+	GoodputBySecond []int `json:"goodput_by_second"`
+}
+
+// OverloadReport is the result of RunOverload.
+type OverloadReport struct {
+	Scenario string           `json:"scenario"`
+	Seed     uint64           `json:"seed"`
+	Results  []OverloadResult `json:"results"`
+}
+
+// RunOverload runs every strategy in every cell. Each (strategy, cell)
+// has its own generator, so narrowing a run does not change the figures
+// of what remains.
+func RunOverload(ctx context.Context, seed uint64, strategies []string, cells []OverloadCell) (OverloadReport, error) {
+	if len(strategies) == 0 {
+		strategies = OverloadStrategies()
+	}
+	if len(cells) == 0 {
+		cells = DefaultOverloadCells()
+	}
+	report := OverloadReport{Scenario: "overload", Seed: seed}
+	for _, cell := range cells {
+		if cell.Fraction <= 0 || cell.Fraction > 1 || cell.Duration <= 0 {
+			return report, fmt.Errorf("sim: a trigger needs a fraction in (0, 1] and a positive duration (got %v for %v)", cell.Fraction, cell.Duration)
+		}
+		for i, s := range strategies {
+			if err := ctx.Err(); err != nil {
+				return report, err
+			}
+			rng := rand.New(rand.NewPCG(seed, uint64(i)<<32|uint64(cell.Fraction*1000)<<16|uint64(cell.Duration/time.Second)))
+			o, err := newOverload(s, cell, rng)
+			if err != nil {
+				return report, err
+			}
+			report.Results = append(report.Results, o.run())
+		}
+	}
+	return report, nil
+}
+
+// An overload simulation: events in virtual time.
+type overload struct {
+	strategy string
+	cell     OverloadCell
+	rng      *rand.Rand
+	policy   rebound.Policy
+	budget   *rebound.RetryBudget // nil: none
+	adaptive *ratelimit.Adaptive  // nil: none
+
+	start  time.Time
+	now    time.Time
+	end    time.Time
+	events eventQueue
+	seq    int
+
+	// The provider.
+	queue []*attempt // attempts waiting, first in, first out
+	busy  bool
+
+	// The client's queue of calls waiting for a slot of the adaptive limit.
+	waiting *list.List
+
+	calls, succeeded, attempts int
+	goodput                    []int
+}
+
+// ocall is one unique call.
+type ocall struct {
+	arrival  time.Time
+	deadline time.Time
+	loop     rebound.Loop
+	current  *attempt
+	done     bool
+}
+
+// attempt is one attempt of a call, sent to the provider.
+type attempt struct {
+	call     *ocall
+	sentAt   time.Time
+	answered bool // the client got its answer
+	timedOut bool // the client stopped waiting
+	holds    bool // it holds a slot of the adaptive limit
+}
+
+type event struct {
+	at  time.Time
+	seq int
+	fn  func()
+}
+
+type eventQueue []event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if !q[i].at.Equal(q[j].at) {
+		return q[i].at.Before(q[j].at)
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+func (o *overload) at(t time.Time, fn func()) {
+	o.seq++
+	heap.Push(&o.events, event{at: t, seq: o.seq, fn: fn})
+}
+
+func newOverload(strategy string, cell OverloadCell, rng *rand.Rand) (*overload, error) {
+	o := &overload{strategy: strategy, cell: cell, rng: rng, waiting: list.New()}
+	o.start = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	o.now = o.start
+	o.end = o.start.Add(OverloadWarmup + cell.Duration + 10*cell.Duration)
+	retry3 := rebound.Policy{MaxAttempts: 4, BaseDelay: 100 * time.Millisecond, MaxDelay: 5 * time.Second,
+		WaitBudget: time.Hour, Rand: rng}
+	switch strategy {
+	case OverloadNone:
+		o.policy = rebound.Policy{MaxAttempts: 1}
+	case OverloadRetry3:
+		o.policy = retry3
+	case OverloadBudget:
+		o.policy = retry3
+		o.budget = &rebound.RetryBudget{}
+	case OverloadRebound:
+		o.policy = rebound.Recommended()
+		o.policy.Rand = rng
+		o.budget = &rebound.RetryBudget{}
+		o.adaptive = ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{Now: o.clock})
+	default:
+		return nil, fmt.Errorf("sim: unknown overload strategy %q (want none, retry3, budget or rebound)", strategy)
+	}
+	return o, nil
+}
+
+func (o *overload) clock() time.Time { return o.now }
+
+// capacity is the provider's rate at t.
+func (o *overload) capacity(t time.Time) float64 {
+	from := o.start.Add(OverloadWarmup)
+	if !t.Before(from) && t.Before(from.Add(o.cell.Duration)) {
+		return OverloadCapacity * o.cell.Fraction
+	}
+	return OverloadCapacity
+}
+
+func (o *overload) run() OverloadResult {
+	o.goodput = make([]int, int(o.end.Sub(o.start)/time.Second)+1)
+	o.at(o.start.Add(o.interarrival()), o.arrive)
+	for o.events.Len() > 0 {
+		e := heap.Pop(&o.events).(event)
+		if e.at.After(o.end) {
+			break
+		}
+		o.now = e.at
+		e.fn()
+	}
+	return o.result()
+}
+
+func (o *overload) interarrival() time.Duration {
+	return time.Duration(o.rng.ExpFloat64() / OverloadArrivals * float64(time.Second))
+}
+
+// arrive starts a new call and schedules the next arrival.
+func (o *overload) arrive() {
+	o.calls++
+	c := &ocall{arrival: o.now, deadline: o.now.Add(OverloadCallDeadline)}
+	c.loop = rebound.NewLoop(o.policy, c.deadline, false)
+	if o.budget != nil {
+		o.budget.Deposit(o.now)
+	}
+	o.send(c)
+	o.at(o.now.Add(o.interarrival()), o.arrive)
+}
+
+// send makes c's next attempt, or, with an adaptive limit and no free
+// slot, queues c for one.
+func (o *overload) send(c *ocall) {
+	if o.adaptive != nil && !o.adaptive.TryAcquire() {
+		o.waiting.PushBack(c)
+		return
+	}
+	o.dispatch(c, o.adaptive != nil)
+}
+
+// dispatch puts an attempt of c on the provider's queue.
+func (o *overload) dispatch(c *ocall, holds bool) {
+	a := &attempt{call: c, sentAt: o.now, holds: holds}
+	c.current = a
+	o.attempts++
+	o.queue = append(o.queue, a)
+	o.serve()
+	timeout := min(OverloadAttemptTimeout, c.deadline.Sub(o.now))
+	o.at(o.now.Add(timeout), func() { o.timeout(a) })
+}
+
+// serve starts serving the head of the provider's queue if it is idle.
+func (o *overload) serve() {
+	if o.busy || len(o.queue) == 0 {
+		return
+	}
+	a := o.queue[0]
+	o.queue = o.queue[1:]
+	o.busy = true
+	service := time.Duration(float64(time.Second) / o.capacity(o.now))
+	o.at(o.now.Add(service), func() {
+		o.busy = false
+		o.served(a)
+		o.serve()
+	})
+}
+
+// served answers a; the client gets it if it is still waiting.
+func (o *overload) served(a *attempt) {
+	if a.timedOut {
+		return // work done for a client who had left
+	}
+	a.answered = true
+	c := a.call
+	c.done = true
+	o.succeeded++
+	if s := int(o.now.Sub(o.start) / time.Second); s < len(o.goodput) {
+		o.goodput[s]++
+	}
+	o.release(a, ratelimit.Success)
+}
+
+// timeout ends an attempt the provider has not answered in time.
+func (o *overload) timeout(a *attempt) {
+	if a.answered {
+		return
+	}
+	a.timedOut = true
+	o.release(a, ratelimit.Congested)
+	c := a.call
+	d := c.loop.Next(rebound.Verdict{Kind: rebound.KindTransient}, o.now)
+	if d.Retry && o.budget != nil && !o.budget.Withdraw(o.now) {
+		d.Retry = false
+	}
+	if !d.Retry {
+		c.done = true
+		return
+	}
+	o.at(o.now.Add(d.Wait), func() {
+		if o.now.Before(c.deadline) {
+			o.send(c)
+		} else {
+			c.done = true
+		}
+	})
+}
+
+// release gives a's slot back and hands free slots to waiting calls,
+// oldest first, dropping those whose deadline has passed: they are never
+// sent.
+func (o *overload) release(a *attempt, s ratelimit.Signal) {
+	if !a.holds {
+		return
+	}
+	a.holds = false
+	latency := time.Duration(0)
+	if s == ratelimit.Success {
+		latency = o.now.Sub(a.sentAt)
+	}
+	o.adaptive.ReleaseAfter(s, latency)
+	for o.waiting.Len() > 0 {
+		c := o.waiting.Front().Value.(*ocall)
+		if c.deadline.Sub(o.now) < max(o.adaptive.Expected(), time.Nanosecond) {
+			// Too late to be answered in time (as Adaptive.Acquire judges):
+			// dropped, never sent.
+			o.waiting.Remove(o.waiting.Front())
+			c.done = true
+			continue
+		}
+		if !o.adaptive.TryAcquire() {
+			return
+		}
+		o.waiting.Remove(o.waiting.Front())
+		o.dispatch(c, true)
+	}
+}
+
+func (o *overload) result() OverloadResult {
+	r := OverloadResult{
+		Strategy: o.strategy, TriggerFraction: o.cell.Fraction, TriggerS: o.cell.Duration.Seconds(),
+		Goodput:       float64(o.succeeded) / o.end.Sub(o.start).Seconds(),
+		Amplification: float64(o.attempts) / float64(max(o.calls, 1)),
+		SuccessRate:   float64(o.succeeded) / float64(max(o.calls, 1)),
+		RecoveryS:     -1, GoodputBySecond: o.goodput,
+	}
+	triggerEnd := int((OverloadWarmup + o.cell.Duration) / time.Second)
+	for s := triggerEnd; s+recoveryWindow <= len(o.goodput)-1; s++ {
+		sum := 0
+		for _, g := range o.goodput[s : s+recoveryWindow] {
+			sum += g
+		}
+		if float64(sum) >= 0.9*OverloadArrivals*recoveryWindow {
+			r.Recovered, r.RecoveryS = true, float64(s-triggerEnd)
+			break
+		}
+	}
+	r.Goodput = math.Round(r.Goodput*100) / 100
+	return r
+}
