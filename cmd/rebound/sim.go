@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -14,12 +17,13 @@ import (
 	"github.com/rebound-go/rebound/sim"
 )
 
-const simUsage = `usage: rebound sim [--scenario occ] [--json] [--seed N] [--trials N]
-                   [--clients N,N,...] [--strategies S,S,...]
+const simUsage = `usage: rebound sim [--scenario occ|iid] [--json] [--html FILE] [--seed N] [--trials N]
+                   [--cells C,C,...] [--clients N,N,...] [--strategies S,S,...] [--attempts N,N,...]
 
 Run a simulation in virtual time through rebound's real retry decisions (a
-rebound.Loop per simulated client), and print ours beside the published
-figures. The same seed gives the same numbers.
+rebound.Loop per simulated call), and print ours beside the published or
+theoretical figures. The same seed gives the same numbers. --html FILE also
+writes the results as a self-contained HTML page of charts.
 
 --scenario occ (the default) re-runs Brooker's optimistic-concurrency
 experiment ("Exponential Backoff and Jitter", AWS Architecture Blog, 2015):
@@ -27,30 +31,64 @@ N clients read a versioned row and write it back, a write succeeding only if
 the version is still current, each client retrying after backoff until its
 write succeeds; every network hop takes |Normal(10 ms, 2 ms)|. For each
 strategy (exponential, decorrelated, equal, full, none) and each client
-count it reports the mean writes and completion time over --trials trials.
---cells is another name for --clients in this scenario.
+count it reports the mean writes and completion time over --trials trials
+(default 100, seed 2015). --cells is another name for --clients in this
+scenario.
+
+--scenario iid fails every attempt independently with probability p. For
+each policy (--attempts, default 1,2,3,4,6 attempts without delay) and each
+p (--cells, default 0,0.05,...,0.5) it makes --trials calls (default 100000,
+seed 1) and reports the share that succeeded and the attempts per call,
+beside the theory: 1 - p^n and (1 - p^n)/(1 - p) for n attempts.
 
 flags:
 `
 
 // simOptions are the parsed flags of "rebound sim", for every scenario.
 type simOptions struct {
-	json       bool
-	seed       uint64
-	trials     int
-	clients    []int    // nil: the scenario's default
-	strategies []string // nil: the scenario's default
+	json   bool
+	html   string // --html: the page to write, "" for none
+	seed   uint64
+	trials int
+	// cells is the list --cells or --clients gave, unparsed ("" for the
+	// scenario's default): each scenario reads its own kind of cell.
+	// cellsFlag is the name it came by.
+	cells, cellsFlag string
+	strategies       []string // nil: the scenario's default
+	attempts         []int    // nil: the scenario's default
 }
 
 // simScenario is one scenario of "rebound sim".
 type simScenario struct {
 	name string
-	run  func(ctx context.Context, o simOptions, stdout, stderr io.Writer) int
+	// seed and trials are the defaults of --seed and --trials.
+	seed   uint64
+	trials int
+	// run runs the scenario, telling stderr of its progress, and returns
+	// its report, which --json prints as it is. A non-zero code stops the
+	// command with it, its one-line reason already on stderr.
+	run func(ctx context.Context, o simOptions, stderr io.Writer) (report any, code int)
+	// table prints the report as a table.
+	table func(w io.Writer, report any)
+	// charts, if set, draws the report for --html; a scenario without it
+	// refuses --html.
+	charts func(report any) []sim.Chart
 }
 
 // simScenarios are the scenarios "rebound sim --scenario" accepts.
 var simScenarios = []simScenario{
-	{"occ", runOCCSim},
+	{
+		name: "occ", seed: 2015, trials: sim.DefaultOCCTrials,
+		run:    runOCCSim,
+		table:  func(w io.Writer, r any) { printOCC(w, r.(sim.OCCReport)) },
+		charts: func(r any) []sim.Chart { return r.(sim.OCCReport).Charts() },
+	},
+	{
+		name: "iid", seed: 1, trials: sim.DefaultIIDTrials,
+		run:    runIIDSim,
+		table:  func(w io.Writer, r any) { printIID(w, r.(sim.IIDReport)) },
+		charts: func(r any) []sim.Chart { return r.(sim.IIDReport).Charts() },
+	},
 }
 
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -58,23 +96,23 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var o simOptions
 	scenario := fs.String("scenario", "occ", "the simulation to run: "+simScenarioNames())
 	fs.BoolVar(&o.json, "json", false, "print one JSON object instead of a table")
-	fs.Uint64Var(&o.seed, "seed", 2015, "seed of every random draw")
-	fs.IntVar(&o.trials, "trials", sim.DefaultOCCTrials, "trials each figure averages over")
-	var clientsFrom string
-	clients := func(name string) func(string) error {
+	fs.StringVar(&o.html, "html", "", "also write the results as an HTML page of charts to `FILE`")
+	fs.Uint64Var(&o.seed, "seed", 0, "seed of every random draw (default "+simDefaults(func(s simScenario) uint64 { return s.seed })+")")
+	fs.IntVar(&o.trials, "trials", 0, "trials each figure averages over (default "+
+		simDefaults(func(s simScenario) uint64 { return uint64(s.trials) })+")")
+	cells := func(name string) func(string) error {
 		return func(s string) error {
-			if clientsFrom != "" && clientsFrom != name {
+			if o.cellsFlag != "" && o.cellsFlag != name {
 				return fmt.Errorf("--cells is another name for --clients: give one of them")
 			}
-			clientsFrom = name
-			var err error
-			o.clients, err = parseIntList(s)
-			return err
+			o.cells, o.cellsFlag = s, name
+			return nil
 		}
 	}
-	fs.Func("clients", "comma-separated client counts (default 10,20,50,100,150,190)", clients("clients"))
-	fs.Func("cells", "the same as --clients", clients("cells"))
-	fs.Func("strategies", "comma-separated strategies (default all of "+strings.Join(sim.OCCStrategies(), ",")+")",
+	fs.Func("clients", "occ: comma-separated client counts (default 10,20,50,100,150,190)", cells("clients"))
+	fs.Func("cells", "the scenario's cells: occ, the same as --clients; iid, failure probabilities (default 0,0.05,...,0.5)",
+		cells("cells"))
+	fs.Func("strategies", "occ: comma-separated strategies (default all of "+strings.Join(sim.OCCStrategies(), ",")+")",
 		func(s string) error {
 			for item := range strings.SplitSeq(s, ",") {
 				item = strings.TrimSpace(item)
@@ -85,19 +123,77 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			return nil
 		})
+	fs.Func("attempts", "iid: comma-separated MaxAttempts of the policies compared (default 1,2,3,4,6)", func(s string) error {
+		var err error
+		o.attempts, err = parseIntList(s)
+		return err
+	})
 	if code, done := parseFlags(fs, args, simUsage, stderr); done {
 		return code
+	}
+	i := slices.IndexFunc(simScenarios, func(s simScenario) bool { return s.name == *scenario })
+	if i < 0 {
+		fmt.Fprintf(stderr, "rebound sim: unknown scenario %q (want %s)\n", *scenario, simScenarioNames())
+		return 2
+	}
+	s := simScenarios[i]
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["seed"] {
+		o.seed = s.seed
+	}
+	if !set["trials"] {
+		o.trials = s.trials
 	}
 	if o.trials < 1 {
 		fmt.Fprintf(stderr, "rebound sim: --trials must be at least 1 (got %d)\n", o.trials)
 		return 2
 	}
-	for _, s := range simScenarios {
-		if s.name == *scenario {
-			return s.run(ctx, o, stdout, stderr)
-		}
+	if o.html != "" && s.charts == nil {
+		fmt.Fprintf(stderr, "rebound sim: the %s scenario draws no charts for --html\n", s.name)
+		return 2
 	}
-	fmt.Fprintf(stderr, "rebound sim: unknown scenario %q (want %s)\n", *scenario, simScenarioNames())
+	report, code := s.run(ctx, o, stderr)
+	if code != 0 {
+		return code
+	}
+	if o.html != "" {
+		title := fmt.Sprintf("rebound sim --scenario %s, seed %d, %d trials", s.name, o.seed, o.trials)
+		if err := writeSimHTML(o.html, title, s.charts(report)); err != nil {
+			fmt.Fprintf(stderr, "rebound sim: --html: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stderr, "rebound sim: wrote %s\n", o.html)
+	}
+	if o.json {
+		return printJSON(stdout, stderr, report)
+	}
+	s.table(stdout, report)
+	return 0
+}
+
+// writeSimHTML writes the page of charts to path.
+func writeSimHTML(path, title string, charts []sim.Chart) error {
+	var b bytes.Buffer
+	if err := sim.WriteHTML(&b, title, charts); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
+}
+
+// simDefaults lists a per-scenario default as "2015 for occ, 1 for iid".
+func simDefaults(of func(simScenario) uint64) string {
+	list := make([]string, len(simScenarios))
+	for i, s := range simScenarios {
+		list[i] = fmt.Sprintf("%d for %s", of(s), s.name)
+	}
+	return strings.Join(list, ", ")
+}
+
+// simRefuse tells stderr that flag does not apply to scenario and returns
+// the exit code of bad usage.
+func simRefuse(stderr io.Writer, flag, scenario string) int {
+	fmt.Fprintf(stderr, "rebound sim: --%s does not apply to the %s scenario\n", flag, scenario)
 	return 2
 }
 
@@ -126,12 +222,22 @@ func parseIntList(s string) ([]int, error) {
 	return list, nil
 }
 
-// runOCCSim runs the occ scenario and prints its table or JSON.
-func runOCCSim(ctx context.Context, o simOptions, stdout, stderr io.Writer) int {
-	c := sim.OCCConfig{Strategies: o.strategies, Clients: o.clients, Trials: o.trials}
+// runOCCSim runs the occ scenario.
+func runOCCSim(ctx context.Context, o simOptions, stderr io.Writer) (any, int) {
+	if o.attempts != nil {
+		return nil, simRefuse(stderr, "attempts", "occ")
+	}
+	c := sim.OCCConfig{Strategies: o.strategies, Trials: o.trials}
+	if o.cells != "" {
+		var err error
+		if c.Clients, err = parseIntList(o.cells); err != nil {
+			fmt.Fprintf(stderr, "rebound sim: --%s: %v\n", o.cellsFlag, err)
+			return nil, 2
+		}
+	}
 	if err := c.Validate(); err != nil {
 		fmt.Fprintf(stderr, "rebound sim: %s\n", strings.TrimPrefix(err.Error(), "sim: "))
-		return 2
+		return nil, 2
 	}
 	strategies, clients := len(c.Strategies), len(c.Clients)
 	if strategies == 0 {
@@ -152,14 +258,10 @@ func runOCCSim(ctx context.Context, o simOptions, stdout, stderr io.Writer) int 
 	r, err := sim.RunOCC(ctx, o.seed, c)
 	if err != nil {
 		fmt.Fprintf(stderr, "rebound sim: %v\n", err)
-		return 1
+		return nil, 1
 	}
 	fmt.Fprintf(stderr, "rebound sim: done in %v\n", time.Since(start).Round(time.Millisecond))
-	if o.json {
-		return printJSON(stdout, stderr, r)
-	}
-	printOCC(stdout, r)
-	return 0
+	return r, 0
 }
 
 // printOCC prints an OCC report beside Brooker's published figures.
@@ -178,6 +280,76 @@ func printOCC(w io.Writer, r sim.OCCReport) {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%.2f s\t%s\t%s\t%g/%d\t\n", res.Strategy, res.Clients, res.Writes, pubW, diffW,
 			res.CompletionMS/1000, pubC, diffC, res.Succeeded, res.Clients)
+	}
+	tw.Flush()
+}
+
+// runIIDSim runs the iid scenario.
+func runIIDSim(ctx context.Context, o simOptions, stderr io.Writer) (any, int) {
+	switch {
+	case o.strategies != nil:
+		return nil, simRefuse(stderr, "strategies", "iid")
+	case o.cellsFlag == "clients":
+		return nil, simRefuse(stderr, "clients", "iid")
+	}
+	c := sim.IIDConfig{Attempts: o.attempts, Trials: o.trials}
+	if o.cells != "" {
+		var err error
+		if c.Rates, err = parseFloatList(o.cells); err != nil {
+			fmt.Fprintf(stderr, "rebound sim: --cells: %v\n", err)
+			return nil, 2
+		}
+	}
+	if err := c.Validate(); err != nil {
+		fmt.Fprintf(stderr, "rebound sim: %s\n", strings.TrimPrefix(err.Error(), "sim: "))
+		return nil, 2
+	}
+	attempts, rates := len(c.Attempts), len(c.Rates)
+	if attempts == 0 {
+		attempts = len(sim.DefaultIIDAttempts)
+	}
+	if rates == 0 {
+		rates = len(sim.DefaultIIDRates)
+	}
+	cells := attempts * rates
+	fmt.Fprintf(stderr, "rebound sim: iid scenario, seed %d, %d calls in each of %d cells…\n", o.seed, o.trials, cells)
+	done := 0
+	c.Progress = func(r sim.IIDResult) {
+		done++
+		fmt.Fprintf(stderr, "rebound sim: [%d/%d] %d attempts, p = %g: success %.4f, load %.3f\n",
+			done, cells, r.MaxAttempts, r.P, r.Success, r.Load)
+	}
+	start := time.Now()
+	r, err := sim.RunIID(ctx, o.seed, c)
+	if err != nil {
+		fmt.Fprintf(stderr, "rebound sim: %v\n", err)
+		return nil, 1
+	}
+	fmt.Fprintf(stderr, "rebound sim: done in %v\n", time.Since(start).Round(time.Millisecond))
+	return r, 0
+}
+
+// parseFloatList parses "0,0.1,0.25".
+func parseFloatList(s string) ([]float64, error) {
+	var list []float64
+	for item := range strings.SplitSeq(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(item), 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a number", strings.TrimSpace(item))
+		}
+		list = append(list, v)
+	}
+	return list, nil
+}
+
+// printIID prints an iid report beside the theoretical figures.
+func printIID(w io.Writer, r sim.IIDReport) {
+	fmt.Fprintf(w, "rebound sim --scenario iid, seed %d: independent failures, success rate and attempts per call\n\n", r.Seed)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "attempts\tp\tsuccess\ttheory\tload\ttheory\t")
+	for _, res := range r.Results {
+		fmt.Fprintf(tw, "%d\t%g\t%.4f\t%.4f\t%.4f\t%.4f\t\n", res.MaxAttempts, res.P, res.Success, res.SuccessBound,
+			res.Load, res.LoadBound)
 	}
 	tw.Flush()
 }

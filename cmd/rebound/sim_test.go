@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/xml"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -116,6 +119,14 @@ func TestSimBadUsage(t *testing.T) {
 		{[]string{"--strategies", "full,"}, "empty"},
 		{[]string{"--nope"}, "nope"},
 		{[]string{"occ"}, "unexpected argument"},
+		{[]string{"--attempts", "3"}, "--attempts does not apply to the occ scenario"},
+		{[]string{"--scenario", "iid", "--clients", "10"}, "--clients does not apply to the iid scenario"},
+		{[]string{"--scenario", "iid", "--strategies", "full"}, "--strategies does not apply"},
+		{[]string{"--scenario", "iid", "--cells", "0.1,x"}, `"x" is not a number`},
+		{[]string{"--scenario", "iid", "--cells", "0.1,1.5"}, "within [0, 1]"},
+		{[]string{"--scenario", "iid", "--attempts", "3,0"}, "at least 1"},
+		{[]string{"--scenario", "iid", "--attempts", "three"}, "three"},
+		{[]string{"--scenario", "iid", "--trials", "0"}, "trials"},
 	} {
 		code, stdout, stderr := runSimCmd(t, tc.args...)
 		if code != 2 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, tc.want) ||
@@ -123,7 +134,8 @@ func TestSimBadUsage(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 and one line naming %q", tc.args, code, stdout, stderr, tc.want)
 		}
 	}
-	if code, _, stderr := runSimCmd(t, "-h"); code != 0 || !strings.Contains(stderr, "--cells is another name") {
+	if code, _, stderr := runSimCmd(t, "-h"); code != 0 || !strings.Contains(stderr, "--cells is another name") ||
+		!strings.Contains(stderr, "--scenario iid") || !strings.Contains(stderr, "2015 for occ, 1 for iid") {
 		t.Errorf("-h: exit %d, %q", code, stderr)
 	}
 	var out, errOut bytes.Buffer
@@ -139,8 +151,148 @@ func TestSimBadUsage(t *testing.T) {
 func TestSimCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	var out, errOut bytes.Buffer
-	if code := run(ctx, []string{"sim", "--json"}, &out, &errOut); code != 1 || out.Len() != 0 {
-		t.Errorf("canceled: exit %d, stdout %q", code, out.String())
+	for _, scenario := range []string{"occ", "iid"} {
+		var out, errOut bytes.Buffer
+		if code := run(ctx, []string{"sim", "--json", "--scenario", scenario}, &out, &errOut); code != 1 || out.Len() != 0 {
+			t.Errorf("%s canceled: exit %d, stdout %q", scenario, code, out.String())
+		}
+	}
+}
+
+// TestSimIIDJSON checks the iid scenario's JSON: exactly one object with
+// the documented keys, theory beside every measurement, the defaults of
+// --seed and --cells, and the same output for the same seed.
+func TestSimIIDJSON(t *testing.T) {
+	args := []string{"--scenario", "iid", "--json", "--trials", "2000", "--attempts", "1,3"}
+	code, stdout, stderr := runSimCmd(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "[22/22]") || !strings.Contains(stderr, "seed 1,") {
+		t.Errorf("no progress, or not the default seed, on stderr: %q", stderr)
+	}
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	var raw map[string]json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		t.Fatalf("stdout is not a JSON object: %v\n%s", err, stdout)
+	}
+	if dec.More() {
+		t.Fatal("stdout holds more than one JSON object")
+	}
+	if keys := sortedKeys(raw); !slices.Equal(keys, []string{"results", "scenario", "seed"}) {
+		t.Fatalf("top-level keys %v", keys)
+	}
+	var results []map[string]json.RawMessage
+	if err := json.Unmarshal(raw["results"], &results); err != nil || len(results) != 2*len(sim.DefaultIIDRates) {
+		t.Fatalf("results: %v, %d of them", err, len(results))
+	}
+	for _, res := range results {
+		if keys := sortedKeys(res); !slices.Equal(keys, []string{"load", "load_bound", "max_attempts", "p", "success", "success_bound"}) {
+			t.Fatalf("result keys %v", keys)
+		}
+	}
+	var r sim.IIDReport
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Scenario != "iid" || r.Seed != 1 {
+		t.Errorf("header %q, seed %d", r.Scenario, r.Seed)
+	}
+	for i, res := range r.Results {
+		if p := sim.DefaultIIDRates[i%len(sim.DefaultIIDRates)]; res.P != p {
+			t.Errorf("result %d at p = %v, want %v", i, res.P, p)
+		}
+		success, load := sim.IIDTheory(res.P, res.MaxAttempts)
+		if res.SuccessBound != success || res.LoadBound != load || res.Success < 0 || res.Success > 1 ||
+			res.Load < 1 || res.Load > float64(res.MaxAttempts) {
+			t.Errorf("implausible result %+v", res)
+		}
+	}
+	if code, again, _ := runSimCmd(t, args...); code != 0 || again != stdout {
+		t.Errorf("same seed, different output (exit %d)", code)
+	}
+	if code, other, _ := runSimCmd(t, append(args, "--seed", "2")...); code != 0 || other == stdout || !strings.Contains(other, `"seed": 2`) {
+		t.Errorf("--seed 2 gave the same output as seed 1 (exit %d)", code)
+	}
+}
+
+// TestSimIIDTable checks the iid table: the measured figures beside
+// theory's, narrowed by --cells.
+func TestSimIIDTable(t *testing.T) {
+	code, stdout, stderr := runSimCmd(t, "--scenario", "iid", "--cells", "0.35, 1", "--attempts", "4", "--trials", "1000")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(lines) != 5 {
+		t.Fatalf("want a title, a blank line, a header and 2 rows:\n%s", stdout)
+	}
+	for _, want := range []string{"attempts", "theory", "0.35", "0.9850", "1.5154"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout)
+		}
+	}
+	// At p = 1 every call fails after exactly 4 attempts.
+	if f := strings.Fields(lines[4]); !slices.Equal(f, []string{"4", "1", "0.0000", "0.0000", "4.0000", "4.0000"}) {
+		t.Errorf("row at p = 1: %q", f)
+	}
+}
+
+// TestSimHTML checks that --html writes a page of charts beside the usual
+// output, for every scenario that draws them, and that a page that cannot
+// be written fails the command.
+func TestSimHTML(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args   []string
+		charts int
+		want   []string
+	}{
+		{[]string{"--clients", "10,50", "--trials", "2", "--strategies", "full,none"}, 2,
+			[]string{"Writes against clients", "published (Brooker)", "full", "none"}},
+		{[]string{"--scenario", "iid", "--cells", "0,0.5", "--trials", "100"}, 2,
+			[]string{"Success rate", "attempts per call", "6 attempts", "theory"}},
+	} {
+		path := filepath.Join(dir, strings.Join(tc.args[:2], "")+".html")
+		for _, json := range []bool{false, true} {
+			args := append(slices.Clone(tc.args), "--html", path)
+			if json {
+				args = append(args, "--json")
+			}
+			code, stdout, stderr := runSimCmd(t, args...)
+			if code != 0 {
+				t.Fatalf("%v: exit %d: %s", args, code, stderr)
+			}
+			if !strings.Contains(stderr, "wrote "+path) {
+				t.Errorf("%v: stderr does not name the page: %q", args, stderr)
+			}
+			if json != strings.HasPrefix(stdout, "{") || !json && !strings.Contains(stdout, "theory") && !strings.Contains(stdout, "published") {
+				t.Errorf("%v: --html changed the usual output:\n%s", args, stdout)
+			}
+			page, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			html := string(page)
+			if !strings.HasPrefix(html, "<!DOCTYPE html>") || strings.Count(html, "<svg ") != tc.charts || strings.Contains(html, "<script") {
+				t.Errorf("%v: page with %d <svg>:\n%.300s", args, strings.Count(html, "<svg "), html)
+			}
+			if err := xml.Unmarshal(page, new(struct{})); err != nil {
+				t.Errorf("%v: page is not well-formed: %v", args, err)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(html, want) {
+					t.Errorf("%v: page lacks %q", args, want)
+				}
+			}
+			if n := strings.Count(html, "http"); n != tc.charts || strings.Count(html, `xmlns="http://www.w3.org/2000/svg"`) != tc.charts {
+				t.Errorf("%v: page holds %d \"http\", want only the %d SVG namespaces", args, n, tc.charts)
+			}
+		}
+	}
+	code, stdout, stderr := runSimCmd(t, "--clients", "10", "--trials", "1", "--html", filepath.Join(dir, "no", "such", "dir.html"))
+	if code != 1 || stdout != "" || !strings.Contains(stderr, "rebound sim: --html: ") || !strings.HasSuffix(stderr, "\n") ||
+		strings.Count(stderr[strings.Index(stderr, "rebound sim: --html"):], "\n") != 1 {
+		t.Errorf("unwritable page: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
