@@ -230,7 +230,7 @@ func (o *overload) capacity(t time.Time) float64 {
 }
 
 func (o *overload) run() OverloadResult {
-	o.goodput = make([]int, int(o.end.Sub(o.start)/time.Second)+1)
+	o.goodput = make([]int, int(o.end.Sub(o.start)/time.Second)) // whole seconds only
 	o.at(o.start.Add(o.interarrival()), o.arrive)
 	for o.events.Len() > 0 {
 		e := heap.Pop(&o.events).(event)
@@ -375,7 +375,7 @@ func (o *overload) result() OverloadResult {
 		RecoveryS:     -1, GoodputBySecond: o.goodput,
 	}
 	triggerEnd := int((OverloadWarmup + o.cell.Duration) / time.Second)
-	for s := triggerEnd; s+recoveryWindow <= len(o.goodput)-1; s++ {
+	for s := triggerEnd; s+recoveryWindow <= len(o.goodput); s++ {
 		sum := 0
 		for _, g := range o.goodput[s : s+recoveryWindow] {
 			sum += g
@@ -387,4 +387,43 @@ func (o *overload) result() OverloadResult {
 	}
 	r.Goodput = math.Round(r.Goodput*100) / 100
 	return r
+}
+
+// Charts draws goodput over time around each cell's trigger, a line per
+// strategy, with the arrival rate dashed: where a line stays under it after
+// the trigger, the strategy has not recovered.
+func (r OverloadReport) Charts() []Chart {
+	type key struct{ f, d float64 }
+	var order []key
+	byCell := map[key][]OverloadResult{}
+	for _, x := range r.Results {
+		k := key{x.TriggerFraction, x.TriggerS}
+		if _, ok := byCell[k]; !ok {
+			order = append(order, k)
+		}
+		byCell[k] = append(byCell[k], x)
+	}
+	warmup := OverloadWarmup.Seconds()
+	var charts []Chart
+	for _, k := range order {
+		c := Chart{
+			Title:  fmt.Sprintf("Capacity down to %.0f%% for %.0f s", 100*k.f, k.d),
+			XLabel: "seconds from the trigger", YLabel: "successful calls a second",
+			Caption: fmt.Sprintf("The trigger runs from 0 to %.0f s; arrivals are %.0f a second (dashed).", k.d, OverloadArrivals),
+		}
+		for _, x := range byCell[k] {
+			s := Series{Name: x.Strategy}
+			for sec, g := range x.GoodputBySecond {
+				if t := float64(sec) - warmup; t >= -10 {
+					s.Points = append(s.Points, Point{X: t, Y: float64(g)})
+				}
+			}
+			c.Series = append(c.Series, s)
+		}
+		last := c.Series[0].Points[len(c.Series[0].Points)-1].X
+		c.Series = append(c.Series, Series{Name: "arrivals", Color: "#7f7f7f", Dashed: true,
+			Points: []Point{{X: -10, Y: OverloadArrivals}, {X: last, Y: OverloadArrivals}}})
+		charts = append(charts, c)
+	}
+	return charts
 }

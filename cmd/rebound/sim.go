@@ -17,7 +17,7 @@ import (
 	"github.com/rebound-go/rebound/sim"
 )
 
-const simUsage = `usage: rebound sim [--scenario occ|iid] [--json] [--html FILE] [--seed N] [--trials N]
+const simUsage = `usage: rebound sim [--scenario occ|iid|overload] [--json] [--html FILE] [--seed N] [--trials N]
                    [--cells C,C,...] [--clients N,N,...] [--strategies S,S,...] [--attempts N,N,...]
 
 Run a simulation in virtual time through rebound's real retry decisions (a
@@ -40,6 +40,16 @@ each policy (--attempts, default 1,2,3,4,6 attempts without delay) and each
 p (--cells, default 0,0.05,...,0.5) it makes --trials calls (default 100000,
 seed 1) and reports the share that succeeded and the attempts per call,
 beside the theory: 1 - p^n and (1 - p^n)/(1 - p) for n attempts.
+
+--scenario overload: one provider serves attempts first in, first out at
+100 a second; calls arrive at 90 a second, each with a 5 s deadline and a
+1 s timeout per attempt, and an attempt its client gave up on is still
+served. After 30 s a trigger drops capacity to a fraction f for Δt seconds;
+the run goes on for 10·Δt after it. For each strategy (none, retry3, budget,
+rebound) and each cell (--cells, as f x seconds, default
+0.1x5,0.1x10,0.1x30,0.5x5,0.5x10,0.5x30; seed 1) it reports goodput,
+amplification (attempts per call), success rate and recovery time, and a
+map of the cells.
 
 flags:
 `
@@ -88,6 +98,12 @@ var simScenarios = []simScenario{
 		run:    runIIDSim,
 		table:  func(w io.Writer, r any) { printIID(w, r.(sim.IIDReport)) },
 		charts: func(r any) []sim.Chart { return r.(sim.IIDReport).Charts() },
+	},
+	{
+		name: "overload", seed: 1, trials: 1, // one run per cell: the model is fixed
+		run:    runOverloadSim,
+		table:  func(w io.Writer, r any) { printOverload(w, r.(sim.OverloadReport)) },
+		charts: func(r any) []sim.Chart { return r.(sim.OverloadReport).Charts() },
 	},
 }
 
@@ -158,7 +174,10 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if o.html != "" {
-		title := fmt.Sprintf("rebound sim --scenario %s, seed %d, %d trials", s.name, o.seed, o.trials)
+		title := fmt.Sprintf("rebound sim --scenario %s, seed %d", s.name, o.seed)
+		if o.trials > 1 {
+			title += fmt.Sprintf(", %d trials", o.trials)
+		}
 		if err := writeSimHTML(o.html, title, s.charts(report)); err != nil {
 			fmt.Fprintf(stderr, "rebound sim: --html: %v\n", err)
 			return 1
@@ -352,4 +371,94 @@ func printIID(w io.Writer, r sim.IIDReport) {
 			res.Load, res.LoadBound)
 	}
 	tw.Flush()
+}
+
+func runOverloadSim(ctx context.Context, o simOptions, stderr io.Writer) (any, int) {
+	switch {
+	case o.attempts != nil:
+		return nil, simRefuse(stderr, "attempts", "overload")
+	case o.cellsFlag == "clients":
+		return nil, simRefuse(stderr, "clients", "overload")
+	case o.trials != 1:
+		return nil, simRefuse(stderr, "trials", "overload")
+	}
+	var cells []sim.OverloadCell
+	if o.cells != "" {
+		for item := range strings.SplitSeq(o.cells, ",") {
+			f, secs, ok := strings.Cut(strings.TrimSpace(item), "x")
+			fv, ferr := strconv.ParseFloat(f, 64)
+			sv, serr := strconv.ParseFloat(secs, 64)
+			if !ok || ferr != nil || serr != nil || fv <= 0 || fv > 1 || sv <= 0 {
+				fmt.Fprintf(stderr, "rebound sim: --cells: %q is not a fraction in (0, 1] x seconds, like 0.1x30\n", item)
+				return nil, 2
+			}
+			cells = append(cells, sim.OverloadCell{Fraction: fv, Duration: time.Duration(sv * float64(time.Second))})
+		}
+	}
+	for _, s := range o.strategies {
+		if !slices.Contains(sim.OverloadStrategies(), s) {
+			fmt.Fprintf(stderr, "rebound sim: unknown strategy %q (want %s)\n", s, strings.Join(sim.OverloadStrategies(), ", "))
+			return nil, 2
+		}
+	}
+	fmt.Fprintf(stderr, "rebound sim: overload scenario, seed %d…\n", o.seed)
+	start := time.Now()
+	r, err := sim.RunOverload(ctx, o.seed, o.strategies, cells)
+	if err != nil {
+		fmt.Fprintf(stderr, "rebound sim: %v\n", err)
+		return nil, 1
+	}
+	fmt.Fprintf(stderr, "rebound sim: done in %v\n", time.Since(start).Round(time.Millisecond))
+	return r, 0
+}
+
+// printOverload prints each result, then the map: recovery time by cell
+// and strategy.
+func printOverload(w io.Writer, r sim.OverloadReport) {
+	fmt.Fprintf(w, "rebound sim --scenario overload, seed %d: capacity 100/s, arrivals 90/s, deadline 5 s, attempt timeout 1 s\n\n", r.Seed)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "f\tΔt\tstrategy\tgoodput/s\tamplification\tsuccess\trecovery\t")
+	for _, x := range r.Results {
+		fmt.Fprintf(tw, "%.1f\t%.0f s\t%s\t%.1f\t%.2f\t%.1f%%\t%s\t\n", x.TriggerFraction, x.TriggerS, x.Strategy,
+			x.Goodput, x.Amplification, 100*x.SuccessRate, recovery(x))
+	}
+	tw.Flush()
+
+	fmt.Fprintln(w, "\nmap: recovery time after the trigger ends (never: metastable)")
+	var strategies []string
+	type cell struct{ f, d float64 }
+	var cells []cell
+	at := map[cell]map[string]sim.OverloadResult{}
+	for _, x := range r.Results {
+		c := cell{x.TriggerFraction, x.TriggerS}
+		if at[c] == nil {
+			at[c] = map[string]sim.OverloadResult{}
+			cells = append(cells, c)
+		}
+		if !slices.Contains(strategies, x.Strategy) {
+			strategies = append(strategies, x.Strategy)
+		}
+		at[c][x.Strategy] = x
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "cell\t")
+	for _, s := range strategies {
+		fmt.Fprintf(tw, "%s\t", s)
+	}
+	fmt.Fprintln(tw)
+	for _, c := range cells {
+		fmt.Fprintf(tw, "f=%.1f Δt=%.0fs\t", c.f, c.d)
+		for _, s := range strategies {
+			fmt.Fprintf(tw, "%s\t", recovery(at[c][s]))
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+}
+
+func recovery(x sim.OverloadResult) string {
+	if !x.Recovered {
+		return "never"
+	}
+	return fmt.Sprintf("%.0f s", x.RecoveryS)
 }

@@ -296,3 +296,43 @@ func TestSimHTML(t *testing.T) {
 		t.Errorf("unwritable page: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
+
+func TestSimOverload(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"sim", "--scenario", "overload", "--json", "--cells", "0.5x5", "--strategies", "none,rebound"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var r struct {
+		Scenario string `json:"scenario"`
+		Seed     uint64 `json:"seed"`
+		Results  []struct {
+			Strategy        string  `json:"strategy"`
+			TriggerFraction float64 `json:"trigger_fraction"`
+			TriggerS        float64 `json:"trigger_s"`
+			Goodput         float64 `json:"goodput"`
+			Amplification   float64 `json:"amplification"`
+			SuccessRate     float64 `json:"success_rate"`
+			Recovered       bool    `json:"recovered"`
+			RecoveryS       float64 `json:"recovery_s"`
+		} `json:"results"`
+	}
+	dec := json.NewDecoder(&stdout)
+	if err := dec.Decode(&r); err != nil || dec.More() {
+		t.Fatalf("stdout is not one JSON object: %v", err)
+	}
+	if r.Scenario != "overload" || r.Seed != 1 || len(r.Results) != 2 || r.Results[1].Strategy != "rebound" || !r.Results[1].Recovered ||
+		r.Results[0].TriggerFraction != 0.5 || r.Results[0].TriggerS != 5 {
+		t.Fatalf("%+v", r)
+	}
+	for _, args := range [][]string{
+		{"sim", "--scenario", "overload", "--cells", "2x5"},
+		{"sim", "--scenario", "overload", "--cells", "0.5"},
+		{"sim", "--scenario", "overload", "--strategies", "panic"},
+		{"sim", "--scenario", "overload", "--trials", "3"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), args, &out, &errOut); code != 2 || strings.Count(strings.TrimSpace(errOut.String()), "\n") != 0 {
+			t.Errorf("%q: exit %d, stderr %q", args, code, errOut.String())
+		}
+	}
+}
