@@ -42,9 +42,10 @@ var ErrDeadline = errors.New("ratelimit: the wait would pass the deadline")
 // Config is a Limiter's limits. Its zero value limits nothing.
 type Config struct {
 	// RequestsPerMinute and TokensPerMinute are the limits; zero means
-	// none. Calls may come in bursts of up to ten seconds' worth, so that
-	// no 60 s window sees more than 7/6 of a limit; a call of more tokens
-	// than ten seconds' worth is charged ten seconds' worth.
+	// none. No 60 s window ever sees more than a limit: requests may come
+	// in bursts of a second's worth and tokens of ten seconds' worth, and
+	// the steady pace leaves room for them. A call of more tokens than ten
+	// seconds' worth is charged ten seconds' worth.
 	RequestsPerMinute, TokensPerMinute float64
 	// Now is the limiter's clock. Nil means time.Now; a simulation gives
 	// it virtual time.
@@ -71,20 +72,28 @@ func New(cfg Config) *Limiter {
 	if l.now == nil {
 		l.now = time.Now
 	}
-	l.requests = perMinute(cfg.RequestsPerMinute)
-	l.tokens = perMinute(cfg.TokensPerMinute)
+	l.requests = requestsPerMinute(cfg.RequestsPerMinute)
+	l.tokens = tokensPerMinute(cfg.TokensPerMinute)
 	return l
 }
 
-// perMinute makes a limiter of n a minute, with bursts of up to ten
-// seconds' worth, so that no minute sees more than 7/6 of n; nil for no
-// limit.
-func perMinute(n float64) *rate.Limiter {
+// perMinute makes a limiter that never lets more than n through in any 60
+// s window: a burst of b at once, then (n − b) a minute, so that burst and
+// refill together stay within n; nil for no limit.
+func perMinute(n float64, b int) *rate.Limiter {
 	if n <= 0 {
 		return nil
 	}
-	return rate.NewLimiter(rate.Limit(n/60), max(int(math.Ceil(n/6)), 1))
+	b = max(min(b, int(n)), 1)
+	r := (n - float64(b)) / 60
+	if r <= 0 {
+		r = n / 60
+	}
+	return rate.NewLimiter(rate.Limit(r), b)
 }
+
+func requestsPerMinute(n float64) *rate.Limiter { return perMinute(n, int(math.Ceil(n/60))) }
+func tokensPerMinute(n float64) *rate.Limiter   { return perMinute(n, int(math.Ceil(n/6))) }
 
 // Reservation is a Limiter's promise of one call of some tokens.
 type Reservation struct {
@@ -252,6 +261,6 @@ func (l *Limiter) restoreIfDue(now time.Time) {
 		return
 	}
 	l.restoreAt = time.Time{}
-	l.requests = perMinute(l.cfg.RequestsPerMinute)
-	l.tokens = perMinute(l.cfg.TokensPerMinute)
+	l.requests = requestsPerMinute(l.cfg.RequestsPerMinute)
+	l.tokens = tokensPerMinute(l.cfg.TokensPerMinute)
 }

@@ -13,8 +13,7 @@ import (
 )
 
 // TestNeverExceedsTheLimits: 8 callers waiting as fast as they may for 10
-// virtual minutes; no 60 s window sees more than 7/6 of RPM or TPM, and
-// the whole run averages no more than the limits.
+// virtual minutes; no 60 s window sees more than RPM calls or TPM tokens.
 func TestNeverExceedsTheLimits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const rpm, tpm, tokens = 120.0, 60000.0, 700
@@ -45,12 +44,12 @@ func TestNeverExceedsTheLimits(t *testing.T) {
 					n++
 				}
 			}
-			if float64(n) > maxCalls*7/6+1 {
+			if float64(n) > maxCalls {
 				t.Fatalf("%d calls in the minute from %v; limit %.0f", n, at[i], maxCalls)
 			}
 		}
-		if perMin := float64(len(at)) / 10; perMin > maxCalls*1.02+maxCalls/6/10 {
-			t.Fatalf("%.1f calls a minute on average; limit %.0f", perMin, maxCalls)
+		if perMin := float64(len(at)) / 10; perMin < maxCalls*0.8 {
+			t.Fatalf("%.1f calls a minute on average: far below the limit %.0f", perMin, maxCalls)
 		}
 		t.Logf("%d calls in 10 minutes, limit %.0f a minute", len(at), maxCalls)
 	})
@@ -70,9 +69,9 @@ func TestHonoursAResetHeader(t *testing.T) {
 		if waited := time.Since(start); waited < 19*time.Second || waited > 21*time.Second {
 			t.Fatalf("waited %v, want the 20 s until the reset", waited)
 		}
-		// After the reset, the configured pace is back: ten seconds' worth at once.
+		// After the reset, the configured pace is back: a second's worth at once.
 		time.Sleep(time.Second)
-		for i := range 100 {
+		for i := range 10 {
 			if !l.Allow(1) {
 				t.Fatalf("call %d refused after the reset", i)
 			}
@@ -102,7 +101,7 @@ func TestPacesWhatIsLeftUntilTheReset(t *testing.T) {
 
 func TestDropsACallThatWouldMissItsDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := New(Config{RequestsPerMinute: 6}) // one burst of 1, then every 10 s
+		l := New(Config{RequestsPerMinute: 6}) // a burst of 1, then one every 12 s (5 a minute after it)
 		l.Allow(1)
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		defer cancel()
@@ -110,8 +109,8 @@ func TestDropsACallThatWouldMissItsDeadline(t *testing.T) {
 		if err := l.Wait(ctx, 1); !errors.Is(err, ErrDeadline) || time.Since(start) != 0 {
 			t.Fatalf("err %v after %v", err, time.Since(start))
 		}
-		// The dropped call took nothing: the next slot is still 10 s away, not 20.
-		if err := l.Wait(t.Context(), 1); err != nil || time.Since(start) != 10*time.Second {
+		// The dropped call took nothing: the next slot is still 12 s away, not 24.
+		if err := l.Wait(t.Context(), 1); err != nil || time.Since(start) != 12*time.Second {
 			t.Fatalf("err %v after %v", err, time.Since(start))
 		}
 	})
