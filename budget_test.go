@@ -27,7 +27,8 @@ func TestRetryBudgetReserve(t *testing.T) {
 		for range 20 {
 			b.Deposit(now)
 		}
-		if !b.Withdraw(now) || !b.Withdraw(now) || b.Withdraw(now) {
+		first, second, third := b.Withdraw(now), b.Withdraw(now), b.Withdraw(now)
+		if !first || !second || third {
 			t.Fatal("20 calls at a ratio of 0.1 should allow exactly 2 more retries")
 		}
 		time.Sleep(rebound.DefaultBudgetTTL) // virtual: everything is forgotten

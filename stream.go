@@ -51,7 +51,7 @@ func Stream[E any](ctx context.Context, p Policy, open func(context.Context) ite
 					return
 				}
 			}
-			failure, delivered, stopped := streamAttempt(ctx, open, preamble, yield)
+			delivered, stopped, failure := streamAttempt(ctx, open, preamble, yield)
 			if failure == nil {
 				r.attempted(attempt, nil)
 				if p.Breaker != nil {
@@ -95,15 +95,15 @@ func Stream[E any](ctx context.Context, p Policy, open func(context.Context) ite
 }
 
 // streamAttempt runs one attempt's stream into yield, holding preamble back
-// until the first other event. It returns the attempt's error (nil if the
-// stream ended cleanly or the caller stopped), whether any event reached
-// the caller, and whether the caller stopped asking.
+// until the first other event. It returns whether any event reached the
+// caller, whether the caller stopped asking, and the attempt's error (nil
+// if the stream ended cleanly or the caller stopped).
 func streamAttempt[E any](ctx context.Context, open func(context.Context) iter.Seq2[E, error], preamble func(E) bool,
-	yield func(E, error) bool) (failure error, delivered, stopped bool) {
+	yield func(E, error) bool) (delivered, stopped bool, failure error) {
 	var held []E
 	for e, err := range open(ctx) {
 		if err != nil {
-			return err, delivered, false
+			return delivered, false, err
 		}
 		if !delivered && preamble != nil && preamble(e) {
 			held = append(held, e)
@@ -113,19 +113,19 @@ func streamAttempt[E any](ctx context.Context, open func(context.Context) iter.S
 			delivered = true
 			for _, h := range held {
 				if !yield(h, nil) {
-					return nil, true, true
+					return true, true, nil
 				}
 			}
 			held = nil
 		}
 		if !yield(e, nil) {
-			return nil, true, true
+			return true, true, nil
 		}
 	}
 	for _, h := range held {
 		if !yield(h, nil) {
-			return nil, true, true
+			return true, true, nil
 		}
 	}
-	return nil, delivered || len(held) > 0, false
+	return delivered || len(held) > 0, false, nil
 }

@@ -30,15 +30,15 @@ func flaky(calls *atomic.Int64, keys *[]string, errs ...error) tool.Func {
 }
 
 var (
-	timeout = fmt.Errorf("write to notification service: %w", context.DeadlineExceeded)
-	busy    = &rebound.HTTPError{StatusCode: 503}
+	errTimeout = fmt.Errorf("write to notification service: %w", context.DeadlineExceeded)
+	errBusy    = &rebound.HTTPError{StatusCode: 503}
 )
 
 func TestReadOnlyIsRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var calls atomic.Int64
 		var r tool.Registry
-		r.Register("search", tool.Spec{Kind: tool.ReadOnly}, flaky(&calls, nil, busy, busy))
+		r.Register("search", tool.Spec{Kind: tool.ReadOnly}, flaky(&calls, nil, errBusy, errBusy))
 		res := r.Execute(t.Context(), tool.Call{ID: "c1", Name: "search"})
 		if res.Failure != nil || res.Output != "done" || calls.Load() != 3 {
 			t.Fatalf("%+v after %d calls", res, calls.Load())
@@ -49,7 +49,7 @@ func TestReadOnlyIsRetried(t *testing.T) {
 func TestSideEffectRunsOnce(t *testing.T) {
 	var calls atomic.Int64
 	var r tool.Registry
-	r.Register("send_email", tool.Spec{Kind: tool.SideEffect, Policy: rebound.Policy{MaxAttempts: 10}}, flaky(&calls, nil, timeout, timeout))
+	r.Register("send_email", tool.Spec{Kind: tool.SideEffect, Policy: rebound.Policy{MaxAttempts: 10}}, flaky(&calls, nil, errTimeout, errTimeout))
 	res := r.Execute(context.Background(), tool.Call{ID: "c2", Name: "send_email", Arguments: json.RawMessage(`{"to":"a@b.c"}`)})
 	f := res.Failure
 	if calls.Load() != 1 || f == nil || !f.MayHaveTakenEffect || f.Attempts != 1 || f.Verdict != "transient" || !strings.Contains(f.Advice, "Check whether it did") {
@@ -73,7 +73,7 @@ func TestIdempotentIsRetriedWithOneKey(t *testing.T) {
 		var calls atomic.Int64
 		var keys []string
 		var r tool.Registry
-		r.Register("charge", tool.Spec{Kind: tool.Idempotent}, flaky(&calls, &keys, timeout, busy))
+		r.Register("charge", tool.Spec{Kind: tool.Idempotent}, flaky(&calls, &keys, errTimeout, errBusy))
 		call := tool.Call{ID: "call_9", Name: "charge", Arguments: json.RawMessage(`{"amount": 5}`)}
 		res := r.Execute(t.Context(), call)
 		if res.Failure != nil || calls.Load() != 3 || keys[0] == "" || keys[0] != keys[1] || keys[1] != keys[2] {
