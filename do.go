@@ -22,9 +22,12 @@ import (
 func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error)) (T, error) {
 	// The first attempt is made here, with nothing set up, so that a call
 	// that succeeds at once costs one function call.
-	var start time.Time
+	var (
+		start  time.Time
+		target string
+	)
 	if p.Observer != nil {
-		start = ClockFrom(ctx).Now()
+		p.Observer, start, target = observeCall(ctx, p.Observer)
 	}
 	if p.Budget != nil {
 		p.Budget.Deposit(ClockFrom(ctx).Now())
@@ -34,13 +37,13 @@ func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error
 		var refused error
 		if permit, refused = p.Breaker.Allow(); refused != nil {
 			var zero T
-			r := run{obs: p.Observer, start: start, clock: ClockFrom(ctx)}
+			r := run{obs: p.Observer, start: start, clock: ClockFrom(ctx), target: target}
 			return zero, r.stop(Verdict{}, Decision{Reason: StopBreakerOpen}, refused, nil)
 		}
 	}
 	v, err, timedOut := call(ctx, p.AttemptTimeout, fn)
 	if p.Observer != nil {
-		p.Observer.Observe(Event{Type: EventAttempt, Attempt: 1, Err: err, Elapsed: ClockFrom(ctx).Now().Sub(start)})
+		p.Observer.Observe(Event{Type: EventAttempt, Target: target, Attempt: 1, Err: err, Elapsed: ClockFrom(ctx).Now().Sub(start)})
 	}
 	if err == nil {
 		if p.Breaker != nil {
@@ -48,14 +51,15 @@ func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error
 		}
 		return v, nil
 	}
-	return retry(ctx, p, fn, start, permit, err, timedOut)
+	return retry(ctx, p, fn, start, target, permit, err, timedOut)
 }
 
 // retry goes on with a call whose first attempt, made under permit, failed
 // with err.
-func retry[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error), start time.Time, permit Permit, err error, timedOut bool) (T, error) {
+func retry[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error), start time.Time, target string,
+	permit Permit, err error, timedOut bool) (T, error) {
 	var zero T
-	r := run{obs: p.Observer, start: start, clock: ClockFrom(ctx)}
+	r := run{obs: p.Observer, start: start, clock: ClockFrom(ctx), target: target}
 	if invalid := r.begin(ctx, &p, HasSideEffects(ctx)); invalid != nil {
 		if p.Breaker != nil {
 			p.Breaker.Done(permit, OutcomeIgnored)
@@ -125,18 +129,28 @@ func attemptTimedOut(ctx, actx context.Context, err error) bool {
 // policy) once an attempt has failed. It holds the policy by value so that
 // the caller's copy stays on the stack.
 type run struct {
-	obs   Observer
-	start time.Time
-	clock Clock
-	loop  Loop
+	obs    Observer
+	start  time.Time
+	clock  Clock
+	target string
+	loop   Loop
 }
 
 func (r *run) elapsed() time.Duration { return r.clock.Now().Sub(r.start) }
 
+// observeCall readies an observer for one call: the call's own, if obs is
+// a CallObserver; the start time; and the target.
+func observeCall(ctx context.Context, obs Observer) (Observer, time.Time, string) {
+	if co, ok := obs.(CallObserver); ok {
+		obs = co.ObserveCall(ctx)
+	}
+	return obs, ClockFrom(ctx).Now(), TargetFrom(ctx)
+}
+
 // attempted reports an attempt's end to the observer.
 func (r *run) attempted(attempt int, err error) {
 	if r.obs != nil {
-		r.obs.Observe(Event{Type: EventAttempt, Attempt: attempt, Err: err, Elapsed: r.elapsed()})
+		r.obs.Observe(Event{Type: EventAttempt, Target: r.target, Attempt: attempt, Err: err, Waited: r.loop.waited, Elapsed: r.elapsed()})
 	}
 }
 
@@ -193,7 +207,7 @@ func (r *run) budgetLeft() float64 {
 // retrying reports a scheduled retry to the observer.
 func (r *run) retrying(attempt int, err error, v Verdict, d Decision) {
 	if r.obs != nil {
-		r.obs.Observe(Event{Type: EventRetry, Attempt: attempt, Err: err, Verdict: v,
+		r.obs.Observe(Event{Type: EventRetry, Target: r.target, Attempt: attempt, Err: err, Verdict: v,
 			Wait: d.Wait, Waited: r.loop.waited, Elapsed: r.elapsed(), BudgetLeft: r.budgetLeft()})
 	}
 }
@@ -219,7 +233,7 @@ func (r *run) giveUp(ctx context.Context, v Verdict, d Decision, err error) *Giv
 
 func (r *run) stop(v Verdict, d Decision, err, cause error) *GiveUpError {
 	if r.obs != nil {
-		r.obs.Observe(Event{Type: EventGiveUp, Attempt: r.loop.attempts, Err: err, Verdict: v,
+		r.obs.Observe(Event{Type: EventGiveUp, Target: r.target, Attempt: r.loop.attempts, Err: err, Verdict: v,
 			Reason: d.Reason, Waited: r.loop.waited, Elapsed: r.elapsed(), BudgetLeft: r.budgetLeft()})
 	}
 	return &GiveUpError{
@@ -298,57 +312,6 @@ func (e *GiveUpError) Unwrap() []error {
 		return []error{e.Err, e.cause}
 	}
 	return []error{e.Err}
-}
-
-// Observer receives a call's events. Observe is called synchronously on
-// the calling goroutine and must not block.
-type Observer interface {
-	Observe(Event)
-}
-
-// ObserverFunc adapts a function to Observer.
-type ObserverFunc func(Event)
-
-// Observe calls f(e).
-func (f ObserverFunc) Observe(e Event) { f(e) }
-
-// EventType is what an Event reports.
-type EventType uint8
-
-// Event types.
-const (
-	// EventAttempt: an attempt ended; Err is nil on success.
-	EventAttempt EventType = iota + 1
-	// EventRetry: a failed attempt will be retried after Wait.
-	EventRetry
-	// EventGiveUp: the call stopped without success, for Reason.
-	EventGiveUp
-)
-
-var eventNames = [...]string{EventAttempt: "attempt", EventRetry: "retry", EventGiveUp: "give_up"}
-
-func (t EventType) String() string { return enumString(eventNames[:], int(t), "event") }
-
-// Event is one step of a call, as seen by an Observer.
-type Event struct {
-	Type EventType
-	// Attempt is the attempt number, from 1.
-	Attempt int
-	// Err is the attempt's error; nil for a successful attempt.
-	Err error
-	// Verdict is the classifier's verdict on Err (EventRetry, EventGiveUp).
-	Verdict Verdict
-	// Wait is the wait before the next attempt (EventRetry).
-	Wait time.Duration
-	// Waited is the call's total wait so far, Wait included.
-	Waited time.Duration
-	// Reason is why the call stopped (EventGiveUp).
-	Reason StopReason
-	// Elapsed is the time since the call started.
-	Elapsed time.Duration
-	// BudgetLeft is how many retries the policy's retry budget still
-	// allows (EventRetry, EventGiveUp); -1 when it has none that can say.
-	BudgetLeft float64
 }
 
 type sideEffectsKey struct{}

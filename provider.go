@@ -366,3 +366,41 @@ func resetAt(s string, now time.Time) (time.Duration, bool) {
 	}
 	return waitUntil(at, now)
 }
+
+// ErrorCode returns what an OpenAI, Anthropic or Gemini error body in err
+// (an *HTTPError or a *StreamError, wrapped or not) says: the error's type
+// (OpenAI's and Anthropic's type, Gemini's status) and code (OpenAI's
+// code, Anthropic's details.error_code). Both are empty when err carries
+// no such body. Logs and metrics use them to tell a 400
+// context_length_exceeded from a 400 invalid_value.
+func ErrorCode(err error) (errType, code string) {
+	var body []byte
+	for e := err; e != nil; {
+		switch x := e.(type) {
+		case *HTTPError:
+			body = x.Body
+		case *StreamError:
+			body = x.Data
+		}
+		if body != nil {
+			break
+		}
+		u, ok := e.(interface{ Unwrap() error })
+		if !ok {
+			break
+		}
+		e = u.Unwrap()
+	}
+	pe, ok := parseProviderError(body)
+	if !ok {
+		return "", ""
+	}
+	errType, code = pe.Type, pe.Code
+	if errType == "" {
+		errType = pe.Status
+	}
+	if code == "" {
+		code = pe.ErrorCode
+	}
+	return errType, code
+}

@@ -1,6 +1,8 @@
 package rebound
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -134,5 +136,23 @@ func TestParseRateLimit(t *testing.T) {
 	}
 	if _, ok := ParseRateLimit(http.Header{}, now); ok {
 		t.Fatal("no headers, yet found")
+	}
+}
+
+func TestErrorCode(t *testing.T) {
+	for _, tc := range []struct {
+		err       error
+		typ, code string
+	}{
+		{&HTTPError{StatusCode: 400, Body: []byte(`{"error":{"type":"invalid_request_error","code":"context_length_exceeded"}}`)}, "invalid_request_error", "context_length_exceeded"},
+		{fmt.Errorf("call: %w", &HTTPError{StatusCode: 429, Body: []byte(`{"type":"error","error":{"type":"rate_limit_error","details":{"error_code":"enforced_spend_limit_reached"}}}`)}), "rate_limit_error", "enforced_spend_limit_reached"},
+		{&HTTPError{StatusCode: 429, Body: []byte(`{"error":{"code":429,"status":"RESOURCE_EXHAUSTED"}}`)}, "RESOURCE_EXHAUSTED", ""},
+		{&StreamError{Event: "error", Data: []byte(`{"type":"error","error":{"type":"overloaded_error"}}`)}, "overloaded_error", ""},
+		{&HTTPError{StatusCode: 502, Body: []byte(`<html>`)}, "", ""},
+		{errors.New("plain"), "", ""},
+	} {
+		if typ, code := ErrorCode(tc.err); typ != tc.typ || code != tc.code {
+			t.Errorf("%v: (%q, %q), want (%q, %q)", tc.err, typ, code, tc.typ, tc.code)
+		}
 	}
 }

@@ -27,7 +27,7 @@ func Stream[E any](ctx context.Context, p Policy, open func(context.Context) ite
 		var zero E
 		r := run{obs: p.Observer, clock: ClockFrom(ctx)}
 		if r.obs != nil {
-			r.start = r.clock.Now()
+			r.obs, r.start, r.target = observeCall(ctx, r.obs)
 		}
 		if p.Budget != nil {
 			p.Budget.Deposit(r.clock.Now())

@@ -120,7 +120,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	r := run{obs: p.Observer, clock: ClockFrom(ctx)}
 	if r.obs != nil {
-		r.start = r.clock.Now()
+		r.obs, r.start, r.target = observeCall(ctx, r.obs)
+		if r.target == "" {
+			r.target = req.URL.Host
+		}
 	}
 	if p.Budget != nil {
 		p.Budget.Deposit(r.clock.Now())

@@ -233,6 +233,13 @@ func (c *Chain[Req, Resp]) try(ctx context.Context, t *Target[Req, Resp], req Re
 			user.Observe(e)
 		}
 	})
+	// Events name the target, after the caller's own target if any
+	// ("model:task").
+	target := t.Name
+	if task := rebound.TargetFrom(ctx); task != "" {
+		target += ":" + task
+	}
+	ctx = rebound.WithTarget(ctx, target)
 	attempt := 0
 	return rebound.Do(ctx, p, func(ctx context.Context) (Resp, error) {
 		attempt++
