@@ -52,7 +52,9 @@ const DefaultMaxBufferedBody = 1 << 20
 // A Transport is used by pointer and is safe for concurrent use. Secrets in
 // the request (Authorization, x-api-key, api-key, x-goog-api-key, a "key"
 // query parameter) never appear in its errors or events, even when a server
-// echoes them in an error body.
+// echoes them in an error body. (http.Client wraps a RoundTrip error in a
+// *url.Error that repeats the request's URL, query and all: send a key in
+// a header, as the providers' SDKs do.)
 type Transport struct {
 	// Base makes each attempt. Nil means http.DefaultTransport.
 	Base http.RoundTripper
