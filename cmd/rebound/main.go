@@ -2,6 +2,8 @@
 //
 // Usage:
 //
+//	rebound analyze [--json] [--price-in USD --price-out USD] FILE...
+//	                                    report where the retries in call logs went
 //	rebound bench [--json] [--seed N]   reproduce the seed article's experiments
 //	rebound chaos [flags]               serve the fault-injecting chaos server
 //	rebound sim [--scenario occ] [--json] [flags]
@@ -26,6 +28,7 @@ import (
 const usage = `usage: rebound <command> [flags]
 
 commands:
+  analyze read call logs (JSON lines) and report the retries wasted, by error
   bench   reproduce the seed article's retry experiments against the chaos server
   chaos   serve the fault-injecting chaos server
   sim     simulate a scenario (occ: Brooker's backoff experiment) in virtual time
@@ -47,6 +50,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch args[0] {
+	case "analyze":
+		return runAnalyze(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr)
 	case "chaos":
@@ -57,7 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
-	fmt.Fprintf(stderr, "rebound: unknown command %q (want bench, chaos or sim)\n", args[0])
+	fmt.Fprintf(stderr, "rebound: unknown command %q (want analyze, bench, chaos or sim)\n", args[0])
 	return 2
 }
 

@@ -1,0 +1,132 @@
+package analyze
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// decodeCases are lines on which the scanner must agree with
+// encoding/json: the fuzzer's seeds, and a test of their own.
+var decodeCases = []string{
+	`{}`,
+	` { } `,
+	`{"succeeded":true}`,
+	`{"msg":"rebound.call","succeeded":false,"status":429,"error_type":"requests","error_code":"rate_limit_exceeded","kind":"rate_limited","attempts":3,"waited_ms":1.5e3}`,
+	`{"succeeded":true,"retried":null,"attempts":null,"status":null,"cost":null,"msg":null}`,
+	`{"succeeded":true,"cost":0.000125,"input_tokens":12,"output_tokens":0}`,
+	`{"succeeded":true,"cost":-0,"attempts":-0}`,
+	`{"succeeded":true,"cost":1E+2}`,
+	`{"succeeded":true,"cost":1e400}`,
+	`{"succeeded":true,"attempts":9223372036854775807}`,
+	`{"succeeded":true,"attempts":9223372036854775808}`,
+	`{"succeeded":true,"attempts":-9223372036854775808}`,
+	`{"succeeded":true,"attempts":-9223372036854775809}`,
+	`{"succeeded":true,"attempts":12345678901234567890}`,
+	`{"succeeded":true,"attempts":1.0}`,
+	`{"succeeded":true,"attempts":1e2}`,
+	`{"succeeded":true,"attempts":"2"}`,
+	`{"succeeded":true,"attempts":01}`,
+	`{"succeeded":true,"attempts":-}`,
+	`{"succeeded":true,"attempts":1.}`,
+	`{"succeeded":true,"attempts":.5}`,
+	`{"succeeded":true,"attempts":+1}`,
+	`{"succeeded":"true"}`,
+	`{"succeeded":1}`,
+	`{"succeeded":tru}`,
+	`{"succeeded":true,"succeeded":false}`,
+	`{"succeeded":true,"Succeeded":false}`,
+	`{"SUCCEEDED":true,"STATUS":500}`,
+	`{"succeeded":true,"ſtatus":500}`,
+	`{"succeeded":true,"\u0073tatus":500}`,
+	`{"succeeded":true,"error_code":"a\"b\\c\/d\u00e9\n"}`,
+	`{"succeeded":true,"error_code":"é"}`,
+	"{\"succeeded\":true,\"error_code\":\"\xff\xfe\"}",
+	"{\"succeeded\":true,\"target\":\"\xff\"}",
+	"{\"succeeded\":true,\"error_code\":\"a\tb\"}",
+	`{"succeeded":true,"error_code":"\x"}`,
+	`{"succeeded":true,"error_code":"\u12"}`,
+	`{"succeeded":true,"error_code":"\u12G4"}`,
+	`{"succeeded":true,"error_code":5}`,
+	`{"succeeded":true,"error_code":["a"]}`,
+	`{"succeeded":true,"kind":{"a":1}}`,
+	`{"succeeded":true,"extra":{"a":[1,2,{"b":null}],"c":"d"},"more":[]}`,
+	`{"succeeded":true,"extra":{"a":[1,2,{"b":null}],"c":"d"},"more":[],}`,
+	`{"succeeded":true,"extra":[1 2]}`,
+	`{"succeeded":true,"extra":{"a" 1}}`,
+	`{"succeeded":true,"extra":{1:1}}`,
+	`{"succeeded":true,"extra":[,]}`,
+	`{"succeeded":true,"extra":[1,]}`,
+	`{"succeeded":true,,"extra":1}`,
+	`{"succeeded":true "extra":1}`,
+	`{"succeeded":true}}`,
+	`{"succeeded":true}{}`,
+	`{"succeeded":true`,
+	`{"succeeded"`,
+	`{"succeeded":`,
+	`{"succeeded`,
+	`{`,
+	"{\"succeeded\":\ttrue\r\n}",
+	"{\"succeeded\":true}\n",
+	"{\"succeeded\":true}\x00",
+	`{"time":"2025-03-01T00:00:00.608732656Z","level":"WARN","msg":"rebound.call","target":"gpt-4o:plan","attempts":1,"succeeded":false,"kind":"permanent","status":400,"error_type":"invalid_request_error","error_code":"invalid_value","reason":"not_retryable","waited_ms":0}`,
+	`{"model":"claude-sonnet","succeeded":false,"status":413,"error_type":"request_too_large","retried":true,"attempts":4,"input_tokens":196489,"cost":1.964890}`,
+}
+
+// checkDecode fails if the scanner's result on line differs from
+// encoding/json's.
+func checkDecode(t *testing.T, line []byte) {
+	t.Helper()
+	if len(line) == 0 || line[0] != '{' {
+		return // line() calls the decoder only on these
+	}
+	var want, got record
+	wantErr := json.Unmarshal(line, &want)
+	var d decoder
+	gotErr := d.decode(line, &got)
+	if (gotErr == nil) != (wantErr == nil) {
+		t.Fatalf("%q: scanner says %v, encoding/json %v", line, gotErr, wantErr)
+	}
+	if gotErr == nil && got != want {
+		t.Fatalf("%q:\nscanner       %+v\nencoding/json %+v", line, got, want)
+	}
+}
+
+func TestDecodeMatchesUnmarshal(t *testing.T) {
+	for _, c := range decodeCases {
+		checkDecode(t, []byte(c))
+	}
+	// encoding/json's nesting limit, at the edge.
+	for _, depth := range []int{maxDepth - 2, maxDepth - 1, maxDepth, maxDepth + 1} {
+		line := `{"succeeded":true,"x":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `}`
+		checkDecode(t, []byte(line))
+		line = `{"succeeded":true,"x":` + strings.Repeat(`{"a":`, depth) + "1" + strings.Repeat("}", depth) + `}`
+		checkDecode(t, []byte(line))
+	}
+}
+
+// TestDecodeFastPath checks that common lines do not fall back to
+// encoding/json.
+func TestDecodeFastPath(t *testing.T) {
+	var in bytes.Buffer
+	if err := Generate(&in, 2000, 5); err != nil {
+		t.Fatal(err)
+	}
+	var d decoder
+	for line := range bytes.Lines(in.Bytes()) {
+		var rec record
+		if err := d.scan(bytes.TrimSuffix(line, []byte("\n")), &rec); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+	}
+}
+
+// FuzzDecode checks that the scanner accepts, rejects and decodes lines
+// exactly as encoding/json does.
+func FuzzDecode(f *testing.F) {
+	for _, c := range decodeCases {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) { checkDecode(t, line) })
+}

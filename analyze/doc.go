@@ -1,0 +1,127 @@
+// Package analyze reads an agent's call logs and says where its retries
+// went: which errors were retried, how often a retry helped, and how much
+// was spent on retries that could never succeed.
+//
+// Seed 002's author ran such a script over a month of logs and found $67
+// burnt retrying 400s; this package is that script, for any log in either
+// of two JSON-lines schemas, mixed freely in one input.
+//
+// # Input
+//
+// One JSON object a line. Two schemas are recognised:
+//
+// rebound's own log (its slog JSON handler): a record whose "msg" is
+// "rebound.call" is one finished call, with
+//
+//	"target"      string  what was called
+//	"attempts"    int     attempts made (absent or 0: 1)
+//	"succeeded"   bool    whether the call succeeded (required)
+//	"kind"        string  on failure, the verdict kind (transient,
+//	                      rate_limited, overloaded, quota_exhausted,
+//	                      context_overflow, permanent, canceled)
+//	"status"      int     on failure, the HTTP status, if there was one
+//	"error_type"  string  on failure, the provider's error type, if any
+//	"error_code"  string  on failure, the provider's error code, if any
+//	"reason", "waited_ms", "time", "level"   read past
+//
+// Other records, "rebound.retry" and "rebound.attempt" among them, and any
+// record with another "msg", are skipped.
+//
+// The simple schema, for logs written by other tools: a record without
+// "msg" is one call, with
+//
+//	"succeeded"     bool    whether the call in the end succeeded; required:
+//	                        its presence is what identifies the schema
+//	"status"        int     the HTTP status of the error the call met (the
+//	                        last one, or the one it retried through); 0 or
+//	                        absent for none or a transport error; a 2xx or
+//	                        3xx status on a succeeded call counts as none
+//	"error_type"    string  the provider's error type, e.g.
+//	                        invalid_request_error
+//	"error_code"    string  the provider's error code, e.g.
+//	                        context_length_exceeded
+//	"retried"       bool    whether the call was retried
+//	"attempts"      int     attempts made; absent: 2 if retried, else 1
+//	"input_tokens"  int     input tokens of one attempt
+//	"output_tokens" int     output tokens of the answer
+//	"cost"          number  what the call cost in US dollars, all attempts
+//	                        included (optional)
+//	"target", "model"       read past
+//
+// For example:
+//
+//	{"succeeded":false,"status":400,"error_type":"invalid_request_error","error_code":"context_length_exceeded","retried":true,"attempts":4,"input_tokens":131000,"model":"gpt-4o"}
+//	{"succeeded":true,"input_tokens":1200,"output_tokens":300,"cost":0.006}
+//
+// A line that is not a JSON object, has a known key of the wrong type, a
+// negative count or more than MaxAttempts attempts, a rebound.call without
+// "succeeded", or more than MaxLineBytes bytes is malformed: it is counted,
+// the first few line numbers are kept, and reading goes on. A blank line,
+// and an object in neither schema, is skipped.
+//
+// # Cost
+//
+// A call's cost is its "cost" if logged. Otherwise, given prices (US
+// dollars per million tokens, Options.PriceIn and PriceOut), it is seed
+// 002's accounting: every attempt pays for its input tokens, and only an
+// answer's output tokens are paid for:
+//
+//	cost = input_tokens × attempts × PriceIn + (succeeded ? output_tokens × PriceOut : 0)
+//
+// Otherwise, as for rebound's own records, which log no tokens, the cost is
+// unknown, and dollar figures cover only the calls whose cost is known
+// (priced_calls says how many).
+//
+// Waste: every attempt of a call that never succeeded, and every attempt
+// but the last of one that did. A logged cost is split evenly across the
+// call's attempts.
+//
+// # Grouping
+//
+// Calls are grouped by the error they met: HTTP status, error type and
+// code, and verdict kind. A succeeded call that met no error is in the row
+// "ok"; a call that met one (a simple-schema record with a status, say) is
+// in that error's row, where it counts as a success after retry. A row is
+// named like "400 context_length_exceeded" (the status, then the code, else
+// the type), "503", "overloaded_error" (no status), "transport error" (no
+// status, type or code) or "canceled". The kind is the one rebound logged,
+// else rebound.ClassifyResponse's verdict on the status and a body
+// {"error":{"type":T,"code":C}}. Each row carries a recommendation for its
+// kind (see Recommendation). Retries spent in rows of kinds that are never
+// worth retrying (permanent, quota_exhausted, context_overflow) are
+// flagged as futile.
+//
+// Memory is constant in the length of the input: lines are not kept, only
+// one counter set per group, and types and codes are cut to MaxCodeBytes.
+// Past Options.MaxGroups distinct groups (default DefaultMaxGroups), new
+// ones go to the row "other", so a hostile log cannot exhaust memory.
+//
+// # Report
+//
+// Report is what "rebound analyze --json" prints, with these keys:
+//
+//	files      [{name, lines, calls, malformed, skipped, malformed_lines}]
+//	           one per input; malformed_lines holds the first few
+//	           malformed lines' numbers, from 1
+//	lines      lines read: calls + malformed + skipped
+//	calls, malformed, skipped
+//	totals     {calls, succeeded, success_rate, attempts, retries,
+//	           calls_retried, retry_rate, succeeded_after_retry,
+//	           wasted_attempts, priced_calls, cost_usd, wasted_usd,
+//	           retry_cost_usd, cost_per_success_usd, futile_retries,
+//	           futile_retry_cost_usd}
+//	rows       [{group, status, error_type, error_code, kind, calls,
+//	           attempts, retries, calls_retried, succeeded,
+//	           succeeded_after_retry, success_rate, wasted_attempts,
+//	           priced_calls, cost_usd, wasted_usd, retry_cost_usd,
+//	           futile, recommendation}]
+//	           by wasted_usd, then calls, most first
+//
+// retries is attempts − calls; calls_retried counts the calls with more
+// than one attempt; retry_rate is calls_retried / calls; retry_cost_usd is
+// what the attempts after each call's first cost; cost_per_success_usd is
+// cost_usd over the priced calls that succeeded. Dollar fields are null
+// when no call's cost is known; error_type, error_code and kind are left
+// out when empty. futile_retries and futile_retry_cost_usd are the retries
+// spent, and what they cost, in futile rows.
+package analyze

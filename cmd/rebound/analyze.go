@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/rebound-go/rebound/analyze"
+)
+
+const analyzeUsage = `usage: rebound analyze [--json] [--price-in USD --price-out USD] FILE...
+       rebound analyze --generate N [--seed S]
+
+Read an agent's call logs and report where its retries went: calls grouped
+by the error they met (status, error type and code, verdict kind), how many
+were retried, how many a retry saved, the attempts and dollars wasted, and
+what to do about each kind. Rows are sorted by wasted dollars, then calls.
+Retries spent on errors that can never succeed (permanent, quota exhausted,
+context overflow) are counted apart. FILE - is stdin. Flags may come before
+or after the files.
+
+Each line is a JSON object, in either schema, mixed freely:
+
+  rebound's own log: records with "msg":"rebound.call", one per call
+  ("target", "attempts", "succeeded", and on failure "kind", "status",
+  "error_type", "error_code"); other records are skipped.
+
+  the simple schema, for other tools' logs: one object per call, without
+  "msg":
+    "succeeded"      bool, required: it identifies the schema
+    "status"         int: the HTTP status of the error the call met
+                     (0 or absent: none, or a transport error)
+    "error_type", "error_code"   strings, as the provider sent them
+    "retried"        bool
+    "attempts"       int; absent: 2 if retried, else 1
+    "input_tokens"   int, of one attempt
+    "output_tokens"  int, of the answer
+    "cost"           number, US dollars for the whole call (optional)
+    "target" or "model"          optional
+
+A call's cost is its "cost"; else, with --price-in and --price-out, input
+tokens × attempts × price-in plus, if it succeeded, output tokens ×
+price-out; else unknown, and dollar figures cover only the calls priced.
+
+Malformed lines (not a JSON object, a known key of the wrong type, longer
+than 1 MiB) are counted, reported on stderr one line per file, and skipped.
+
+--json prints one object: files, lines, calls, malformed, skipped, totals
+and rows (see the analyze package's documentation for every key).
+
+--generate N writes N synthetic log lines in both schemas to stdout, the
+same for the same --seed, to try the command on or to measure it.
+
+flags:
+`
+
+// analyzeStdin is what FILE - reads; tests replace it.
+var analyzeStdin io.Reader = os.Stdin
+
+func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("analyze", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
+	priceIn := fs.Float64("price-in", 0, "US `dollars` per million input tokens, for calls that log tokens but no cost")
+	priceOut := fs.Float64("price-out", 0, "US `dollars` per million output tokens")
+	generate := fs.Int("generate", 0, "write `N` synthetic log lines to stdout instead of analysing")
+	seed := fs.Uint64("seed", 1, "seed of --generate")
+	files, code, done := analyzeParse(fs, args, stderr)
+	if done {
+		return code
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	if set["generate"] {
+		switch {
+		case *generate <= 0:
+			return analyzeBadUsage(stderr, "--generate wants a positive number of lines")
+		case len(files) > 0:
+			return analyzeBadUsage(stderr, "--generate takes no files")
+		case set["json"] || set["price-in"] || set["price-out"]:
+			return analyzeBadUsage(stderr, "--generate takes no flag but --seed")
+		}
+		if err := analyze.Generate(stdout, *generate, *seed); err != nil {
+			fmt.Fprintf(stderr, "rebound analyze: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	switch {
+	case set["seed"]:
+		return analyzeBadUsage(stderr, "--seed goes with --generate")
+	case len(files) == 0:
+		return analyzeBadUsage(stderr, "no files to read (- reads stdin)")
+	}
+	opts := analyze.Options{Priced: set["price-in"] || set["price-out"], PriceIn: *priceIn, PriceOut: *priceOut}
+	for _, p := range []float64{opts.PriceIn, opts.PriceOut} {
+		if !(p >= 0) || math.IsInf(p, 0) {
+			return analyzeBadUsage(stderr, "prices must be non-negative numbers")
+		}
+	}
+
+	a := analyze.New(opts)
+	for _, name := range files {
+		f, err := analyzeFile(ctx, a, name)
+		if f.Malformed > 0 {
+			nums := make([]string, len(f.MalformedLines))
+			for i, n := range f.MalformedLines {
+				nums[i] = fmt.Sprint(n)
+			}
+			more := ""
+			if f.Malformed > int64(len(nums)) {
+				more = ", …"
+			}
+			fmt.Fprintf(stderr, "rebound analyze: %s: %d of %d lines malformed (line %s%s)\n",
+				name, f.Malformed, f.Lines, strings.Join(nums, ", "), more)
+		}
+		switch {
+		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+			fmt.Fprintf(stderr, "rebound analyze: interrupted in %s after %d lines\n", name, f.Lines)
+			return 1
+		case err != nil:
+			fmt.Fprintf(stderr, "rebound analyze: %v\n", err)
+			return 1
+		}
+	}
+	r := a.Report()
+	if *asJSON {
+		return printJSON(stdout, stderr, r)
+	}
+	printAnalyze(stdout, &r)
+	return 0
+}
+
+// analyzeFile reads one file (or stdin, for "-") into a.
+func analyzeFile(ctx context.Context, a *analyze.Analyzer, name string) (analyze.File, error) {
+	if name == "-" {
+		return a.Read(ctx, name, analyzeStdin)
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return analyze.File{}, err
+	}
+	defer f.Close()
+	file, err := a.Read(ctx, name, f)
+	if err != nil && ctx.Err() == nil {
+		err = fmt.Errorf("%s: %w", name, err)
+	}
+	return file, err
+}
+
+// analyzeParse parses args, in which flags and files may be interleaved as
+// "rebound analyze log.jsonl --json" invites; "--" ends the flags. done
+// says the command should return code at once, as parseFlags does.
+func analyzeParse(fs *flag.FlagSet, args []string, stderr io.Writer) (files []string, code int, done bool) {
+	fs.SetOutput(io.Discard)
+	for {
+		err := fs.Parse(args)
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			fmt.Fprint(stderr, analyzeUsage)
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+			return nil, 0, true
+		case err != nil:
+			return nil, analyzeBadUsage(stderr, err.Error()), true
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return files, 0, false
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(files, rest...), 0, false
+		}
+		files = append(files, rest[0])
+		args = rest[1:]
+	}
+}
+
+func analyzeBadUsage(stderr io.Writer, reason string) int {
+	fmt.Fprintf(stderr, "rebound analyze: %s\n", reason)
+	return 2
+}
+
+// printAnalyze prints r as a table and a summary.
+func printAnalyze(w io.Writer, r *analyze.Report) {
+	t := &r.Totals
+	fmt.Fprintf(w, "%d %s, %d lines: %d calls, %d skipped, %d malformed\n\n",
+		len(r.Files), analyzePlural(len(r.Files), "file", "files"), r.Lines, r.Calls, r.Skipped, r.Malformed)
+	if t.Calls == 0 {
+		fmt.Fprintln(w, "no calls")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "group\tkind\tcalls\tattempts\tretries\tretried\tok after retry\tsuccess\twasted attempts\twasted $\trecommendation")
+	for _, row := range r.Rows {
+		kind := row.Kind
+		if kind == "" {
+			kind = "-"
+		}
+		rec := row.Recommendation
+		if rec == "" {
+			rec = "-"
+		}
+		if row.Futile {
+			rec = "! " + rec
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.1f%%\t%d\t%s\t%s\n", row.Group, kind, row.Calls,
+			row.Attempts, row.Retries, row.CallsRetried, row.SucceededAfterRetry, 100*row.SuccessRate,
+			row.WastedAttempts, analyzeUSD(row.WastedUSD), rec)
+	}
+	tw.Flush()
+
+	fmt.Fprintf(w, "\ncalls %d: %.1f%% succeeded; %d (%.1f%%) needed a retry, %d succeeded after one; %d retries, %d attempts wasted\n",
+		t.Calls, 100*t.SuccessRate, t.CallsRetried, 100*t.RetryRate, t.SucceededAfterRetry, t.Retries, t.WastedAttempts)
+	if t.CostUSD != nil {
+		known := ""
+		if t.PricedCalls < t.Calls {
+			known = fmt.Sprintf(" (known for %d of %d calls)", t.PricedCalls, t.Calls)
+		}
+		wastedShare := 0.0
+		if *t.CostUSD > 0 {
+			wastedShare = 100 * *t.WastedUSD / *t.CostUSD
+		}
+		fmt.Fprintf(w, "cost %s%s, wasted %s (%.1f%%), %s per successful call\n",
+			analyzeUSD(t.CostUSD), known, analyzeUSD(t.WastedUSD), wastedShare, analyzeUSD(t.CostPerSuccessUSD))
+	} else {
+		fmt.Fprintln(w, "cost unknown: no call logs a cost, nor tokens to price with --price-in and --price-out")
+	}
+	if t.FutileRetries == 0 {
+		return
+	}
+	fee := ""
+	if t.FutileRetryCostUSD != nil {
+		fee = ", " + analyzeUSD(t.FutileRetryCostUSD)
+	}
+	fmt.Fprintf(w, "retries spent on errors that can never succeed: %d%s\n", t.FutileRetries, fee)
+	for _, row := range r.Rows {
+		if !row.Futile {
+			continue
+		}
+		waste := fmt.Sprintf("%d attempts wasted", row.WastedAttempts)
+		if row.WastedUSD != nil {
+			waste = analyzeUSD(row.WastedUSD) + " wasted"
+		}
+		fmt.Fprintf(w, "  %s: %d calls, %d retries, %s; %s\n", row.Group, row.Calls, row.Retries, waste, row.Recommendation)
+	}
+}
+
+// analyzeUSD formats a dollar amount, "-" if unknown.
+func analyzeUSD(v *float64) string {
+	switch {
+	case v == nil:
+		return "-"
+	case *v == 0:
+		return "$0"
+	case *v >= 1:
+		return fmt.Sprintf("$%.2f", *v)
+	}
+	return fmt.Sprintf("$%.4f", *v)
+}
+
+func analyzePlural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

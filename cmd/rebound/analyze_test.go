@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/rebound-go/rebound/analyze"
+)
+
+func runAnalyzeCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(context.Background(), append([]string{"analyze"}, args...), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// analyzeLog is a small log in both schemas: seed 002's 400s retried three
+// times by a naive client, and rebound's own records.
+const analyzeLog = `{"model":"gpt-4o","succeeded":false,"status":400,"error_type":"invalid_request_error","error_code":"context_length_exceeded","retried":true,"attempts":4,"input_tokens":100000}
+{"model":"gpt-4o","succeeded":false,"status":400,"error_type":"invalid_request_error","error_code":"context_length_exceeded","retried":true,"attempts":4,"input_tokens":100000}
+{"model":"gpt-4o","succeeded":true,"status":429,"error_code":"rate_limit_exceeded","retried":true,"attempts":2,"input_tokens":1000,"output_tokens":200}
+{"model":"gpt-4o","succeeded":true,"input_tokens":1000,"output_tokens":200}
+{"time":"2025-03-01T00:00:00Z","level":"WARN","msg":"rebound.call","target":"gpt-4o:plan","attempts":1,"succeeded":false,"kind":"quota_exhausted","status":429,"error_type":"insufficient_quota","error_code":"insufficient_quota","reason":"not_retryable","waited_ms":0}
+{"time":"2025-03-01T00:00:01Z","level":"INFO","msg":"rebound.retry","target":"gpt-4o:plan","attempt":1}
+{"time":"2025-03-01T00:00:02Z","level":"INFO","msg":"rebound.call","target":"gpt-4o:plan","attempts":3,"succeeded":true,"waited_ms":900}
+`
+
+func writeLog(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestAnalyzeJSON checks that --json prints exactly one object with the
+// documented keys and the right figures, flags after the file included.
+func TestAnalyzeJSON(t *testing.T) {
+	path := writeLog(t, "calls.jsonl", analyzeLog)
+	code, stdout, stderr := runAnalyzeCmd(t, path, "--json", "--price-in", "2.5", "--price-out", "10")
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	var raw map[string]json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		t.Fatalf("stdout is not a JSON object: %v\n%s", err, stdout)
+	}
+	if dec.More() {
+		t.Fatal("stdout holds more than one JSON object")
+	}
+	if keys := sortedKeys(raw); !slices.Equal(keys, []string{"calls", "files", "lines", "malformed", "rows", "skipped", "totals"}) {
+		t.Fatalf("top-level keys %v", keys)
+	}
+	var r analyze.Report
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Lines != 7 || r.Calls != 6 || r.Skipped != 1 || r.Malformed != 0 || len(r.Files) != 1 || r.Files[0].Name != path {
+		t.Errorf("header %+v", r)
+	}
+	top := r.Rows[0]
+	if top.Group != "400 context_length_exceeded" || top.Calls != 2 || top.Retries != 6 || !top.Futile ||
+		top.Recommendation != "never retry; compact or fall back" || top.WastedUSD == nil || *top.WastedUSD != 2 {
+		t.Errorf("first row %+v", top)
+	}
+	tot := r.Totals
+	if tot.Calls != 6 || tot.Succeeded != 3 || tot.FutileRetries != 6 || tot.FutileRetryCostUSD == nil ||
+		*tot.FutileRetryCostUSD != 1.5 || tot.PricedCalls != 4 {
+		t.Errorf("totals %+v", tot)
+	}
+}
+
+func TestAnalyzeTable(t *testing.T) {
+	path := writeLog(t, "calls.jsonl", analyzeLog)
+	code, stdout, stderr := runAnalyzeCmd(t, "--price-in", "2.5", "--price-out", "10", path)
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{
+		"1 file, 7 lines: 6 calls, 1 skipped, 0 malformed",
+		"400 context_length_exceeded: 2 calls, 6 retries, $2.00 wasted; never retry; compact or fall back",
+		"retries spent on errors that can never succeed: 6, $1.50",
+		"cost $2.01 (known for 4 of 6 calls), wasted $2.00 (99.6%), $1.01 per successful call",
+		"429 insufficient_quota",
+		"quota_exhausted",
+		"! never retry; compact or fall back",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("no %q in\n%s", want, stdout)
+		}
+	}
+	// The table lists the costliest row first.
+	if lines := strings.Split(stdout, "\n"); !strings.HasPrefix(lines[3], "400 context_length_exceeded") {
+		t.Errorf("first row %q", lines[3])
+	}
+	// Without prices, only the attempts are known.
+	_, stdout, _ = runAnalyzeCmd(t, path)
+	for _, want := range []string{"cost unknown", "400 context_length_exceeded: 2 calls, 6 retries, 8 attempts wasted"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("no %q in\n%s", want, stdout)
+		}
+	}
+}
+
+func TestAnalyzeStdinAndMalformed(t *testing.T) {
+	old := analyzeStdin
+	t.Cleanup(func() { analyzeStdin = old })
+	analyzeStdin = strings.NewReader("{\"succeeded\":true}\nnot json\n{\"succeeded\":false,\"status\":503}\n" +
+		`{"succeeded":"no"}` + "\n" + strings.Repeat("x", analyze.MaxLineBytes+1) + "\n")
+	path := writeLog(t, "more.jsonl", analyzeLog+"{oops\n")
+	code, stdout, stderr := runAnalyzeCmd(t, "--json", "-", path)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	want := "rebound analyze: -: 3 of 5 lines malformed (line 2, 4, 5)\n" +
+		"rebound analyze: " + path + ": 1 of 8 lines malformed (line 8)\n"
+	if stderr != want {
+		t.Errorf("stderr\n%s\nwant\n%s", stderr, want)
+	}
+	var r analyze.Report
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Lines != 13 || r.Calls != 8 || r.Malformed != 4 || len(r.Files) != 2 || r.Files[0].Name != "-" ||
+		!slices.Equal(r.Files[0].MalformedLines, []int64{2, 4, 5}) {
+		t.Errorf("report %+v", r)
+	}
+}
+
+func TestAnalyzeBadUsage(t *testing.T) {
+	path := writeLog(t, "calls.jsonl", analyzeLog)
+	for _, args := range [][]string{
+		{},
+		{"--json"},
+		{"--price-in", "-1", path},
+		{"--price-out", "x", path},
+		{"--bogus", path},
+		{"--generate", "0"},
+		{"--generate", "10", path},
+		{"--generate", "10", "--json"},
+		{"--seed", "3", path},
+	} {
+		code, stdout, stderr := runAnalyzeCmd(t, args...)
+		if code != 2 || stdout != "" || !strings.HasPrefix(stderr, "rebound analyze: ") || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
+		}
+	}
+	// A file that cannot be read fails with exit 1 and one line.
+	code, stdout, stderr := runAnalyzeCmd(t, path, filepath.Join(t.TempDir(), "missing.jsonl"))
+	if code != 1 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "missing.jsonl") {
+		t.Errorf("missing file: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if code, _, stderr := runAnalyzeCmd(t, "-h"); code != 0 || !strings.Contains(stderr, "usage: rebound analyze") ||
+		!strings.Contains(stderr, "-price-in") {
+		t.Errorf("-h: exit %d, %q", code, stderr)
+	}
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"analyse"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "want analyze,") {
+		t.Errorf("unknown command: exit %d, %q", code, errOut.String())
+	}
+}
+
+// TestAnalyzeDoubleDash checks that "--" ends the flags, so that a file
+// may be named like one.
+func TestAnalyzeDoubleDash(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if err := os.WriteFile("--json", []byte(`{"succeeded":true}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runAnalyzeCmd(t, "--json", "--", "--json")
+	if code != 0 || !strings.Contains(stdout, `"calls": 1`) {
+		t.Errorf("exit %d, %s %s", code, stdout, stderr)
+	}
+}
+
+func TestAnalyzeGenerate(t *testing.T) {
+	code, lines, stderr := runAnalyzeCmd(t, "--generate", "3000", "--seed", "4")
+	if code != 0 || stderr != "" || strings.Count(lines, "\n") != 3000 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if _, again, _ := runAnalyzeCmd(t, "--generate", "3000", "--seed", "4"); again != lines {
+		t.Error("same seed, different lines")
+	}
+	path := writeLog(t, "gen.jsonl", lines)
+	code, stdout, stderr := runAnalyzeCmd(t, "--json", path)
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var r analyze.Report
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Lines != 3000 || r.Malformed != 0 || r.Totals.FutileRetries == 0 {
+		t.Errorf("lines %d malformed %d futile %d", r.Lines, r.Malformed, r.Totals.FutileRetries)
+	}
+}
