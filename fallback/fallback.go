@@ -35,6 +35,7 @@ import (
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/breaker"
 	"github.com/rebound-go/rebound/cost"
+	"github.com/rebound-go/rebound/observe"
 )
 
 // DefaultQuotaCooldown is how long a target whose quota ran out is skipped
@@ -222,17 +223,15 @@ func (c *Chain[Req, Resp]) try(ctx context.Context, t *Target[Req, Resp], req Re
 		p.PerKind[rebound.KindOverloaded] = o
 	}
 	first := len(res.Trail)
-	user := p.Observer
-	p.Observer = rebound.ObserverFunc(func(e rebound.Event) {
+	// The trail's verdicts come from the events; the caller's observer
+	// still sees them all (a CallObserver its calls too).
+	p.Observer = observe.Multi(rebound.ObserverFunc(func(e rebound.Event) {
 		if e.Type == rebound.EventRetry || e.Type == rebound.EventGiveUp {
 			if n := len(res.Trail); n > first && res.Trail[n-1].Attempt == e.Attempt {
 				res.Trail[n-1].Verdict = e.Verdict
 			}
 		}
-		if user != nil {
-			user.Observe(e)
-		}
-	})
+	}), p.Observer)
 	// Events name the target, after the caller's own target if any
 	// ("model:task").
 	target := t.Name

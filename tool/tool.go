@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/observe"
 )
 
 // Kind is what a tool's calls may safely do again.
@@ -193,18 +194,14 @@ func (r *Registry) Execute(ctx context.Context, call Call) Result {
 	}
 	attempts := 0
 	var lastVerdict rebound.Verdict
-	user := p.Observer
-	p.Observer = rebound.ObserverFunc(func(ev rebound.Event) {
+	p.Observer = observe.Multi(rebound.ObserverFunc(func(ev rebound.Event) {
 		if ev.Type == rebound.EventAttempt {
 			attempts = ev.Attempt
 		}
 		if ev.Type == rebound.EventRetry || ev.Type == rebound.EventGiveUp {
 			lastVerdict = ev.Verdict
 		}
-		if user != nil {
-			user.Observe(ev)
-		}
-	})
+	}), p.Observer)
 	fn := func(ctx context.Context) (string, error) { return e.timed(ctx, call) }
 	if e.spec.Kind == ReadOnly && e.spec.Hedge.enabled() {
 		fn = func(ctx context.Context) (string, error) { return e.hedged(ctx, call) }
