@@ -129,6 +129,15 @@ func (b *RetryBudget) Withdraw(now time.Time) bool {
 	return true
 }
 
+// Refund gives back a retry withdrawn at now that was never made (its wait
+// was cut short, or a breaker refused it). Do, Transport and Stream call it
+// on any Budget that has it.
+func (b *RetryBudget) Refund(now time.Time) {
+	b.mu.Lock()
+	b.slot(now).withdrawals--
+	b.mu.Unlock()
+}
+
 // Available returns how many retries the budget would allow at now.
 func (b *RetryBudget) Available(now time.Time) float64 {
 	b.mu.Lock()

@@ -125,3 +125,17 @@ func TestTransportKeepsABudgetPerHost(t *testing.T) {
 		}
 	})
 }
+
+func TestBudgetRefundsARetryNeverMade(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		budget := &rebound.RetryBudget{}
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(time.Second, cancel)
+		_ = rebound.Run(ctx, rebound.Policy{BaseDelay: 10 * time.Second, Jitter: rebound.JitterNone, Budget: budget},
+			func(context.Context) error { return &rebound.HTTPError{StatusCode: 503} })
+		// One call deposited 0.1; its retry was withdrawn, then cut short and refunded.
+		if got := budget.Available(time.Now()); got < 100.09 || got > 100.11 {
+			t.Fatalf("%v retries available, want the reserve of 100 plus 0.1", got)
+		}
+	})
+}

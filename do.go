@@ -82,6 +82,7 @@ func retry[T any](ctx context.Context, p Policy, fn func(context.Context) (T, er
 		if p.Breaker != nil {
 			var refused error
 			if permit, refused = p.Breaker.Allow(); refused != nil {
+				r.refund()
 				return zero, r.stop(verdict, Decision{Reason: StopBreakerOpen}, err, refused)
 			}
 		}
@@ -195,6 +196,14 @@ func (r *run) next(v Verdict) Decision {
 	return d
 }
 
+// refund gives a retry that was allowed but not made back to a budget that
+// takes refunds.
+func (r *run) refund() {
+	if b, ok := r.loop.policy.Budget.(interface{ Refund(time.Time) }); ok {
+		b.Refund(r.clock.Now())
+	}
+}
+
 // budgetLeft is what the retry budget still allows, for events; -1
 // without a budget that can say.
 func (r *run) budgetLeft() float64 {
@@ -218,6 +227,7 @@ func (r *run) wait(ctx context.Context, d Decision, err error) *GiveUpError {
 	if cause == nil {
 		return nil
 	}
+	r.refund()
 	d.Reason = StopCanceled
 	return r.stop(Verdict{Kind: KindCanceled}, d, err, cause)
 }

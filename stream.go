@@ -45,6 +45,7 @@ func Stream[E any](ctx context.Context, p Policy, open func(context.Context) ite
 					if attempt == 1 {
 						stopped = r.stop(Verdict{}, Decision{Reason: StopBreakerOpen}, refused, nil)
 					} else {
+						r.refund()
 						stopped = r.stop(lastVerdict, Decision{Reason: StopBreakerOpen}, last, refused)
 					}
 					yield(zero, stopped)

@@ -3,6 +3,7 @@ package rebound
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -140,8 +141,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			var refused error
 			if permit, refused = p.Breaker.Allow(); refused != nil {
 				if attempt == 1 {
+					body.close(req) // never sent, yet a RoundTripper closes it
 					return nil, r.stop(Verdict{}, Decision{Reason: StopBreakerOpen}, refused, nil)
 				}
+				r.refund()
 				return last.giveBack(r.stop(last.verdict, Decision{Reason: StopBreakerOpen}, last.err, refused))
 			}
 		}
@@ -151,6 +154,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if p.Breaker != nil {
 				p.Breaker.Done(permit, OutcomeIgnored)
 			}
+			r.refund()
 			return last.giveBack(r.stop(last.verdict, Decision{Reason: StopUnreplayableBody}, last.err, bodyErr))
 		}
 		last.discard()
@@ -165,6 +169,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			read, failed := t.lookahead(resp)
 			if failed != nil {
 				cur.resp, cur.snippet, cur.err = resp, read, failed
+				// A stalled stream's body is closed: nothing to give back.
+				cur.dead = errors.Is(failed, ErrStreamStalled)
 				break // a failed attempt, like any other
 			}
 			r.attempted(attempt, nil)
@@ -225,6 +231,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 type failedAttempt struct {
 	resp    *http.Response // nil after a transport error
 	snippet []byte         // what was read of resp's body
+	dead    bool           // resp's body was closed: give back the error, not resp
 	cancel  context.CancelFunc
 	err     error
 	verdict Verdict
@@ -246,7 +253,10 @@ func (f *failedAttempt) discard() {
 // giveBack ends a RoundTrip that gave up: with the attempt's response, its
 // body put back together, if there is one; else with the give-up error.
 func (f *failedAttempt) giveBack(stopped *GiveUpError) (*http.Response, error) {
-	if f.resp == nil {
+	if f.resp == nil || f.dead {
+		if f.resp != nil {
+			f.resp.Body.Close()
+		}
 		f.cancel()
 		return nil, stopped
 	}
@@ -262,6 +272,17 @@ func (f *failedAttempt) giveBack(stopped *GiveUpError) (*http.Response, error) {
 type requestBody struct {
 	get  func() (io.ReadCloser, error) // a fresh copy of the body; nil: none
 	once bool                          // the body can be sent only once
+	// closed says the request's own body was already closed (after it
+	// was buffered).
+	closed bool
+}
+
+// close closes req's body if nothing has: for a request given up before
+// its first attempt was sent.
+func (b requestBody) close(req *http.Request) {
+	if req.Body != nil && !b.closed {
+		req.Body.Close()
+	}
 }
 
 // replayableBody prepares req's body for replay: GetBody if the request has
@@ -295,7 +316,7 @@ func (t *Transport) replayableBody(req *http.Request) (requestBody, error) {
 		}}, nil
 	}
 	req.Body.Close()
-	return requestBody{get: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }}, nil
+	return requestBody{closed: true, get: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }}, nil
 }
 
 // attemptRequest returns the request of one attempt: req itself when it

@@ -219,13 +219,22 @@ func (t *Transport) lookahead(resp *http.Response) ([]byte, error) {
 	if wait <= 0 {
 		wait = DefaultStreamLookahead
 	}
-	var stalled atomic.Bool
+	// One state decides the race between the timer and the look ahead:
+	// whoever moves it first wins, so a body handed over is never closed.
+	const (
+		looking int32 = iota
+		done
+		stalled
+	)
+	var state atomic.Int32
 	timer := time.AfterFunc(wait, func() {
-		stalled.Store(true)
-		resp.Body.Close() // unblocks the read below
+		if state.CompareAndSwap(looking, stalled) {
+			resp.Body.Close() // unblocks the read below
+		}
 	})
+	defer timer.Stop()
 	read, err := peekStream(resp.Body, limit)
-	if !timer.Stop() && stalled.Load() {
+	if !state.CompareAndSwap(looking, done) {
 		return read, ErrStreamStalled
 	}
 	return read, err

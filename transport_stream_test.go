@@ -201,3 +201,42 @@ func TestTransportTellsTheBreakerWhenTheStreamEnds(t *testing.T) {
 		t.Fatalf("outcomes %v", b.outcomes)
 	}
 }
+
+func TestTransportGivesUpOnStalledStreamsWithAnError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &stallTransport{}
+		tr := &Transport{Base: st, StreamLookahead: time.Second, Policy: Policy{MaxAttempts: 1}}
+		req, _ := http.NewRequest(http.MethodPost, "http://provider.test/", strings.NewReader("{}"))
+		resp, err := tr.RoundTrip(req)
+		if resp != nil || !errors.Is(err, ErrStreamStalled) {
+			t.Fatalf("resp %v, err %v: want the stall as an error, not a dead 200", resp, err)
+		}
+	})
+}
+
+// closeCounter counts Close calls on a request body.
+type closeCounter struct {
+	io.Reader
+	closes int
+}
+
+func (c *closeCounter) Close() error { c.closes++; return nil }
+
+type refusingBreaker struct{}
+
+func (refusingBreaker) Allow() (Permit, error) { return 0, errors.New("open") }
+func (refusingBreaker) Done(Permit, Outcome)   {}
+
+func TestTransportClosesTheBodyOfARefusedRequest(t *testing.T) {
+	for _, limit := range []int64{0, -1} { // buffered; sent as it is
+		body := &closeCounter{Reader: strings.NewReader("{}")}
+		tr := &Transport{Base: &sseTransport{streams: []string{""}}, MaxBufferedBody: limit, Policy: Policy{Breaker: refusingBreaker{}}}
+		req, _ := http.NewRequest(http.MethodPost, "http://provider.test/", body)
+		if _, err := tr.RoundTrip(req); err == nil {
+			t.Fatal("a refused request went through")
+		}
+		if body.closes != 1 {
+			t.Fatalf("MaxBufferedBody %d: body closed %d times, want once", limit, body.closes)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
 )
 
 // Transport makes every request wait its turn: a slot of the Adaptive
@@ -18,7 +19,10 @@ import (
 // It learns from every response's rate-limit headers, tells the Adaptive
 // limit how each request went (429, 529, 503 and timeouts are congestion),
 // and gives the slot back when the response body is closed or read to its
-// end. A request whose deadline would pass while it waits fails at once
+// end. It does not report latencies to the Adaptive limit: an LLM's
+// latency follows the length of its answer, so a slow answer is not a
+// sign of a queue there (the simulator's provider, whose work is uniform,
+// does report them). A request whose deadline would pass while it waits fails at once
 // with ErrDeadline, never sent.
 type Transport struct {
 	// Base sends the requests. Nil means http.DefaultTransport.
@@ -82,12 +86,12 @@ func closeBody(req *http.Request) {
 // signalOf judges a finished request for the Adaptive limit.
 func signalOf(ctx context.Context, err error, status int) Signal {
 	switch {
-	case err != nil && ctx.Err() != nil:
-		return Neutral // the caller left
-	case err != nil && errors.Is(err, context.DeadlineExceeded):
-		return Congested // an attempt's own timeout: the provider is slow
+	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		// A deadline ran out while the provider worked on it (under
+		// rebound.Transport, usually the attempt's own timeout): slow.
+		return Congested
 	case err != nil:
-		return Neutral
+		return Neutral // the caller left, or the connection broke
 	case status == http.StatusTooManyRequests || status == 529 || status == http.StatusServiceUnavailable:
 		return Congested
 	case status >= 400:
@@ -97,28 +101,24 @@ func signalOf(ctx context.Context, err error, status int) Signal {
 }
 
 // releaseBody gives the slot back once, when the body is closed or read to
-// its end.
+// its end, whichever goroutine gets there first.
 type releaseBody struct {
 	io.ReadCloser
-	release  func(Signal)
-	signal   Signal
-	released bool
+	release func(Signal)
+	signal  Signal
+	once    sync.Once
 }
 
 func (b *releaseBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err != nil && !b.released {
-		b.released = true
-		b.release(b.signal)
+	if err != nil {
+		b.once.Do(func() { b.release(b.signal) })
 	}
 	return n, err
 }
 
 func (b *releaseBody) Close() error {
 	err := b.ReadCloser.Close()
-	if !b.released {
-		b.released = true
-		b.release(b.signal)
-	}
+	b.once.Do(func() { b.release(b.signal) })
 	return err
 }

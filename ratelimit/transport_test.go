@@ -64,3 +64,38 @@ func TestTransportDropsBeforeSending(t *testing.T) {
 		}
 	})
 }
+
+// hangingTransport answers only when the request's context ends.
+type hangingTransport struct{}
+
+func (hangingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	<-req.Context().Done()
+	return nil, req.Context().Err()
+}
+
+func TestAttemptTimeoutsCutTheLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := NewAdaptive(AdaptiveConfig{Initial: 10})
+		client := &http.Client{Transport: &rebound.Transport{Base: &Transport{Base: hangingTransport{}, Adaptive: a},
+			Policy: rebound.Policy{MaxAttempts: 2, AttemptTimeout: time.Second, BaseDelay: 2 * time.Second, Jitter: rebound.JitterNone}}}
+		if _, err := client.Get("http://provider.test/"); err == nil {
+			t.Fatal("a hanging provider answered")
+		}
+		if got := a.Limit(); got != 4 || a.InFlight() != 0 {
+			t.Fatalf("limit %d, in flight %d after two timed-out attempts: want 10 × 0.7 × 0.7 = 4, none in flight", got, a.InFlight())
+		}
+	})
+}
+
+func TestReleaseBodyReleasesOnce(t *testing.T) {
+	a := NewAdaptive(AdaptiveConfig{Initial: 2})
+	a.TryAcquire()
+	a.TryAcquire()
+	b := &releaseBody{ReadCloser: io.NopCloser(strings.NewReader("")), release: a.Release, signal: Success}
+	io.ReadAll(b)
+	b.Close()
+	b.Close()
+	if a.InFlight() != 1 {
+		t.Fatalf("in flight %d after one body ended: released more than once", a.InFlight())
+	}
+}

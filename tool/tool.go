@@ -299,7 +299,9 @@ func (e *entry) failure(call Call, err error, v rebound.Verdict, attempts int) *
 	var gu *rebound.GiveUpError
 	if errors.As(err, &gu) {
 		v, attempts = gu.Verdict, gu.Attempts
-		err = gu.Err
+		if gu.Err != nil { // nil when the call never ran its function (an invalid policy, an open breaker)
+			err = gu.Err
+		}
 	}
 	msg := err.Error()
 	if len(msg) > maxErrorText {

@@ -170,3 +170,14 @@ func ExampleRegistry() {
 	// Output:
 	// {"tool":"append_file","call_id":"toolu_01","verdict":"transient","attempts":1,"error":"append: context deadline exceeded","may_have_taken_effect":true,"advice":"The call failed without a clear answer and may still have taken effect. Check whether it did before calling it again."}
 }
+
+func TestInvalidPolicyIsAFailureNotAPanic(t *testing.T) {
+	var r tool.Registry
+	r.Register("search", tool.Spec{Kind: tool.ReadOnly, Policy: rebound.Policy{MaxAttempts: -1}}, func(context.Context, tool.Call) (string, error) {
+		return "", errBusy
+	})
+	res := r.Execute(context.Background(), tool.Call{Name: "search"})
+	if res.Failure == nil || res.Failure.Error == "" {
+		t.Fatalf("%+v", res)
+	}
+}
