@@ -94,7 +94,9 @@ type Spec struct {
 // answered after a delay; the first answer wins and the other attempt is
 // cancelled (and waited for: tools must heed their context). The delay is
 // the Percentile of the tool's recent latencies once there are enough of
-// them, else After. The zero Hedge hedges nothing.
+// them, else After. A hedge draws from the Spec's Policy.Budget like a
+// retry, and is not made when the budget is spent. The zero Hedge hedges
+// nothing.
 type Hedge struct {
 	After time.Duration
 	// Percentile, in (0, 1), e.g. 0.95: hedge calls slower than 95% of
@@ -280,6 +282,12 @@ func (e *entry) hedged(ctx context.Context, call Call) (string, error) {
 	for running > 0 {
 		select {
 		case <-timer.C:
+			// A hedge is a retry as far as the provider is concerned: it
+			// draws from the policy's retry budget, if any, and is not
+			// made when that is spent.
+			if b := e.spec.Policy.Budget; b != nil && !b.Withdraw(time.Now()) {
+				continue
+			}
 			hedging = true
 			running++
 			launch()

@@ -181,3 +181,21 @@ func TestInvalidPolicyIsAFailureNotAPanic(t *testing.T) {
 		t.Fatalf("%+v", res)
 	}
 }
+
+func TestHedgesDrawFromTheRetryBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls, cancelled atomic.Int64
+		spent := &rebound.RetryBudget{MinPerSecond: -1} // no reserve, no deposits yet: nothing to spend
+		var r tool.Registry
+		r.Register("search", tool.Spec{Kind: tool.ReadOnly, Hedge: tool.Hedge{After: 100 * time.Millisecond},
+			Policy: rebound.Policy{Budget: spent}}, slowFirst(&calls, &cancelled))
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		res := r.Execute(ctx, tool.Call{ID: "h", Name: "search"})
+		// The first call's deposit of 0.1 is not a whole retry: no hedge, and the
+		// slow first attempt runs until the caller's deadline.
+		if res.Failure == nil || calls.Load() != 1 {
+			t.Fatalf("%+v after %d calls: a hedge was made with an empty budget", res, calls.Load())
+		}
+	})
+}
