@@ -7,9 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/scrub"
 )
 
 // DefaultMaxBufferedBody is how much of a request body without GetBody a
@@ -50,12 +51,18 @@ const DefaultMaxBufferedBody = 1 << 20
 // (or DisableRetryBudget is set): under a full outage its retries stay near
 // a tenth of its calls, beyond a reserve of 100 retries in any 10 s.
 //
+// The body of a failed response is read to judge it for at most
+// ErrorBodyTimeout and MaxErrorBody bytes, and decoded first if it is
+// gzip or deflate (as it is when the request set Accept-Encoding itself).
+//
 // A Transport is used by pointer and is safe for concurrent use. Secrets in
 // the request (Authorization, x-api-key, api-key, x-goog-api-key, a "key"
 // query parameter) never appear in its errors or events, even when a server
-// echoes them in an error body. (http.Client wraps a RoundTrip error in a
-// *url.Error that repeats the request's URL, query and all: send a key in
-// a header, as the providers' SDKs do.)
+// echoes them in an error body, an in-stream error event or a response
+// header, raw or URL-encoded; nor does anything shaped like a provider's
+// API key. (http.Client wraps a RoundTrip error in a *url.Error that
+// repeats the request's URL, query and all: send a key in a header, as the
+// providers' SDKs do.)
 type Transport struct {
 	// Base makes each attempt. Nil means http.DefaultTransport.
 	Base http.RoundTripper
@@ -83,45 +90,99 @@ type Transport struct {
 	// over as it is. Zero means DefaultStreamLookaheadBytes (64 KiB).
 	StreamLookaheadBytes int
 
+	// ErrorBodyTimeout bounds how long the body of a failed response
+	// (status 400 or above) is read to judge it: a server that sends
+	// part of an error body and holds the connection open does not hold
+	// the call. A body not read in time is closed, and the attempt is
+	// judged by what came. Zero means 5 seconds; negative means no bound
+	// but the caller's deadline and Policy.AttemptTimeout.
+	ErrorBodyTimeout time.Duration
+
 	// DisableRetryBudget turns off the RetryBudget a Transport keeps per
-	// host when Policy.Budget is nil.
+	// host when Policy.Budget is nil. It keeps at most maxHostBudgets of
+	// them: when a new host would pass that, the budgets idle for their
+	// whole TTL (which hold nothing a fresh one does not) are dropped,
+	// else the one used least recently.
 	DisableRetryBudget bool
 
-	mu      sync.Mutex              // guards budgets, and serialises draws from Policy.Rand
-	budgets map[string]*RetryBudget // per host
+	mu      sync.Mutex             // guards budgets, and serialises draws from Policy.Rand
+	budgets map[string]*hostBudget // per host, at most maxHostBudgets
+}
+
+// maxHostBudgets bounds how many hosts' retry budgets a Transport keeps.
+const maxHostBudgets = 1024
+
+// hostBudget is the retry budget of one host, and when it was last used.
+type hostBudget struct {
+	RetryBudget
+	used time.Time
 }
 
 // hostBudget returns the retry budget of host, made on first use.
-func (t *Transport) hostBudget(host string) *RetryBudget {
+func (t *Transport) hostBudget(host string, now time.Time) *RetryBudget {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	b := t.budgets[host]
 	if b == nil {
 		if t.budgets == nil {
-			t.budgets = map[string]*RetryBudget{}
+			t.budgets = map[string]*hostBudget{}
 		}
-		b = &RetryBudget{}
+		if len(t.budgets) >= maxHostBudgets {
+			t.evictBudgets(now)
+		}
+		b = &hostBudget{}
 		t.budgets[host] = b
 	}
-	return b
+	b.used = now
+	return &b.RetryBudget
+}
+
+// evictBudgets drops the budgets idle for a whole TTL, or else the one
+// used least recently; one still in use by a call goes on working for it.
+// t.mu is held.
+func (t *Transport) evictBudgets(now time.Time) {
+	var oldest string
+	for host, b := range t.budgets {
+		if now.Sub(b.used) >= b.ttl() {
+			delete(t.budgets, host)
+		} else if oldest == "" || b.used.Before(t.budgets[oldest].used) {
+			oldest = host
+		}
+	}
+	if len(t.budgets) >= maxHostBudgets {
+		delete(t.budgets, oldest)
+	}
+}
+
+func (t *Transport) base() http.RoundTripper {
+	if t.Base == nil {
+		return http.DefaultTransport
+	}
+	return t.Base
+}
+
+// CloseIdleConnections closes the idle connections of Base (of
+// http.DefaultTransport when Base is nil), if it keeps any, so that
+// http.Client.CloseIdleConnections reaches through a Transport.
+func (t *Transport) CloseIdleConnections() {
+	if c, ok := t.base().(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	base := t.Base
-	if base == nil {
-		base = http.DefaultTransport
-	}
+	base := t.base()
 	ctx := req.Context()
 	body, err := t.replayableBody(req)
 	if err != nil {
 		return nil, err
 	}
 	p := t.Policy
-	if p.Budget == nil && !t.DisableRetryBudget {
-		p.Budget = t.hostBudget(req.URL.Host)
-	}
 	r := run{obs: p.Observer, clock: ClockFrom(ctx)}
+	if p.Budget == nil && !t.DisableRetryBudget {
+		p.Budget = t.hostBudget(req.URL.Host, r.clock.Now())
+	}
 	if r.obs != nil {
 		r.obs, r.start, r.target = observeCall(ctx, r.obs)
 		if r.target == "" {
@@ -158,17 +219,22 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return last.giveBack(r.stop(last.verdict, Decision{Reason: StopUnreplayableBody}, last.err, bodyErr))
 		}
 		last.discard()
-		resp, err := base.RoundTrip(areq)
+		resp, err := roundTrip(base, areq, p.Breaker, permit, cancel)
 		timedOut := areq != req && attemptTimedOut(ctx, areq.Context(), err)
 
 		cur := failedAttempt{cancel: cancel}
 		switch {
 		case err != nil:
-			cur.err = redactError(err, req)
+			cur.err = redactError(err, scrub.Of(req))
 		case resp.StatusCode == http.StatusOK && isEventStream(resp):
 			read, failed := t.lookahead(resp)
 			if failed != nil {
-				cur.resp, cur.snippet, cur.err = resp, read, failed
+				cur.resp, cur.body.raw, cur.err = resp, read, failed
+				if se, ok := failed.(*StreamError); ok {
+					se.Data = scrub.Of(req).CutBytes(se.Data, MaxErrorBody)
+				} else {
+					cur.err = redactError(failed, scrub.Of(req))
+				}
 				// A stalled stream's body is closed: nothing to give back.
 				cur.dead = errors.Is(failed, ErrStreamStalled)
 				break // a failed attempt, like any other
@@ -191,8 +257,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, nil
 		default:
 			cur.resp = resp
-			cur.snippet, _ = io.ReadAll(io.LimitReader(resp.Body, MaxErrorBody))
-			cur.err = &HTTPError{StatusCode: resp.StatusCode, Header: resp.Header, Body: redact(cur.snippet, req)}
+			cur.body = readErrorBody(resp, t.errorBodyTimeout())
+			cur.err = httpError(resp, cur.body, scrub.Of(req))
 		}
 		r.attempted(attempt, cur.err)
 		if attempt == 1 {
@@ -226,11 +292,41 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
+// roundTrip makes one attempt with base. If base panics, the breaker is
+// told the attempt failed and the attempt's context is ended before the
+// panic goes on up, unrecovered: a probe that panics must not hold a
+// half-open breaker's slot for ever.
+func roundTrip(base http.RoundTripper, req *http.Request, b Breaker, permit Permit, cancel context.CancelFunc) (*http.Response, error) {
+	returned := false
+	defer func() {
+		if !returned {
+			if b != nil {
+				b.Done(permit, OutcomeFailure)
+			}
+			cancel()
+		}
+	}()
+	resp, err := base.RoundTrip(req)
+	returned = true
+	return resp, err
+}
+
+// errorBodyTimeout is the bound on reading an error body; zero for none.
+func (t *Transport) errorBodyTimeout() time.Duration {
+	switch {
+	case t.ErrorBodyTimeout < 0:
+		return 0
+	case t.ErrorBodyTimeout == 0:
+		return 5 * time.Second
+	}
+	return t.ErrorBodyTimeout
+}
+
 // failedAttempt is an attempt that failed: with a response (status 400 or
 // above) or a transport error.
 type failedAttempt struct {
 	resp    *http.Response // nil after a transport error
-	snippet []byte         // what was read of resp's body
+	body    errorBody      // what was read of resp's body
 	dead    bool           // resp's body was closed: give back the error, not resp
 	cancel  context.CancelFunc
 	err     error
@@ -241,7 +337,9 @@ type failedAttempt struct {
 // connection can be reused, and ends the attempt's context.
 func (f *failedAttempt) discard() {
 	if f.resp != nil {
-		_, _ = io.CopyN(io.Discard, f.resp.Body, maxDrain)
+		if !f.body.whole {
+			_, _ = io.CopyN(io.Discard, f.resp.Body, maxDrain)
+		}
 		f.resp.Body.Close()
 	}
 	if f.cancel != nil {
@@ -252,6 +350,8 @@ func (f *failedAttempt) discard() {
 
 // giveBack ends a RoundTrip that gave up: with the attempt's response, its
 // body put back together, if there is one; else with the give-up error.
+// A body read whole is given back from memory, so that it stays readable
+// after the attempt's context has ended.
 func (f *failedAttempt) giveBack(stopped *GiveUpError) (*http.Response, error) {
 	if f.resp == nil || f.dead {
 		if f.resp != nil {
@@ -261,8 +361,14 @@ func (f *failedAttempt) giveBack(stopped *GiveUpError) (*http.Response, error) {
 		return nil, stopped
 	}
 	resp := f.resp
+	if f.body.whole {
+		resp.Body.Close()
+		f.cancel()
+		resp.Body = io.NopCloser(bytes.NewReader(f.body.raw))
+		return resp, nil
+	}
 	resp.Body = &attemptBody{
-		ReadCloser: readCloser{Reader: io.MultiReader(bytes.NewReader(f.snippet), resp.Body), Closer: resp.Body},
+		ReadCloser: readCloser{Reader: io.MultiReader(bytes.NewReader(f.body.raw), resp.Body), Closer: resp.Body},
 		cancel:     f.cancel,
 	}
 	return resp, nil
@@ -400,62 +506,15 @@ func (b *attemptBody) Close() error {
 // connection can be reused; beyond it, closing is cheaper.
 const maxDrain = 64 << 10
 
-// secretHeaders carry credentials; their values never leave RoundTrip.
-var secretHeaders = []string{"Authorization", "Proxy-Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key"}
-
-// minSecret is the shortest value treated as a secret to scrub: shorter
-// ones would scrub ordinary words.
-const minSecret = 8
-
-// secrets returns the request's credentials: the values of its secret
-// headers (and the token of "Bearer …") and its "key" query parameter.
-func secrets(req *http.Request) []string {
-	var out []string
-	add := func(v string) {
-		if v = strings.TrimSpace(v); len(v) >= minSecret {
-			out = append(out, v)
-		}
-	}
-	for _, h := range secretHeaders {
-		for _, v := range req.Header.Values(h) {
-			add(v)
-			if _, token, ok := strings.Cut(v, " "); ok {
-				add(token)
-			}
-		}
-	}
-	if req.URL != nil {
-		add(req.URL.Query().Get("key"))
-	}
-	return out
-}
-
-// redact replaces the request's credentials in an error body, in case a
-// server echoes them, before the body reaches errors and events. The
-// response body given back to the caller is not touched.
-func redact(body []byte, req *http.Request) []byte {
-	out := body
-	for _, s := range secrets(req) {
-		if bytes.Contains(out, []byte(s)) {
-			out = bytes.ReplaceAll(out, []byte(s), []byte("[redacted]"))
-		}
-	}
-	return out
-}
-
 // redactError returns err with the request's credentials scrubbed from
 // its message (a base transport may put the URL, key and all, in it);
 // errors.Is and errors.As still reach err.
-func redactError(err error, req *http.Request) error {
+func redactError(err error, secrets scrub.Secrets) error {
 	msg := err.Error()
-	scrubbed := msg
-	for _, s := range secrets(req) {
-		scrubbed = strings.ReplaceAll(scrubbed, s, "[redacted]")
+	if scrubbed := secrets.String(msg); scrubbed != msg {
+		return &redactedError{msg: scrubbed, err: err}
 	}
-	if scrubbed == msg {
-		return err
-	}
-	return &redactedError{msg: scrubbed, err: err}
+	return err
 }
 
 type redactedError struct {

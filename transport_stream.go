@@ -42,11 +42,7 @@ type StreamError struct {
 }
 
 func (e *StreamError) Error() string {
-	data := strings.Join(strings.Fields(string(e.Data)), " ")
-	if len(data) > errorSnippet {
-		data = data[:errorSnippet] + "…"
-	}
-	return "rebound: error event in stream: " + data
+	return "rebound: error event in stream: " + snippet(e.Data)
 }
 
 func isEventStream(resp *http.Response) bool {
@@ -70,7 +66,7 @@ const (
 // stream with no content within limit bytes is passed on as it is.
 func peekStream(body io.Reader, limit int) ([]byte, error) {
 	var seen bytes.Buffer
-	r := bufio.NewReader(io.TeeReader(io.LimitReader(body, int64(limit)), &seen))
+	r := lineReader{r: bufio.NewReader(io.TeeReader(io.LimitReader(body, int64(limit)), &seen))}
 	var name string
 	var data []byte
 	// stopped says what a read error means: the look ahead's limit (pass
@@ -85,11 +81,10 @@ func peekStream(body io.Reader, limit int) ([]byte, error) {
 		return seen.Bytes(), err
 	}
 	for {
-		line, err := r.ReadBytes('\n')
+		line, err := r.next()
 		if err != nil && len(line) == 0 {
 			return stopped(err)
 		}
-		line = bytes.TrimRight(line, "\r\n")
 		switch {
 		case len(line) == 0: // the end of an event
 			if data != nil || name != "" {
@@ -117,6 +112,40 @@ func peekStream(body io.Reader, limit int) ([]byte, error) {
 		if err != nil { // a last line without its newline
 			return stopped(err)
 		}
+	}
+}
+
+// lineReader reads the lines of an event stream, which may end in CRLF,
+// LF or a bare CR (the SSE specification allows all three).
+type lineReader struct {
+	r      *bufio.Reader
+	line   []byte
+	skipLF bool // the last line ended in CR: an LF right after it ends nothing
+}
+
+// next returns the next line without its end; a last line without one
+// comes with the read error. The line is valid until the next call.
+func (l *lineReader) next() ([]byte, error) {
+	l.line = l.line[:0]
+	for {
+		c, err := l.r.ReadByte()
+		if err != nil {
+			return l.line, err
+		}
+		if l.skipLF {
+			l.skipLF = false
+			if c == '\n' {
+				continue
+			}
+		}
+		switch c {
+		case '\n':
+			return l.line, nil
+		case '\r':
+			l.skipLF = true
+			return l.line, nil
+		}
+		l.line = append(l.line, c)
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/scrub"
 )
 
 // Kind is what sort of failure an attempt met, and so what may be done
@@ -122,30 +124,42 @@ type HTTPError struct {
 const MaxErrorBody = 64 << 10
 
 // NewHTTPError reads at most MaxErrorBody bytes of resp's body, closes it,
-// and returns the failure as an *HTTPError.
+// and returns the failure as an *HTTPError. A gzip or deflate body (a
+// request that set Accept-Encoding itself gets one) is decoded. The
+// credentials of resp.Request (its credential headers and "key" query
+// parameter) are scrubbed from the error's body and headers, in case the
+// server echoed them.
 func NewHTTPError(resp *http.Response) *HTTPError {
-	e := &HTTPError{StatusCode: resp.StatusCode, Header: resp.Header}
+	b := readErrorBody(resp, 0)
 	if resp.Body != nil {
-		e.Body, _ = io.ReadAll(io.LimitReader(resp.Body, MaxErrorBody))
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, MaxErrorBody))
 		resp.Body.Close()
 	}
-	return e
+	return httpError(resp, b, scrub.Of(resp.Request))
 }
 
 // errorSnippet bounds how much of the body an error message shows.
 const errorSnippet = 200
+
+// snippet is the start of an error body for a message: on one line,
+// scrubbed of anything shaped like a credential, at most errorSnippet
+// bytes.
+func snippet(body []byte) string {
+	text := strings.Join(strings.Fields(string(body)), " ")
+	cut, whole := (scrub.Secrets{}).Cut(text, errorSnippet)
+	if !whole {
+		cut += "…"
+	}
+	return cut
+}
 
 func (e *HTTPError) Error() string {
 	msg := fmt.Sprintf("http %d", e.StatusCode)
 	if text := http.StatusText(e.StatusCode); text != "" {
 		msg += " " + text
 	}
-	if body := strings.TrimSpace(string(e.Body)); body != "" {
-		if len(body) > errorSnippet {
-			body = body[:errorSnippet] + "…"
-		}
-		msg += ": " + strings.Join(strings.Fields(body), " ")
+	if body := snippet(e.Body); body != "" {
+		msg += ": " + body
 	}
 	return msg
 }

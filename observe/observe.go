@@ -11,8 +11,10 @@
 //
 // Log records never hold a secret or a prompt: only the target, attempt
 // numbers, verdicts, statuses, the provider's error type and code, waits
-// and a bounded error message (rebound.Transport scrubs credentials from
-// its errors before they reach an observer).
+// and a bounded error message (rebound.Transport scrubs the request's
+// credentials from its errors before they reach an observer, and a record
+// scrubs anything shaped like an API key or a bearer token from any
+// error's message).
 //
 // The "rebound.call" records are what `rebound analyze` reads.
 package observe
@@ -24,6 +26,7 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/scrub"
 )
 
 // Multi returns an Observer that passes every event to each of obs in
@@ -127,9 +130,12 @@ func failure(err error) []slog.Attr {
 			attrs = append(attrs, slog.String("error_code", code))
 		}
 	}
-	msg := err.Error()
-	if len(msg) > maxErrorText {
-		msg = msg[:maxErrorText] + "…"
+	// rebound's own errors are scrubbed of the request's credentials; an
+	// error the caller's function built is scrubbed here of anything
+	// shaped like a key.
+	msg, whole := (scrub.Secrets{}).Cut(err.Error(), maxErrorText)
+	if !whole {
+		msg += "…"
 	}
 	return append(attrs, slog.String("error", msg))
 }

@@ -1,0 +1,102 @@
+package rebound
+
+import (
+	"bytes"
+	"compress/gzip"
+	"compress/zlib"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/rebound-go/rebound/internal/scrub"
+)
+
+// errorBody is what was read of a failed response's body to judge it.
+type errorBody struct {
+	// raw is the start of the body as it was received, at most
+	// MaxErrorBody bytes: the caller may still want it, encoded as it was.
+	raw []byte
+	// whole says raw is all there will ever be: the body ended, broke or
+	// took too long (and was closed).
+	whole bool
+	// text is raw decoded (a request that sets Accept-Encoding itself
+	// gets its bodies encoded), at most MaxErrorBody bytes: what the
+	// classifier reads.
+	text []byte
+	// decoded says text is not raw.
+	decoded bool
+}
+
+// readErrorBody reads the start of a failed response's body, at most
+// MaxErrorBody bytes and, with a timeout, for at most that long: a server
+// that sends part of an error body and holds the connection open must not
+// hold the call. A body that takes too long is closed.
+func readErrorBody(resp *http.Response, timeout time.Duration) errorBody {
+	if resp.Body == nil || resp.Body == http.NoBody {
+		return errorBody{whole: true}
+	}
+	const (
+		reading int32 = iota
+		done
+		late
+	)
+	var state atomic.Int32
+	if timeout > 0 {
+		timer := time.AfterFunc(timeout, func() {
+			if state.CompareAndSwap(reading, late) {
+				resp.Body.Close() // unblocks the read below
+			}
+		})
+		defer timer.Stop()
+	}
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxErrorBody))
+	b := errorBody{raw: raw, text: raw}
+	switch {
+	case !state.CompareAndSwap(reading, done): // too late: the body is closed
+		b.whole = true
+	case err != nil || len(raw) < MaxErrorBody:
+		b.whole = true
+	}
+	if !resp.Uncompressed {
+		b.text, b.decoded = decode(resp.Header.Get("Content-Encoding"), raw)
+	}
+	return b
+}
+
+// decode undoes a gzip or deflate Content-Encoding, keeping at most
+// MaxErrorBody bytes of what it gives (a small body may inflate to
+// gigabytes). A body cut short gives what could be decoded of it; one
+// that is not what its header says is judged as it came.
+func decode(encoding string, raw []byte) ([]byte, bool) {
+	var r io.Reader
+	var err error
+	switch strings.ToLower(strings.TrimSpace(encoding)) {
+	case "gzip", "x-gzip":
+		r, err = gzip.NewReader(bytes.NewReader(raw))
+	case "deflate":
+		r, err = zlib.NewReader(bytes.NewReader(raw))
+	default:
+		return raw, false
+	}
+	if err != nil {
+		return raw, false
+	}
+	text, _ := io.ReadAll(io.LimitReader(r, MaxErrorBody))
+	return text, true
+}
+
+// httpError makes the *HTTPError of a failed response whose body b was
+// read, with the credentials of its request scrubbed from the body and
+// from the headers a server echoed them in. The response's own header is
+// left as it was.
+func httpError(resp *http.Response, b errorBody, secrets scrub.Secrets) *HTTPError {
+	h := resp.Header
+	if b.decoded {
+		h = h.Clone()
+		h.Del("Content-Encoding")
+		h.Del("Content-Length")
+	}
+	return &HTTPError{StatusCode: resp.StatusCode, Header: secrets.Header(h), Body: secrets.CutBytes(b.text, MaxErrorBody)}
+}
