@@ -10,11 +10,20 @@
 //   - SideEffect tools (append, send, pay) are attempted exactly once: a
 //     timeout does not mean nothing happened.
 //   - Idempotent tools have side effects but accept an idempotency key:
-//     the guard derives a stable key from the tool's name and the call's ID
-//     and arguments, hands it to the tool (IdempotencyKey), and then
-//     retries safely; the tool passes the key on, e.g. as an
-//     Idempotency-Key header, so that its server can answer a repeat from
-//     its record.
+//     the guard derives a key from the tool's name and the call's ID and
+//     arguments, hands it to the tool (IdempotencyKey), and then retries
+//     safely; the tool passes the key on, e.g. as an Idempotency-Key
+//     header, so that its server can answer a repeat from its record. A
+//     call with an ID keeps its key across replicas and restarts; a call
+//     without one gets a fresh random key for each Execute, so that two
+//     calls meant to be made twice ("charge $5", twice) are never taken
+//     for one.
+//
+// A tool registered wrongly (no Func, an unknown Kind, an invalid Policy
+// or Hedge) is never run: each call to it fails with a SpecError, and
+// Spec.Validate tells beforehand. A call whose context is already done is
+// not started. A panic in a tool reaches the caller of Execute, in its own
+// goroutine, even from a hedge's attempt.
 //
 // A failure comes back as a Failure: the tool, the verdict, the attempts
 // made and, for a side effect whose outcome is unknown, that it may have
@@ -26,14 +35,17 @@ package tool
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/observe"
@@ -49,7 +61,9 @@ const (
 	// SideEffect tools are attempted exactly once.
 	SideEffect
 	// Idempotent tools have side effects but accept an idempotency key,
-	// and so are retried with one.
+	// and so are retried with one: IdempotencyKeyOf the call, the same for
+	// every attempt of one Execute. Give each call an ID (Call.ID) to have
+	// a repeat of it recognised beyond one Execute.
 	Idempotent
 )
 
@@ -68,14 +82,19 @@ func (k Kind) String() string {
 // Call is one tool call the model asked for.
 type Call struct {
 	// ID is the model's ID for the call (OpenAI's tool_call id,
-	// Anthropic's tool_use id).
+	// Anthropic's tool_use id). An Idempotent tool's key is derived from
+	// it, so that a call replayed with the same ID, by another replica or
+	// after a restart, is recognised by the tool's server. Without an ID a
+	// call has no identity beyond one Execute: its retries share a random
+	// key, and the next Execute of the same arguments gets another.
 	ID   string
 	Name string
 	// Arguments are the call's arguments, as the model wrote them (JSON).
 	Arguments json.RawMessage
 }
 
-// Func runs a tool call and returns its output for the model.
+// Func runs a tool call and returns its output for the model. It heeds
+// ctx: a hedged tool's losing attempt is cancelled and waited for.
 type Func func(ctx context.Context, call Call) (string, error)
 
 // Spec says how a tool's calls are guarded.
@@ -85,10 +104,56 @@ type Spec struct {
 	// SideEffect tool gets one attempt whatever it says). The zero Policy
 	// is rebound's default.
 	Policy rebound.Policy
-	// Hedge, for a ReadOnly tool, starts a second attempt when the first
-	// is slow.
+	// Hedge, for a ReadOnly tool only, starts a second attempt when the
+	// first is slow.
 	Hedge Hedge
 }
+
+// Validate reports the first thing wrong with s, as a *SpecError, or nil.
+// Execute runs nothing for a tool registered with an invalid Spec.
+func (s Spec) Validate() error {
+	if s.Kind > Idempotent {
+		return &SpecError{Field: "Kind", Reason: fmt.Sprintf("unknown %v; want ReadOnly, SideEffect or Idempotent", s.Kind)}
+	}
+	if err := s.Policy.Validate(); err != nil {
+		se := &SpecError{Field: "Policy", Reason: err.Error(), Err: err}
+		var pe *rebound.PolicyError
+		if errors.As(err, &pe) {
+			se.Field, se.Reason = "Policy."+pe.Key, pe.Reason
+		}
+		return se
+	}
+	h := s.Hedge
+	if h.After < 0 {
+		return &SpecError{Field: "Hedge.After", Reason: fmt.Sprintf("must not be negative (got %v)", h.After)}
+	}
+	if h.Percentile != 0 && !(h.Percentile > 0 && h.Percentile <= 1) {
+		return &SpecError{Field: "Hedge.Percentile", Reason: fmt.Sprintf("must be in (0, 1], e.g. 0.95 for the 95th (got %v)", h.Percentile)}
+	}
+	if h.enabled() && s.Kind != ReadOnly {
+		return &SpecError{Field: "Hedge", Reason: fmt.Sprintf("only read-only tools are hedged (got %v)", s.Kind)}
+	}
+	return nil
+}
+
+// SpecError says what is wrong with a tool's registration. Execute returns
+// it, with a Failure, for every call to that tool, and runs nothing.
+type SpecError struct {
+	Tool   string // the tool's name; empty from Spec.Validate
+	Field  string // what is at fault: "Func", "Kind", "Hedge.Percentile", "Policy.max_attempts"...
+	Reason string
+	Err    error // the Policy's error, for an invalid Policy
+}
+
+func (e *SpecError) Error() string {
+	if e.Tool == "" {
+		return "tool: " + e.Field + ": " + e.Reason
+	}
+	return fmt.Sprintf("tool: %q: %s: %s", clip(e.Tool), e.Field, e.Reason)
+}
+
+// Unwrap returns the Policy's error, if that is what is wrong.
+func (e *SpecError) Unwrap() error { return e.Err }
 
 // Hedge starts a second attempt of a read-only call when the first has not
 // answered after a delay; the first answer wins and the other attempt is
@@ -97,14 +162,23 @@ type Spec struct {
 // them, else After. A hedge draws from the Spec's Policy.Budget like a
 // retry, and is not made when the budget is spent. The zero Hedge hedges
 // nothing.
+//
+// A panic (or runtime.Goexit) in either attempt is raised again in the
+// caller's goroutine, with its own value, once the other attempt has been
+// cancelled and has ended; if both panic, the first is raised. A panic is
+// raised even when the other attempt had already answered: it is a bug to
+// see, not an answer to drop.
 type Hedge struct {
+	// After is the delay before hedging, while there are too few recent
+	// latencies for Percentile. Zero means none: no hedge until then.
 	After time.Duration
-	// Percentile, in (0, 1), e.g. 0.95: hedge calls slower than 95% of
-	// recent ones.
+	// Percentile, in (0, 1], e.g. 0.95: hedge calls slower than 95% of
+	// recent ones; 1 hedges calls slower than all of them. Zero means
+	// After alone.
 	Percentile float64
 }
 
-func (h Hedge) enabled() bool { return h.After > 0 || (h.Percentile > 0 && h.Percentile < 1) }
+func (h Hedge) enabled() bool { return h.After > 0 || h.Percentile > 0 }
 
 // Registry holds the tools an agent may call. It is safe for concurrent
 // use.
@@ -114,8 +188,9 @@ type Registry struct {
 }
 
 type entry struct {
-	spec Spec
-	fn   Func
+	spec    Spec
+	fn      Func
+	invalid *SpecError // what is wrong with spec or fn, if anything; then nothing runs
 
 	mu        sync.Mutex      // guards latencies and next
 	latencies []time.Duration // a ring of recent latencies, for Hedge.Percentile
@@ -129,14 +204,25 @@ const (
 	minSamples     = 16
 )
 
-// Register adds a tool, replacing any of the same name.
+// Register adds a tool, replacing any of the same name. A tool with a nil
+// fn or an invalid spec (see Spec.Validate) is registered all the same, so
+// that calls to it fail with a SpecError instead of being unknown.
 func (r *Registry) Register(name string, spec Spec, fn Func) {
+	e := &entry{spec: spec, fn: fn}
+	if err := spec.Validate(); err != nil {
+		e.invalid = err.(*SpecError)
+	} else if fn == nil {
+		e.invalid = &SpecError{Field: "Func", Reason: "is nil; want the function that runs the tool"}
+	}
+	if e.invalid != nil {
+		e.invalid.Tool = name
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.tools == nil {
 		r.tools = map[string]*entry{}
 	}
-	r.tools[name] = &entry{spec: spec, fn: fn}
+	r.tools[name] = e
 }
 
 // ErrUnknownTool is the error of a call to a tool nobody registered.
@@ -177,15 +263,39 @@ func (f *Failure) String() string {
 // maxErrorText bounds the error text a model is shown.
 const maxErrorText = 300
 
-// Execute runs call under its tool's guard.
+// clip cuts s to maxErrorText bytes, on a character boundary.
+func clip(s string) string {
+	if len(s) <= maxErrorText {
+		return s
+	}
+	n := maxErrorText
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// Execute runs call under its tool's guard. A call to an unknown or
+// misregistered tool, or whose ctx is already done, runs nothing and comes
+// back as a Failure with 0 attempts.
 func (r *Registry) Execute(ctx context.Context, call Call) Result {
 	r.mu.RLock()
 	e := r.tools[call.Name]
 	r.mu.RUnlock()
-	if e == nil {
-		err := fmt.Errorf("%w %q", ErrUnknownTool, call.Name)
-		return Result{Call: call, Err: err, Failure: &Failure{Tool: call.Name, CallID: call.ID,
-			Verdict: rebound.KindPermanent.String(), Error: err.Error(), Advice: "No such tool: call one of the tools you were given."}}
+	refused := func(err error, v rebound.Kind, advice string) Result {
+		return Result{Call: call, Err: err, Failure: &Failure{Tool: clip(call.Name), CallID: call.ID,
+			Verdict: v.String(), Error: clip(err.Error()), Advice: advice}}
+	}
+	switch {
+	case e == nil:
+		return refused(fmt.Errorf("%w %q", ErrUnknownTool, clip(call.Name)), rebound.KindPermanent,
+			"No such tool: call one of the tools you were given.")
+	case e.invalid != nil:
+		return refused(e.invalid, rebound.KindPermanent, "The tool is misconfigured and cannot run. Continue without it.")
+	case ctx.Err() != nil:
+		// Not started, so certainly without effect, which a tool handed
+		// a done context could not promise.
+		return refused(context.Cause(ctx), rebound.KindCanceled, "The call was cancelled before it started; nothing was done.")
 	}
 	p := e.spec.Policy
 	switch e.spec.Kind {
@@ -235,7 +345,7 @@ func (e *entry) timed(ctx context.Context, call Call) (string, error) {
 // hedgeDelay is how long to wait before hedging.
 func (e *entry) hedgeDelay() time.Duration {
 	h := e.spec.Hedge
-	if h.Percentile > 0 && h.Percentile < 1 {
+	if h.Percentile > 0 {
 		e.mu.Lock()
 		sorted := slices.Clone(e.latencies)
 		e.mu.Unlock()
@@ -247,31 +357,70 @@ func (e *entry) hedgeDelay() time.Duration {
 	return h.After
 }
 
+// answer is what became of one hedged attempt: its output and error, or
+// the panic or runtime.Goexit that ended it.
 type answer struct {
-	out string
-	err error
+	out   string
+	err   error
+	abort *abort
+}
+
+// abort is a panic or runtime.Goexit that ended an attempt in its own
+// goroutine, to be raised again in the caller's.
+type abort struct {
+	value any // the panic's value; nil for runtime.Goexit
+}
+
+func (a *abort) raise() {
+	if a.value == nil {
+		runtime.Goexit()
+	}
+	panic(a.value)
 }
 
 // hedged runs an attempt and, if it is slow, a second one beside it; the
 // first success wins and the other is cancelled and waited for. A first
 // attempt that fails before the hedge starts is returned as it is, for the
-// policy to judge.
+// policy to judge. A panic in an attempt is raised again here, once no
+// attempt is left running.
 func (e *entry) hedged(ctx context.Context, call Call) (string, error) {
 	delay := e.hedgeDelay()
 	if delay <= 0 {
 		return e.timed(ctx, call)
 	}
+	clock := rebound.ClockFrom(ctx)
 	ctx, cancel := context.WithCancel(ctx)
 	answers := make(chan answer, 2)
 	var wg sync.WaitGroup
+	var aborted *abort
 	defer func() {
 		cancel()
 		wg.Wait() // no attempt outlives the call
+		close(answers)
+		for a := range answers { // a loser's late panic
+			if aborted == nil {
+				aborted = a.abort
+			}
+		}
+		if aborted != nil {
+			aborted.raise()
+		}
 	}()
 	launch := func() {
 		wg.Go(func() {
+			returned := false
+			defer func() {
+				if !returned {
+					// Since Go 1.21 a panic's recovered value is never
+					// nil (panic(nil) gives a *runtime.PanicNilError,
+					// unless GODEBUG=panicnil=1), so nil means
+					// runtime.Goexit.
+					answers <- answer{abort: &abort{value: recover()}}
+				}
+			}()
 			out, err := e.timed(ctx, call)
-			answers <- answer{out, err}
+			returned = true
+			answers <- answer{out: out, err: err}
 		})
 	}
 	launch()
@@ -283,9 +432,9 @@ func (e *entry) hedged(ctx context.Context, call Call) (string, error) {
 		select {
 		case <-timer.C:
 			// A hedge is a retry as far as the provider is concerned: it
-			// draws from the policy's retry budget, if any, and is not
-			// made when that is spent.
-			if b := e.spec.Policy.Budget; b != nil && !b.Withdraw(time.Now()) {
+			// draws from the policy's retry budget, if any, by the clock
+			// the call deposited by, and is not made when that is spent.
+			if b := e.spec.Policy.Budget; b != nil && !b.Withdraw(clock.Now()) {
 				continue
 			}
 			hedging = true
@@ -293,6 +442,10 @@ func (e *entry) hedged(ctx context.Context, call Call) (string, error) {
 			launch()
 		case a := <-answers:
 			running--
+			if a.abort != nil {
+				aborted = a.abort
+				return "", nil
+			}
 			if a.err == nil || !hedging {
 				return a.out, a.err
 			}
@@ -311,14 +464,12 @@ func (e *entry) failure(call Call, err error, v rebound.Verdict, attempts int) *
 			err = gu.Err
 		}
 	}
-	msg := err.Error()
-	if len(msg) > maxErrorText {
-		msg = msg[:maxErrorText] + "…"
-	}
-	f := &Failure{Tool: call.Name, CallID: call.ID, Verdict: v.Kind.String(), Attempts: attempts, Error: msg}
+	f := &Failure{Tool: call.Name, CallID: call.ID, Verdict: v.Kind.String(), Attempts: attempts, Error: clip(err.Error())}
 	unknownOutcome := v.Kind == rebound.KindTransient || v.Kind == rebound.KindOverloaded || v.Kind == rebound.KindCanceled
 	switch {
-	case e.spec.Kind == SideEffect && unknownOutcome:
+	// An idempotent call too: the model's next call has a new ID, and so a
+	// new key that its server will not recognise.
+	case e.spec.Kind != ReadOnly && unknownOutcome:
 		f.MayHaveTakenEffect = true
 		f.Advice = "The call failed without a clear answer and may still have taken effect. Check whether it did before calling it again."
 	case v.Kind == rebound.KindPermanent:
@@ -345,10 +496,20 @@ func IdempotencyKey(ctx context.Context) string {
 	return k
 }
 
-// IdempotencyKeyOf derives the stable idempotency key of a call: the same
-// tool, call ID and arguments give the same key, whatever the attempt.
-// Arguments are compacted first, so that whitespace does not change it.
+// IdempotencyKeyOf derives the idempotency key of a call: the same tool,
+// call ID and arguments give the same key, in any process, and Arguments
+// are compacted first, so that whitespace does not change it. A call
+// without an ID has nothing that tells it from another call of the same
+// arguments meant to be made again, so it gets a fresh random key each
+// time: Execute derives the key once, and its retries share it.
 func IdempotencyKeyOf(call Call) string {
+	if call.ID == "" {
+		// From the system's secure source: a key must differ between
+		// processes, which a seeded generator cannot promise.
+		var nonce [16]byte
+		rand.Read(nonce[:]) // never fails, per its documentation
+		return "rebound-" + hex.EncodeToString(nonce[:])
+	}
 	h := sha256.New()
 	h.Write([]byte(call.Name))
 	h.Write([]byte{0})
