@@ -105,8 +105,11 @@ func TestLostRepliesNeverDuplicate(t *testing.T) {
 				time.Since(start).Round(time.Millisecond), ok.Load(), doubtful.Load(), st.Requests, st.Actions, st.Duplicates)
 			switch tc.spec.Kind {
 			case tool.SideEffect:
-				// One request per call at most, each a distinct action.
-				if st.Duplicates != 0 || st.Actions != st.Requests || st.Requests > calls || st.Requests < calls*99/100 ||
+				// One request per call at most, each a distinct action. On
+				// a loaded machine a few requests time out before the
+				// server reads them: the floor only shows that the calls
+				// were really sent.
+				if st.Duplicates != 0 || st.Actions != st.Requests || st.Requests > calls || st.Requests < calls*9/10 ||
 					ok.Load()+doubtful.Load() != calls || ok.Load() > int64(st.Actions) || doubtful.Load() == 0 {
 					t.Fatalf("%d requests, %d actions, %d duplicates; %d answered, %d doubtful", st.Requests, st.Actions, st.Duplicates, ok.Load(), doubtful.Load())
 				}
