@@ -280,8 +280,8 @@ type Config struct {
 	Seed uint64
 
 	// RetryAfter is the wait announced by a wait hint, sent in whole
-	// seconds, rounded up. It must not be negative; the default (0) is one
-	// second.
+	// seconds, rounded up. It must lie in [0, MaxRetryAfter]; the default
+	// (0) is one second.
 	RetryAfter time.Duration
 
 	// SlowDelay is how long a request waits before its answer in slow mode,
@@ -324,6 +324,12 @@ type Server struct {
 	keyOrder   [][32]byte          // the keys in keys, oldest first
 }
 
+// MaxRetryAfter is the longest Config.RetryAfter: a year, the longest wait
+// hint a client is expected to take at face value. A request's
+// HeaderRetryAfter is not bound by it, so that a test can still send an
+// absurd hint.
+const MaxRetryAfter = 365 * 24 * time.Hour
+
 // maxKeys is how many idempotency keys a server remembers at most.
 const maxKeys = 16384
 
@@ -360,8 +366,8 @@ type Stats struct {
 }
 
 // New returns a server for cfg, or an error if cfg names an unknown mode or
-// profile, has a FailRate outside [0, 1] or NaN, a negative duration or a
-// negative CutAfter.
+// profile, has a FailRate outside [0, 1] or NaN, a negative duration, a
+// RetryAfter beyond MaxRetryAfter or a negative CutAfter.
 func New(cfg Config) (*Server, error) {
 	if cfg.Mode == "" {
 		cfg.Mode = ModeRandom
@@ -378,6 +384,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("chaos: fail rate %v outside [0, 1]", cfg.FailRate)
 	case cfg.RetryAfter < 0:
 		return nil, fmt.Errorf("chaos: negative retry-after %v", cfg.RetryAfter)
+	case cfg.RetryAfter > MaxRetryAfter:
+		return nil, fmt.Errorf("chaos: retry-after %v is beyond a year (want at most %v)", cfg.RetryAfter, MaxRetryAfter)
 	case cfg.SlowDelay < 0:
 		return nil, fmt.Errorf("chaos: negative slow delay %v", cfg.SlowDelay)
 	case cfg.CutAfter < 0:

@@ -157,16 +157,49 @@ func TestRunChaosUsage(t *testing.T) {
 		{[]string{"--fail-rate", "0"}, "--fail-rate 0 outside (0, 1]"},
 		{[]string{"--retry-after", "0"}, "--retry-after 0"},
 		{[]string{"--slow", "-1s"}, "--slow -1s"},
+		// Absurd numbers are refused, none of them wrapping around.
+		{[]string{"--retry-after", "9223372037"}, "--retry-after 9223372037 is beyond a year (want 1 to 31536000 seconds)"},
+		{[]string{"--retry-after", "99999999999999"}, "--retry-after 99999999999999 is beyond a year"},
+		{[]string{"--retry-after", "31536001"}, "--retry-after 31536001 is beyond a year"},
+		{[]string{"--retry-after", "-9223372036854775808"}, "--retry-after -9223372036854775808 is not a positive number of seconds"},
+		{[]string{"--retry-after", "1e3"}, `invalid value "1e3" for flag -retry-after`},
+		{[]string{"--retry-after", "99999999999999999999"}, `invalid value "99999999999999999999" for flag -retry-after: value out of range`},
+		{[]string{"--fail-rate", "NaN"}, "--fail-rate NaN outside (0, 1]"},
+		{[]string{"--fail-rate", "Inf"}, "--fail-rate +Inf outside (0, 1]"},
+		{[]string{"--fail-rate", "-Inf"}, "--fail-rate -Inf outside (0, 1]"},
+		{[]string{"--fail-rate", "1e400"}, `invalid value "1e400" for flag -fail-rate: value out of range`},
+		{[]string{"--slow", "0s"}, "--slow 0s is not a positive duration"},
+		{[]string{"--slow", "3000000h"}, `invalid value "3000000h" for flag -slow`},
+		{[]string{"--cut-after", "-9223372036854775808"}, "--cut-after -9223372036854775808 is negative"},
+		{[]string{"--cut-after", "99999999999999999999"}, `invalid value "99999999999999999999" for flag -cut-after: value out of range`},
+		{[]string{"--seed", "-1"}, `invalid value "-1" for flag -seed`},
 	}
+	// A canceled context makes a server that wrongly starts stop at once,
+	// so that the test fails rather than hangs.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
 	for _, tt := range tests {
 		var stdout, stderr bytes.Buffer
-		code := runChaos(t.Context(), tt.args, &stdout, &stderr)
+		code := runChaos(ctx, append([]string{"--addr", "127.0.0.1:0"}, tt.args...), &stdout, &stderr)
 		msg := stderr.String()
 		if code != 2 || stdout.Len() != 0 || strings.Count(msg, "\n") != 1 ||
 			!strings.HasPrefix(msg, "rebound chaos: ") || !strings.Contains(msg, tt.want) {
 			t.Errorf("runChaos(%q) = %d, stdout %q, stderr %q; want 2 and one line containing %q",
 				tt.args, code, stdout.String(), msg, tt.want)
 		}
+	}
+}
+
+// TestRunChaosYearLongHint checks that a hint of a whole year, the longest
+// taken at face value, is sent as it was given.
+func TestRunChaosYearLongHint(t *testing.T) {
+	url, stop := startChaos(t, "--mode", "retryafter", "--retry-after", "31536000")
+	resp, _ := call(t, "GET", url, "")
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "31536000" {
+		t.Errorf("%d Retry-After %q, want 429 and 31536000", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if c := stop(); c != 0 {
+		t.Errorf("exit code %d after cancel, want 0", c)
 	}
 }
 
