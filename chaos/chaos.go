@@ -23,7 +23,9 @@
 //     client goes away first.
 //   - [ModeReset]: the connection is closed without a response.
 //   - [ModeOverload]: the provider is overloaded: 529 in the plain and
-//     anthropic profiles, 503 in the openai and gemini ones.
+//     anthropic profiles, 503 in the openai and gemini ones. Served on a
+//     listener from [NewListener], the 529 says "529 Site is overloaded";
+//     net/http alone writes "529 status code 529".
 //   - [ModeQuota]: 429 for an exhausted quota or spend limit, which a prompt
 //     retry does not fix.
 //   - [ModeContext]: the prompt is longer than the model takes: 400, or 413
@@ -695,14 +697,17 @@ func drop(w http.ResponseWriter) {
 	if !ok {
 		panic(http.ErrAbortHandler)
 	}
-	conn, _, err := hj.Hijack()
+	nc, _, err := hj.Hijack()
 	if err != nil {
 		panic(http.ErrAbortHandler)
 	}
-	if tc, ok := conn.(*net.TCPConn); ok {
+	if c, ok := nc.(*conn); ok {
+		nc = c.Conn // one from NewListener
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetLinger(0) // send RST rather than FIN, like a crashed peer
 	}
-	conn.Close()
+	nc.Close()
 }
 
 // Stats returns the counts since the server was created or last reset.

@@ -106,7 +106,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		ErrorLog:          log.New(stderr, "rebound chaos: ", 0),
 	}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	go func() { served <- hs.Serve(chaos.NewListener(ln)) }()
 	select {
 	case err := <-served:
 		fmt.Fprintf(stderr, "rebound chaos: %v\n", err)

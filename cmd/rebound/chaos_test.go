@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"regexp"
 	"strings"
 	"sync"
@@ -262,5 +263,38 @@ func TestRunChaosCutAfter(t *testing.T) {
 		if msg := stderr.String(); code != 2 || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, c.want) {
 			t.Errorf("runChaos(%s) = %d, stderr %q; want 2 and one line containing %q", c.args, code, msg, c.want)
 		}
+	}
+}
+
+// TestRunChaos529 checks that a 529 goes out with its customary reason
+// phrase, on a connection that stays open.
+func TestRunChaos529(t *testing.T) {
+	url, stop := startChaos(t, "--mode", "overload", "--profile", "anthropic")
+	reused := 0
+	for i := range 2 {
+		trace := &httptrace.ClientTrace{GotConn: func(c httptrace.GotConnInfo) {
+			if c.Reused {
+				reused++
+			}
+		}}
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), "POST", url+"/v1/messages", strings.NewReader(`{"model":"m"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.Status != "529 Site is overloaded" {
+			t.Errorf("request %d: status %q, want 529 Site is overloaded", i, resp.Status)
+		}
+	}
+	if reused != 1 {
+		t.Errorf("connection reused %d times, want 1", reused)
+	}
+	if c := stop(); c != 0 {
+		t.Errorf("exit code %d after cancel, want 0", c)
 	}
 }
