@@ -74,7 +74,7 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	priceOut := fs.Float64("price-out", 0, "US `dollars` per million output tokens")
 	generate := fs.Int("generate", 0, "write `N` synthetic log lines to stdout instead of analysing")
 	seed := fs.Uint64("seed", 1, "seed of --generate")
-	files, code, done := analyzeParse(fs, args, stderr)
+	files, code, done := analyzeParse(fs, args, stdout, stderr)
 	if done {
 		return code
 	}
@@ -206,16 +206,15 @@ func analyzeFile(ctx context.Context, a *analyze.Analyzer, name string) (analyze
 
 // analyzeParse parses args, in which flags and files may be interleaved as
 // "rebound analyze log.jsonl --json" invites; "--" ends the flags. done
-// says the command should return code at once, as parseFlags does.
-func analyzeParse(fs *flag.FlagSet, args []string, stderr io.Writer) (files []string, code int, done bool) {
+// says the command should return code at once, as parseFlags does, after
+// the help asked for on stdout or a one-line reason on stderr.
+func analyzeParse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (files []string, code int, done bool) {
 	fs.SetOutput(io.Discard)
 	for {
 		err := fs.Parse(args)
 		switch {
 		case errors.Is(err, flag.ErrHelp):
-			fmt.Fprint(stderr, analyzeUsage)
-			fs.SetOutput(stderr)
-			fs.PrintDefaults()
+			printHelp(fs, analyzeUsage, stdout)
 			return nil, 0, true
 		case err != nil:
 			return nil, analyzeBadUsage(stderr, err.Error()), true

@@ -166,9 +166,9 @@ func TestAnalyzeBadUsage(t *testing.T) {
 	if code != 1 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "missing.jsonl") {
 		t.Errorf("missing file: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
-	if code, _, stderr := runAnalyzeCmd(t, "-h"); code != 0 || !strings.Contains(stderr, "usage: rebound analyze") ||
-		!strings.Contains(stderr, "-price-in") {
-		t.Errorf("-h: exit %d, %q", code, stderr)
+	if code, stdout, stderr := runAnalyzeCmd(t, "-h"); code != 0 || stderr != "" || !strings.Contains(stdout, "usage: rebound analyze") ||
+		!strings.Contains(stdout, "-price-in") {
+		t.Errorf("-h: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	var out, errOut bytes.Buffer
 	if code := run(context.Background(), []string{"analyse"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "want analyze,") {

@@ -58,7 +58,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "rebound chaos: "+format+"\n", a...)
 		return 2
 	}
-	if code, done := parseFlags(fs, args, chaosUsage, stderr); done {
+	if code, done := parseFlags(fs, args, chaosUsage, withStdout(stderr, stdout)); done {
 		return code
 	}
 	// An explicit --retry-after asks for a wait hint with every failure.

@@ -209,9 +209,9 @@ func TestRunChaosHelp(t *testing.T) {
 	if code := runChaos(t.Context(), []string{"-h"}, &stdout, &stderr); code != 0 {
 		t.Errorf("-h: exit code %d, want 0", code)
 	}
-	if !strings.HasPrefix(stderr.String(), "usage: rebound chaos") || !strings.Contains(stderr.String(), "-fail-rate") ||
-		!strings.Contains(stderr.String(), "-profile") {
-		t.Errorf("-h: stderr %q, want usage with flags", stderr.String())
+	if stderr.Len() != 0 || !strings.HasPrefix(stdout.String(), "usage: rebound chaos") || !strings.Contains(stdout.String(), "-fail-rate") ||
+		!strings.Contains(stdout.String(), "-profile") {
+		t.Errorf("-h: stdout %q, stderr %q; want usage with flags on stdout", stdout.String(), stderr.String())
 	}
 }
 
