@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -102,7 +103,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // COMMAND exactly as "rebound COMMAND -h" prints it, on stdout.
 func runHelp(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
-	case len(args) == 0 || len(args) == 1 && args[0] == "help":
+	case len(args) == 0 || len(args) == 1 && slices.Contains([]string{"help", "-h", "-help", "--help"}, args[0]):
 		fmt.Fprint(stdout, usage)
 		return 0
 	case len(args) > 1:

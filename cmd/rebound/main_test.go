@@ -43,8 +43,13 @@ func TestHelp(t *testing.T) {
 	if code, stdout, stderr := runCmd("help", "version"); code != 0 || stderr != "" || !strings.HasPrefix(stdout, "usage: rebound version") {
 		t.Errorf("help version: exit %d, stderr %q, stdout %q", code, stderr, stdout)
 	}
-	if code, stdout, stderr := runCmd("help", "help"); code != 0 || stderr != "" || !strings.HasPrefix(stdout, "usage: rebound <command>") {
-		t.Errorf("help help: exit %d, stderr %q, stdout %q", code, stderr, stdout)
+	for _, args := range [][]string{{"help", "help"}, {"help", "-h"}, {"-h", "--help"}} {
+		if code, stdout, stderr := runCmd(args...); code != 0 || stderr != "" || !strings.HasPrefix(stdout, "usage: rebound <command>") {
+			t.Errorf("%q: exit %d, stderr %q, stdout %q", args, code, stderr, stdout)
+		}
+	}
+	if code, stdout, _ := runCmd("-h", "chaos"); code != 0 || !strings.HasPrefix(stdout, "usage: rebound chaos") {
+		t.Errorf("-h chaos: exit %d, stdout %q", code, stdout)
 	}
 }
 
