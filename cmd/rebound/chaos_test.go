@@ -270,6 +270,8 @@ func TestRunChaosCutAfter(t *testing.T) {
 // phrase, on a connection that stays open.
 func TestRunChaos529(t *testing.T) {
 	url, stop := startChaos(t, "--mode", "overload", "--profile", "anthropic")
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
 	reused := 0
 	for i := range 2 {
 		trace := &httptrace.ClientTrace{GotConn: func(c httptrace.GotConnInfo) {
@@ -281,7 +283,7 @@ func TestRunChaos529(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
