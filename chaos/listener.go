@@ -16,10 +16,12 @@ import (
 // bytes going out over the connection, where the server leaves everything
 // else as it was.
 //
-// 529 has no registered phrase; "Site is overloaded" is the customary one
-// (the list of unofficial codes names it so, after Qualys SSL Labs' API,
-// which introduced the code), and Anthropic's overloaded_error is the same
-// condition. HTTP/2 sends no reason phrase at all.
+// 529 is not a registered status, so it has no official phrase; the
+// customary one, as the common lists of unofficial codes give it after
+// Qualys SSL Labs' API, is "Site is overloaded", and it names the condition
+// Anthropic answers 529 overloaded_error for. HTTP/2 sends no reason
+// phrase at all, and clients are told to ignore it (RFC 9112), so it is
+// for the people reading a trace.
 
 // NewListener returns a listener that accepts the connections of inner
 // and, in what net/http writes to them, replaces the status line of a 529
