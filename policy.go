@@ -3,6 +3,7 @@ package rebound
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -247,7 +248,7 @@ func enumMarshal(names []string, i int, what string) ([]byte, error) {
 	if i >= 0 && i < len(names) {
 		return []byte(names[i]), nil
 	}
-	return nil, fmt.Errorf("rebound: unknown %s %d", what, i)
+	return nil, fmt.Errorf("rebound: %s: unknown value %d", what, i)
 }
 
 func enumParse(names []string, s, what string) (int, error) {
@@ -256,18 +257,18 @@ func enumParse(names []string, s, what string) (int, error) {
 			return i, nil
 		}
 	}
-	return 0, fmt.Errorf("rebound: unknown %s %q (want %s)", what, s, joinNames(names))
+	return 0, fmt.Errorf("rebound: %s: unknown value %q (want %s)", what, s, wantList(names))
 }
 
-func joinNames(names []string) string {
-	s := ""
-	for i, n := range names {
-		if i > 0 {
-			s += ", "
-		}
-		s += n
+// wantList lists the values wanted: "a", "a or b", "a, b or c".
+func wantList(names []string) string {
+	switch len(names) {
+	case 0:
+		return ""
+	case 1:
+		return names[0]
 	}
-	return s
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // durationOr resolves a Policy duration: zero is the default, NoDelay zero.
@@ -392,13 +393,23 @@ func (p Policy) Validate() error {
 	return nil
 }
 
-// PolicyError says what is wrong with a Policy.
+// PolicyError says what is wrong with a Policy, or with the JSON read as
+// one.
 type PolicyError struct {
-	Key    string // the JSON key at fault, e.g. "max_delay_ms"
+	// Key is the JSON key at fault, e.g. "max_delay_ms" or
+	// "per_kind.rate_limited.max_attempts"; empty when the fault is in
+	// the policy as a whole (a syntax error, an unknown key).
+	Key string
+	// Reason says what was given and what is wanted, in one line.
 	Reason string
 }
 
-func (e *PolicyError) Error() string { return "rebound: policy: " + e.Key + ": " + e.Reason }
+func (e *PolicyError) Error() string {
+	if e.Key == "" {
+		return "rebound: policy: " + e.Reason
+	}
+	return "rebound: policy: " + e.Key + ": " + e.Reason
+}
 
 func policyErr(key, format string, args ...any) error {
 	return &PolicyError{Key: key, Reason: fmt.Sprintf(format, args...)}

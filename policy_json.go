@@ -3,9 +3,14 @@ package rebound
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
+	"errors"
+	"maps"
 	"math"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // policyJSON is Policy's wire form. Pointers tell an absent key (the
@@ -64,79 +69,283 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalJSON reads a policy: snake_case keys, durations in integer
-// milliseconds, an absent key meaning the default and an explicit 0
-// meaning zero. Unknown keys are rejected, and so is any policy that
-// Validate rejects. Fields without a JSON form keep their values, and so
-// does everything when the input is null.
+// milliseconds, an absent key (or null) meaning the default and an
+// explicit 0 meaning zero. Unknown keys are rejected, and so is any policy
+// that Validate rejects. Fields without a JSON form keep their values, and
+// so does everything when the input is null or on any error.
+//
+// Every error is a *PolicyError naming the key at fault, what was given
+// and what is wanted, in one line. json.Unmarshal checks the syntax of its
+// whole input before it calls UnmarshalJSON, and reports a syntax error as
+// its own *json.SyntaxError; call UnmarshalJSON directly to have those in
+// the same words, with the byte at which the input went wrong.
 func (p *Policy) UnmarshalJSON(data []byte) error {
 	if string(bytes.TrimSpace(data)) == "null" {
 		return nil // as encoding/json does: null changes nothing
 	}
-	var j policyJSON
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&j); err != nil {
-		return fmt.Errorf("rebound: policy: %w", err)
+	obj, err := jsonObject("", "a JSON object", data)
+	if err != nil {
+		return err
+	}
+	if err := knownKeys("", obj, policyKeys); err != nil {
+		return err
 	}
 	q := *p
 	q.MaxAttempts, q.Multiplier, q.Jitter, q.Shape, q.ServerWait, q.PerKind = 0, 0, 0, 0, 0, nil
-	if j.MaxAttempts != nil {
-		if *j.MaxAttempts == 0 {
-			return policyErr("max_attempts", "must be at least 1 (got 0)")
-		}
-		q.MaxAttempts = *j.MaxAttempts
-	}
-	var err error
-	set := func(key string, dst *time.Duration, v *int64, zero time.Duration) {
-		if err == nil {
-			*dst, err = fromMS(key, v, zero)
+	if v := obj["max_attempts"]; v != nil {
+		if q.MaxAttempts, err = attemptsValue("max_attempts", v); err != nil {
+			return err
 		}
 	}
-	set("base_delay_ms", &q.BaseDelay, j.BaseDelayMS, NoDelay)
-	set("max_delay_ms", &q.MaxDelay, j.MaxDelayMS, NoDelay)
-	set("wait_budget_ms", &q.WaitBudget, j.WaitBudgetMS, NoDelay)
-	set("max_server_wait_ms", &q.MaxServerWait, j.MaxServerWaitMS, NoDelay)
-	set("attempt_timeout_ms", &q.AttemptTimeout, j.AttemptTimeoutMS, 0)
-	if j.Multiplier != nil {
-		if *j.Multiplier < 1 {
-			return policyErr("multiplier", "must be a finite number of at least 1 (got %v)", *j.Multiplier)
-		}
-		q.Multiplier = *j.Multiplier
-	}
-	if j.Jitter != nil {
-		q.Jitter = *j.Jitter
-	}
-	if j.Shape != nil {
-		q.Shape = *j.Shape
-		q.Schedule = nil
-	}
-	if j.ServerWait != nil {
-		q.ServerWait = *j.ServerWait
-	}
-	if len(j.PerKind) > 0 {
-		q.PerKind = make(map[Kind]Override, len(j.PerKind))
-		for k, o := range j.PerKind {
-			var ov Override
-			key := "per_kind." + k.String()
-			if o.MaxAttempts != nil {
-				if *o.MaxAttempts <= 0 {
-					return policyErr(key+".max_attempts", "must be at least 1 (got %d)", *o.MaxAttempts)
-				}
-				ov.MaxAttempts = *o.MaxAttempts
-			}
-			set(key+".base_delay_ms", &ov.BaseDelay, o.BaseDelayMS, NoDelay)
-			set(key+".max_delay_ms", &ov.MaxDelay, o.MaxDelayMS, NoDelay)
-			q.PerKind[k] = ov
+	for _, d := range []struct {
+		key  string
+		dst  *time.Duration
+		zero time.Duration
+	}{
+		{"base_delay_ms", &q.BaseDelay, NoDelay},
+		{"max_delay_ms", &q.MaxDelay, NoDelay},
+		{"wait_budget_ms", &q.WaitBudget, NoDelay},
+		{"max_server_wait_ms", &q.MaxServerWait, NoDelay},
+		{"attempt_timeout_ms", &q.AttemptTimeout, 0},
+	} {
+		if *d.dst, err = msValue(d.key, obj[d.key], d.zero); err != nil {
+			return err
 		}
 	}
-	if err != nil {
-		return err
+	if v := obj["multiplier"]; v != nil {
+		if q.Multiplier, err = multiplierValue(v); err != nil {
+			return err
+		}
+	}
+	if v := obj["jitter"]; v != nil {
+		i, err := enumValue("jitter", v, jitterNames[:])
+		if err != nil {
+			return err
+		}
+		q.Jitter = Jitter(i)
+	}
+	if v := obj["shape"]; v != nil {
+		i, err := enumValue("shape", v, shapeNames[:])
+		if err != nil {
+			return err
+		}
+		q.Shape, q.Schedule = Shape(i), nil
+	}
+	if v := obj["server_wait"]; v != nil {
+		i, err := enumValue("server_wait", v, serverWaitNames[:])
+		if err != nil {
+			return err
+		}
+		q.ServerWait = ServerWait(i)
+	}
+	if v := obj["per_kind"]; v != nil {
+		if q.PerKind, err = perKindValue(v); err != nil {
+			return err
+		}
 	}
 	if err := q.Validate(); err != nil {
 		return err
 	}
 	*p = q
 	return nil
+}
+
+// The keys of a policy and of an override, in the order errors list them.
+var (
+	policyKeys = []string{
+		"max_attempts", "base_delay_ms", "max_delay_ms", "multiplier", "jitter", "shape",
+		"wait_budget_ms", "max_server_wait_ms", "server_wait", "attempt_timeout_ms", "per_kind",
+	}
+	overrideKeys = []string{"max_attempts", "base_delay_ms", "max_delay_ms"}
+)
+
+// jsonObject decodes data, the value of key ("" for the policy itself),
+// as an object. A null value, like an absent key, is left out of it, as
+// encoding/json leaves a field alone for null. want says what it is.
+func jsonObject(key, want string, data []byte) (map[string]json.RawMessage, error) {
+	var obj map[string]json.RawMessage
+	err := json.Unmarshal(data, &obj)
+	var syntax *json.SyntaxError
+	switch {
+	case errors.As(err, &syntax):
+		return nil, policyErr(key, "%s at byte %d", syntax.Error(), syntax.Offset)
+	case err != nil:
+		return nil, policyErr(key, "want %s, got %s", want, given(data))
+	}
+	for k, v := range obj {
+		if string(v) == "null" {
+			delete(obj, k)
+		}
+	}
+	return obj, nil
+}
+
+// knownKeys returns an error for the first key of obj, the value of key,
+// that is not one of keys. Keys are matched exactly: the wire form has one
+// spelling.
+func knownKeys(key string, obj map[string]json.RawMessage, keys []string) error {
+	var unknown []string
+	for k := range obj {
+		if !slices.Contains(keys, k) {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	return policyErr(key, "unknown key %s (want %s)", quote(slices.Min(unknown)), wantList(keys))
+}
+
+// attemptsValue reads a count of attempts.
+func attemptsValue(key string, v json.RawMessage) (int, error) {
+	n, err := integer(key, "an integer", v, strconv.IntSize)
+	if err == nil && n == 0 {
+		err = policyErr(key, "must be at least 1 (got 0)")
+	}
+	return int(n), err
+}
+
+// msValue reads a duration in milliseconds, as fromMS says.
+func msValue(key string, v json.RawMessage, zero time.Duration) (time.Duration, error) {
+	if v == nil {
+		return 0, nil
+	}
+	n, err := integer(key, "an integer number of milliseconds", v, 64)
+	if err != nil {
+		return 0, err
+	}
+	return fromMS(key, &n, zero)
+}
+
+// integer reads v as a JSON integer of bits bits.
+func integer(key, want string, v json.RawMessage, bits int) (int64, error) {
+	n, err := strconv.ParseInt(string(v), 10, bits)
+	switch {
+	case err == nil:
+		return n, nil
+	case errors.Is(err, strconv.ErrRange):
+		return 0, policyErr(key, "want %s, got %s (out of range)", want, given(v))
+	}
+	return 0, policyErr(key, "want %s, got %s", want, given(v))
+}
+
+// multiplierValue reads the multiplier.
+func multiplierValue(v json.RawMessage) (float64, error) {
+	if !isNumber(v) {
+		return 0, policyErr("multiplier", "want a number, got %s", given(v))
+	}
+	m, err := strconv.ParseFloat(string(v), 64)
+	if err != nil || m < 1 {
+		return 0, policyErr("multiplier", "must be a finite number of at least 1 (got %s)", given(v))
+	}
+	return m, nil
+}
+
+// enumValue reads the name of one of names and returns its index.
+func enumValue(key string, v json.RawMessage, names []string) (int, error) {
+	var s string
+	if v[0] != '"' || json.Unmarshal(v, &s) != nil {
+		return 0, policyErr(key, "want a string (%s), got %s", wantList(names), given(v))
+	}
+	i := slices.Index(names, s)
+	if i < 0 {
+		return 0, policyErr(key, "unknown value %s (want %s)", quote(s), wantList(names))
+	}
+	return i, nil
+}
+
+// perKindValue reads per_kind: overrides by kind. Validate then refuses
+// the kinds that are never retried.
+func perKindValue(v json.RawMessage) (map[Kind]Override, error) {
+	obj, err := jsonObject("per_kind", "an object of kinds", v)
+	if err != nil || len(obj) == 0 {
+		return nil, err
+	}
+	kinds := slices.Sorted(maps.Keys(obj))
+	per := make(map[Kind]Override, len(obj))
+	for _, name := range kinds {
+		k := slices.Index(kindNames[:], name)
+		if k < 0 {
+			return nil, policyErr("per_kind", "unknown kind %s (want %s)", quote(name), wantList(overridable()))
+		}
+		key := "per_kind." + name
+		o, err := jsonObject(key, "an object", obj[name])
+		if err != nil {
+			return nil, err
+		}
+		if err := knownKeys(key, o, overrideKeys); err != nil {
+			return nil, err
+		}
+		var ov Override
+		if v := o["max_attempts"]; v != nil {
+			n, err := integer(key+".max_attempts", "an integer", v, strconv.IntSize)
+			if err != nil {
+				return nil, err
+			}
+			if n <= 0 {
+				return nil, policyErr(key+".max_attempts", "must be at least 1 (got %d)", n)
+			}
+			ov.MaxAttempts = int(n)
+		}
+		if ov.BaseDelay, err = msValue(key+".base_delay_ms", o["base_delay_ms"], NoDelay); err != nil {
+			return nil, err
+		}
+		if ov.MaxDelay, err = msValue(key+".max_delay_ms", o["max_delay_ms"], NoDelay); err != nil {
+			return nil, err
+		}
+		per[Kind(k)] = ov
+	}
+	return per, nil
+}
+
+// overridable returns the names of the kinds per_kind may override.
+func overridable() []string {
+	var names []string
+	for k := range Kind(len(kindNames)) {
+		if k.retryable() {
+			names = append(names, k.String())
+		}
+	}
+	return names
+}
+
+// isNumber reports whether the JSON value v is a number.
+func isNumber(v json.RawMessage) bool { return v[0] == '-' || '0' <= v[0] && v[0] <= '9' }
+
+// maxGiven is how much of a value an error shows.
+const maxGiven = 32
+
+// given shows the JSON value v in an error: as written, cut short if
+// long, or "an object" or "an array". A JSON value other than those holds
+// no line break.
+func given(v []byte) string {
+	v = bytes.TrimSpace(v)
+	switch {
+	case len(v) == 0:
+		return "nothing"
+	case v[0] == '{':
+		return "an object"
+	case v[0] == '[':
+		return "an array"
+	}
+	return clip(string(v))
+}
+
+// quote shows a string from the input in an error, quoted and cut short if
+// long.
+func quote(s string) string { return clip(strconv.Quote(s)) }
+
+// clip cuts s to maxGiven bytes, on a rune boundary, marking the cut.
+func clip(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= maxGiven {
+		return s
+	}
+	n := maxGiven
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -2,9 +2,11 @@ package rebound
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestZeroPolicyDefaults(t *testing.T) {
@@ -83,18 +85,18 @@ func TestUnmarshalPolicy(t *testing.T) {
 			return b.maxAttempts == 6 && b.base == 2*time.Second && p.forKind(KindTransient).maxAttempts == 3
 		}},
 		{in: `{"attempt_timeout_ms": 1500}`, want: func(p Policy) bool { return p.AttemptTimeout == 1500*time.Millisecond }},
-		{in: `{"max_attempts": 3, "retries": 2}`, err: `unknown field "retries"`},
-		{in: `{"per_kind": {"transient": {"wait_ms": 1}}}`, err: `unknown field "wait_ms"`},
+		{in: `{"max_attempts": 3, "retries": 2}`, err: `unknown key "retries"`},
+		{in: `{"per_kind": {"transient": {"wait_ms": 1}}}`, err: `unknown key "wait_ms"`},
 		{in: `{"per_kind": {"sometimes": {}}}`, err: `unknown kind "sometimes"`},
 		{in: `{"per_kind": {"quota_exhausted": {"max_attempts": 2}}}`, err: `quota_exhausted is never retried`},
-		{in: `{"jitter": "wobbly"}`, err: `unknown jitter "wobbly" (want full, none, equal, decorrelated)`},
+		{in: `{"jitter": "wobbly"}`, err: `jitter: unknown value "wobbly" (want full, none, equal or decorrelated)`},
 		{in: `{"shape": "custom"}`, err: `custom needs a Schedule`},
 		{in: `{"base_delay_ms": -5}`, err: `base_delay_ms: must not be negative (got -5)`},
 		{in: `{"max_attempts": 0}`, err: `max_attempts: must be at least 1`},
 		{in: `{"multiplier": 0.5}`, err: `multiplier`},
 		{in: `{"base_delay_ms": 9223372036854775807}`, err: `too large`},
 		{in: `{"base_delay_ms": 1000, "max_delay_ms": 10}`, err: `max_delay_ms: 10 is below base_delay_ms 1000`},
-		{in: `{"max_attempts": "three"}`, err: `cannot unmarshal string`},
+		{in: `{"max_attempts": "three"}`, err: `max_attempts: want an integer, got "three"`},
 		{in: `[1,2]`, err: `rebound: policy`},
 	} {
 		var p Policy
@@ -174,4 +176,117 @@ func TestUnmarshalNullChangesNothing(t *testing.T) {
 	if err := json.Unmarshal([]byte(` null `), &p); err != nil || p.MaxAttempts != 7 || p.BaseDelay != time.Second {
 		t.Fatalf("%+v %v", p, err)
 	}
+}
+
+// TestPolicyJSONErrors checks every way reading a policy can fail: each
+// error is one line that names the key, what was given and what is wanted,
+// in rebound's words only.
+func TestPolicyJSONErrors(t *testing.T) {
+	const kinds = "(want transient, rate_limited or overloaded)"
+	const keys = "(want max_attempts, base_delay_ms, max_delay_ms, multiplier, jitter, shape, wait_budget_ms, " +
+		"max_server_wait_ms, server_wait, attempt_timeout_ms or per_kind)"
+	for _, c := range []struct {
+		in, key, want string
+	}{
+		// Syntax, and what follows the object.
+		{`{"max_attempts":3`, "", "unexpected end of JSON input at byte 17"},
+		{``, "", "unexpected end of JSON input at byte 0"},
+		{`{"max_attempts":3,}`, "", "invalid character '}' looking for beginning of object key string at byte 19"},
+		{`{"max_attempts":tru}`, "", "invalid character '}' in literal true (expecting 'e') at byte 20"},
+		{`{"max_attempts":3} x`, "", "invalid character 'x' after top-level value at byte 20"},
+		{`{"max_attempts":3}{}`, "", "invalid character '{' after top-level value at byte 19"},
+		// Not an object.
+		{`[1,2]`, "", "want a JSON object, got an array"},
+		{`"fast"`, "", `want a JSON object, got "fast"`},
+		{`3`, "", "want a JSON object, got 3"},
+		{`true`, "", "want a JSON object, got true"},
+		// Keys.
+		{`{"retries":2}`, "", `unknown key "retries" ` + keys},
+		{`{"Max_Attempts":3}`, "", `unknown key "Max_Attempts" ` + keys},
+		{`{"b":1,"a":2}`, "", `unknown key "a" ` + keys},
+		{"{\"line\\nbreak\":1}", "", `unknown key "line\nbreak" ` + keys},
+		// Types.
+		{`{"max_attempts":"3"}`, "max_attempts", `want an integer, got "3"`},
+		{`{"max_attempts":3.5}`, "max_attempts", "want an integer, got 3.5"},
+		{`{"max_attempts":1e3}`, "max_attempts", "want an integer, got 1e3"},
+		{`{"max_attempts":99999999999999999999}`, "max_attempts", "want an integer, got 99999999999999999999 (out of range)"},
+		{`{"max_attempts":true}`, "max_attempts", "want an integer, got true"},
+		{`{"max_attempts":[3]}`, "max_attempts", "want an integer, got an array"},
+		{`{"base_delay_ms":"100ms"}`, "base_delay_ms", `want an integer number of milliseconds, got "100ms"`},
+		{`{"wait_budget_ms":1.5}`, "wait_budget_ms", "want an integer number of milliseconds, got 1.5"},
+		{`{"attempt_timeout_ms":{}}`, "attempt_timeout_ms", "want an integer number of milliseconds, got an object"},
+		{`{"multiplier":"2"}`, "multiplier", `want a number, got "2"`},
+		{`{"multiplier":1e999}`, "multiplier", "must be a finite number of at least 1 (got 1e999)"},
+		{`{"jitter":3}`, "jitter", "want a string (full, none, equal or decorrelated), got 3"},
+		{`{"shape":false}`, "shape", "want a string (exponential, linear, constant or custom), got false"},
+		{`{"server_wait":["honor"]}`, "server_wait", "want a string (honor, clamp or ignore), got an array"},
+		{`{"max_attempts":"` + strings.Repeat("9", 100) + `"}`, "max_attempts", `want an integer, got "` + strings.Repeat("9", 31) + `…`},
+		// Enumerations.
+		{`{"jitter":"fulll"}`, "jitter", `unknown value "fulll" (want full, none, equal or decorrelated)`},
+		{`{"shape":"Linear"}`, "shape", `unknown value "Linear" (want exponential, linear, constant or custom)`},
+		{`{"server_wait":"wait"}`, "server_wait", `unknown value "wait" (want honor, clamp or ignore)`},
+		// per_kind.
+		{`{"per_kind":[1]}`, "per_kind", "want an object of kinds, got an array"},
+		{`{"per_kind":{"sometimes":{}}}`, "per_kind", `unknown kind "sometimes" ` + kinds},
+		{`{"per_kind":{"":{}}}`, "per_kind", `unknown kind "" ` + kinds},
+		{`{"per_kind":{"transient":3}}`, "per_kind.transient", "want an object, got 3"},
+		{`{"per_kind":{"transient":{"wait_ms":1}}}`, "per_kind.transient", `unknown key "wait_ms" (want max_attempts, base_delay_ms or max_delay_ms)`},
+		{`{"per_kind":{"transient":{"max_attempts":"x"}}}`, "per_kind.transient.max_attempts", `want an integer, got "x"`},
+		{`{"per_kind":{"rate_limited":{"base_delay_ms":-1}}}`, "per_kind.rate_limited.base_delay_ms", "must not be negative (got -1)"},
+		{`{"per_kind":{"permanent":{}}}`, "per_kind", "permanent is never retried and cannot be overridden"},
+		// Values.
+		{`{"max_attempts":0}`, "max_attempts", "must be at least 1 (got 0)"},
+		{`{"base_delay_ms":9223372036854775807}`, "base_delay_ms", "9223372036854775807 ms is too large"},
+	} {
+		var p Policy
+		err := p.UnmarshalJSON([]byte(c.in))
+		var perr *PolicyError
+		if !errors.As(err, &perr) {
+			t.Errorf("%s: error %v (%T), want a *PolicyError", c.in, err, err)
+			continue
+		}
+		want := "rebound: policy: " + c.want
+		if c.key != "" {
+			want = "rebound: policy: " + c.key + ": " + c.want
+		}
+		if err.Error() != want || perr.Key != c.key {
+			t.Errorf("%s:\n got %q (key %q)\nwant %q (key %q)", c.in, err, perr.Key, want, c.key)
+		}
+		// Through encoding/json, which checks the syntax first, every
+		// error but a syntax error is the same.
+		var q Policy
+		if err := json.Unmarshal([]byte(c.in), &q); err == nil {
+			t.Errorf("%s: json.Unmarshal accepted it", c.in)
+		} else if _, syntax := err.(*json.SyntaxError); !syntax && err.Error() != want {
+			t.Errorf("%s: json.Unmarshal: %v, want %q", c.in, err, want)
+		}
+	}
+}
+
+// FuzzPolicyJSONErrors: reading any bytes as a policy either succeeds or
+// fails with a *PolicyError of one line of valid UTF-8 in rebound's words.
+func FuzzPolicyJSONErrors(f *testing.F) {
+	f.Add([]byte(`{"max_attempts":"3"}`))
+	f.Add([]byte(`{"per_kind":{"transient":{"max_attempts":[1]}}}`))
+	f.Add([]byte(`{"jitter":"ful\nl"}`))
+	f.Add([]byte(`{"multiplier":1e999} x`))
+	f.Add([]byte("{\"\xff\":1}"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var p Policy
+		err := p.UnmarshalJSON(data)
+		if err == nil {
+			return
+		}
+		var perr *PolicyError
+		msg := err.Error()
+		switch {
+		case !errors.As(err, &perr):
+			t.Fatalf("%q: %v (%T), want a *PolicyError", data, err, err)
+		case strings.ContainsAny(msg, "\r\n") || !utf8.ValidString(msg):
+			t.Fatalf("%q: error is not one line of text: %q", data, msg)
+		case !strings.HasPrefix(msg, "rebound: policy: ") || strings.HasPrefix(msg, "rebound: policy: rebound:") ||
+			strings.HasPrefix(msg, "rebound: policy: json:") || strings.Contains(msg, "Go struct") || strings.Contains(msg, "Go value"):
+			t.Fatalf("%q: error not in rebound's words: %q", data, msg)
+		}
+	})
 }

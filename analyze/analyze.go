@@ -30,14 +30,26 @@ const (
 	MaxAttempts = 1000000
 	// MaxMalformedLines is how many malformed line numbers a File keeps.
 	MaxMalformedLines = 5
+	// MaxCost is the most US dollars a call may log as its cost; more is
+	// malformed.
+	MaxCost = 1e9
+	// MaxPrice is the highest price, in US dollars per million tokens: a
+	// dollar a token, thousands of times the dearest model's.
+	MaxPrice = 1e6
 )
+
+// Those bounds keep every dollar figure finite: a call costs at most
+// MaxCost, or MaxAttempts attempts of math.MaxInt64 tokens at MaxPrice,
+// some 1e25 dollars, and even 2^63 such calls add up to less than 1e44,
+// far below the largest float64.
 
 // Options configure an Analyzer. The zero value prices nothing and keeps
 // DefaultMaxGroups groups.
 type Options struct {
 	// PriceIn and PriceOut are US dollars per million input and output
 	// tokens, used for calls that log tokens but no cost when Priced is
-	// set.
+	// set. New takes a price above MaxPrice as MaxPrice, and a negative
+	// or NaN one as 0.
 	PriceIn, PriceOut float64
 	Priced            bool
 	// MaxGroups bounds the distinct error groups kept; 0 means
@@ -66,7 +78,16 @@ func New(o Options) *Analyzer {
 	if o.MaxGroups <= 0 {
 		o.MaxGroups = DefaultMaxGroups
 	}
+	o.PriceIn, o.PriceOut = price(o.PriceIn), price(o.PriceOut)
 	return &Analyzer{opts: o, groups: make(map[groupKey]*group), kinds: make(map[baseKey]rebound.Kind)}
+}
+
+// price bounds p to [0, MaxPrice], NaN to 0.
+func price(p float64) float64 {
+	if !(p > 0) {
+		return 0
+	}
+	return min(p, MaxPrice)
 }
 
 // File is what one input held.
@@ -229,7 +250,7 @@ func (a *Analyzer) check(rec *record) (call, bool) {
 	case c.attempts < 0 || c.attempts > MaxAttempts,
 		rec.Status.v < 0 || rec.Status.v > 999,
 		rec.InputTokens.v < 0, rec.OutputTokens.v < 0,
-		rec.Cost.set && !(rec.Cost.v >= 0 && rec.Cost.v < math.MaxFloat64):
+		rec.Cost.set && !(rec.Cost.v >= 0 && rec.Cost.v <= MaxCost):
 		return c, false
 	}
 	if c.attempts == 0 {

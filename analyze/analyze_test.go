@@ -260,6 +260,8 @@ func TestMalformed(t *testing.T) {
 		`{"succeeded":true,"cost":-0.1}`,
 		`{"succeeded":true,"cost":"0.1"}`,
 		`{"succeeded":true,"cost":1e999}`,
+		`{"succeeded":true,"cost":1e308}`,
+		`{"succeeded":true,"cost":1000000001}`,
 		`{"succeeded":true} trailing`,
 		`{"msg":"rebound.call","attempts":1}`,
 	}
@@ -506,6 +508,33 @@ func TestAllocsPerLine(t *testing.T) {
 		a.line(b) // the group's first call
 		if n := testing.AllocsPerRun(1000, func() { a.line(b) }); n > 1 {
 			t.Errorf("%.1f allocations a line: %s", n, line)
+		}
+	}
+}
+
+// TestAbsurdPrices checks that no price and no log, however large, makes a
+// figure infinite or NaN: every report encodes as JSON.
+func TestAbsurdPrices(t *testing.T) {
+	huge := fmt.Sprintf(`{"succeeded":%%v,"status":%%d,"attempts":%d,"input_tokens":%d,"output_tokens":%d}`,
+		MaxAttempts, int64(math.MaxInt64), int64(math.MaxInt64))
+	lines := []string{
+		fmt.Sprintf(huge, true, 0), fmt.Sprintf(huge, true, 0),
+		fmt.Sprintf(huge, false, 400), fmt.Sprintf(huge, false, 400),
+		fmt.Sprintf(`{"succeeded":true,"attempts":2,"cost":%v}`, MaxCost),
+		fmt.Sprintf(`{"succeeded":true,"attempts":2,"cost":%v}`, MaxCost),
+	}
+	for _, price := range []float64{1e308, math.MaxFloat64, math.Inf(1), math.Inf(-1), math.NaN(), -1, MaxPrice} {
+		r := analyzeLines(t, Options{Priced: true, PriceIn: price, PriceOut: price}, lines...)
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Errorf("price %v: %v", price, err)
+			continue
+		}
+		if s := string(b); strings.Contains(s, "Inf") || strings.Contains(s, "NaN") {
+			t.Errorf("price %v: %s", price, s)
+		}
+		if r.Totals.CostUSD == nil || *r.Totals.CostUSD < 2*MaxCost {
+			t.Errorf("price %v: cost %v, want at least the logged costs", price, r.Totals.CostUSD)
 		}
 	}
 }

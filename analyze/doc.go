@@ -54,8 +54,9 @@
 //	{"succeeded":true,"input_tokens":1200,"output_tokens":300,"cost":0.006}
 //
 // A line that is not a JSON object, has a known key of the wrong type, a
-// negative count or more than MaxAttempts attempts, a rebound.call without
-// "succeeded", or more than MaxLineBytes bytes is malformed: it is counted,
+// negative count or more than MaxAttempts attempts, a cost that is negative
+// or above MaxCost, a rebound.call without "succeeded", or more than
+// MaxLineBytes bytes is malformed: it is counted,
 // the first few line numbers are kept, and reading goes on. A blank line,
 // and an object in neither schema, is skipped.
 //
@@ -70,7 +71,8 @@
 //
 // Otherwise, as for rebound's own records, which log no tokens, the cost is
 // unknown, and dollar figures cover only the calls whose cost is known
-// (priced_calls says how many).
+// (priced_calls says how many). Prices are bounded by MaxPrice and costs by
+// MaxCost, so that every figure is finite however large the counts.
 //
 // Waste: every attempt of a call that never succeeded, and every attempt
 // but the last of one that did. A logged cost is split evenly across the

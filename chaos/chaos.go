@@ -23,7 +23,9 @@
 //     client goes away first.
 //   - [ModeReset]: the connection is closed without a response.
 //   - [ModeOverload]: the provider is overloaded: 529 in the plain and
-//     anthropic profiles, 503 in the openai and gemini ones.
+//     anthropic profiles, 503 in the openai and gemini ones. Served on a
+//     listener from [NewListener], the 529 says "529 Site is overloaded";
+//     net/http alone writes "529 status code 529".
 //   - [ModeQuota]: 429 for an exhausted quota or spend limit, which a prompt
 //     retry does not fix.
 //   - [ModeContext]: the prompt is longer than the model takes: 400, or 413
@@ -280,8 +282,8 @@ type Config struct {
 	Seed uint64
 
 	// RetryAfter is the wait announced by a wait hint, sent in whole
-	// seconds, rounded up. It must not be negative; the default (0) is one
-	// second.
+	// seconds, rounded up. It must lie in [0, MaxRetryAfter]; the default
+	// (0) is one second.
 	RetryAfter time.Duration
 
 	// SlowDelay is how long a request waits before its answer in slow mode,
@@ -324,6 +326,12 @@ type Server struct {
 	keyOrder   [][32]byte          // the keys in keys, oldest first
 }
 
+// MaxRetryAfter is the longest Config.RetryAfter: a year, the longest wait
+// hint a client is expected to take at face value. A request's
+// HeaderRetryAfter is not bound by it, so that a test can still send an
+// absurd hint.
+const MaxRetryAfter = 365 * 24 * time.Hour
+
 // maxKeys is how many idempotency keys a server remembers at most.
 const maxKeys = 16384
 
@@ -360,8 +368,8 @@ type Stats struct {
 }
 
 // New returns a server for cfg, or an error if cfg names an unknown mode or
-// profile, has a FailRate outside [0, 1] or NaN, a negative duration or a
-// negative CutAfter.
+// profile, has a FailRate outside [0, 1] or NaN, a negative duration, a
+// RetryAfter beyond MaxRetryAfter or a negative CutAfter.
 func New(cfg Config) (*Server, error) {
 	if cfg.Mode == "" {
 		cfg.Mode = ModeRandom
@@ -378,6 +386,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("chaos: fail rate %v outside [0, 1]", cfg.FailRate)
 	case cfg.RetryAfter < 0:
 		return nil, fmt.Errorf("chaos: negative retry-after %v", cfg.RetryAfter)
+	case cfg.RetryAfter > MaxRetryAfter:
+		return nil, fmt.Errorf("chaos: retry-after %v is beyond a year (want at most %v)", cfg.RetryAfter, MaxRetryAfter)
 	case cfg.SlowDelay < 0:
 		return nil, fmt.Errorf("chaos: negative slow delay %v", cfg.SlowDelay)
 	case cfg.CutAfter < 0:
@@ -687,14 +697,17 @@ func drop(w http.ResponseWriter) {
 	if !ok {
 		panic(http.ErrAbortHandler)
 	}
-	conn, _, err := hj.Hijack()
+	nc, _, err := hj.Hijack()
 	if err != nil {
 		panic(http.ErrAbortHandler)
 	}
-	if tc, ok := conn.(*net.TCPConn); ok {
+	if c, ok := nc.(*conn); ok {
+		nc = c.Conn // one from NewListener
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetLinger(0) // send RST rather than FIN, like a crashed peer
 	}
-	conn.Close()
+	nc.Close()
 }
 
 // Stats returns the counts since the server was created or last reset.

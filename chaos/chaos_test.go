@@ -15,6 +15,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/rebound-go/rebound"
 )
 
 func newServer(t *testing.T, cfg Config) *Server {
@@ -245,11 +247,23 @@ func TestNew(t *testing.T) {
 		{Config{FailRate: math.NaN()}, "chaos: fail rate NaN outside [0, 1]"},
 		{Config{RetryAfter: -time.Second}, "chaos: negative retry-after -1s"},
 		{Config{SlowDelay: -time.Second}, "chaos: negative slow delay -1s"},
+		// Beyond a year a hint is absurd, and near the largest Duration
+		// rounding it up to whole seconds would wrap around.
+		{Config{RetryAfter: MaxRetryAfter + time.Nanosecond}, "chaos: retry-after 8760h0m0.000000001s is beyond a year (want at most 8760h0m0s)"},
+		{Config{RetryAfter: math.MaxInt64}, "chaos: retry-after 2562047h47m16.854775807s is beyond a year (want at most 8760h0m0s)"},
 	}
 	for _, b := range bad {
 		if _, err := New(b.cfg); err == nil || err.Error() != b.want {
 			t.Errorf("New(%+v) = %v, want %q", b.cfg, err, b.want)
 		}
+	}
+
+	// A year is a long hint, but a real one: the longest rebound takes.
+	if MaxRetryAfter != rebound.MaxHint {
+		t.Errorf("MaxRetryAfter %v, rebound.MaxHint %v", MaxRetryAfter, rebound.MaxHint)
+	}
+	if s := newServer(t, Config{RetryAfter: MaxRetryAfter}); s.retryAfter != 365*24*3600 {
+		t.Errorf("RetryAfter of a year: hint %d s, want %d", s.retryAfter, 365*24*3600)
 	}
 
 	s := newServer(t, Config{})

@@ -6,8 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -50,6 +50,10 @@ price-out; else unknown, and dollar figures cover only the calls priced.
 
 Malformed lines (not a JSON object, a known key of the wrong type, longer
 than 1 MiB) are counted, reported on stderr one line per file, and skipped.
+If not one line is a call (an empty or binary file, say), the command says
+so on stderr in one line and exits 1.
+
+Prices must lie between 0 and 1000000 dollars per million tokens.
 
 --json prints one object: files, lines, calls, malformed, skipped, totals
 and rows (see the analyze package's documentation for every key).
@@ -70,7 +74,7 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	priceOut := fs.Float64("price-out", 0, "US `dollars` per million output tokens")
 	generate := fs.Int("generate", 0, "write `N` synthetic log lines to stdout instead of analysing")
 	seed := fs.Uint64("seed", 1, "seed of --generate")
-	files, code, done := analyzeParse(fs, args, stderr)
+	files, code, done := analyzeParse(fs, args, stdout, stderr)
 	if done {
 		return code
 	}
@@ -98,43 +102,89 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	case len(files) == 0:
 		return analyzeBadUsage(stderr, "no files to read (- reads stdin)")
 	}
-	opts := analyze.Options{Priced: set["price-in"] || set["price-out"], PriceIn: *priceIn, PriceOut: *priceOut}
-	for _, p := range []float64{opts.PriceIn, opts.PriceOut} {
-		if !(p >= 0) || math.IsInf(p, 0) {
-			return analyzeBadUsage(stderr, "prices must be non-negative numbers")
+	for _, p := range []struct {
+		flag  string
+		price float64
+	}{{"--price-in", *priceIn}, {"--price-out", *priceOut}} {
+		// NaN fails both comparisons; ±Inf the one it is beyond.
+		if !(p.price >= 0 && p.price <= analyze.MaxPrice) {
+			return analyzeBadUsage(stderr, fmt.Sprintf("%s %v is not a price: want US dollars per million tokens, from 0 to %s",
+				p.flag, p.price, strconv.FormatFloat(analyze.MaxPrice, 'f', -1, 64)))
 		}
 	}
 
-	a := analyze.New(opts)
+	a := analyze.New(analyze.Options{Priced: set["price-in"] || set["price-out"], PriceIn: *priceIn, PriceOut: *priceOut})
+	var read []analyze.File
 	for _, name := range files {
 		f, err := analyzeFile(ctx, a, name)
-		if f.Malformed > 0 {
-			nums := make([]string, len(f.MalformedLines))
-			for i, n := range f.MalformedLines {
-				nums[i] = fmt.Sprint(n)
-			}
-			more := ""
-			if f.Malformed > int64(len(nums)) {
-				more = ", …"
-			}
-			fmt.Fprintf(stderr, "rebound analyze: %s: %d of %d lines malformed (line %s%s)\n",
-				name, f.Malformed, f.Lines, strings.Join(nums, ", "), more)
-		}
+		read = append(read, f)
 		switch {
 		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+			analyzeMalformed(stderr, read)
 			fmt.Fprintf(stderr, "rebound analyze: interrupted in %s after %d lines\n", name, f.Lines)
 			return 1
 		case err != nil:
+			analyzeMalformed(stderr, read)
 			fmt.Fprintf(stderr, "rebound analyze: %v\n", err)
 			return 1
 		}
 	}
 	r := a.Report()
+	if r.Calls == 0 {
+		// Nothing to report is a failure, said in one line: an empty or
+		// binary file, or the wrong file, is a likelier cause than a
+		// month without a single call.
+		fmt.Fprintf(stderr, "rebound analyze: no calls in %s\n", analyzeNothing(&r))
+		return 1
+	}
+	analyzeMalformed(stderr, read)
 	if *asJSON {
 		return printJSON(stdout, stderr, r)
 	}
 	printAnalyze(stdout, &r)
 	return 0
+}
+
+// analyzeMalformed reports on stderr, one line per input, the malformed
+// lines skipped in the inputs read.
+func analyzeMalformed(stderr io.Writer, read []analyze.File) {
+	for _, f := range read {
+		if f.Malformed > 0 {
+			fmt.Fprintf(stderr, "rebound analyze: %s: %d of %d lines malformed (%s)\n",
+				f.Name, f.Malformed, f.Lines, analyzeLineNumbers(&f))
+		}
+	}
+}
+
+// analyzeLineNumbers lists the malformed lines f kept: "line 2, 4, …".
+func analyzeLineNumbers(f *analyze.File) string {
+	nums := make([]string, len(f.MalformedLines))
+	for i, n := range f.MalformedLines {
+		nums[i] = strconv.FormatInt(n, 10)
+	}
+	if f.Malformed > int64(len(nums)) {
+		nums = append(nums, "…")
+	}
+	return "line " + strings.Join(nums, ", ")
+}
+
+// analyzeNothing says what the inputs of r, in which there is not one
+// call, held instead.
+func analyzeNothing(r *analyze.Report) string {
+	where := fmt.Sprintf("%d files", len(r.Files))
+	if len(r.Files) == 1 {
+		where = r.Files[0].Name
+	}
+	switch {
+	case r.Lines == 0 && len(r.Files) == 1:
+		return where + ": it is empty"
+	case r.Lines == 0:
+		return where + ": they are empty"
+	case len(r.Files) == 1 && r.Malformed > 0:
+		f := &r.Files[0]
+		return fmt.Sprintf("%s: %d lines, %d malformed (%s), %d skipped", where, f.Lines, f.Malformed, analyzeLineNumbers(f), f.Skipped)
+	}
+	return fmt.Sprintf("%s: %d lines, %d malformed, %d skipped", where, r.Lines, r.Malformed, r.Skipped)
 }
 
 // analyzeFile reads one file (or stdin, for "-") into a.
@@ -156,16 +206,15 @@ func analyzeFile(ctx context.Context, a *analyze.Analyzer, name string) (analyze
 
 // analyzeParse parses args, in which flags and files may be interleaved as
 // "rebound analyze log.jsonl --json" invites; "--" ends the flags. done
-// says the command should return code at once, as parseFlags does.
-func analyzeParse(fs *flag.FlagSet, args []string, stderr io.Writer) (files []string, code int, done bool) {
+// says the command should return code at once, as parseFlags does, after
+// the help asked for on stdout or a one-line reason on stderr.
+func analyzeParse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (files []string, code int, done bool) {
 	fs.SetOutput(io.Discard)
 	for {
 		err := fs.Parse(args)
 		switch {
 		case errors.Is(err, flag.ErrHelp):
-			fmt.Fprint(stderr, analyzeUsage)
-			fs.SetOutput(stderr)
-			fs.PrintDefaults()
+			printHelp(fs, analyzeUsage, stdout)
 			return nil, 0, true
 		case err != nil:
 			return nil, analyzeBadUsage(stderr, err.Error()), true

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -147,6 +149,12 @@ func TestAnalyzeBadUsage(t *testing.T) {
 		{"--generate", "10", path},
 		{"--generate", "10", "--json"},
 		{"--seed", "3", path},
+		{"--price-in", "1e308", "--price-out", "1e308", path},
+		{"--price-in", "1000001", path},
+		{"--price-out", "NaN", path},
+		{"--price-out", "Inf", path},
+		{"--price-in", "-Inf", path},
+		{"--price-in", "1e400", path},
 	} {
 		code, stdout, stderr := runAnalyzeCmd(t, args...)
 		if code != 2 || stdout != "" || !strings.HasPrefix(stderr, "rebound analyze: ") || strings.Count(stderr, "\n") != 1 {
@@ -158,9 +166,9 @@ func TestAnalyzeBadUsage(t *testing.T) {
 	if code != 1 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "missing.jsonl") {
 		t.Errorf("missing file: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
-	if code, _, stderr := runAnalyzeCmd(t, "-h"); code != 0 || !strings.Contains(stderr, "usage: rebound analyze") ||
-		!strings.Contains(stderr, "-price-in") {
-		t.Errorf("-h: exit %d, %q", code, stderr)
+	if code, stdout, stderr := runAnalyzeCmd(t, "-h"); code != 0 || stderr != "" || !strings.Contains(stdout, "usage: rebound analyze") ||
+		!strings.Contains(stdout, "-price-in") {
+		t.Errorf("-h: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	var out, errOut bytes.Buffer
 	if code := run(context.Background(), []string{"analyse"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "want analyze,") {
@@ -201,5 +209,81 @@ func TestAnalyzeGenerate(t *testing.T) {
 	}
 	if r.Lines != 3000 || r.Malformed != 0 || r.Totals.FutileRetries == 0 {
 		t.Errorf("lines %d malformed %d futile %d", r.Lines, r.Malformed, r.Totals.FutileRetries)
+	}
+}
+
+// TestAnalyzeAbsurdPrice checks the one line that refuses a price.
+func TestAnalyzeAbsurdPrice(t *testing.T) {
+	path := writeLog(t, "calls.jsonl", analyzeLog)
+	code, stdout, stderr := runAnalyzeCmd(t, "--price-in", "2", "--price-out", "1e308", path)
+	want := "rebound analyze: --price-out 1e+308 is not a price: want US dollars per million tokens, from 0 to 1000000\n"
+	if code != 2 || stdout != "" || stderr != want {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 2 and %q", code, stdout, stderr, want)
+	}
+	// The highest price is a price.
+	if code, _, stderr := runAnalyzeCmd(t, "--price-in", "1e6", "--price-out", "1000000", path); code != 0 {
+		t.Errorf("--price-in 1e6: exit %d, %s", code, stderr)
+	}
+}
+
+// TestAnalyzeHugeFigures checks that the largest counts at the highest
+// prices still give one valid JSON object, and a table without Inf or NaN.
+func TestAnalyzeHugeFigures(t *testing.T) {
+	line := fmt.Sprintf(`{"succeeded":%%v,"status":%%d,"attempts":%d,"input_tokens":%d,"output_tokens":%d}`+"\n",
+		analyze.MaxAttempts, int64(math.MaxInt64), int64(math.MaxInt64))
+	path := writeLog(t, "huge.jsonl", strings.Repeat(fmt.Sprintf(line, true, 0)+fmt.Sprintf(line, false, 400), 3))
+	code, stdout, stderr := runAnalyzeCmd(t, "--json", "--price-in", "1e6", "--price-out", "1e6", path)
+	if code != 0 || stderr != "" {
+		t.Fatalf("--json: exit %d: %s", code, stderr)
+	}
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	var r analyze.Report
+	if err := dec.Decode(&r); err != nil || dec.More() {
+		t.Fatalf("stdout is not one JSON object (%v):\n%s", err, stdout)
+	}
+	if r.Totals.CostUSD == nil || *r.Totals.CostUSD < 1e25 {
+		t.Errorf("cost %v, want above 1e25", r.Totals.CostUSD)
+	}
+	code, stdout, stderr = runAnalyzeCmd(t, "--price-in", "1e6", "--price-out", "1e6", path)
+	if code != 0 || stderr != "" || strings.Contains(stdout, "Inf") || strings.Contains(stdout, "NaN") {
+		t.Errorf("table: exit %d, stderr %q:\n%s", code, stderr, stdout)
+	}
+}
+
+// TestAnalyzeNoCalls checks that input without a single call fails, in
+// one line, whether it is empty, binary or holds only other records.
+func TestAnalyzeNoCalls(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	empty := file("empty.jsonl", "")
+	binary := file("a.out", "\x7fELF\x02\x01\x01\x00\x00\n\x00\x00\x03\x00>\x00\x01\x00\x00\x00\x00\x00")
+	other := file("other.jsonl", `{"msg":"rebound.retry","attempt":1}`+"\n\n"+`{"level":"INFO"}`+"\n")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{empty}, "rebound analyze: no calls in " + empty + ": it is empty\n"},
+		{[]string{"--json", empty}, "rebound analyze: no calls in " + empty + ": it is empty\n"},
+		{[]string{binary}, "rebound analyze: no calls in " + binary + ": 2 lines, 2 malformed (line 1, 2), 0 skipped\n"},
+		{[]string{other}, "rebound analyze: no calls in " + other + ": 3 lines, 0 malformed, 3 skipped\n"},
+		{[]string{empty, empty}, "rebound analyze: no calls in 2 files: they are empty\n"},
+		{[]string{"--json", empty, binary, other}, "rebound analyze: no calls in 3 files: 5 lines, 2 malformed, 3 skipped\n"},
+	} {
+		code, stdout, stderr := runAnalyzeCmd(t, c.args...)
+		if code != 1 || stdout != "" || stderr != c.want {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 1 and %q", c.args, code, stdout, stderr, c.want)
+		}
+	}
+	// One file with calls is enough; the others are reported on stderr.
+	good := file("good.jsonl", `{"succeeded":true}`+"\n")
+	code, stdout, stderr := runAnalyzeCmd(t, "--json", binary, good)
+	if code != 0 || stderr != "rebound analyze: "+binary+": 2 of 2 lines malformed (line 1, 2)\n" || !strings.Contains(stdout, `"calls": 1`) {
+		t.Errorf("binary and good: exit %d, stderr %q, stdout %s", code, stderr, stdout)
 	}
 }

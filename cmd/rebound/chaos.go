@@ -49,7 +49,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	mode := fs.String("mode", chaos.ModeRandom, "default `mode` of requests that name none")
 	seed := fs.Uint64("seed", 1, "seed of the outcome sequence of random, stream-cut and lost-reply mode")
 	failRate := fs.Float64("fail-rate", 0.35, "failure probability in random, stream-cut and lost-reply mode, in (0, 1]")
-	retryAfter := fs.Int("retry-after", 1, "wait hint `seconds` sent in retryafter mode; if given, with every failure")
+	retryAfter := fs.Int("retry-after", 1, "wait hint `seconds` sent in retryafter mode, at most a year (31536000); if given, with every failure")
 	slow := fs.Duration("slow", time.Second, "response `delay` in slow mode and of late replies in lost-reply mode")
 	profile := fs.String("profile", chaos.ProfilePlain, "answer in the wire format of `profile` (plain, openai, anthropic, gemini)")
 	cutAfter := fs.Int("cut-after", 0, "`pieces` of text a breaking stream sends before it breaks, in stream-cut mode")
@@ -58,7 +58,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "rebound chaos: "+format+"\n", a...)
 		return 2
 	}
-	if code, done := parseFlags(fs, args, chaosUsage, stderr); done {
+	if code, done := parseFlags(fs, args, chaosUsage, withStdout(stderr, stdout)); done {
 		return code
 	}
 	// An explicit --retry-after asks for a wait hint with every failure.
@@ -71,6 +71,9 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return usageErr("--fail-rate %v outside (0, 1] (use --mode ok for no failures)", *failRate)
 	case *retryAfter < 1:
 		return usageErr("--retry-after %d is not a positive number of seconds", *retryAfter)
+	// Checked in seconds: multiplied into a Duration first, it would wrap.
+	case *retryAfter > int(chaos.MaxRetryAfter/time.Second):
+		return usageErr("--retry-after %d is beyond a year (want 1 to %d seconds)", *retryAfter, chaos.MaxRetryAfter/time.Second)
 	case *slow <= 0:
 		return usageErr("--slow %v is not a positive duration", *slow)
 	case *cutAfter < 0:
@@ -103,7 +106,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		ErrorLog:          log.New(stderr, "rebound chaos: ", 0),
 	}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	go func() { served <- hs.Serve(chaos.NewListener(ln)) }()
 	select {
 	case err := <-served:
 		fmt.Fprintf(stderr, "rebound chaos: %v\n", err)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"regexp"
 	"strings"
 	"sync"
@@ -157,10 +158,30 @@ func TestRunChaosUsage(t *testing.T) {
 		{[]string{"--fail-rate", "0"}, "--fail-rate 0 outside (0, 1]"},
 		{[]string{"--retry-after", "0"}, "--retry-after 0"},
 		{[]string{"--slow", "-1s"}, "--slow -1s"},
+		// Absurd numbers are refused, none of them wrapping around.
+		{[]string{"--retry-after", "9223372037"}, "--retry-after 9223372037 is beyond a year (want 1 to 31536000 seconds)"},
+		{[]string{"--retry-after", "99999999999999"}, "--retry-after 99999999999999 is beyond a year"},
+		{[]string{"--retry-after", "31536001"}, "--retry-after 31536001 is beyond a year"},
+		{[]string{"--retry-after", "-9223372036854775808"}, "--retry-after -9223372036854775808 is not a positive number of seconds"},
+		{[]string{"--retry-after", "1e3"}, `invalid value "1e3" for flag -retry-after`},
+		{[]string{"--retry-after", "99999999999999999999"}, `invalid value "99999999999999999999" for flag -retry-after: value out of range`},
+		{[]string{"--fail-rate", "NaN"}, "--fail-rate NaN outside (0, 1]"},
+		{[]string{"--fail-rate", "Inf"}, "--fail-rate +Inf outside (0, 1]"},
+		{[]string{"--fail-rate", "-Inf"}, "--fail-rate -Inf outside (0, 1]"},
+		{[]string{"--fail-rate", "1e400"}, `invalid value "1e400" for flag -fail-rate: value out of range`},
+		{[]string{"--slow", "0s"}, "--slow 0s is not a positive duration"},
+		{[]string{"--slow", "3000000h"}, `invalid value "3000000h" for flag -slow`},
+		{[]string{"--cut-after", "-9223372036854775808"}, "--cut-after -9223372036854775808 is negative"},
+		{[]string{"--cut-after", "99999999999999999999"}, `invalid value "99999999999999999999" for flag -cut-after: value out of range`},
+		{[]string{"--seed", "-1"}, `invalid value "-1" for flag -seed`},
 	}
+	// A canceled context makes a server that wrongly starts stop at once,
+	// so that the test fails rather than hangs.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
 	for _, tt := range tests {
 		var stdout, stderr bytes.Buffer
-		code := runChaos(t.Context(), tt.args, &stdout, &stderr)
+		code := runChaos(ctx, append([]string{"--addr", "127.0.0.1:0"}, tt.args...), &stdout, &stderr)
 		msg := stderr.String()
 		if code != 2 || stdout.Len() != 0 || strings.Count(msg, "\n") != 1 ||
 			!strings.HasPrefix(msg, "rebound chaos: ") || !strings.Contains(msg, tt.want) {
@@ -170,14 +191,27 @@ func TestRunChaosUsage(t *testing.T) {
 	}
 }
 
+// TestRunChaosYearLongHint checks that a hint of a whole year, the longest
+// taken at face value, is sent as it was given.
+func TestRunChaosYearLongHint(t *testing.T) {
+	url, stop := startChaos(t, "--mode", "retryafter", "--retry-after", "31536000")
+	resp, _ := call(t, "GET", url, "")
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "31536000" {
+		t.Errorf("%d Retry-After %q, want 429 and 31536000", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if c := stop(); c != 0 {
+		t.Errorf("exit code %d after cancel, want 0", c)
+	}
+}
+
 func TestRunChaosHelp(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := runChaos(t.Context(), []string{"-h"}, &stdout, &stderr); code != 0 {
 		t.Errorf("-h: exit code %d, want 0", code)
 	}
-	if !strings.HasPrefix(stderr.String(), "usage: rebound chaos") || !strings.Contains(stderr.String(), "-fail-rate") ||
-		!strings.Contains(stderr.String(), "-profile") {
-		t.Errorf("-h: stderr %q, want usage with flags", stderr.String())
+	if stderr.Len() != 0 || !strings.HasPrefix(stdout.String(), "usage: rebound chaos") || !strings.Contains(stdout.String(), "-fail-rate") ||
+		!strings.Contains(stdout.String(), "-profile") {
+		t.Errorf("-h: stdout %q, stderr %q; want usage with flags on stdout", stdout.String(), stderr.String())
 	}
 }
 
@@ -229,5 +263,40 @@ func TestRunChaosCutAfter(t *testing.T) {
 		if msg := stderr.String(); code != 2 || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, c.want) {
 			t.Errorf("runChaos(%s) = %d, stderr %q; want 2 and one line containing %q", c.args, code, msg, c.want)
 		}
+	}
+}
+
+// TestRunChaos529 checks that a 529 goes out with its customary reason
+// phrase, on a connection that stays open.
+func TestRunChaos529(t *testing.T) {
+	url, stop := startChaos(t, "--mode", "overload", "--profile", "anthropic")
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	reused := 0
+	for i := range 2 {
+		trace := &httptrace.ClientTrace{GotConn: func(c httptrace.GotConnInfo) {
+			if c.Reused {
+				reused++
+			}
+		}}
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), "POST", url+"/v1/messages", strings.NewReader(`{"model":"m"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.Status != "529 Site is overloaded" {
+			t.Errorf("request %d: status %q, want 529 Site is overloaded", i, resp.Status)
+		}
+	}
+	if reused != 1 {
+		t.Errorf("connection reused %d times, want 1", reused)
+	}
+	if c := stop(); c != 0 {
+		t.Errorf("exit code %d after cancel, want 0", c)
 	}
 }

@@ -8,9 +8,12 @@
 //	rebound chaos [flags]               serve the fault-injecting chaos server
 //	rebound sim [--scenario occ] [--json] [flags]
 //	                                    simulate a scenario in virtual time
+//	rebound help [COMMAND]              describe rebound, or a command and its flags
+//	rebound version                     print the version rebound was built at
 //
 // With --json a command prints exactly one JSON object on stdout; without it,
-// a table. Progress and logs go to stderr. The exit code is 0 on success, 1
+// a table. Help that was asked for (help, -h, --help) goes to stdout;
+// progress, logs and errors go to stderr. The exit code is 0 on success, 1
 // on failure and 2 on bad usage, with a one-line reason.
 package main
 
@@ -22,6 +25,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"slices"
+	"strings"
 	"syscall"
 )
 
@@ -32,8 +38,18 @@ commands:
   bench   reproduce the seed article's retry experiments against the chaos server
   chaos   serve the fault-injecting chaos server
   sim     simulate a scenario (occ: Brooker's backoff experiment) in virtual time
+  help    print this, or with a command's name that command's help
+  version print the version and revision rebound was built from
 
-"rebound <command> -h" describes a command's flags.
+"rebound help <command>" or "rebound <command> -h" describes a command's flags.
+`
+
+const versionUsage = `usage: rebound version
+
+Print rebound's module version, the revision of the source it was built
+from and whether that had changes not committed, when the build recorded
+them, and the Go version. A build outside a module or a repository says
+"(devel)".
 `
 
 func main() {
@@ -43,41 +59,155 @@ func main() {
 	os.Exit(code)
 }
 
+// command is a subcommand: it runs with its arguments and returns the exit
+// code.
+type command func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+
+// commands returns the subcommands by name. A function rather than a
+// variable, since runHelp, which one of them would be, refers to it.
+func commands() map[string]command {
+	return map[string]command{
+		"analyze": runAnalyze,
+		"bench":   runBench,
+		"chaos":   runChaos,
+		"sim":     runSim,
+		"help":    runHelp,
+		"version": runVersion,
+	}
+}
+
+const commandNames = "analyze, bench, chaos, sim, help or version"
+
 // run dispatches to a subcommand and returns the process's exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	switch args[0] {
-	case "analyze":
-		return runAnalyze(ctx, args[1:], stdout, stderr)
-	case "bench":
-		return runBench(ctx, args[1:], stdout, stderr)
-	case "chaos":
-		return runChaos(ctx, args[1:], stdout, stderr)
-	case "sim":
-		return runSim(ctx, args[1:], stdout, stderr)
-	case "help", "-h", "-help", "--help":
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help":
+		name = "help"
+	case "-version", "--version":
+		name = "version"
+	}
+	cmd, ok := commands()[name]
+	if !ok {
+		fmt.Fprintf(stderr, "rebound: unknown command %q (want %s)\n", args[0], commandNames)
+		return 2
+	}
+	return cmd(ctx, args[1:], stdout, withStdout(stderr, stdout))
+}
+
+// runHelp implements "rebound help [COMMAND]": the usage, or the help of
+// COMMAND exactly as "rebound COMMAND -h" prints it, on stdout.
+func runHelp(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) == 0 || len(args) == 1 && slices.Contains([]string{"help", "-h", "-help", "--help"}, args[0]):
 		fmt.Fprint(stdout, usage)
 		return 0
+	case len(args) > 1:
+		fmt.Fprintf(stderr, "rebound help: unexpected argument %q\n", args[1])
+		return 2
 	}
-	fmt.Fprintf(stderr, "rebound: unknown command %q (want analyze, bench, chaos or sim)\n", args[0])
-	return 2
+	cmd, ok := commands()[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "rebound help: unknown command %q (want %s)\n", args[0], commandNames)
+		return 2
+	}
+	return cmd(ctx, []string{"-h"}, stdout, withStdout(stderr, stdout))
+}
+
+// runVersion implements "rebound version".
+func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	if code, done := parseFlags(fs, args, versionUsage, withStdout(stderr, stdout)); done {
+		return code
+	}
+	bi, ok := debug.ReadBuildInfo()
+	fmt.Fprintln(stdout, versionLine(bi, ok))
+	return 0
+}
+
+// versionLine describes the build bi (ok false: none recorded) in one
+// line: "rebound v1.2.3, revision 1f17c81… (modified, 2025-03-01T10:00:00Z),
+// go1.26.0", with "(devel)" for a version the build did not record.
+func versionLine(bi *debug.BuildInfo, ok bool) string {
+	if !ok || bi == nil {
+		return "rebound (devel)"
+	}
+	version := bi.Main.Version
+	if version == "" {
+		version = "(devel)"
+	}
+	var b strings.Builder
+	b.WriteString("rebound " + version)
+	var rev, at string
+	modified := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if rev != "" {
+		b.WriteString(", revision " + rev)
+		var notes []string
+		if modified {
+			notes = append(notes, "modified")
+		}
+		if at != "" {
+			notes = append(notes, at)
+		}
+		if len(notes) > 0 {
+			b.WriteString(" (" + strings.Join(notes, ", ") + ")")
+		}
+	}
+	if bi.GoVersion != "" {
+		b.WriteString(", " + bi.GoVersion)
+	}
+	return b.String()
+}
+
+// cmdStderr is a command's stderr that also carries its stdout, so that
+// parseFlags, which is handed stderr alone, can print help that was asked
+// for on stdout.
+type cmdStderr struct {
+	io.Writer
+	stdout io.Writer
+}
+
+// withStdout returns stderr carrying stdout.
+func withStdout(stderr, stdout io.Writer) io.Writer {
+	if s, ok := stderr.(cmdStderr); ok {
+		stderr = s.Writer
+	}
+	return cmdStderr{stderr, stdout}
+}
+
+// helpOutput returns where help that was asked for goes: the stdout that
+// stderr carries, if it carries one.
+func helpOutput(stderr io.Writer) io.Writer {
+	if s, ok := stderr.(cmdStderr); ok {
+		return s.stdout
+	}
+	return stderr
 }
 
 // parseFlags parses a subcommand's args. done says the command should
-// return code at once: 0 after printing the help asked for with -h, 2 after
-// a one-line reason for bad usage. Subcommands take no positional
-// arguments.
+// return code at once: 0 after printing the help asked for with -h (on the
+// stdout stderr carries, see withStdout), 2 after a one-line reason for
+// bad usage on stderr. Subcommands take no positional arguments.
 func parseFlags(fs *flag.FlagSet, args []string, usage string, stderr io.Writer) (code int, done bool) {
 	fs.SetOutput(io.Discard)
 	err := fs.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(stderr, usage)
-		fs.SetOutput(stderr)
-		fs.PrintDefaults()
+		printHelp(fs, usage, helpOutput(stderr))
 		return 0, true
 	case err != nil:
 		fmt.Fprintf(stderr, "rebound %s: %v\n", fs.Name(), err)
@@ -87,4 +217,12 @@ func parseFlags(fs *flag.FlagSet, args []string, usage string, stderr io.Writer)
 		return 2, true
 	}
 	return 0, false
+}
+
+// printHelp prints a command's usage and the flags of fs to w.
+func printHelp(fs *flag.FlagSet, usage string, w io.Writer) {
+	fmt.Fprint(w, usage)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
 }

@@ -134,9 +134,9 @@ func TestSimBadUsage(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 and one line naming %q", tc.args, code, stdout, stderr, tc.want)
 		}
 	}
-	if code, _, stderr := runSimCmd(t, "-h"); code != 0 || !strings.Contains(stderr, "--cells is another name") ||
-		!strings.Contains(stderr, "--scenario iid") || !strings.Contains(stderr, "2015 for occ, 1 for iid") {
-		t.Errorf("-h: exit %d, %q", code, stderr)
+	if code, help, _ := runSimCmd(t, "-h"); code != 0 || !strings.Contains(help, "--cells is another name") ||
+		!strings.Contains(help, "--scenario iid") || !strings.Contains(help, "2015 for occ, 1 for iid") {
+		t.Errorf("-h: exit %d, %q", code, help)
 	}
 	var out, errOut bytes.Buffer
 	if code := run(context.Background(), []string{"simulate"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "sim") {

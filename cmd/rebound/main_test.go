@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"runtime/debug"
+	"strings"
+	"testing"
+)
+
+func runCmd(args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	code = run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// TestHelp checks that help asked for, in any of its forms, goes to stdout
+// with exit 0, and that "rebound help COMMAND" is that command's help.
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"help"}, {"-h"}, {"-help"}, {"--help"}} {
+		code, stdout, stderr := runCmd(args...)
+		if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "usage: rebound <command>") ||
+			!strings.Contains(stdout, "  version ") || !strings.Contains(stdout, "  help ") {
+			t.Errorf("%q: exit %d, stderr %q, stdout %q; want 0 and the usage on stdout", args, code, stderr, stdout)
+		}
+	}
+	for _, cmd := range []string{"analyze", "bench", "chaos", "sim"} {
+		code, help, stderr := runCmd("help", cmd)
+		if code != 0 || stderr != "" || !strings.HasPrefix(help, "usage: rebound "+cmd) || !strings.Contains(help, "\n  -") {
+			t.Errorf("help %s: exit %d, stderr %q, stdout %q; want 0 and its usage with flags on stdout", cmd, code, stderr, help)
+		}
+		for _, h := range []string{"-h", "-help", "--help"} {
+			code, stdout, stderr := runCmd(cmd, h)
+			if code != 0 || stderr != "" || stdout != help {
+				t.Errorf("%s %s: exit %d, stderr %q, stdout %q; want 0 and the help of %q on stdout", cmd, h, code, stderr, stdout, "help "+cmd)
+			}
+		}
+		// Asked for after another flag, too.
+		if code, stdout, _ := runCmd(cmd, "--seed", "3", "-h"); code != 0 || stdout != help {
+			t.Errorf("%s --seed 3 -h: exit %d, stdout %q", cmd, code, stdout)
+		}
+	}
+	if code, stdout, stderr := runCmd("help", "version"); code != 0 || stderr != "" || !strings.HasPrefix(stdout, "usage: rebound version") {
+		t.Errorf("help version: exit %d, stderr %q, stdout %q", code, stderr, stdout)
+	}
+	for _, args := range [][]string{{"help", "help"}, {"help", "-h"}, {"-h", "--help"}} {
+		if code, stdout, stderr := runCmd(args...); code != 0 || stderr != "" || !strings.HasPrefix(stdout, "usage: rebound <command>") {
+			t.Errorf("%q: exit %d, stderr %q, stdout %q", args, code, stderr, stdout)
+		}
+	}
+	if code, stdout, _ := runCmd("-h", "chaos"); code != 0 || !strings.HasPrefix(stdout, "usage: rebound chaos") {
+		t.Errorf("-h chaos: exit %d, stdout %q", code, stdout)
+	}
+}
+
+// TestUsageErrors checks that bad usage goes to stderr, in one line, with
+// exit 2 and nothing on stdout.
+func TestUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"help", "benchmark"}, `rebound help: unknown command "benchmark" (want analyze, bench, chaos, sim, help or version)`},
+		{[]string{"help", "bench", "sim"}, `rebound help: unexpected argument "sim"`},
+		{[]string{"frobnicate"}, `rebound: unknown command "frobnicate" (want analyze, bench, chaos, sim, help or version)`},
+		{[]string{"version", "now"}, `rebound version: unexpected argument "now"`},
+		{[]string{"version", "--short"}, `rebound version: flag provided but not defined: -short`},
+		{[]string{"chaos", "--nope"}, "rebound chaos: flag provided but not defined: -nope"},
+		{[]string{"analyze", "--nope"}, "rebound analyze: flag provided but not defined: -nope"},
+		{[]string{"bench", "--nope"}, "rebound bench: flag provided but not defined: -nope"},
+		{[]string{"sim", "--nope"}, "rebound sim: flag provided but not defined: -nope"},
+	} {
+		code, stdout, stderr := runCmd(c.args...)
+		if code != 2 || stdout != "" || stderr != c.want+"\n" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 2 and %q", c.args, code, stdout, stderr, c.want)
+		}
+	}
+	// With no command at all, the usage is the reason, on stderr.
+	if code, stdout, stderr := runCmd(); code != 2 || stdout != "" || !strings.HasPrefix(stderr, "usage: rebound <command>") {
+		t.Errorf("no command: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, want, stderr := runCmd("version")
+	if code != 0 || stderr != "" || !strings.HasPrefix(want, "rebound ") || strings.Count(want, "\n") != 1 {
+		t.Fatalf("version: exit %d, stderr %q, stdout %q; want 0 and one line", code, stderr, want)
+	}
+	for _, args := range [][]string{{"--version"}, {"-version"}} {
+		if code, stdout, stderr := runCmd(args...); code != 0 || stderr != "" || stdout != want {
+			t.Errorf("%q: exit %d, stderr %q, stdout %q; want 0 and %q", args, code, stderr, stdout, want)
+		}
+	}
+	if code, stdout, stderr := runCmd("version", "-h"); code != 0 || stderr != "" || !strings.HasPrefix(stdout, "usage: rebound version") {
+		t.Errorf("version -h: exit %d, stderr %q, stdout %q", code, stderr, stdout)
+	}
+}
+
+func TestVersionLine(t *testing.T) {
+	stamped := &debug.BuildInfo{
+		GoVersion: "go1.26.0",
+		Main:      debug.Module{Path: "github.com/rebound-go/rebound", Version: "v1.2.3"},
+		Settings: []debug.BuildSetting{
+			{Key: "vcs", Value: "git"},
+			{Key: "vcs.revision", Value: "1f17c81d5e2a0000000000000000000000000000"},
+			{Key: "vcs.time", Value: "2025-03-01T10:00:00Z"},
+			{Key: "vcs.modified", Value: "true"},
+		},
+	}
+	for _, c := range []struct {
+		bi   *debug.BuildInfo
+		ok   bool
+		want string
+	}{
+		{stamped, true, "rebound v1.2.3, revision 1f17c81d5e2a0000000000000000000000000000 (modified, 2025-03-01T10:00:00Z), go1.26.0"},
+		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}}, true, "rebound (devel), go1.26.0"},
+		{&debug.BuildInfo{GoVersion: "go1.26.0"}, true, "rebound (devel), go1.26.0"},
+		{&debug.BuildInfo{GoVersion: "go1.26.0", Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abc"}, {Key: "vcs.modified", Value: "false"}}},
+			true, "rebound (devel), revision abc, go1.26.0"},
+		{nil, false, "rebound (devel)"},
+	} {
+		if got := versionLine(c.bi, c.ok); got != c.want {
+			t.Errorf("versionLine(%+v) = %q, want %q", c.bi, got, c.want)
+		}
+	}
+}
