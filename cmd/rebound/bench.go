@@ -136,7 +136,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	switch *scenario {
 	case "seed":
 	case "cost":
-		return runCostBench(*seed, w, *asJSON, stdout, stderr)
+		return runCostBench(ctx, *seed, w, *asJSON, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "rebound bench: unknown scenario %q (want seed or cost)\n", *scenario)
 		return 2
@@ -481,7 +481,7 @@ func printBench(w io.Writer, r *benchReport) {
 }
 
 // runCostBench runs the cost scenario and prints its table or JSON.
-func runCostBench(seed uint64, w sim.CostWorkload, asJSON bool, stdout, stderr io.Writer) int {
+func runCostBench(ctx context.Context, seed uint64, w sim.CostWorkload, asJSON bool, stdout, stderr io.Writer) int {
 	if err := w.Validate(); err != nil || w.Days == 0 || w.TasksPerDay == 0 || w.MinCalls > w.MaxCalls {
 		if err == nil {
 			err = errors.New("days and tasks per day must be positive, and min calls at most max calls")
@@ -491,7 +491,7 @@ func runCostBench(seed uint64, w sim.CostWorkload, asJSON bool, stdout, stderr i
 	}
 	fmt.Fprintf(stderr, "rebound bench: cost scenario, seed %d, %d days of %d tasks…\n", seed, w.Days, w.TasksPerDay)
 	start := time.Now()
-	r, err := sim.RunCost(seed, w)
+	r, err := sim.RunCost(ctx, seed, w, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "rebound bench: %v\n", err)
 		return 1
