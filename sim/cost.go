@@ -148,6 +148,12 @@ const (
 	StrategyRebound    = "rebound"
 )
 
+// CostStrategies returns the strategies of the cost scenario, in the order
+// RunCost runs and reports them.
+func CostStrategies() []string {
+	return []string{StrategyNaive, StrategyBackoff, StrategyClassified, StrategyRebound}
+}
+
 // StrategyResult is one strategy's month.
 type StrategyResult struct {
 	Name string `json:"name"`
@@ -314,7 +320,7 @@ func RunCost(ctx context.Context, seed uint64, w CostWorkload, progress func(Cos
 	}
 	report := CostReport{Seed: seed}
 	prices := cost.Table{primaryName: w.Primary, fallbackName: w.Fallback}
-	for _, name := range []string{StrategyNaive, StrategyBackoff, StrategyClassified, StrategyRebound} {
+	for _, name := range CostStrategies() {
 		clock := NewClock(m.start)
 		p := &provider{seed: seed, w: w, clock: clock, incidents: newIncidents(after, w, m.start)}
 		chain := strategy(name, p, clock, rand.New(rand.NewPCG(seed, 99)))
