@@ -138,6 +138,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "rebound bench: unknown scenario %q (want seed or cost)\n", *scenario)
 		return 2
 	}
+	// The flags whose usage starts "cost: " are the cost scenario's.
 	costFlags := map[string][]string{}
 	fs.VisitAll(func(f *flag.Flag) {
 		if strings.HasPrefix(f.Usage, "cost: ") {
