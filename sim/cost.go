@@ -1,8 +1,10 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -16,33 +18,46 @@ import (
 
 // CostWorkload is the month of agent traffic of seed 002's cost study.
 // Its zero value is the default workload; each field documents its own.
+// A rate or IncidentsPerDay below zero means none: zero means the default.
 type CostWorkload struct {
-	// Days of traffic. Zero means 30.
+	// Days of traffic, at most MaxCostDays. Zero means 30.
 	Days int
-	// TasksPerDay, spread uniformly over each day. Zero means 2000.
+	// TasksPerDay, spread uniformly over each day, at most
+	// MaxCostTasksPerDay. Zero means 2000.
 	TasksPerDay int
 	// MinCalls and MaxCalls bound the LLM calls of one task, made one
-	// after another; a task succeeds only if all of them do. Zero means 3
-	// and 5.
+	// after another; a task succeeds only if all of them do. Each is at
+	// most MaxCostCalls. Zero means 3 and 5.
 	MinCalls, MaxCalls int
-	// InputTokens and OutputTokens of one call. Zero means 2000 and 500.
-	// A failed attempt is billed its input tokens.
+	// InputTokens and OutputTokens of one call, each at most
+	// MaxCostTokens. Zero means 2000 and 500. A failed attempt is billed
+	// its input tokens.
 	InputTokens, OutputTokens int
 	// Primary and Fallback are the two models' prices. Zero means $2.50 /
 	// $10 and $0.15 / $0.60 per million input / output tokens.
 	Primary, Fallback cost.Price
 	// PermanentRate is the share of calls whose request can never succeed
-	// as it is (400, 413, 422, 401). Zero means 0.02.
+	// as it is (400, 413, 422, 401), at most 1. Zero means 0.02.
 	PermanentRate float64
 	// RateLimitRate and ServerErrorRate are the chances that an attempt
-	// meets a 429 (with a retry hint of 1–3 s) or a 5xx. Zero means 0.015
-	// each.
+	// meets a 429 (with a retry hint of 1–3 s) or a 5xx; together at most
+	// 1. Zero means 0.015 each.
 	RateLimitRate, ServerErrorRate float64
 	// IncidentsPerDay is the mean number of provider incidents a day, each
 	// lasting 5 to 15 minutes, during which the primary model answers 529
 	// to 90% of attempts. Zero means 1.5.
 	IncidentsPerDay float64
 }
+
+// The largest workload RunCost takes. Its memory does not grow with the
+// days (one day of tasks is held at a time) but does with the tasks of a
+// day; and a century of days keeps every virtual time far from wrapping.
+const (
+	MaxCostDays        = 36500
+	MaxCostTasksPerDay = 100000
+	MaxCostCalls       = 1000
+	MaxCostTokens      = 10000000
+)
 
 func (w CostWorkload) withDefaults() CostWorkload {
 	def := func(v *int, d int) {
@@ -51,8 +66,11 @@ func (w CostWorkload) withDefaults() CostWorkload {
 		}
 	}
 	deff := func(v *float64, d float64) {
-		if *v == 0 {
+		switch {
+		case *v == 0:
 			*v = d
+		case *v < 0:
+			*v = 0 // none
 		}
 	}
 	def(&w.Days, 30)
@@ -77,16 +95,47 @@ func (w CostWorkload) withDefaults() CostWorkload {
 
 // Validate reports the first thing wrong with w, in one line.
 func (w CostWorkload) Validate() error {
-	switch {
-	case w.Days < 0 || w.TasksPerDay < 0 || w.MinCalls < 0 || w.MaxCalls < 0:
-		return fmt.Errorf("sim: days, tasks per day and calls per task must not be negative")
-	case w.InputTokens < 0 || w.OutputTokens < 0:
-		return fmt.Errorf("sim: token counts must not be negative")
-	case w.PermanentRate < 0 || w.PermanentRate > 1 || w.RateLimitRate < 0 || w.ServerErrorRate < 0 ||
-		w.RateLimitRate+w.ServerErrorRate > 1:
-		return fmt.Errorf("sim: failure rates must lie in [0, 1]")
-	case w.IncidentsPerDay < 0:
-		return fmt.Errorf("sim: incidents per day must not be negative")
+	count := func(name string, v, most int) error {
+		if v < 0 || v > most {
+			return fmt.Errorf("sim: %s must be from 0 to %d (got %d)", name, most, v)
+		}
+		return nil
+	}
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	rate := func(name string, v float64) error {
+		if !finite(v) || v > 1 {
+			return fmt.Errorf("sim: %s must be a probability at most 1, or below 0 for none (got %v)", name, v)
+		}
+		return nil
+	}
+	price := func(name string, p cost.Price) error {
+		if !finite(p.InputPerMillion) || !finite(p.OutputPerMillion) || p.InputPerMillion < 0 || p.OutputPerMillion < 0 {
+			return fmt.Errorf("sim: %s prices must be finite and not negative (got %v and %v)", name, p.InputPerMillion, p.OutputPerMillion)
+		}
+		return nil
+	}
+	for _, err := range []error{
+		count("days", w.Days, MaxCostDays),
+		count("tasks per day", w.TasksPerDay, MaxCostTasksPerDay),
+		count("min calls", w.MinCalls, MaxCostCalls),
+		count("max calls", w.MaxCalls, MaxCostCalls),
+		count("input tokens", w.InputTokens, MaxCostTokens),
+		count("output tokens", w.OutputTokens, MaxCostTokens),
+		price("primary", w.Primary),
+		price("fallback", w.Fallback),
+		rate("permanent rate", w.PermanentRate),
+		rate("rate-limit rate", w.RateLimitRate),
+		rate("server-error rate", w.ServerErrorRate),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	if d := w.withDefaults(); d.RateLimitRate+d.ServerErrorRate > 1 {
+		return fmt.Errorf("sim: rate-limit and server-error rates must add up to at most 1 (got %v and %v)", d.RateLimitRate, d.ServerErrorRate)
+	}
+	if !finite(w.IncidentsPerDay) {
+		return fmt.Errorf("sim: incidents per day must be a finite number, or below 0 for none (got %v)", w.IncidentsPerDay)
 	}
 	return nil
 }
@@ -98,6 +147,12 @@ const (
 	StrategyClassified = "classified"
 	StrategyRebound    = "rebound"
 )
+
+// CostStrategies returns the strategies of the cost scenario, in the order
+// RunCost runs and reports them.
+func CostStrategies() []string {
+	return []string{StrategyNaive, StrategyBackoff, StrategyClassified, StrategyRebound}
+}
 
 // StrategyResult is one strategy's month.
 type StrategyResult struct {
@@ -123,8 +178,8 @@ type CostReport struct {
 	Strategies              []StrategyResult `json:"strategies"`
 }
 
-// call is one LLM call of the workload, its fate drawn up front so that
-// every strategy meets the same traffic.
+// call is one LLM call of the workload, its fate drawn with its task so
+// that every strategy meets the same traffic.
 type call struct {
 	id uint64
 	// permanent is the status a request fails with whatever is retried
@@ -140,13 +195,6 @@ type request struct {
 	compacted bool
 }
 
-type task struct {
-	at    time.Time
-	calls []*call
-}
-
-type incident struct{ from, to time.Time }
-
 // provider models the two models. Whether attempt k of call c on a model
 // fails is a pure function of (seed, c, k, model) and of the time, so each
 // strategy meets the same odds.
@@ -154,11 +202,13 @@ type provider struct {
 	seed      uint64
 	w         CostWorkload
 	clock     *Clock
-	incidents []incident
-	// limitedUntil is, per call and model, when a 429 says to come back;
-	// an attempt sooner meets another 429.
-	limitedUntil map[[2]uint64]time.Time
-	attempts     map[[2]uint64]uint64
+	incidents *incidents
+	// The state of the call being made, per model: the attempts made, and
+	// when a 429 said to come back (an attempt sooner meets another 429).
+	// A call is made once, so its state goes when the next call starts.
+	callID       uint64
+	attempts     [2]uint64
+	limitedUntil [2]time.Time
 }
 
 const (
@@ -184,9 +234,11 @@ func (p *provider) target(name string, model uint64) fallback.Target[request, st
 func (p *provider) attempt(ctx context.Context, r request, model uint64) (string, error) {
 	now := p.clock.Now()
 	p.clock.Advance(attemptTime)
-	key := [2]uint64{r.id, model}
-	k := p.attempts[key]
-	p.attempts[key] = k + 1
+	if r.id != p.callID {
+		p.callID, p.attempts, p.limitedUntil = r.id, [2]uint64{}, [2]time.Time{}
+	}
+	k := p.attempts[model]
+	p.attempts[model] = k + 1
 	input := r.input
 	if r.compacted {
 		input = input * 6 / 10
@@ -196,28 +248,23 @@ func (p *provider) attempt(ctx context.Context, r request, model uint64) (string
 	if r.permanent != 0 && !(r.permanent == http.StatusRequestEntityTooLarge && r.compacted) {
 		return "", permanentError(r.permanent)
 	}
-	if until, ok := p.limitedUntil[key]; ok && now.Before(until) {
+	if until := p.limitedUntil[model]; now.Before(until) {
 		return "", rateLimited(until.Sub(now))
 	}
 	rng := rand.New(rand.NewPCG(p.seed^r.id, k<<8|model))
 	u := rng.Float64()
 	switch {
-	case model == 0 && p.inIncident(now) && u < 0.9:
+	case model == 0 && p.incidents.cover(now) && u < 0.9:
 		return "", overloadedError
 	case u < p.w.RateLimitRate:
 		hint := time.Duration(1+rng.IntN(3)) * time.Second
-		p.limitedUntil[key] = now.Add(hint)
+		p.limitedUntil[model] = now.Add(hint)
 		return "", rateLimited(hint)
 	case u < p.w.RateLimitRate+p.w.ServerErrorRate:
 		return "", &rebound.HTTPError{StatusCode: []int{500, 502, 503}[rng.IntN(3)]}
 	}
 	rebound.ReportUsage(ctx, rebound.Usage{OutputTokens: int64(p.w.OutputTokens)})
 	return "ok", nil
-}
-
-func (p *provider) inIncident(t time.Time) bool {
-	i, _ := slices.BinarySearchFunc(p.incidents, t, func(in incident, t time.Time) int { return in.to.Compare(t) })
-	return i < len(p.incidents) && !t.Before(p.incidents[i].from)
 }
 
 var overloadedError = &rebound.HTTPError{StatusCode: 529,
@@ -239,34 +286,54 @@ func permanentError(status int) error {
 	return &rebound.HTTPError{StatusCode: status, Body: []byte(body)}
 }
 
+// CostProgress is where a RunCost is: it is told after each simulated
+// day of each strategy.
+type CostProgress struct {
+	// Strategy is the strategy running, one of the Strategy names.
+	Strategy string
+	// Day is the days of it simulated so far, out of Days.
+	Day, Days int
+	// Result is the strategy's month once its last day is done; nil
+	// before.
+	Result *StrategyResult
+}
+
 // RunCost runs seed 002's strategies, and rebound's recommended setup,
 // over the same simulated month, each through rebound's real code in
-// virtual time.
-func RunCost(seed uint64, w CostWorkload) (CostReport, error) {
+// virtual time. It tells progress, if set, after each simulated day.
+//
+// The month is streamed: each strategy draws it again, a day at a time,
+// and only running totals are kept, so memory does not grow with the days.
+// RunCost stops with ctx's cause as soon as ctx is done, before the next
+// task.
+func RunCost(ctx context.Context, seed uint64, w CostWorkload, progress func(CostProgress)) (CostReport, error) {
 	if err := w.Validate(); err != nil {
 		return CostReport{}, err
 	}
 	w = w.withDefaults()
-	start := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
-	tasks, incidents := workload(seed, w, start)
+	m := &month{w: w, seed: seed, start: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)}
+	// The incidents are drawn after the whole month of tasks, from the
+	// same generator: a first pass finds where it stands then.
+	after, err := m.each(ctx, nil, nil)
+	if err != nil {
+		return CostReport{}, err
+	}
 	report := CostReport{Seed: seed}
 	prices := cost.Table{primaryName: w.Primary, fallbackName: w.Fallback}
-	for _, name := range []string{StrategyNaive, StrategyBackoff, StrategyClassified, StrategyRebound} {
-		clock := NewClock(start)
-		p := &provider{seed: seed, w: w, clock: clock, incidents: incidents,
-			limitedUntil: map[[2]uint64]time.Time{}, attempts: map[[2]uint64]uint64{}}
+	for _, name := range CostStrategies() {
+		clock := NewClock(m.start)
+		p := &provider{seed: seed, w: w, clock: clock, incidents: newIncidents(after, w, m.start)}
 		chain := strategy(name, p, clock, rand.New(rand.NewPCG(seed, 99)))
-		ctx := rebound.WithClock(context.Background(), clock)
+		simCtx := rebound.WithClock(context.Background(), clock)
 		ledger := cost.Ledger{Prices: prices}
 		res := StrategyResult{Name: name}
-		for _, t := range tasks {
-			clock.AdvanceTo(t.at)
-			var spentOn cost.Task
-			spentOn.Succeeded = true
-			for _, c := range t.calls {
-				r, err := chain.Do(ctx, request{call: c})
-				ct := r.Task()
-				spentOn.Attempts = append(spentOn.Attempts, ct.Attempts...)
+		var spentOn cost.Task
+		task := func(at time.Time, calls []call) {
+			clock.AdvanceTo(at)
+			spentOn = cost.Task{Attempts: spentOn.Attempts[:0], Succeeded: true}
+			for i := range calls {
+				r, err := chain.Do(simCtx, request{call: &calls[i]})
+				spentOn.Attempts = append(spentOn.Attempts, r.Task().Attempts...)
 				if err != nil {
 					spentOn.Succeeded = false
 					break // the agent gives the task up
@@ -279,13 +346,30 @@ func RunCost(seed uint64, w CostWorkload) (CostReport, error) {
 			}
 			ledger.Add(spentOn)
 		}
+		var dayDone func(int)
+		if progress != nil {
+			dayDone = func(day int) {
+				if day < w.Days {
+					progress(CostProgress{Strategy: name, Day: day, Days: w.Days})
+				}
+			}
+		}
+		if _, err := m.each(ctx, task, dayDone); err != nil {
+			return CostReport{}, err
+		}
 		s := ledger.Summary()
 		res.Requests, res.Tasks, res.Succeeded = s.Attempts, s.Tasks, s.Succeeded
 		res.MonthlyCostUSD = s.Spent * 30 / float64(w.Days)
 		res.WastedShare, res.SuccessRate, res.CostPerSuccessUSD = s.WastedShare(), s.SuccessRate(), s.CostPerSuccess()
 		report.Strategies = append(report.Strategies, res)
+		if progress != nil {
+			progress(CostProgress{Strategy: name, Day: w.Days, Days: w.Days, Result: &res})
+		}
 	}
-	report.FirstAttemptFailureRate = firstAttemptFailureRate(seed, w, tasks, incidents, start)
+	report.FirstAttemptFailureRate, err = firstAttemptFailureRate(ctx, m, after)
+	if err != nil {
+		return CostReport{}, err
+	}
 	return report, nil
 }
 
@@ -343,65 +427,154 @@ func statusOnly(err error) rebound.Verdict {
 	return v
 }
 
-// workload draws the month: tasks and their calls, and the incidents.
-func workload(seed uint64, w CostWorkload, start time.Time) ([]task, []incident) {
-	rng := rand.New(rand.NewPCG(seed, 1))
-	day := 24 * time.Hour
-	var tasks []task
+const costDay = 24 * time.Hour
+
+// month draws the workload's tasks and calls a day at a time. Every pass
+// over it draws the same tasks in the same order, so each strategy meets
+// the same traffic while only one day's tasks are held.
+type month struct {
+	w     CostWorkload
+	seed  uint64
+	start time.Time
+	today []drawnTask // the day being run, reused
+	calls []call      // the calls of the task being run, reused
+}
+
+// drawnTask is a task of the day as drawn: when in the day it starts, the
+// id of its first call, and the generator as it stood before its calls
+// were drawn, to draw them again when it runs. A day holds this much a
+// task, whatever its calls.
+type drawnTask struct {
+	at      time.Duration
+	firstID uint64
+	calls   rand.PCG
+}
+
+// each draws the month from its start and runs task for each task, in the
+// order the tasks start, and dayDone (if set) after each day. A nil task
+// only draws. each stops with ctx's cause when ctx is done, before the
+// next task, and returns the generator as it stands after the month.
+func (m *month) each(ctx context.Context, task func(at time.Time, calls []call), dayDone func(day int)) (rand.PCG, error) {
+	src := rand.NewPCG(m.seed, 1)
+	rng := rand.New(src)
+	var again rand.PCG
+	replay := rand.New(&again)
 	var id uint64
-	for d := range w.Days {
-		dayStart := start.Add(time.Duration(d) * day)
-		var today []task
-		for range w.TasksPerDay {
-			t := task{at: dayStart.Add(time.Duration(rng.Int64N(int64(day))))}
-			for range w.MinCalls + rng.IntN(w.MaxCalls-w.MinCalls+1) {
-				c := &call{id: id, input: int64(w.InputTokens)}
-				id++
-				if rng.Float64() < w.PermanentRate {
-					c.permanent = []int{400, 400, 400, 400, 413, 413, 413, 422, 401, 401}[rng.IntN(10)]
-				}
-				t.calls = append(t.calls, c)
-			}
-			today = append(today, t)
+	for d := range m.w.Days {
+		if ctx.Err() != nil {
+			return rand.PCG{}, context.Cause(ctx)
 		}
-		slices.SortFunc(today, func(a, b task) int { return a.at.Compare(b.at) })
-		tasks = append(tasks, today...)
+		m.today = m.today[:0]
+		for range m.w.TasksPerDay {
+			t := drawnTask{at: time.Duration(rng.Int64N(int64(costDay))), firstID: id, calls: *src}
+			m.calls = m.drawCalls(rng, id, m.calls[:0])
+			id += uint64(len(m.calls))
+			m.today = append(m.today, t)
+		}
+		if task == nil {
+			continue
+		}
+		slices.SortFunc(m.today, func(a, b drawnTask) int { return cmp.Compare(a.at, b.at) })
+		dayStart := m.start.Add(time.Duration(d) * costDay)
+		for _, t := range m.today {
+			if ctx.Err() != nil {
+				return rand.PCG{}, context.Cause(ctx)
+			}
+			again = t.calls
+			m.calls = m.drawCalls(replay, t.firstID, m.calls[:0])
+			task(dayStart.Add(t.at), m.calls)
+		}
+		if dayDone != nil {
+			dayDone(d + 1)
+		}
 	}
-	var incidents []incident
-	horizon := time.Duration(w.Days) * day
+	return *src, nil
+}
+
+// drawCalls draws the calls of one task, numbered from id, onto dst.
+func (m *month) drawCalls(rng *rand.Rand, id uint64, dst []call) []call {
+	w := m.w
+	for range w.MinCalls + rng.IntN(w.MaxCalls-w.MinCalls+1) {
+		c := call{id: id, input: int64(w.InputTokens)}
+		id++
+		if rng.Float64() < w.PermanentRate {
+			c.permanent = []int{400, 400, 400, 400, 413, 413, 413, 422, 401, 401}[rng.IntN(10)]
+		}
+		dst = append(dst, c)
+	}
+	return dst
+}
+
+type incident struct{ from, to time.Time }
+
+// incidents are the month's provider incidents, drawn in time order as
+// they are needed: each starts an exponential gap after the last ends.
+type incidents struct {
+	rng     *rand.Rand
+	start   time.Time
+	mean    float64       // the mean gap, in nanoseconds
+	horizon time.Duration // the month's length
+	cur     incident      // the earliest incident not yet over, if ok
+	ok      bool
+}
+
+// newIncidents starts the incidents of w from the generator state after
+// the month's tasks.
+func newIncidents(after rand.PCG, w CostWorkload, start time.Time) *incidents {
+	in := &incidents{rng: rand.New(&after), start: start, horizon: time.Duration(w.Days) * costDay}
 	if w.IncidentsPerDay > 0 {
-		mean := float64(day) / w.IncidentsPerDay
-		for at := time.Duration(rng.ExpFloat64() * mean); at < horizon; at += time.Duration(rng.ExpFloat64() * mean) {
-			from := start.Add(at)
-			if n := len(incidents); n > 0 && from.Before(incidents[n-1].to) {
-				from = incidents[n-1].to // incidents do not overlap
-			}
-			in := incident{from: from, to: from.Add(5*time.Minute + time.Duration(rng.Int64N(int64(10*time.Minute))))}
-			incidents = append(incidents, in)
-			at = in.to.Sub(start)
-		}
+		in.mean = float64(costDay) / w.IncidentsPerDay
+		in.ok = true // the gap before the first counts from the start
+		in.cur = incident{to: start}
+		in.next()
 	}
-	return tasks, incidents
+	return in
+}
+
+// next draws the incident after cur, or ends them at the month's end.
+func (in *incidents) next() {
+	gap := in.rng.ExpFloat64() * in.mean
+	// A gap this long ends the incidents of any month, and one of
+	// NaN (0 × an infinite mean) would wrap the time.
+	if !(gap < math.MaxInt64/2) {
+		in.ok = false
+		return
+	}
+	at := in.cur.to.Sub(in.start) + time.Duration(gap)
+	if at >= in.horizon {
+		in.ok = false
+		return
+	}
+	from := in.start.Add(at)
+	in.cur = incident{from: from, to: from.Add(5*time.Minute + time.Duration(in.rng.Int64N(int64(10*time.Minute))))}
+}
+
+// cover reports whether t falls within an incident. Successive calls must
+// not go back in time.
+func (in *incidents) cover(t time.Time) bool {
+	for in.ok && in.cur.to.Before(t) {
+		in.next()
+	}
+	return in.ok && !t.Before(in.cur.from)
 }
 
 // firstAttemptFailureRate replays every call's first attempt on the
 // primary model at its task's start, to say what the traffic was like.
-func firstAttemptFailureRate(seed uint64, w CostWorkload, tasks []task, incidents []incident, start time.Time) float64 {
-	clock := NewClock(start)
-	p := &provider{seed: seed, w: w, clock: clock, incidents: incidents,
-		limitedUntil: map[[2]uint64]time.Time{}, attempts: map[[2]uint64]uint64{}}
+func firstAttemptFailureRate(ctx context.Context, m *month, after rand.PCG) (float64, error) {
+	clock := NewClock(m.start)
+	p := &provider{seed: m.seed, w: m.w, clock: clock, incidents: newIncidents(after, m.w, m.start)}
 	calls, failed := 0, 0
-	for _, t := range tasks {
-		clock.AdvanceTo(t.at)
-		for _, c := range t.calls {
+	_, err := m.each(ctx, func(at time.Time, cs []call) {
+		clock.AdvanceTo(at)
+		for i := range cs {
 			calls++
-			if _, err := p.attempt(context.Background(), request{call: c}, 0); err != nil {
+			if _, err := p.attempt(context.Background(), request{call: &cs[i]}, 0); err != nil {
 				failed++
 			}
 		}
+	}, nil)
+	if err != nil || calls == 0 {
+		return 0, err
 	}
-	if calls == 0 {
-		return 0
-	}
-	return float64(failed) / float64(calls)
+	return float64(failed) / float64(calls), nil
 }

@@ -1,9 +1,16 @@
 package sim
 
 import (
+	"context"
+	"errors"
+	"math"
 	"reflect"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/rebound-go/rebound/cost"
 )
 
 // TestCostScenario runs the default month and checks what the issue asks
@@ -13,7 +20,7 @@ import (
 func TestCostScenario(t *testing.T) {
 	const seed = 1
 	start := time.Now()
-	r, err := RunCost(seed, CostWorkload{})
+	r, err := RunCost(context.Background(), seed, CostWorkload{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,12 +53,12 @@ func TestCostScenario(t *testing.T) {
 
 func TestCostIsDeterministic(t *testing.T) {
 	w := CostWorkload{Days: 2, TasksPerDay: 500}
-	a, err := RunCost(7, w)
+	a, err := RunCost(context.Background(), 7, w, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := RunCost(7, w)
-	c, _ := RunCost(8, w)
+	b, _ := RunCost(context.Background(), 7, w, nil)
+	c, _ := RunCost(context.Background(), 8, w, nil)
 	if !reflect.DeepEqual(a, b) {
 		t.Fatalf("same seed, different results:\n%+v\n%+v", a, b)
 	}
@@ -61,9 +68,87 @@ func TestCostIsDeterministic(t *testing.T) {
 }
 
 func TestCostWorkloadValidate(t *testing.T) {
-	for _, w := range []CostWorkload{{Days: -1}, {PermanentRate: 2}, {RateLimitRate: 0.7, ServerErrorRate: 0.7}, {InputTokens: -5}, {IncidentsPerDay: -1}} {
-		if _, err := RunCost(1, w); err == nil {
+	nan, inf := math.NaN(), math.Inf(1)
+	for _, w := range []CostWorkload{
+		{Days: -1}, {Days: MaxCostDays + 1}, {TasksPerDay: MaxCostTasksPerDay + 1}, {MaxCalls: MaxCostCalls + 1}, {MinCalls: -1},
+		{PermanentRate: 2}, {RateLimitRate: 0.7, ServerErrorRate: 0.7}, {RateLimitRate: 0.99}, {InputTokens: -5},
+		{OutputTokens: MaxCostTokens + 1}, {IncidentsPerDay: inf}, {IncidentsPerDay: nan}, {PermanentRate: nan},
+		{RateLimitRate: nan}, {ServerErrorRate: inf}, {RateLimitRate: -inf}, {Primary: cost.Price{InputPerMillion: nan}},
+		{Fallback: cost.Price{OutputPerMillion: -1}},
+	} {
+		err := w.Validate()
+		if err == nil {
 			t.Errorf("%+v accepted", w)
+			continue
 		}
+		if _, err := RunCost(context.Background(), 1, w, nil); err == nil {
+			t.Errorf("%+v: RunCost ran it", w)
+		}
+		if msg := err.Error(); strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "sim: ") {
+			t.Errorf("%+v: %q is not one line", w, msg)
+		}
+	}
+}
+
+// TestCostNoFailures gives every failure rate and the incidents below
+// zero, which means none (zero means the default): every call then
+// succeeds at its first attempt, under every strategy.
+func TestCostNoFailures(t *testing.T) {
+	r, err := RunCost(context.Background(), 1, CostWorkload{Days: 1, TasksPerDay: 200,
+		PermanentRate: -1, RateLimitRate: -1, ServerErrorRate: -1, IncidentsPerDay: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.FirstAttemptFailureRate != 0 {
+		t.Errorf("first attempts failing: %v", r.FirstAttemptFailureRate)
+	}
+	for _, s := range r.Strategies {
+		if s.SuccessRate != 1 || s.WastedShare != 0 || s.FallbackRequests != 0 || s.Requests < 3*s.Tasks || s.Requests > 5*s.Tasks {
+			t.Errorf("%+v", s)
+		}
+	}
+}
+
+// TestCostMemoryIsBounded runs a short and a ten times longer month and
+// compares the heap still live at the end of each simulated day: the month
+// is streamed, so no per-task or per-call state may pile up as days grow.
+func TestCostMemoryIsBounded(t *testing.T) {
+	live := func(days int) uint64 {
+		var peak uint64
+		var m runtime.MemStats
+		_, err := RunCost(context.Background(), 1, CostWorkload{Days: days, TasksPerDay: 500}, func(CostProgress) {
+			runtime.GC()
+			runtime.ReadMemStats(&m)
+			peak = max(peak, m.HeapAlloc)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return peak
+	}
+	short, long := live(2), live(20)
+	t.Logf("live heap: %d KiB for 2 days, %d KiB for 20 days", short>>10, long>>10)
+	if long > short+512<<10 {
+		t.Errorf("the live heap grows with the days: %d KiB for 2 days, %d KiB for 20", short>>10, long>>10)
+	}
+}
+
+// TestCostCanceled cancels a run at the end of its first simulated day:
+// it stops with the context's error before another day is done.
+func TestCostCanceled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	calls := 0
+	_, err := RunCost(ctx, 1, CostWorkload{Days: 200, TasksPerDay: 100}, func(p CostProgress) {
+		calls++
+		if calls == 1 {
+			cancel()
+		}
+	})
+	if !errors.Is(err, context.Canceled) || calls != 1 {
+		t.Fatalf("canceled after day 1: %v, %d days reported", err, calls)
+	}
+	if _, err := RunCost(ctx, 1, CostWorkload{Days: 36500}, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled before the start: %v", err)
 	}
 }

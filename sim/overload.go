@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/rebound-go/rebound"
@@ -51,6 +52,10 @@ type OverloadCell struct {
 	Duration time.Duration
 }
 
+// MaxOverloadTrigger is the longest trigger RunOverload takes: the run
+// goes on for ten times the trigger after it, and counts each second.
+const MaxOverloadTrigger = time.Hour
+
 // DefaultOverloadCells are f ∈ {0.1, 0.5} × Δt ∈ {5, 10, 30} s.
 func DefaultOverloadCells() []OverloadCell {
 	var cells []OverloadCell
@@ -89,10 +94,55 @@ type OverloadReport struct {
 	Results  []OverloadResult `json:"results"`
 }
 
+// OverloadConfig narrows the overload scenario. Its zero value runs every
+// strategy in every cell of DefaultOverloadCells.
+type OverloadConfig struct {
+	// Strategies to run, in this order. Empty means OverloadStrategies().
+	Strategies []string
+	// Cells to run, in this order, each a fraction in (0, 1] for at most
+	// MaxOverloadTrigger. Empty means DefaultOverloadCells().
+	Cells []OverloadCell
+	// Progress, if set, is told where the run is: after each simulated
+	// minute of a strategy in a cell, and with its result once done.
+	Progress func(OverloadProgress)
+}
+
+// OverloadProgress is where a RunOverload is.
+type OverloadProgress struct {
+	Strategy string
+	Cell     OverloadCell
+	// Done is the virtual time of the strategy in the cell simulated so
+	// far, out of Of.
+	Done, Of time.Duration
+	// Result is the strategy's result in the cell once done; nil before.
+	Result *OverloadResult
+}
+
+// Validate reports the first thing wrong with c, in one line.
+func (c OverloadConfig) Validate() error {
+	for _, s := range c.Strategies {
+		if !slices.Contains(OverloadStrategies(), s) {
+			return fmt.Errorf("sim: unknown overload strategy %q (want one of %v)", s, OverloadStrategies())
+		}
+	}
+	for _, cell := range c.Cells {
+		if !(cell.Fraction > 0 && cell.Fraction <= 1) || cell.Duration <= 0 || cell.Duration > MaxOverloadTrigger { // also refuses NaN
+			return fmt.Errorf("sim: a trigger needs a fraction in (0, 1] and a duration in (0, %v] (got %v for %v)",
+				MaxOverloadTrigger, cell.Fraction, cell.Duration)
+		}
+	}
+	return nil
+}
+
 // RunOverload runs every strategy in every cell. Each (strategy, cell)
 // has its own generator, so narrowing a run does not change the figures
-// of what remains.
-func RunOverload(ctx context.Context, seed uint64, strategies []string, cells []OverloadCell) (OverloadReport, error) {
+// of what remains. It stops with ctx's cause soon after ctx is done, within
+// a few thousand simulated events.
+func RunOverload(ctx context.Context, seed uint64, c OverloadConfig) (OverloadReport, error) {
+	if err := c.Validate(); err != nil {
+		return OverloadReport{}, err
+	}
+	strategies, cells := c.Strategies, c.Cells
 	if len(strategies) == 0 {
 		strategies = OverloadStrategies()
 	}
@@ -101,19 +151,27 @@ func RunOverload(ctx context.Context, seed uint64, strategies []string, cells []
 	}
 	report := OverloadReport{Scenario: "overload", Seed: seed}
 	for _, cell := range cells {
-		if cell.Fraction <= 0 || cell.Fraction > 1 || cell.Duration <= 0 {
-			return report, fmt.Errorf("sim: a trigger needs a fraction in (0, 1] and a positive duration (got %v for %v)", cell.Fraction, cell.Duration)
-		}
-		for i, s := range strategies {
-			if err := ctx.Err(); err != nil {
-				return report, err
-			}
+		for _, s := range strategies {
+			i := slices.Index(OverloadStrategies(), s) // not the place in strategies: narrowing changes no figure
 			rng := rand.New(rand.NewPCG(seed, uint64(i)<<32|uint64(cell.Fraction*1000)<<16|uint64(cell.Duration/time.Second)))
 			o, err := newOverload(s, cell, rng)
 			if err != nil {
-				return report, err
+				return OverloadReport{}, err
 			}
-			report.Results = append(report.Results, o.run())
+			var minute func(time.Duration)
+			if c.Progress != nil {
+				minute = func(done time.Duration) {
+					c.Progress(OverloadProgress{Strategy: s, Cell: cell, Done: done, Of: o.end.Sub(o.start)})
+				}
+			}
+			r, err := o.run(ctx, minute)
+			if err != nil {
+				return OverloadReport{}, err
+			}
+			report.Results = append(report.Results, r)
+			if c.Progress != nil {
+				c.Progress(OverloadProgress{Strategy: s, Cell: cell, Done: o.end.Sub(o.start), Of: o.end.Sub(o.start), Result: &r})
+			}
 		}
 	}
 	return report, nil
@@ -213,7 +271,7 @@ func newOverload(strategy string, cell OverloadCell, rng *rand.Rand) (*overload,
 		o.budget = &rebound.RetryBudget{}
 		o.adaptive = ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{Now: o.clock})
 	default:
-		return nil, fmt.Errorf("sim: unknown overload strategy %q (want none, retry3, budget or rebound)", strategy)
+		return nil, fmt.Errorf("sim: unknown overload strategy %q (want one of %v)", strategy, OverloadStrategies())
 	}
 	return o, nil
 }
@@ -229,18 +287,31 @@ func (o *overload) capacity(t time.Time) float64 {
 	return OverloadCapacity
 }
 
-func (o *overload) run() OverloadResult {
+// run runs the simulation, telling minute (if set) of each simulated
+// minute done. It stops with ctx's cause when ctx is done, checked every
+// few thousand events.
+func (o *overload) run(ctx context.Context, minute func(done time.Duration)) (OverloadResult, error) {
 	o.goodput = make([]int, int(o.end.Sub(o.start)/time.Second)) // whole seconds only
 	o.at(o.start.Add(o.interarrival()), o.arrive)
-	for o.events.Len() > 0 {
+	nextMinute := o.start.Add(time.Minute)
+	for n := 0; o.events.Len() > 0; n++ {
+		if n%4096 == 0 && ctx.Err() != nil {
+			return OverloadResult{}, context.Cause(ctx)
+		}
 		e := heap.Pop(&o.events).(event)
 		if e.at.After(o.end) {
 			break
 		}
+		if !e.at.Before(nextMinute) {
+			if minute != nil {
+				minute(e.at.Sub(o.start).Truncate(time.Minute))
+			}
+			nextMinute = o.start.Add(e.at.Sub(o.start).Truncate(time.Minute) + time.Minute)
+		}
 		o.now = e.at
 		e.fn()
 	}
-	return o.result()
+	return o.result(), nil
 }
 
 func (o *overload) interarrival() time.Duration {

@@ -2,6 +2,10 @@ package sim
 
 import (
 	"context"
+	"errors"
+	"math"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -13,7 +17,7 @@ import (
 func TestOverload(t *testing.T) {
 	const seed = 1
 	start := time.Now()
-	r, err := RunOverload(context.Background(), seed, nil, nil)
+	r, err := RunOverload(context.Background(), seed, OverloadConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,21 +51,82 @@ func TestOverload(t *testing.T) {
 
 func TestOverloadIsDeterministic(t *testing.T) {
 	cells := []OverloadCell{{Fraction: 0.5, Duration: 5 * time.Second}}
-	a, err := RunOverload(context.Background(), 3, nil, cells)
+	a, err := RunOverload(context.Background(), 3, OverloadConfig{Cells: cells})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := RunOverload(context.Background(), 3, nil, cells)
+	b, _ := RunOverload(context.Background(), 3, OverloadConfig{Cells: cells})
 	for i := range a.Results {
 		x, y := a.Results[i], b.Results[i]
 		if x.Goodput != y.Goodput || x.Amplification != y.Amplification || x.RecoveryS != y.RecoveryS || x.SuccessRate != y.SuccessRate {
 			t.Fatalf("same seed, different results: %+v vs %+v", x, y)
 		}
 	}
-	if _, err := RunOverload(context.Background(), 3, []string{"nope"}, cells); err == nil {
+	if _, err := RunOverload(context.Background(), 3, OverloadConfig{Strategies: []string{"nope"}, Cells: cells}); err == nil {
 		t.Fatal("an unknown strategy was accepted")
 	}
-	if _, err := RunOverload(context.Background(), 3, nil, []OverloadCell{{Fraction: 2, Duration: time.Second}}); err == nil {
+	if _, err := RunOverload(context.Background(), 3, OverloadConfig{Cells: []OverloadCell{{Fraction: 2, Duration: time.Second}}}); err == nil {
 		t.Fatal("a fraction of 2 was accepted")
+	}
+}
+
+// TestOverloadNarrowed runs one strategy alone and wants its figures as in
+// the run of them all: each (strategy, cell) has its own generator.
+func TestOverloadNarrowed(t *testing.T) {
+	cells := []OverloadCell{{Fraction: 0.5, Duration: 5 * time.Second}}
+	all, err := RunOverload(context.Background(), 1, OverloadConfig{Cells: cells})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range OverloadStrategies() {
+		one, err := RunOverload(context.Background(), 1, OverloadConfig{Strategies: []string{s}, Cells: cells})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(one.Results[0], all.Results[i]) {
+			t.Errorf("%s alone: %+v\nin the full run: %+v", s, one.Results[0], all.Results[i])
+		}
+	}
+}
+
+func TestOverloadValidate(t *testing.T) {
+	for _, cell := range []OverloadCell{
+		{Fraction: math.NaN(), Duration: time.Second}, {Fraction: math.Inf(1), Duration: time.Second}, {Fraction: 0, Duration: time.Second},
+		{Fraction: 0.5}, {Fraction: 0.5, Duration: -time.Second}, {Fraction: 0.5, Duration: MaxOverloadTrigger + 1},
+	} {
+		_, err := RunOverload(context.Background(), 1, OverloadConfig{Cells: []OverloadCell{cell}})
+		if err == nil || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%+v: %v", cell, err)
+		}
+	}
+}
+
+// TestOverloadProgress wants a report after each simulated minute of a
+// run and one with its result, and a run canceled at its first minute to
+// stop before its second, although an hour-long trigger has hours to go.
+func TestOverloadProgress(t *testing.T) {
+	cell := OverloadCell{Fraction: 0.5, Duration: 10 * time.Second} // a run of 140 s
+	var seen []OverloadProgress
+	r, err := RunOverload(context.Background(), 1, OverloadConfig{Strategies: []string{OverloadNone}, Cells: []OverloadCell{cell},
+		Progress: func(p OverloadProgress) { seen = append(seen, p) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 3 || seen[0].Done != time.Minute || seen[1].Done != 2*time.Minute || seen[0].Result != nil ||
+		seen[2].Result == nil || !reflect.DeepEqual(*seen[2].Result, r.Results[0]) || seen[2].Done != seen[2].Of ||
+		seen[2].Of != 140*time.Second || seen[2].Strategy != OverloadNone || seen[2].Cell != cell {
+		t.Errorf("progress: %+v", seen)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	calls := 0
+	_, err = RunOverload(ctx, 1, OverloadConfig{Strategies: []string{OverloadRetry3}, Cells: []OverloadCell{{Fraction: 0.1, Duration: time.Hour}},
+		Progress: func(OverloadProgress) {
+			calls++
+			cancel()
+		}})
+	if !errors.Is(err, context.Canceled) || calls != 1 {
+		t.Errorf("canceled at the first minute: %v after %d reports", err, calls)
 	}
 }

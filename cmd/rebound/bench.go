@@ -30,7 +30,8 @@ row one after another, and prints the seed's figure beside ours.
 --scenario cost runs seed 002's three retry strategies and rebound's
 recommended setup over a simulated month of agent traffic, in virtual time,
 through rebound's real retry, breaker and fallback code, and prints what each
-costs per successful task.
+costs per successful task. Its flags (days to incidents-per-day below) belong
+to it alone; a rate of 0 means none.
 
 The same seed gives the same counts.
 
@@ -126,20 +127,30 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&w.MaxCalls, "max-calls", 5, "cost: most LLM calls in a task")
 	fs.IntVar(&w.InputTokens, "input-tokens", 2000, "cost: input tokens of a call")
 	fs.IntVar(&w.OutputTokens, "output-tokens", 500, "cost: output tokens of a call")
-	fs.Float64Var(&w.PermanentRate, "permanent-rate", 0.02, "cost: share of calls that fail with a permanent 4xx")
-	fs.Float64Var(&w.RateLimitRate, "rate-limit-rate", 0.015, "cost: chance an attempt meets a 429")
-	fs.Float64Var(&w.ServerErrorRate, "server-error-rate", 0.015, "cost: chance an attempt meets a 5xx")
-	fs.Float64Var(&w.IncidentsPerDay, "incidents-per-day", 1.5, "cost: mean provider incidents (529s) a day")
+	fs.Float64Var(&w.PermanentRate, "permanent-rate", 0.02, "cost: share of calls that fail with a permanent 4xx (0 for none)")
+	fs.Float64Var(&w.RateLimitRate, "rate-limit-rate", 0.015, "cost: chance an attempt meets a 429 (0 for none)")
+	fs.Float64Var(&w.ServerErrorRate, "server-error-rate", 0.015, "cost: chance an attempt meets a 5xx (0 for none)")
+	fs.Float64Var(&w.IncidentsPerDay, "incidents-per-day", 1.5, "cost: mean provider incidents (529s) a day (0 for none)")
 	if code, done := parseFlags(fs, args, benchUsage, stderr); done {
 		return code
 	}
-	switch *scenario {
-	case "seed":
-	case "cost":
-		return runCostBench(*seed, w, *asJSON, stdout, stderr)
-	default:
+	if *scenario != "seed" && *scenario != "cost" {
 		fmt.Fprintf(stderr, "rebound bench: unknown scenario %q (want seed or cost)\n", *scenario)
 		return 2
+	}
+	// The flags whose usage starts "cost: " are the cost scenario's.
+	costFlags := map[string][]string{}
+	fs.VisitAll(func(f *flag.Flag) {
+		if strings.HasPrefix(f.Usage, "cost: ") {
+			costFlags[f.Name] = []string{"cost"}
+		}
+	})
+	if err := foreignFlag(fs, *scenario, costFlags); err != nil {
+		fmt.Fprintf(stderr, "rebound bench: %v\n", err)
+		return 2
+	}
+	if *scenario == "cost" {
+		return runCostBench(ctx, *seed, w, *asJSON, stdout, stderr)
 	}
 	report, err := bench(ctx, *seed, stderr)
 	if err != nil {
@@ -480,20 +491,69 @@ func printBench(w io.Writer, r *benchReport) {
 	tw.Flush()
 }
 
-// runCostBench runs the cost scenario and prints its table or JSON.
-func runCostBench(seed uint64, w sim.CostWorkload, asJSON bool, stdout, stderr io.Writer) int {
-	if err := w.Validate(); err != nil || w.Days == 0 || w.TasksPerDay == 0 || w.MinCalls > w.MaxCalls {
-		if err == nil {
-			err = errors.New("days and tasks per day must be positive, and min calls at most max calls")
+// checkCostFlags returns a one-line reason if a flag of the cost
+// scenario is out of its range, and otherwise w as sim.RunCost takes it.
+func checkCostFlags(w sim.CostWorkload) (sim.CostWorkload, error) {
+	prob := "a probability from 0 to 1"
+	for _, err := range []error{
+		intFlag("days", w.Days, 1, sim.MaxCostDays, fmt.Sprintf("a whole number of days from 1 to %d", sim.MaxCostDays)),
+		intFlag("tasks-per-day", w.TasksPerDay, 1, sim.MaxCostTasksPerDay,
+			fmt.Sprintf("a whole number of tasks from 1 to %d", sim.MaxCostTasksPerDay)),
+		intFlag("min-calls", w.MinCalls, 1, sim.MaxCostCalls, fmt.Sprintf("a whole number of calls from 1 to %d", sim.MaxCostCalls)),
+		intFlag("max-calls", w.MaxCalls, w.MinCalls, sim.MaxCostCalls,
+			fmt.Sprintf("a whole number of calls from --min-calls (%d) to %d", w.MinCalls, sim.MaxCostCalls)),
+		intFlag("input-tokens", w.InputTokens, 1, sim.MaxCostTokens, fmt.Sprintf("a whole number of tokens from 1 to %d", sim.MaxCostTokens)),
+		intFlag("output-tokens", w.OutputTokens, 1, sim.MaxCostTokens, fmt.Sprintf("a whole number of tokens from 1 to %d", sim.MaxCostTokens)),
+		floatFlag("permanent-rate", w.PermanentRate, 0, 1, prob),
+		floatFlag("rate-limit-rate", w.RateLimitRate, 0, 1, prob),
+		floatFlag("server-error-rate", w.ServerErrorRate, 0, 1, prob),
+		floatFlag("incidents-per-day", w.IncidentsPerDay, 0, math.MaxFloat64, "a finite number, at least 0 (0 for none)"),
+	} {
+		if err != nil {
+			return w, err
 		}
+	}
+	if w.RateLimitRate+w.ServerErrorRate > 1 {
+		return w, fmt.Errorf("--rate-limit-rate %v and --server-error-rate %v: want two chances that add up to at most 1",
+			w.RateLimitRate, w.ServerErrorRate)
+	}
+	// To sim, zero means the default and below zero none.
+	for _, v := range []*float64{&w.PermanentRate, &w.RateLimitRate, &w.ServerErrorRate, &w.IncidentsPerDay} {
+		if *v == 0 {
+			*v = -1
+		}
+	}
+	return w, w.Validate()
+}
+
+// runCostBench runs the cost scenario and prints its table or JSON.
+func runCostBench(ctx context.Context, seed uint64, w sim.CostWorkload, asJSON bool, stdout, stderr io.Writer) int {
+	w, err := checkCostFlags(w)
+	if err != nil {
 		fmt.Fprintf(stderr, "rebound bench: %s\n", strings.TrimPrefix(err.Error(), "sim: "))
 		return 2
 	}
 	fmt.Fprintf(stderr, "rebound bench: cost scenario, seed %d, %d days of %d tasks…\n", seed, w.Days, w.TasksPerDay)
 	start := time.Now()
-	r, err := sim.RunCost(seed, w)
+	var clock progressClock
+	clock.printed()
+	strategy, strategies, strategyStart := 0, len(sim.CostStrategies()), start
+	r, err := sim.RunCost(ctx, seed, w, func(p sim.CostProgress) {
+		if p.Result == nil {
+			if clock.due() {
+				fmt.Fprintf(stderr, "rebound bench: [%d/%d] %s: day %d of %d\n", strategy+1, strategies, p.Strategy, p.Day, p.Days)
+			}
+			return
+		}
+		strategy++
+		s := p.Result
+		fmt.Fprintf(stderr, "rebound bench: [%d/%d] %s: %d requests, %.2f%% of tasks succeeded, $%.5f per successful task, %v\n",
+			strategy, strategies, s.Name, s.Requests, 100*s.SuccessRate, s.CostPerSuccessUSD, time.Since(strategyStart).Round(time.Millisecond))
+		clock.printed()
+		strategyStart = time.Now()
+	})
 	if err != nil {
-		fmt.Fprintf(stderr, "rebound bench: %v\n", err)
+		fmt.Fprintf(stderr, "rebound bench: cost scenario stopped: %v\n", err)
 		return 1
 	}
 	fmt.Fprintf(stderr, "rebound bench: done in %v\n", time.Since(start).Round(time.Millisecond))

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rebound-go/rebound/sim"
 )
 
 func runBenchJSON(t *testing.T, seed string) benchReport {
@@ -156,10 +158,94 @@ func TestBenchCostScenario(t *testing.T) {
 	if r.Seed != 4 || strings.Join(names, ",") != "naive,backoff,classified,rebound" {
 		t.Fatalf("seed %d, strategies %v", r.Seed, names)
 	}
+	if !strings.Contains(stderr.String(), "[4/4] rebound: ") {
+		t.Errorf("no progress on stderr: %q", stderr.String())
+	}
 	for _, args := range [][]string{{"bench", "--scenario", "nope"}, {"bench", "--scenario", "cost", "--days", "-1"}, {"bench", "--scenario", "cost", "--min-calls", "6"}} {
 		var out, errOut bytes.Buffer
 		if code := run(context.Background(), args, &out, &errOut); code != 2 || strings.Count(strings.TrimSpace(errOut.String()), "\n") != 0 {
 			t.Errorf("%q: exit %d, stderr %q", args, code, errOut.String())
 		}
+	}
+}
+
+// benchCmd runs "rebound bench" with args under ctx.
+func benchCmd(ctx context.Context, args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	code = run(ctx, append([]string{"bench"}, args...), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// TestBenchForeignFlags gives the seed scenario each flag of the cost
+// scenario: refused, with one line saying where the flag belongs.
+func TestBenchForeignFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--days", "5"}, {"--tasks-per-day", "10"}, {"--min-calls", "1"}, {"--max-calls", "9"}, {"--input-tokens", "10"},
+		{"--output-tokens", "10"}, {"--permanent-rate", "0.1"}, {"--rate-limit-rate", "0.1"}, {"--server-error-rate", "0.1"},
+		{"--incidents-per-day", "2"}, {"--scenario", "seed", "--json", "--days", "5"},
+	} {
+		code, stdout, stderr := benchCmd(context.Background(), args...)
+		name := args[len(args)-2]
+		if code != 2 || stdout != "" || strings.Count(stderr, "\n") != 1 ||
+			!strings.Contains(stderr, name+" does not apply to the seed scenario: it belongs to --scenario cost") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
+		}
+	}
+}
+
+// TestBenchCostFlagsRefused gives the cost scenario's flags NaN,
+// infinities, negative and absurd values: each refused with exit 2 and
+// one line naming the flag, the value and what is wanted.
+func TestBenchCostFlagsRefused(t *testing.T) {
+	for _, tc := range []struct{ flag, value string }{
+		{"rate-limit-rate", "NaN"}, {"rate-limit-rate", "Inf"}, {"rate-limit-rate", "-0.1"}, {"rate-limit-rate", "1.5"},
+		{"permanent-rate", "NaN"}, {"permanent-rate", "-Inf"}, {"permanent-rate", "2"},
+		{"server-error-rate", "NaN"}, {"server-error-rate", "+Inf"},
+		{"incidents-per-day", "NaN"}, {"incidents-per-day", "Inf"}, {"incidents-per-day", "-1"},
+		{"days", "0"}, {"days", "-1"}, {"days", "100000"}, {"days", "9223372036854775807"},
+		{"tasks-per-day", "0"}, {"tasks-per-day", "1000000000"},
+		{"min-calls", "0"}, {"min-calls", "-3"}, {"max-calls", "1000000"}, {"max-calls", "2"},
+		{"input-tokens", "0"}, {"input-tokens", "-5"}, {"input-tokens", "1000000000000"},
+		{"output-tokens", "0"}, {"output-tokens", "9000000000000000000"},
+	} {
+		code, stdout, stderr := benchCmd(context.Background(), "--scenario", "cost", "--"+tc.flag, tc.value)
+		if code != 2 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "--"+tc.flag+" ") ||
+			!strings.Contains(stderr, "want") {
+			t.Errorf("--%s %s: exit %d, stdout %q, stderr %q", tc.flag, tc.value, code, stdout, stderr)
+		}
+	}
+	code, _, stderr := benchCmd(context.Background(), "--scenario", "cost", "--rate-limit-rate", "0.6", "--server-error-rate", "0.6")
+	if code != 2 || !strings.Contains(stderr, "--rate-limit-rate 0.6 and --server-error-rate 0.6") {
+		t.Errorf("rates adding up to 1.2: exit %d, %q", code, stderr)
+	}
+}
+
+// TestBenchCostZeroMeansNone wants a rate of 0 to mean none, not the
+// default: with no failures of any kind, every first attempt succeeds.
+func TestBenchCostZeroMeansNone(t *testing.T) {
+	code, stdout, stderr := benchCmd(context.Background(), "--scenario", "cost", "--json", "--days", "1", "--tasks-per-day", "100",
+		"--permanent-rate", "0", "--rate-limit-rate", "0", "--server-error-rate", "0", "--incidents-per-day", "0")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var r sim.CostReport
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.FirstAttemptFailureRate != 0 || r.Strategies[0].SuccessRate != 1 {
+		t.Errorf("no failures asked, %v of first attempts failed, %v of tasks succeeded", r.FirstAttemptFailureRate, r.Strategies[0].SuccessRate)
+	}
+}
+
+// TestBenchCostCanceled runs the cost scenario under a canceled context,
+// as a signal leaves it: it stops, prints nothing on stdout, and exits 1
+// with one line saying why.
+func TestBenchCostCanceled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	code, stdout, stderr := benchCmd(ctx, "--scenario", "cost", "--days", "36500")
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	if code != 1 || stdout != "" || !strings.Contains(lines[len(lines)-1], "rebound bench: cost scenario stopped: context canceled") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }

@@ -71,9 +71,13 @@ type simOptions struct {
 // simScenario is one scenario of "rebound sim".
 type simScenario struct {
 	name string
-	// seed and trials are the defaults of --seed and --trials.
-	seed   uint64
-	trials int
+	// seed and trials are the defaults of --seed and --trials, and
+	// maxTrials the most --trials may ask.
+	seed              uint64
+	trials, maxTrials int
+	// flags are the flags of its own it takes, beyond those every
+	// scenario takes (--json, --html, --seed, --cells).
+	flags []string
 	// run runs the scenario, telling stderr of its progress, and returns
 	// its report, which --json prints as it is. A non-zero code stops the
 	// command with it, its one-line reason already on stderr.
@@ -88,19 +92,22 @@ type simScenario struct {
 // simScenarios are the scenarios "rebound sim --scenario" accepts.
 var simScenarios = []simScenario{
 	{
-		name: "occ", seed: 2015, trials: sim.DefaultOCCTrials,
+		name: "occ", seed: 2015, trials: sim.DefaultOCCTrials, maxTrials: 10000,
+		flags:  []string{"clients", "strategies", "trials"},
 		run:    runOCCSim,
 		table:  func(w io.Writer, r any) { printOCC(w, r.(sim.OCCReport)) },
 		charts: func(r any) []sim.Chart { return r.(sim.OCCReport).Charts() },
 	},
 	{
-		name: "iid", seed: 1, trials: sim.DefaultIIDTrials,
+		name: "iid", seed: 1, trials: sim.DefaultIIDTrials, maxTrials: 10000000,
+		flags:  []string{"attempts", "trials"},
 		run:    runIIDSim,
 		table:  func(w io.Writer, r any) { printIID(w, r.(sim.IIDReport)) },
 		charts: func(r any) []sim.Chart { return r.(sim.IIDReport).Charts() },
 	},
 	{
-		name: "overload", seed: 1, trials: 1, // one run per cell: the model is fixed
+		name: "overload", seed: 1, trials: 1, maxTrials: 1, // one run per cell: the model is fixed
+		flags:  []string{"strategies"},
 		run:    runOverloadSim,
 		table:  func(w io.Writer, r any) { printOverload(w, r.(sim.OverloadReport)) },
 		charts: func(r any) []sim.Chart { return r.(sim.OverloadReport).Charts() },
@@ -153,6 +160,16 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	s := simScenarios[i]
+	owners := map[string][]string{}
+	for _, sc := range simScenarios {
+		for _, f := range sc.flags {
+			owners[f] = append(owners[f], sc.name)
+		}
+	}
+	if err := foreignFlag(fs, s.name, owners); err != nil {
+		fmt.Fprintf(stderr, "rebound sim: %v\n", err)
+		return 2
+	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if !set["seed"] {
@@ -161,24 +178,35 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !set["trials"] {
 		o.trials = s.trials
 	}
-	if o.trials < 1 {
-		fmt.Fprintf(stderr, "rebound sim: --trials must be at least 1 (got %d)\n", o.trials)
+	if err := intFlag("trials", o.trials, 1, s.maxTrials,
+		fmt.Sprintf("a whole number from 1 to %d for the %s scenario", s.maxTrials, s.name)); err != nil {
+		fmt.Fprintf(stderr, "rebound sim: %v\n", err)
 		return 2
 	}
 	if o.html != "" && s.charts == nil {
 		fmt.Fprintf(stderr, "rebound sim: the %s scenario draws no charts for --html\n", s.name)
 		return 2
 	}
+	var page *simPage
+	if o.html != "" {
+		// A page that cannot be written fails now, not after the run.
+		var err error
+		if page, err = openSimPage(o.html); err != nil {
+			fmt.Fprintf(stderr, "rebound sim: --html: %v\n", err)
+			return 1
+		}
+	}
 	report, code := s.run(ctx, o, stderr)
 	if code != 0 {
+		page.discard()
 		return code
 	}
-	if o.html != "" {
+	if page != nil {
 		title := fmt.Sprintf("rebound sim --scenario %s, seed %d", s.name, o.seed)
 		if o.trials > 1 {
 			title += fmt.Sprintf(", %d trials", o.trials)
 		}
-		if err := writeSimHTML(o.html, title, s.charts(report)); err != nil {
+		if err := page.write(title, s.charts(report)); err != nil {
 			fmt.Fprintf(stderr, "rebound sim: --html: %v\n", err)
 			return 1
 		}
@@ -191,13 +219,59 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// writeSimHTML writes the page of charts to path.
-func writeSimHTML(path, title string, charts []sim.Chart) error {
-	var b bytes.Buffer
-	if err := sim.WriteHTML(&b, title, charts); err != nil {
-		return err
+// simPage is the file --html names, opened before the run.
+type simPage struct {
+	f *os.File
+	// created says the run created the file, so that a run that fails
+	// leaves no empty page behind (and an existing one untouched).
+	created bool
+}
+
+// openSimPage opens path for writing without changing it yet.
+func openSimPage(path string) (*simPage, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err == nil {
+		return &simPage{f: f, created: true}, nil
 	}
-	return os.WriteFile(path, b.Bytes(), 0o644)
+	if !errors.Is(err, os.ErrExist) {
+		return nil, err
+	}
+	f, err = os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &simPage{f: f}, nil
+}
+
+// write replaces the page with the charts, and closes it.
+func (p *simPage) write(title string, charts []sim.Chart) error {
+	var b bytes.Buffer
+	err := sim.WriteHTML(&b, title, charts)
+	if err == nil {
+		err = p.f.Truncate(0)
+	}
+	if err == nil {
+		_, err = p.f.Write(b.Bytes())
+	}
+	if cerr := p.f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil && p.created {
+		os.Remove(p.f.Name())
+	}
+	return err
+}
+
+// discard closes the page of a run that failed, removing it if the run
+// created it. A nil page is none.
+func (p *simPage) discard() {
+	if p == nil {
+		return
+	}
+	p.f.Close()
+	if p.created {
+		os.Remove(p.f.Name())
+	}
 }
 
 // simDefaults lists a per-scenario default as "2015 for occ, 1 for iid".
@@ -207,13 +281,6 @@ func simDefaults(of func(simScenario) uint64) string {
 		list[i] = fmt.Sprintf("%d for %s", of(s), s.name)
 	}
 	return strings.Join(list, ", ")
-}
-
-// simRefuse tells stderr that flag does not apply to scenario and returns
-// the exit code of bad usage.
-func simRefuse(stderr io.Writer, flag, scenario string) int {
-	fmt.Fprintf(stderr, "rebound sim: --%s does not apply to the %s scenario\n", flag, scenario)
-	return 2
 }
 
 // simScenarioNames lists the scenarios as "a, b or c".
@@ -243,14 +310,17 @@ func parseIntList(s string) ([]int, error) {
 
 // runOCCSim runs the occ scenario.
 func runOCCSim(ctx context.Context, o simOptions, stderr io.Writer) (any, int) {
-	if o.attempts != nil {
-		return nil, simRefuse(stderr, "attempts", "occ")
-	}
 	c := sim.OCCConfig{Strategies: o.strategies, Trials: o.trials}
 	if o.cells != "" {
 		var err error
 		if c.Clients, err = parseIntList(o.cells); err != nil {
 			fmt.Fprintf(stderr, "rebound sim: --%s: %v\n", o.cellsFlag, err)
+			return nil, 2
+		}
+	}
+	for _, n := range c.Clients {
+		if err := intFlag(o.cellsFlag, n, 1, maxOCCClients, fmt.Sprintf("a positive whole number of clients up to %d", maxOCCClients)); err != nil {
+			fmt.Fprintf(stderr, "rebound sim: %v\n", err)
 			return nil, 2
 		}
 	}
@@ -283,6 +353,11 @@ func runOCCSim(ctx context.Context, o simOptions, stderr io.Writer) (any, int) {
 	return r, 0
 }
 
+// maxOCCClients is the most clients --clients takes: the writes of a
+// trial grow faster than the square of the clients, and a cell tells its
+// progress only when its trials are done.
+const maxOCCClients = 1000
+
 // printOCC prints an OCC report beside Brooker's published figures.
 func printOCC(w io.Writer, r sim.OCCReport) {
 	fmt.Fprintf(w, "rebound sim --scenario occ, seed %d, %d trials: Brooker's OCC experiment, mean writes and completion time\n\n",
@@ -305,17 +380,23 @@ func printOCC(w io.Writer, r sim.OCCReport) {
 
 // runIIDSim runs the iid scenario.
 func runIIDSim(ctx context.Context, o simOptions, stderr io.Writer) (any, int) {
-	switch {
-	case o.strategies != nil:
-		return nil, simRefuse(stderr, "strategies", "iid")
-	case o.cellsFlag == "clients":
-		return nil, simRefuse(stderr, "clients", "iid")
-	}
 	c := sim.IIDConfig{Attempts: o.attempts, Trials: o.trials}
 	if o.cells != "" {
 		var err error
 		if c.Rates, err = parseFloatList(o.cells); err != nil {
 			fmt.Fprintf(stderr, "rebound sim: --cells: %v\n", err)
+			return nil, 2
+		}
+	}
+	for _, p := range c.Rates {
+		if err := floatFlag("cells", p, 0, 1, "failure probabilities within [0, 1]"); err != nil {
+			fmt.Fprintf(stderr, "rebound sim: %v\n", err)
+			return nil, 2
+		}
+	}
+	for _, n := range c.Attempts {
+		if err := intFlag("attempts", n, 1, maxIIDAttempts, fmt.Sprintf("at least 1 and at most %d", maxIIDAttempts)); err != nil {
+			fmt.Fprintf(stderr, "rebound sim: %v\n", err)
 			return nil, 2
 		}
 	}
@@ -348,6 +429,11 @@ func runIIDSim(ctx context.Context, o simOptions, stderr io.Writer) (any, int) {
 	return r, 0
 }
 
+// maxIIDAttempts is the most attempts --attempts takes: at p = 1 every
+// call makes them all, and a cell is checked for cancellation only
+// between calls.
+const maxIIDAttempts = 100
+
 // parseFloatList parses "0,0.1,0.25".
 func parseFloatList(s string) ([]float64, error) {
 	var list []float64
@@ -374,36 +460,54 @@ func printIID(w io.Writer, r sim.IIDReport) {
 }
 
 func runOverloadSim(ctx context.Context, o simOptions, stderr io.Writer) (any, int) {
-	switch {
-	case o.attempts != nil:
-		return nil, simRefuse(stderr, "attempts", "overload")
-	case o.cellsFlag == "clients":
-		return nil, simRefuse(stderr, "clients", "overload")
-	case o.trials != 1:
-		return nil, simRefuse(stderr, "trials", "overload")
-	}
-	var cells []sim.OverloadCell
+	c := sim.OverloadConfig{Strategies: o.strategies}
 	if o.cells != "" {
+		want := fmt.Sprintf("a fraction in (0, 1] x seconds up to %.0f, like 0.1x30", sim.MaxOverloadTrigger.Seconds())
 		for item := range strings.SplitSeq(o.cells, ",") {
-			f, secs, ok := strings.Cut(strings.TrimSpace(item), "x")
+			item = strings.TrimSpace(item)
+			f, secs, ok := strings.Cut(item, "x")
 			fv, ferr := strconv.ParseFloat(f, 64)
 			sv, serr := strconv.ParseFloat(secs, 64)
-			if !ok || ferr != nil || serr != nil || fv <= 0 || fv > 1 || sv <= 0 {
-				fmt.Fprintf(stderr, "rebound sim: --cells: %q is not a fraction in (0, 1] x seconds, like 0.1x30\n", item)
+			// The comparisons also refuse NaN; the duration is tested as
+			// a float, before a conversion that would wrap.
+			if !ok || ferr != nil || serr != nil || !(fv > 0 && fv <= 1) || !(sv > 0 && sv <= sim.MaxOverloadTrigger.Seconds()) ||
+				time.Duration(sv*float64(time.Second)) <= 0 {
+				fmt.Fprintf(stderr, "rebound sim: --cells %s: want %s\n", item, want)
 				return nil, 2
 			}
-			cells = append(cells, sim.OverloadCell{Fraction: fv, Duration: time.Duration(sv * float64(time.Second))})
+			c.Cells = append(c.Cells, sim.OverloadCell{Fraction: fv, Duration: time.Duration(sv * float64(time.Second))})
 		}
 	}
-	for _, s := range o.strategies {
-		if !slices.Contains(sim.OverloadStrategies(), s) {
-			fmt.Fprintf(stderr, "rebound sim: unknown strategy %q (want %s)\n", s, strings.Join(sim.OverloadStrategies(), ", "))
-			return nil, 2
+	if err := c.Validate(); err != nil {
+		fmt.Fprintf(stderr, "rebound sim: %s\n", strings.TrimPrefix(err.Error(), "sim: "))
+		return nil, 2
+	}
+	strategies, cells := len(c.Strategies), len(c.Cells)
+	if strategies == 0 {
+		strategies = len(sim.OverloadStrategies())
+	}
+	if cells == 0 {
+		cells = len(sim.DefaultOverloadCells())
+	}
+	runs := strategies * cells
+	fmt.Fprintf(stderr, "rebound sim: overload scenario, seed %d, %d strategies in %d cells…\n", o.seed, strategies, cells)
+	done := 0
+	var clock progressClock
+	clock.printed()
+	c.Progress = func(p sim.OverloadProgress) {
+		cell := fmt.Sprintf("f=%g Δt=%gs %s", p.Cell.Fraction, p.Cell.Duration.Seconds(), p.Strategy)
+		if x := p.Result; x != nil {
+			done++
+			fmt.Fprintf(stderr, "rebound sim: [%d/%d] %s: goodput %.1f/s, amplification %.2f, recovery %s\n",
+				done, runs, cell, x.Goodput, x.Amplification, recovery(*x))
+			clock.printed()
+		} else if clock.due() {
+			fmt.Fprintf(stderr, "rebound sim: [%d/%d] %s: %.0f s of %.0f s simulated\n",
+				done+1, runs, cell, p.Done.Seconds(), p.Of.Seconds())
 		}
 	}
-	fmt.Fprintf(stderr, "rebound sim: overload scenario, seed %d…\n", o.seed)
 	start := time.Now()
-	r, err := sim.RunOverload(ctx, o.seed, o.strategies, cells)
+	r, err := sim.RunOverload(ctx, o.seed, c)
 	if err != nil {
 		fmt.Fprintf(stderr, "rebound sim: %v\n", err)
 		return nil, 1

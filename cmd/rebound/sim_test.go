@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rebound-go/rebound/sim"
 )
@@ -127,6 +128,31 @@ func TestSimBadUsage(t *testing.T) {
 		{[]string{"--scenario", "iid", "--attempts", "3,0"}, "at least 1"},
 		{[]string{"--scenario", "iid", "--attempts", "three"}, "three"},
 		{[]string{"--scenario", "iid", "--trials", "0"}, "trials"},
+		// Flags of another scenario: refused, saying whose they are.
+		{[]string{"--attempts", "3"}, "it belongs to --scenario iid"},
+		{[]string{"--scenario", "overload", "--attempts", "3"}, "--attempts does not apply to the overload scenario: it belongs to --scenario iid"},
+		{[]string{"--scenario", "overload", "--clients", "10"}, "--clients does not apply to the overload scenario: it belongs to --scenario occ"},
+		{[]string{"--scenario", "overload", "--trials", "1"}, "--trials does not apply to the overload scenario: it belongs to --scenario occ or iid"},
+		{[]string{"--scenario", "iid", "--strategies", "none"}, "--strategies does not apply to the iid scenario: it belongs to --scenario occ or overload"},
+		// NaN, infinities, negative and absurd values.
+		{[]string{"--scenario", "iid", "--cells", "NaN"}, "--cells NaN: want failure probabilities within [0, 1]"},
+		{[]string{"--scenario", "iid", "--cells", "0.1,Inf"}, "--cells +Inf: want"},
+		{[]string{"--scenario", "iid", "--cells", "-0.5"}, "--cells -0.5: want"},
+		{[]string{"--scenario", "iid", "--attempts", "1000000000"}, "--attempts 1000000000: want at least 1 and at most 100"},
+		{[]string{"--scenario", "iid", "--trials", "100000000000"}, "--trials 100000000000: want a whole number from 1 to 10000000"},
+		{[]string{"--trials", "-1"}, "--trials -1: want"},
+		{[]string{"--trials", "1000000"}, "--trials 1000000: want a whole number from 1 to 10000 for the occ scenario"},
+		{[]string{"--clients", "10,2147483648"}, "--clients 2147483648: want"},
+		{[]string{"--cells", "-4"}, "--cells -4: want"},
+		{[]string{"--scenario", "overload", "--cells", "NaNx5"}, "--cells NaNx5: want a fraction in (0, 1] x seconds"},
+		{[]string{"--scenario", "overload", "--cells", "0.5xNaN"}, "--cells 0.5xNaN: want"},
+		{[]string{"--scenario", "overload", "--cells", "Infx5"}, "--cells Infx5: want"},
+		{[]string{"--scenario", "overload", "--cells", "0.5xInf"}, "--cells 0.5xInf: want"},
+		{[]string{"--scenario", "overload", "--cells", "0.5x-5"}, "--cells 0.5x-5: want"},
+		{[]string{"--scenario", "overload", "--cells", "0.5x1e12"}, "--cells 0.5x1e12: want"},
+		{[]string{"--scenario", "overload", "--cells", "0.5x3601"}, "up to 3600"},
+		{[]string{"--scenario", "overload", "--cells", "0.5x1e-12"}, "--cells 0.5x1e-12: want"},
+		{[]string{"--scenario", "overload", "--strategies", "none,panic"}, "panic"},
 	} {
 		code, stdout, stderr := runSimCmd(t, tc.args...)
 		if code != 2 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, tc.want) ||
@@ -151,7 +177,7 @@ func TestSimBadUsage(t *testing.T) {
 func TestSimCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	for _, scenario := range []string{"occ", "iid"} {
+	for _, scenario := range []string{"occ", "iid", "overload"} {
 		var out, errOut bytes.Buffer
 		if code := run(ctx, []string{"sim", "--json", "--scenario", scenario}, &out, &errOut); code != 1 || out.Len() != 0 {
 			t.Errorf("%s canceled: exit %d, stdout %q", scenario, code, out.String())
@@ -290,10 +316,68 @@ func TestSimHTML(t *testing.T) {
 			}
 		}
 	}
-	code, stdout, stderr := runSimCmd(t, "--clients", "10", "--trials", "1", "--html", filepath.Join(dir, "no", "such", "dir.html"))
-	if code != 1 || stdout != "" || !strings.Contains(stderr, "rebound sim: --html: ") || !strings.HasSuffix(stderr, "\n") ||
-		strings.Count(stderr[strings.Index(stderr, "rebound sim: --html"):], "\n") != 1 {
-		t.Errorf("unwritable page: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+}
+
+// TestSimHTMLCheckedFirst wants a page that cannot be written to fail the
+// command before anything is simulated, with one line; and a run that
+// fails to leave no page it created, and an existing page as it was.
+func TestSimHTMLCheckedFirst(t *testing.T) {
+	dir := t.TempDir()
+	for _, path := range []string{filepath.Join(dir, "no", "such", "dir.html"), dir} {
+		for _, scenario := range []string{"occ", "iid", "overload"} {
+			code, stdout, stderr := runSimCmd(t, "--scenario", scenario, "--html", path)
+			if code != 1 || stdout != "" || !strings.HasPrefix(stderr, "rebound sim: --html: ") || strings.Count(stderr, "\n") != 1 {
+				t.Errorf("%s, unwritable page %s: exit %d, stdout %q, stderr %q", scenario, path, code, stdout, stderr)
+			}
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	page := filepath.Join(dir, "new.html")
+	var out, errOut bytes.Buffer
+	if code := run(ctx, []string{"sim", "--html", page}, &out, &errOut); code != 1 {
+		t.Fatalf("canceled: exit %d, %q", code, errOut.String())
+	}
+	if _, err := os.Stat(page); !os.IsNotExist(err) {
+		t.Errorf("a canceled run left a page behind: %v", err)
+	}
+	old := filepath.Join(dir, "old.html")
+	if err := os.WriteFile(old, []byte("the last page"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := run(ctx, []string{"sim", "--html", old}, &out, &errOut); code != 1 {
+		t.Fatalf("canceled: exit %d, %q", code, errOut.String())
+	}
+	if b, err := os.ReadFile(old); err != nil || string(b) != "the last page" {
+		t.Errorf("a canceled run changed the last page: %q, %v", b, err)
+	}
+	if code, _, stderr := runSimCmd(t, "--clients", "10", "--trials", "1", "--html", old); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if b, err := os.ReadFile(old); err != nil || !strings.HasPrefix(string(b), "<!DOCTYPE html>") || strings.Contains(string(b), "the last page") {
+		t.Errorf("the page was not replaced: %.100q, %v", b, err)
+	}
+}
+
+// TestSimOverloadProgress wants a line on stderr for each strategy in
+// each cell as it finishes, and, with a long cell, lines while it runs.
+func TestSimOverloadProgress(t *testing.T) {
+	defer func(d time.Duration) { progressEvery = d }(progressEvery)
+	progressEvery = 0 // every report a line
+	code, _, stderr := runSimCmd(t, "--scenario", "overload", "--cells", "0.5x5,0.5x10", "--strategies", "none,rebound")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{
+		"rebound sim: overload scenario, seed 1, 2 strategies in 2 cells…\n",
+		"rebound sim: [1/4] f=0.5 Δt=5s none: goodput ",
+		"rebound sim: [4/4] f=0.5 Δt=10s rebound: goodput ",
+		"rebound sim: [3/4] f=0.5 Δt=10s none: 120 s of 140 s simulated\n",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
 	}
 }
 
