@@ -19,6 +19,11 @@ import (
 // An invalid p (see Policy.Validate) is found at the first failure: the
 // call then stops with StopInvalidPolicy and the error wraps the
 // *PolicyError too.
+//
+// An attempt that panics (or calls runtime.Goexit) is reported to
+// p.Breaker as a failure, so that a probe of a half-open breaker always
+// ends; the panic then goes on unchanged, and the caller's recover sees
+// the value fn panicked with.
 func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error)) (T, error) {
 	// The first attempt is made here, with nothing set up, so that a call
 	// that succeeds at once costs one function call.
@@ -32,45 +37,83 @@ func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error
 	if p.Budget != nil {
 		p.Budget.Deposit(ClockFrom(ctx).Now())
 	}
-	var permit Permit
 	if p.Breaker != nil {
-		var refused error
-		if permit, refused = p.Breaker.Allow(); refused != nil {
-			var zero T
-			r := run{obs: p.Observer, start: start, clock: ClockFrom(ctx), target: target}
-			return zero, r.stop(Verdict{}, Decision{Reason: StopBreakerOpen}, refused, nil)
-		}
+		return doHeld(ctx, p, fn, start, target)
 	}
 	v, err, timedOut := call(ctx, p.AttemptTimeout, fn)
 	if p.Observer != nil {
 		p.Observer.Observe(Event{Type: EventAttempt, Target: target, Attempt: 1, Err: err, Elapsed: ClockFrom(ctx).Now().Sub(start)})
 	}
 	if err == nil {
-		if p.Breaker != nil {
-			p.Breaker.Done(permit, OutcomeSuccess)
-		}
 		return v, nil
 	}
-	return retry(ctx, p, fn, start, target, permit, err, timedOut)
+	return retry(ctx, p, fn, start, target, &lease{}, err, timedOut)
 }
 
-// retry goes on with a call whose first attempt, made under permit, failed
-// with err.
+// doHeld is Do with a Breaker, apart so that a call without one pays
+// nothing for the deferred abandon.
+func doHeld[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error), start time.Time, target string) (T, error) {
+	permit, refused := p.Breaker.Allow()
+	if refused != nil {
+		var zero T
+		r := run{obs: p.Observer, start: start, clock: ClockFrom(ctx), target: target}
+		return zero, r.stop(Verdict{}, Decision{Reason: StopBreakerOpen}, refused, nil)
+	}
+	held := lease{b: p.Breaker, permit: permit}
+	defer held.abandon()
+	v, err, timedOut := call(ctx, p.AttemptTimeout, fn)
+	if p.Observer != nil {
+		p.Observer.Observe(Event{Type: EventAttempt, Target: target, Attempt: 1, Err: err, Elapsed: ClockFrom(ctx).Now().Sub(start)})
+	}
+	if err == nil {
+		held.done(OutcomeSuccess)
+		return v, nil
+	}
+	return retry(ctx, p, fn, start, target, &held, err, timedOut)
+}
+
+// lease is a Breaker's permit while a call holds it. A call that unwinds
+// holding one (a panic in an attempt, in the classifier or in an
+// observer) hands it back as a failure in abandon, deferred: a half-open
+// breaker would otherwise wait for its probe for ever.
+type lease struct {
+	b      Breaker // nil when no permit is held
+	permit Permit
+	// caller is set while the caller's own code runs with the permit
+	// held (a stream's loop body): a panic there says nothing of the
+	// provider.
+	caller bool
+}
+
+// done hands the permit back with outcome o, if one is held.
+func (l *lease) done(o Outcome) {
+	if b := l.b; b != nil {
+		l.b = nil
+		b.Done(l.permit, o)
+	}
+}
+
+// abandon hands back a permit still held when the call unwinds.
+func (l *lease) abandon() {
+	if l.caller {
+		l.done(OutcomeIgnored)
+	}
+	l.done(OutcomeFailure)
+}
+
+// retry goes on with a call whose first attempt, made under the permit
+// held, failed with err.
 func retry[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error), start time.Time, target string,
-	permit Permit, err error, timedOut bool) (T, error) {
+	held *lease, err error, timedOut bool) (T, error) {
 	var zero T
 	r := run{obs: p.Observer, start: start, clock: ClockFrom(ctx), target: target}
 	if invalid := r.begin(ctx, &p, HasSideEffects(ctx)); invalid != nil {
-		if p.Breaker != nil {
-			p.Breaker.Done(permit, OutcomeIgnored)
-		}
+		held.done(OutcomeIgnored)
 		return zero, invalid
 	}
 	for attempt := 2; ; attempt++ {
 		verdict := r.classify(ctx, err, timedOut)
-		if p.Breaker != nil {
-			p.Breaker.Done(permit, OutcomeOf(err, verdict))
-		}
+		held.done(OutcomeOf(err, verdict))
 		d := r.next(verdict)
 		if !d.Retry {
 			return zero, r.giveUp(ctx, verdict, d, err)
@@ -80,19 +123,18 @@ func retry[T any](ctx context.Context, p Policy, fn func(context.Context) (T, er
 			return zero, stopped
 		}
 		if p.Breaker != nil {
-			var refused error
-			if permit, refused = p.Breaker.Allow(); refused != nil {
+			permit, refused := p.Breaker.Allow()
+			if refused != nil {
 				r.refund()
 				return zero, r.stop(verdict, Decision{Reason: StopBreakerOpen}, err, refused)
 			}
+			*held = lease{b: p.Breaker, permit: permit}
 		}
 		var v T
 		v, err, timedOut = call(ctx, p.AttemptTimeout, fn)
 		r.attempted(attempt, err)
 		if err == nil {
-			if p.Breaker != nil {
-				p.Breaker.Done(permit, OutcomeSuccess)
-			}
+			held.done(OutcomeSuccess)
 			return v, nil
 		}
 	}
