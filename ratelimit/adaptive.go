@@ -62,9 +62,9 @@ type Adaptive struct {
 	// cutAt is when the limit was last cut, if cut: further cuts are
 	// held back for a moment after one, so that one burst of failures
 	// counts as one signal.
-	cut   bool
-	cutAt time.Time
-	waiting       *list.List // of *waiter, oldest first
+	cut     bool
+	cutAt   time.Time
+	waiting *list.List // of *waiter, oldest first
 }
 
 type waiter struct {

@@ -1,10 +1,17 @@
 package ratelimit
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -128,4 +135,155 @@ func TestClockGoesBack(t *testing.T) {
 	if !l.Allow(1) {
 		t.Fatal("an hour back, a pace learned for a minute still held two minutes later")
 	}
+}
+
+// hostile is a provider that answers at random (seeded): successes,
+// 429s, 503s, connection errors, panics, and answers slow enough to meet
+// the caller's deadline. It notes how many requests it holds at once and
+// when each was sent.
+type hostile struct {
+	mu      sync.Mutex // guards the fields below
+	r       *rand.Rand
+	holding int
+	most    int
+	sent    []time.Time
+}
+
+type hostilePanic struct{}
+
+func (h *hostile) RoundTrip(req *http.Request) (*http.Response, error) {
+	h.mu.Lock()
+	h.holding++
+	h.most = max(h.most, h.holding)
+	h.sent = append(h.sent, time.Now())
+	kind, wait := h.r.IntN(7), time.Duration(h.r.IntN(2000))*time.Millisecond
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.holding--
+		h.mu.Unlock()
+	}()
+	status := http.StatusOK
+	switch kind {
+	case 0:
+		status = http.StatusTooManyRequests
+	case 1:
+		status = http.StatusServiceUnavailable
+	case 2:
+		return nil, errors.New("connection reset by peer")
+	case 3:
+		panic(hostilePanic{})
+	case 4:
+		select {
+		case <-time.After(wait):
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		}
+	}
+	return &http.Response{StatusCode: status, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("{}")), Request: req}, nil
+}
+
+// TestAdversarial sends many concurrent requests through a Transport with
+// both limits to a hostile provider, with contexts cancelled before, during
+// and after their wait, and bodies read to the end or only closed; then
+// checks that the limits held and nothing was lost: no slot is still
+// taken, nobody is still queued, and a healthy provider brings the
+// Adaptive limit back up.
+func TestAdversarial(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const perMinute, most = 600, 16
+		h := &hostile{r: rand.New(rand.NewPCG(7, 7))}
+		a := NewAdaptive(AdaptiveConfig{Initial: 8, Max: most, QueueSize: 64})
+		l := New(Config{RequestsPerMinute: perMinute})
+		tr := &Transport{Base: h, Limiter: l, Adaptive: a}
+		var panics atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 100 {
+			wg.Go(func() {
+				r := rand.New(rand.NewPCG(8, uint64(g)))
+				for range 30 {
+					time.Sleep(time.Duration(r.IntN(500)) * time.Millisecond)
+					if hostileRequest(t, r, tr) {
+						panics.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if panics.Load() == 0 {
+			t.Fatal("the provider never panicked: the test tests nothing")
+		}
+		if a.InFlight() != 0 {
+			t.Fatalf("%d slots still taken", a.InFlight())
+		}
+		if !a.TryAcquire() {
+			t.Fatal("a slot is refused with nothing in flight: the queue is not empty")
+		}
+		a.Release(Neutral)
+		h.mu.Lock()
+		sent, held := h.sent, h.most
+		h.mu.Unlock()
+		if held > most {
+			t.Fatalf("the provider held %d requests at once, over the Adaptive maximum of %d", held, most)
+		}
+		for i := range sent {
+			j := i
+			for j < len(sent) && sent[j].Sub(sent[i]) < time.Minute {
+				j++
+			}
+			if j-i > perMinute {
+				t.Fatalf("%d requests in the minute from %v, over %d", j-i, sent[i], perMinute)
+			}
+		}
+		t.Logf("%d requests sent of 3000, %d panics, limit %d at the end", len(sent), panics.Load(), a.Limit())
+
+		healthy := &Transport{Base: &statusTransport{}, Adaptive: a}
+		healthy.Base.(*statusTransport).status.Store(200)
+		for range 200 {
+			req, _ := http.NewRequest(http.MethodGet, "http://provider.test/", nil)
+			resp, err := healthy.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+		if a.Limit() < 8 || a.InFlight() != 0 {
+			t.Fatalf("limit %d, %d in flight after 200 healthy requests", a.Limit(), a.InFlight())
+		}
+	})
+}
+
+// hostileRequest makes one request through tr with a context drawn from
+// r, and reports whether the provider panicked.
+func hostileRequest(t *testing.T, r *rand.Rand, tr *Transport) (panicked bool) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	switch r.IntN(5) {
+	case 0:
+		cancel()
+	case 1:
+		time.AfterFunc(time.Duration(r.IntN(1000))*time.Millisecond, cancel)
+	case 2:
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(r.IntN(3000))*time.Millisecond)
+		defer cancel()
+	}
+	defer func() {
+		switch v := recover().(type) {
+		case nil:
+		case hostilePanic:
+			panicked = true
+		default:
+			t.Errorf("a panic not the provider's: %v", v)
+		}
+	}()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://provider.test/", strings.NewReader(fmt.Sprint(r.Int())))
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return false
+	}
+	if r.IntN(2) == 0 {
+		_, _ = io.Copy(io.Discard, resp.Body) // read to the end: releases the slot
+	}
+	resp.Body.Close()
+	return false
 }
