@@ -38,7 +38,7 @@ func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error
 		p.Budget.Deposit(ClockFrom(ctx).Now())
 	}
 	if p.Breaker != nil {
-		return doHeld(ctx, p, fn, start, target)
+		return doHeld(ctx, &p, fn, start, target)
 	}
 	v, err, timedOut := call(ctx, p.AttemptTimeout, fn)
 	if p.Observer != nil {
@@ -51,8 +51,9 @@ func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error
 }
 
 // doHeld is Do with a Breaker, apart so that a call without one pays
-// nothing for the deferred abandon.
-func doHeld[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error), start time.Time, target string) (T, error) {
+// nothing for the deferred abandon. It takes p by pointer, so that a call
+// that succeeds at once does not copy it.
+func doHeld[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error), start time.Time, target string) (T, error) {
 	permit, refused := p.Breaker.Allow()
 	if refused != nil {
 		var zero T
@@ -69,7 +70,7 @@ func doHeld[T any](ctx context.Context, p Policy, fn func(context.Context) (T, e
 		held.done(OutcomeSuccess)
 		return v, nil
 	}
-	return retry(ctx, p, fn, start, target, &held, err, timedOut)
+	return retry(ctx, *p, fn, start, target, &held, err, timedOut)
 }
 
 // lease is a Breaker's permit while a call holds it. A call that unwinds

@@ -115,7 +115,7 @@ type Config struct {
 	// reporting back (a stream body never closed, a caller that never
 	// calls Done) before the slot is given to another call and the late
 	// report, if it ever comes, is ignored. Zero means
-	// DefaultProbeTimeout.
+	// DefaultProbeTimeout, 5 minutes (why: see there).
 	ProbeTimeout time.Duration
 	// OnStateChange, if set, is called after every change of state, on
 	// the goroutine that caused it. It must not block or call back into
@@ -138,10 +138,10 @@ type Change struct {
 // DefaultProbeTimeout is the ProbeTimeout of a zero Config: 5 minutes.
 // A streamed probe legitimately lasts as long as the answer, seconds
 // usually and minutes for a long one, and taking its slot too early costs
-// little: one more probe to a target that may be recovering. A slot lost
-// for good costs much: with one probe, every call to the target is
-// refused. Five minutes outlasts almost every answer and bounds the loss
-// to ten default cooldowns.
+// little: one more probe to a target that may be recovering. A lost slot
+// costs much more: with one probe, every call to the target is refused
+// until it is reclaimed. Five minutes outlasts almost every answer and
+// bounds the loss to ten default cooldowns.
 const DefaultProbeTimeout = 5 * time.Minute
 
 const windowBuckets = 10
