@@ -85,12 +85,29 @@ func (b *RetryBudget) reserve() float64 {
 	return b.MinPerSecond * b.ttl().Seconds()
 }
 
-// slot returns the slot of now, emptied first if it held an older stretch
-// of time. b.mu is held.
-func (b *RetryBudget) slot(now time.Time) *budgetSlot {
+// epoch returns which slot-long stretch of time now falls in, rounded
+// down, so that times before 1970 (the zero time.Time among them) get
+// stretches of their own too.
+func (b *RetryBudget) epoch(now time.Time) int64 {
 	width := max(int64(b.ttl())/budgetSlots, 1)
-	epoch := now.UnixNano() / width
-	s := &b.slots[epoch%budgetSlots]
+	n := now.UnixNano()
+	e := n / width
+	if n%width < 0 {
+		e--
+	}
+	return e
+}
+
+// slot returns the slot of now, emptied first if it held another stretch
+// of time (an older one, or a later one if the clock went back). b.mu is
+// held.
+func (b *RetryBudget) slot(now time.Time) *budgetSlot {
+	epoch := b.epoch(now)
+	i := epoch % budgetSlots
+	if i < 0 {
+		i += budgetSlots
+	}
+	s := &b.slots[i]
 	if s.epoch != epoch {
 		*s = budgetSlot{epoch: epoch}
 	}
@@ -99,11 +116,12 @@ func (b *RetryBudget) slot(now time.Time) *budgetSlot {
 
 // available returns the tokens left at now. b.mu is held.
 func (b *RetryBudget) available(now time.Time) float64 {
-	width := max(int64(b.ttl())/budgetSlots, 1)
-	epoch := now.UnixNano() / width
+	epoch := b.epoch(now)
 	var deposits, withdrawals float64
 	for _, s := range b.slots {
-		if s.epoch > epoch-budgetSlots && s.epoch <= epoch {
+		// A difference, not a comparison, so that epochs far apart
+		// cannot overflow into the window.
+		if d := epoch - s.epoch; d >= 0 && d < budgetSlots {
 			deposits += s.deposits
 			withdrawals += s.withdrawals
 		}

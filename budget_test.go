@@ -139,3 +139,46 @@ func TestBudgetRefundsARetryNeverMade(t *testing.T) {
 		}
 	})
 }
+
+// TestRetryBudgetClocksBefore1970: a zero time.Time (an injected clock
+// never set) and dates before 1970 count as any other.
+func TestRetryBudgetClocksBefore1970(t *testing.T) {
+	for _, start := range []time.Time{{}, time.Date(1969, 12, 31, 23, 59, 59, 500, time.UTC), time.Unix(-1, 0), time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC)} {
+		b := &rebound.RetryBudget{MinPerSecond: -1}
+		now := start
+		for range 30 {
+			b.Deposit(now)
+			now = now.Add(100 * time.Millisecond)
+		}
+		n := 0
+		for b.Withdraw(now) {
+			n++
+		}
+		if n != 3 {
+			t.Fatalf("%v: 30 calls at a ratio of 0.1 allowed %d retries, want 3", start, n)
+		}
+		if got := b.Available(now.Add(rebound.DefaultBudgetTTL + time.Second)); got != 0 {
+			t.Fatalf("%v: %v retries available after the TTL with no reserve, want 0", start, got)
+		}
+	}
+}
+
+// TestRetryBudgetClockGoesBack: a clock stepped back neither panics nor
+// leaves the budget blocked: what was recorded at the later time is not
+// counted, and the budget works from the earlier time on.
+func TestRetryBudgetClockGoesBack(t *testing.T) {
+	b := &rebound.RetryBudget{}
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for b.Withdraw(now) {
+	}
+	for _, back := range []time.Duration{time.Second, rebound.DefaultBudgetTTL, 365 * 24 * time.Hour} {
+		then := now.Add(-back)
+		if got := b.Available(then); got != 100 {
+			t.Fatalf("%v back: %v retries available, want the reserve of 100", back, got)
+		}
+		if !b.Withdraw(then) {
+			t.Fatalf("%v back: the budget refused a retry", back)
+		}
+		b.Refund(then)
+	}
+}

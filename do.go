@@ -19,6 +19,11 @@ import (
 // An invalid p (see Policy.Validate) is found at the first failure: the
 // call then stops with StopInvalidPolicy and the error wraps the
 // *PolicyError too.
+//
+// An attempt that panics (or calls runtime.Goexit) is reported to
+// p.Breaker as a failure, so that a probe of a half-open breaker always
+// ends; the panic then goes on unchanged, and the caller's recover sees
+// the value fn panicked with.
 func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error)) (T, error) {
 	// The first attempt is made here, with nothing set up, so that a call
 	// that succeeds at once costs one function call.
@@ -32,45 +37,91 @@ func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error
 	if p.Budget != nil {
 		p.Budget.Deposit(ClockFrom(ctx).Now())
 	}
-	var permit Permit
+	var (
+		held     lease
+		v        T
+		err      error
+		timedOut bool
+	)
 	if p.Breaker != nil {
-		var refused error
-		if permit, refused = p.Breaker.Allow(); refused != nil {
+		permit, refused := p.Breaker.Allow()
+		if refused != nil {
 			var zero T
 			r := run{obs: p.Observer, start: start, clock: ClockFrom(ctx), target: target}
 			return zero, r.stop(Verdict{}, Decision{Reason: StopBreakerOpen}, refused, nil)
 		}
-	}
-	v, err, timedOut := call(ctx, p.AttemptTimeout, fn)
-	if p.Observer != nil {
-		p.Observer.Observe(Event{Type: EventAttempt, Target: target, Attempt: 1, Err: err, Elapsed: ClockFrom(ctx).Now().Sub(start)})
+		held = lease{b: p.Breaker, permit: permit}
+		v, err, timedOut = callHeld(ctx, p.AttemptTimeout, fn, &held)
+	} else if p.AttemptTimeout <= 0 { // call, inlined by hand: one frame fewer
+		v, err = fn(ctx)
+	} else {
+		v, err, timedOut = callTimed(ctx, p.AttemptTimeout, fn)
 	}
 	if err == nil {
-		if p.Breaker != nil {
-			p.Breaker.Done(permit, OutcomeSuccess)
+		held.done(OutcomeSuccess)
+		if p.Observer != nil {
+			p.Observer.Observe(Event{Type: EventAttempt, Target: target, Attempt: 1, Elapsed: ClockFrom(ctx).Now().Sub(start)})
 		}
 		return v, nil
 	}
-	return retry(ctx, p, fn, start, target, permit, err, timedOut)
+	return retry(ctx, p, fn, start, target, held, err, timedOut)
 }
 
-// retry goes on with a call whose first attempt, made under permit, failed
-// with err.
+// lease is a Breaker's permit while a call holds it. A call that unwinds
+// holding one (a panic or runtime.Goexit in an attempt, the classifier or
+// an observer) hands it back as a failure in abandon, deferred: a
+// half-open breaker would otherwise wait for its probe for ever.
+type lease struct {
+	b      Breaker // nil when no permit is held
+	permit Permit
+	// attempting is set while an attempt's function runs.
+	attempting bool
+	// caller is set while the caller's own code runs with the permit
+	// held (a stream's loop body): a panic there says nothing of the
+	// provider.
+	caller bool
+}
+
+// done hands the permit back with outcome o, if one is held.
+func (l *lease) done(o Outcome) {
+	if b := l.b; b != nil {
+		l.b = nil
+		b.Done(l.permit, o)
+	}
+}
+
+// abandon hands back a permit still held when the call unwinds.
+func (l *lease) abandon() {
+	if l.caller {
+		l.done(OutcomeIgnored)
+	}
+	l.done(OutcomeFailure)
+}
+
+// unwound hands the permit back as a failure if the attempt's function
+// did not return.
+func (l *lease) unwound() {
+	if l.attempting {
+		l.attempting = false
+		l.done(OutcomeFailure)
+	}
+}
+
+// retry goes on with a call whose first attempt, made under the permit
+// held (if any), failed with err.
 func retry[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error), start time.Time, target string,
-	permit Permit, err error, timedOut bool) (T, error) {
+	held lease, err error, timedOut bool) (T, error) {
+	defer held.abandon()
 	var zero T
 	r := run{obs: p.Observer, start: start, clock: ClockFrom(ctx), target: target}
+	r.attempted(1, err)
 	if invalid := r.begin(ctx, &p, HasSideEffects(ctx)); invalid != nil {
-		if p.Breaker != nil {
-			p.Breaker.Done(permit, OutcomeIgnored)
-		}
+		held.done(OutcomeIgnored)
 		return zero, invalid
 	}
 	for attempt := 2; ; attempt++ {
 		verdict := r.classify(ctx, err, timedOut)
-		if p.Breaker != nil {
-			p.Breaker.Done(permit, OutcomeOf(err, verdict))
-		}
+		held.done(OutcomeOf(err, verdict))
 		d := r.next(verdict)
 		if !d.Retry {
 			return zero, r.giveUp(ctx, verdict, d, err)
@@ -80,19 +131,18 @@ func retry[T any](ctx context.Context, p Policy, fn func(context.Context) (T, er
 			return zero, stopped
 		}
 		if p.Breaker != nil {
-			var refused error
-			if permit, refused = p.Breaker.Allow(); refused != nil {
+			permit, refused := p.Breaker.Allow()
+			if refused != nil {
 				r.refund()
 				return zero, r.stop(verdict, Decision{Reason: StopBreakerOpen}, err, refused)
 			}
+			held = lease{b: p.Breaker, permit: permit}
 		}
 		var v T
 		v, err, timedOut = call(ctx, p.AttemptTimeout, fn)
 		r.attempted(attempt, err)
 		if err == nil {
-			if p.Breaker != nil {
-				p.Breaker.Done(permit, OutcomeSuccess)
-			}
+			held.done(OutcomeSuccess)
 			return v, nil
 		}
 	}
@@ -110,10 +160,31 @@ func call[T any](ctx context.Context, timeout time.Duration, fn func(context.Con
 		v, err = fn(ctx)
 		return v, err, false
 	}
+	return callTimed(ctx, timeout, fn)
+}
+
+// callTimed makes one attempt under its own timeout.
+func callTimed[T any](ctx context.Context, timeout time.Duration, fn func(context.Context) (T, error)) (v T, err error, timedOut bool) {
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	v, err = fn(actx)
 	return v, err, attemptTimedOut(ctx, actx, err)
+}
+
+// callHeld is call for a first attempt made under a breaker's permit: if
+// fn does not return (it panics, or calls runtime.Goexit), the permit is
+// handed back as a failure. Later attempts are covered by retry's deferred
+// abandon.
+func callHeld[T any](ctx context.Context, timeout time.Duration, fn func(context.Context) (T, error), held *lease) (v T, err error, timedOut bool) {
+	held.attempting = true
+	defer held.unwound()
+	if timeout <= 0 { // call, inlined by hand: one frame fewer
+		v, err = fn(ctx)
+	} else {
+		v, err, timedOut = callTimed(ctx, timeout, fn)
+	}
+	held.attempting = false
+	return v, err, timedOut
 }
 
 // attemptTimedOut reports whether an attempt failed with err because its

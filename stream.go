@@ -22,6 +22,11 @@ import (
 // the call gives up, the stream yields one *GiveUpError. A Breaker in p is
 // asked before each attempt and told the outcome when the attempt's stream
 // ends. p.AttemptTimeout does not apply: a stream's length is its own.
+//
+// An attempt that panics (in open, or in the stream it returned) is
+// reported to the Breaker as a failure; a panic in the caller's own loop
+// body, as an attempt that says nothing of the provider. Either way the
+// panic then goes on unchanged.
 func Stream[E any](ctx context.Context, p Policy, open func(context.Context) iter.Seq2[E, error], preamble func(E) bool) iter.Seq2[E, error] {
 	return func(yield func(E, error) bool) {
 		var zero E
@@ -35,12 +40,13 @@ func Stream[E any](ctx context.Context, p Policy, open func(context.Context) ite
 		var (
 			last        error
 			lastVerdict Verdict
+			held        lease
 		)
+		defer held.abandon()
 		for attempt := 1; ; attempt++ {
-			var permit Permit
 			if p.Breaker != nil {
-				var refused error
-				if permit, refused = p.Breaker.Allow(); refused != nil {
+				permit, refused := p.Breaker.Allow()
+				if refused != nil {
 					var stopped *GiveUpError
 					if attempt == 1 {
 						stopped = r.stop(Verdict{}, Decision{Reason: StopBreakerOpen}, refused, nil)
@@ -51,29 +57,24 @@ func Stream[E any](ctx context.Context, p Policy, open func(context.Context) ite
 					yield(zero, stopped)
 					return
 				}
+				held = lease{b: p.Breaker, permit: permit}
 			}
-			delivered, stopped, failure := streamAttempt(ctx, open, preamble, yield)
+			delivered, stopped, failure := streamAttempt(ctx, open, preamble, yield, &held)
 			if failure == nil {
 				r.attempted(attempt, nil)
-				if p.Breaker != nil {
-					p.Breaker.Done(permit, OutcomeSuccess)
-				}
+				held.done(OutcomeSuccess)
 				return
 			}
 			r.attempted(attempt, failure)
 			if attempt == 1 {
 				if invalid := r.begin(ctx, &p, HasSideEffects(ctx)); invalid != nil {
-					if p.Breaker != nil {
-						p.Breaker.Done(permit, OutcomeIgnored)
-					}
+					held.done(OutcomeIgnored)
 					yield(zero, invalid)
 					return
 				}
 			}
 			verdict := r.classify(ctx, failure, false)
-			if p.Breaker != nil {
-				p.Breaker.Done(permit, OutcomeOf(failure, verdict))
-			}
+			held.done(OutcomeOf(failure, verdict))
 			if delivered {
 				if !stopped {
 					yield(zero, failure) // the caller's stream broke: theirs to handle
@@ -98,9 +99,16 @@ func Stream[E any](ctx context.Context, p Policy, open func(context.Context) ite
 // streamAttempt runs one attempt's stream into yield, holding preamble back
 // until the first other event. It returns whether any event reached the
 // caller, whether the caller stopped asking, and the attempt's error (nil
-// if the stream ended cleanly or the caller stopped).
+// if the stream ended cleanly or the caller stopped). While the caller's
+// code runs, l says so.
 func streamAttempt[E any](ctx context.Context, open func(context.Context) iter.Seq2[E, error], preamble func(E) bool,
-	yield func(E, error) bool) (delivered, stopped bool, failure error) {
+	give func(E, error) bool, l *lease) (delivered, stopped bool, failure error) {
+	yield := func(e E, err error) bool {
+		l.caller = true
+		more := give(e, err)
+		l.caller = false
+		return more
+	}
 	var held []E
 	for e, err := range open(ctx) {
 		if err != nil {

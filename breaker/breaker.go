@@ -21,13 +21,21 @@
 // and Transport consult it before every attempt. The closed path takes no
 // lock and allocates nothing.
 //
+// A probe always ends. Do and Stream report an attempt that panics as a
+// failure; a permit issued under an earlier state is ignored by Done, so it
+// can neither free nor hold a probe slot; and a probe that has not
+// reported back within Config.ProbeTimeout is forgotten, its slot given to
+// the next call.
+//
 // A Set holds one Breaker per key, created on first use, bounded in size.
 package breaker
 
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,6 +111,12 @@ type Config struct {
 	// Successes is how many probe successes close the breaker. Zero
 	// means 2.
 	Successes int
+	// ProbeTimeout is how long a probe may hold its slot without
+	// reporting back (a stream body never closed, a caller that never
+	// calls Done) before the slot is given to another call and the late
+	// report, if it ever comes, is ignored. Zero means
+	// DefaultProbeTimeout, 5 minutes (why: see there).
+	ProbeTimeout time.Duration
 	// OnStateChange, if set, is called after every change of state, on
 	// the goroutine that caused it. It must not block or call back into
 	// the breaker.
@@ -121,7 +135,21 @@ type Change struct {
 	Reason string
 }
 
+// DefaultProbeTimeout is the ProbeTimeout of a zero Config: 5 minutes.
+// A streamed probe legitimately lasts as long as the answer, seconds
+// usually and minutes for a long one, and taking its slot too early costs
+// little: one more probe to a target that may be recovering. A lost slot
+// costs much more: with one probe, every call to the target is refused
+// until it is reclaimed. Five minutes outlasts almost every answer and
+// bounds the loss to ten default cooldowns.
+const DefaultProbeTimeout = 5 * time.Minute
+
 const windowBuckets = 10
+
+// never is the epoch of a bucket that holds nothing yet: far from any
+// epoch a clock gives, so that it is neither counted nor mistaken for a
+// later one.
+const never = math.MinInt64
 
 // stripes spreads the counters of one bucket over cache lines, so that
 // goroutines on different cores recording at once do not fight over one.
@@ -157,19 +185,32 @@ type Breaker struct {
 	cfg  Config // defaults applied
 
 	// state is the generation of the current state in its upper bits and
-	// the State in its lowest two: a permit carries it, so that the outcome
-	// of a call allowed under an earlier state is not mistaken for a probe.
+	// the State in its lowest two. A closed permit is the state itself,
+	// so that the outcome of a call allowed under an earlier state is
+	// told apart cheaply; a half-open permit is a probe's ticket with
+	// HalfOpen in its lowest bits.
 	state       atomic.Uint64
 	consecutive atomic.Int64
-	inFlight    atomic.Int64 // half-open probes allowed and not yet done
-	successes   atomic.Int64 // half-open probe successes
-	openedAt    atomic.Int64 // unix nanoseconds
+	// openedAt is when the breaker last opened, in unix nanoseconds. Only
+	// differences of it are used: they are exact for any two times
+	// within 292 years of each other, even where UnixNano itself wraps
+	// (before 1678, the zero time.Time among them).
+	openedAt    atomic.Int64
 	_           line
 	pending     [stripes]stripe // successes not yet in the window
 	window      [windowBuckets]bucket
 	bucketWidth int64 // nanoseconds
 
-	mu sync.Mutex // serialises state changes; guards nothing else
+	mu        sync.Mutex // serialises state changes; guards probes, successes and tickets
+	probes    []probe    // half-open probes in flight, oldest first
+	successes int        // half-open probe successes
+	tickets   uint64     // the last probe ticket issued
+}
+
+// probe is a half-open probe in flight.
+type probe struct {
+	ticket uint64
+	at     time.Time // when it was allowed
 }
 
 // New returns a closed breaker named name (used in errors and events).
@@ -195,10 +236,17 @@ func New(name string, cfg Config) *Breaker {
 	if cfg.Successes <= 0 {
 		cfg.Successes = 2
 	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = DefaultProbeTimeout
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Breaker{name: name, cfg: cfg, bucketWidth: max(int64(cfg.Window/windowBuckets), 1)}
+	b := &Breaker{name: name, cfg: cfg, bucketWidth: max(int64(cfg.Window/windowBuckets), 1)}
+	for i := range b.window {
+		b.window[i].epoch.Store(never)
+	}
+	return b
 }
 
 // Name returns the breaker's name.
@@ -211,42 +259,92 @@ func (b *Breaker) State() State { return State(b.state.Load() & 3) }
 // Allow asks to make one attempt now. It returns a permit to hand back to
 // Done, or an *OpenError.
 func (b *Breaker) Allow() (rebound.Permit, error) {
+	if s := b.state.Load(); State(s&3) == Closed {
+		return rebound.Permit(s), nil
+	}
+	return b.allowProbe()
+}
+
+// allowProbe is Allow for a breaker found open or half-open. Probes are
+// counted under b.mu, with the state they belong to: a count made apart
+// from its state could land in a later half-open spell and hold its slot
+// for good.
+func (b *Breaker) allowProbe() (rebound.Permit, error) {
+	now := b.cfg.Now()
+	if State(b.state.Load()&3) == Open {
+		if left := b.cooldownLeft(now); left > 0 {
+			return 0, &OpenError{Name: b.name, State: Open, Until: now.Add(left)}
+		}
+	}
+	b.mu.Lock()
 	s := b.state.Load()
+	entered := false
 	switch State(s & 3) {
 	case Closed:
+		b.mu.Unlock()
 		return rebound.Permit(s), nil
 	case Open:
-		until := time.Unix(0, b.openedAt.Load()).Add(b.cfg.Cooldown)
-		now := b.cfg.Now()
-		if now.Before(until) {
-			return 0, &OpenError{Name: b.name, State: Open, Until: until}
+		if left := b.cooldownLeft(now); left > 0 {
+			b.mu.Unlock()
+			return 0, &OpenError{Name: b.name, State: Open, Until: now.Add(left)}
 		}
-		s = b.transition(s, HalfOpen, now, "cooldown over")
+		b.move(s, HalfOpen, now)
+		entered = true
 	}
-	if State(s&3) != HalfOpen {
-		return b.Allow() // the state moved on meanwhile
+	if len(b.probes) >= b.cfg.Probes {
+		b.reclaim(now)
 	}
-	if b.inFlight.Add(1) > int64(b.cfg.Probes) {
-		b.inFlight.Add(-1)
+	if len(b.probes) >= b.cfg.Probes {
+		b.mu.Unlock()
 		return 0, &OpenError{Name: b.name, State: HalfOpen}
 	}
-	return rebound.Permit(s), nil
+	b.tickets++
+	ticket := b.tickets
+	b.probes = append(b.probes, probe{ticket: ticket, at: now})
+	b.mu.Unlock()
+	if entered {
+		b.notify(Open, HalfOpen, now, "cooldown over")
+	}
+	return rebound.Permit(ticket<<2 | uint64(HalfOpen)), nil
+}
+
+// cooldownLeft returns how much of the cooldown is left at now. A clock
+// that went back restarts the cooldown from now, rather than keeping the
+// breaker open for as long as the clock stepped back.
+func (b *Breaker) cooldownLeft(now time.Time) time.Duration {
+	at, opened := now.UnixNano(), b.openedAt.Load()
+	elapsed := time.Duration(at - opened)
+	if elapsed < 0 {
+		b.openedAt.CompareAndSwap(opened, at)
+		elapsed = 0
+	}
+	return b.cfg.Cooldown - elapsed
+}
+
+// reclaim forgets the probes that have not reported back within
+// ProbeTimeout. b.mu is held.
+func (b *Breaker) reclaim(now time.Time) {
+	b.probes = slices.DeleteFunc(b.probes, func(p probe) bool { return now.Sub(p.at) >= b.cfg.ProbeTimeout })
+	for i := range b.probes {
+		if b.probes[i].at.After(now) {
+			b.probes[i].at = now // the clock went back: count from now, so that the bound holds
+		}
+	}
 }
 
 // Done reports how an attempt allowed with permit p ended.
 func (b *Breaker) Done(p rebound.Permit, o rebound.Outcome) {
+	if State(p&3) == HalfOpen {
+		b.doneProbe(uint64(p)>>2, o)
+		return
+	}
 	s := b.state.Load()
 	if uint64(p) != s {
 		// Allowed under an earlier state: the outcome no longer describes
-		// the present, and entering half-open again frees every probe slot.
+		// the present.
 		return
 	}
-	switch State(s & 3) {
-	case Closed:
-		b.doneClosed(s, o)
-	case HalfOpen:
-		b.doneHalfOpen(s, o)
-	}
+	b.doneClosed(s, o)
 }
 
 func (b *Breaker) doneClosed(s uint64, o rebound.Outcome) {
@@ -277,47 +375,86 @@ func (b *Breaker) doneClosed(s uint64, o rebound.Outcome) {
 	}
 }
 
-func (b *Breaker) doneHalfOpen(s uint64, o rebound.Outcome) {
-	b.inFlight.Add(-1)
+// doneProbe records the outcome of the probe with ticket. A ticket no
+// longer in flight (issued in an earlier half-open spell, or reclaimed)
+// moves nothing.
+func (b *Breaker) doneProbe(ticket uint64, o rebound.Outcome) {
+	now := b.cfg.Now()
+	b.mu.Lock()
+	s := b.state.Load()
+	i := slices.IndexFunc(b.probes, func(p probe) bool { return p.ticket == ticket })
+	if State(s&3) != HalfOpen || i < 0 {
+		b.mu.Unlock()
+		return
+	}
+	b.probes = slices.Delete(b.probes, i, i+1)
+	var (
+		to     State
+		reason string
+	)
 	switch o {
 	case rebound.OutcomeSuccess:
-		if b.successes.Add(1) >= int64(b.cfg.Successes) {
-			b.transition(s, Closed, b.cfg.Now(), fmt.Sprintf("%d probes succeeded", b.cfg.Successes))
+		if b.successes++; b.successes < b.cfg.Successes {
+			b.mu.Unlock()
+			return
 		}
+		to, reason = Closed, fmt.Sprintf("%d probes succeeded", b.cfg.Successes)
 	case rebound.OutcomeFailure:
-		b.transition(s, Open, b.cfg.Now(), "a probe failed")
+		to, reason = Open, "a probe failed"
+	default:
+		b.mu.Unlock()
+		return
 	}
+	b.move(s, to, now)
+	b.mu.Unlock()
+	b.notify(HalfOpen, to, now, reason)
 }
 
 // transition moves the breaker from state s to `to`, unless another
-// goroutine already moved it, and returns the state it is in afterwards.
-func (b *Breaker) transition(s uint64, to State, now time.Time, reason string) uint64 {
+// goroutine already moved it.
+func (b *Breaker) transition(s uint64, to State, now time.Time, reason string) {
 	b.mu.Lock()
-	cur := b.state.Load()
-	if cur != s {
+	if b.state.Load() != s {
 		b.mu.Unlock()
-		return cur
+		return
 	}
-	next := (s>>2+1)<<2 | uint64(to)
+	b.move(s, to, now)
+	b.mu.Unlock()
+	b.notify(State(s&3), to, now, reason)
+}
+
+// move moves the breaker from state s to `to`, in a new generation. b.mu
+// is held.
+func (b *Breaker) move(s uint64, to State, now time.Time) {
 	switch to {
 	case Open:
 		b.openedAt.Store(now.UnixNano())
-	case HalfOpen:
-		b.inFlight.Store(0)
-		b.successes.Store(0)
 	case Closed:
 		b.consecutive.Store(0)
 		b.clearWindow()
 	}
-	b.state.Store(next)
-	b.mu.Unlock()
-	if f := b.cfg.OnStateChange; f != nil {
-		f(Change{Name: b.name, From: State(s & 3), To: to, At: now, Reason: reason})
-	}
-	return next
+	b.probes = b.probes[:0]
+	b.successes = 0
+	b.state.Store((s>>2+1)<<2 | uint64(to))
 }
 
-func (b *Breaker) epochAt(t time.Time) int64 { return t.UnixNano() / b.bucketWidth }
+// notify tells OnStateChange of a change, with b.mu not held.
+func (b *Breaker) notify(from, to State, now time.Time, reason string) {
+	if f := b.cfg.OnStateChange; f != nil {
+		f(Change{Name: b.name, From: from, To: to, At: now, Reason: reason})
+	}
+}
+
+// epochAt returns which bucket-long stretch of time t falls in, rounded
+// down, so that times before 1970 get stretches of their own too.
+func (b *Breaker) epochAt(t time.Time) int64 {
+	n := t.UnixNano()
+	e := n / b.bucketWidth
+	if n%b.bucketWidth < 0 {
+		e--
+	}
+	return e
+}
 
 // flush moves all pending successes into the bucket of epoch.
 func (b *Breaker) flush(epoch int64) {
@@ -334,12 +471,17 @@ func (b *Breaker) flushStripe(bk *bucket, i uint32) {
 	}
 }
 
-// bucket returns the window's bucket for epoch, emptied first if it held an
-// older stretch of time. A count that lands between the emptying and the
-// new epoch is lost, which a rate over dozens of calls can afford.
+// bucket returns the window's bucket for epoch, emptied first if it held
+// another stretch of time: an older one, or a later one if the clock went
+// back. A count that lands between the emptying and the new epoch is lost,
+// which a rate over dozens of calls can afford.
 func (b *Breaker) bucket(epoch int64) *bucket {
-	bk := &b.window[epoch%windowBuckets]
-	if old := bk.epoch.Load(); old < epoch && bk.epoch.CompareAndSwap(old, epoch) {
+	i := epoch % windowBuckets
+	if i < 0 {
+		i += windowBuckets
+	}
+	bk := &b.window[i]
+	if old := bk.epoch.Load(); old != epoch && bk.epoch.CompareAndSwap(old, epoch) {
 		for j := range bk.stripes {
 			bk.stripes[j].successes.Store(0)
 			bk.stripes[j].failures.Store(0)
@@ -350,10 +492,13 @@ func (b *Breaker) bucket(epoch int64) *bucket {
 
 // counts sums the window's calls and failures as of now.
 func (b *Breaker) counts(now time.Time) (calls, failures int64) {
-	epoch := now.UnixNano() / b.bucketWidth
+	epoch := b.epochAt(now)
 	for i := range b.window {
 		bk := &b.window[i]
-		if e := bk.epoch.Load(); e <= epoch-windowBuckets || e > epoch {
+		// A difference, not a comparison: a bucket's epoch may be never,
+		// or far from now, and still be judged right where the
+		// subtraction wraps.
+		if d := epoch - bk.epoch.Load(); d < 0 || d >= windowBuckets {
 			continue
 		}
 		for j := range bk.stripes {
@@ -366,7 +511,7 @@ func (b *Breaker) counts(now time.Time) (calls, failures int64) {
 
 func (b *Breaker) clearWindow() {
 	for i := range b.window {
-		b.window[i].epoch.Store(0)
+		b.window[i].epoch.Store(never)
 		for j := range b.window[i].stripes {
 			b.window[i].stripes[j].successes.Store(0)
 			b.window[i].stripes[j].failures.Store(0)

@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"container/list"
 	"fmt"
 	"sync"
 	"time"
@@ -56,6 +57,11 @@ func (a Alert) String() string {
 	return fmt.Sprintf("retry rate of %s at %.1f%% (%d calls): look upstream or at your concurrency, do not raise the attempts", a.Target, 100*a.Rate, a.Calls)
 }
 
+// DefaultMaxTargets is how many targets a Monitor watches unless told
+// otherwise. A target's windows take about 600 bytes, so the bound holds a
+// Monitor under 8 MB.
+const DefaultMaxTargets = 10_000
+
 // Monitor watches, per target, the share of calls that needed a retry over
 // a sliding window, and reports crossings and jumps to OnAlert. It is an
 // Observer; put it in the Policy (beside others with Multi). Its zero
@@ -74,9 +80,16 @@ type Monitor struct {
 	OnAlert func(Alert)
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
+	// MaxTargets bounds how many targets the Monitor keeps windows for.
+	// A call to a new target when it is full makes the Monitor forget
+	// the target called least recently, idle for longest: a later call
+	// to that one starts afresh, as a target never seen. Zero means
+	// DefaultMaxTargets.
+	MaxTargets int
 
-	mu      sync.Mutex // guards targets
-	targets map[string]*rateWindow
+	mu      sync.Mutex // guards targets and recent
+	targets map[string]*list.Element
+	recent  list.List // of *rateWindow, the least recently called first
 }
 
 // rateBuckets is how many pieces a Window is cut into.
@@ -90,9 +103,13 @@ type rateBucket struct {
 // rateWindow is one target's recent calls, over two windows (this one and
 // the one before, for jumps).
 type rateWindow struct {
-	buckets  [2 * rateBuckets]rateBucket
-	above    bool  // an AlertAbove was sent and no AlertBelow since
-	jumpedAt int64 // the epoch of the last AlertJump, so that one jump is reported once
+	target  string
+	buckets [2 * rateBuckets]rateBucket
+	above   bool // an AlertAbove was sent and no AlertBelow since
+	// jumped says an AlertJump was sent, at the epoch jumpedAt, so that
+	// one jump is reported once.
+	jumped   bool
+	jumpedAt int64
 }
 
 func (m *Monitor) threshold() float64 {
@@ -114,6 +131,13 @@ func (m *Monitor) minCalls() int {
 		return 20
 	}
 	return m.MinCalls
+}
+
+func (m *Monitor) maxTargets() int {
+	if m.MaxTargets <= 0 {
+		return DefaultMaxTargets
+	}
+	return m.MaxTargets
 }
 
 // Observe implements rebound.Observer: every call that ends (an attempt
@@ -140,16 +164,34 @@ func (m *Monitor) Observe(e rebound.Event) {
 func (m *Monitor) Rate(target string, now time.Time) (float64, int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	w := m.targets[target]
-	if w == nil {
+	e := m.targets[target]
+	if e == nil {
 		return 0, 0
 	}
-	epoch := now.UnixNano() / m.bucketWidth()
-	calls, retried := w.sum(epoch-rateBuckets+1, epoch)
+	epoch := m.epoch(now)
+	calls, retried := e.Value.(*rateWindow).sum(epoch-rateBuckets+1, epoch)
 	return ratio(retried, calls), calls
 }
 
-func (m *Monitor) bucketWidth() int64 { return max(int64(m.window())/rateBuckets, 1) }
+// Len returns how many targets the Monitor keeps windows for.
+func (m *Monitor) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.targets)
+}
+
+// epoch returns which bucket-long stretch of time t falls in, rounded
+// down, so that times before 1970 (the zero time.Time among them) get
+// stretches of their own too.
+func (m *Monitor) epoch(t time.Time) int64 {
+	width := max(int64(m.window())/rateBuckets, 1)
+	n := t.UnixNano()
+	e := n / width
+	if n%width < 0 {
+		e--
+	}
+	return e
+}
 
 func ratio(a, b int) float64 {
 	if b == 0 {
@@ -162,16 +204,13 @@ func ratio(a, b int) float64 {
 func (m *Monitor) record(target string, retried bool, now time.Time) []Alert {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.targets == nil {
-		m.targets = map[string]*rateWindow{}
+	w := m.windowOf(target)
+	epoch := m.epoch(now)
+	i := epoch % (2 * rateBuckets)
+	if i < 0 {
+		i += 2 * rateBuckets
 	}
-	w := m.targets[target]
-	if w == nil {
-		w = &rateWindow{}
-		m.targets[target] = w
-	}
-	epoch := now.UnixNano() / m.bucketWidth()
-	b := &w.buckets[epoch%(2*rateBuckets)]
+	b := &w.buckets[i]
 	if b.epoch != epoch {
 		*b = rateBucket{epoch: epoch}
 	}
@@ -195,14 +234,42 @@ func (m *Monitor) record(target string, retried bool, now time.Time) []Alert {
 		alerts = append(alerts, Alert{Kind: AlertBelow, Target: target, Rate: rate, Calls: calls, At: now})
 	}
 	prevCalls, prevRetried := w.sum(epoch-2*rateBuckets+1, epoch-rateBuckets)
-	if prevCalls >= m.minCalls() && epoch-w.jumpedAt >= rateBuckets {
+	// A clock that went back since the last jump (d < 0) lets a jump be
+	// reported again.
+	if d := epoch - w.jumpedAt; prevCalls >= m.minCalls() && (!w.jumped || d >= rateBuckets || d < 0) {
 		prev := ratio(prevRetried, prevCalls)
 		if rate >= 2*prev && rate-prev >= limit {
-			w.jumpedAt = epoch
+			w.jumped, w.jumpedAt = true, epoch
 			alerts = append(alerts, Alert{Kind: AlertJump, Target: target, Rate: rate, Previous: prev, Calls: calls, At: now})
 		}
 	}
 	return alerts
+}
+
+// windowOf returns target's windows, made afresh if the Monitor holds none,
+// and marks it the most recently called. m.mu is held.
+func (m *Monitor) windowOf(target string) *rateWindow {
+	if e := m.targets[target]; e != nil {
+		m.recent.MoveToBack(e)
+		return e.Value.(*rateWindow)
+	}
+	if m.targets == nil {
+		m.targets = map[string]*list.Element{}
+	}
+	if len(m.targets) >= m.maxTargets() {
+		// Full: the least recently called target's windows are reused
+		// for this one.
+		e := m.recent.Front()
+		w := e.Value.(*rateWindow)
+		delete(m.targets, w.target)
+		*w = rateWindow{target: target}
+		m.recent.MoveToBack(e)
+		m.targets[target] = e
+		return w
+	}
+	w := &rateWindow{target: target}
+	m.targets[target] = m.recent.PushBack(w)
+	return w
 }
 
 // sum adds up the buckets of epochs from..to.

@@ -59,10 +59,12 @@ type Adaptive struct {
 	// provider that became slower for good is not held to its past.
 	typical, fastest, fastestBefore time.Duration
 	fastestSince                    time.Time
-	// cooldownUntil holds further cuts back for a moment after one, so
-	// that one burst of failures counts as one signal.
-	cooldownUntil time.Time
-	waiting       *list.List // of *waiter, oldest first
+	// cutAt is when the limit was last cut, if cut: further cuts are
+	// held back for a moment after one, so that one burst of failures
+	// counts as one signal.
+	cut     bool
+	cutAt   time.Time
+	waiting *list.List // of *waiter, oldest first
 }
 
 type waiter struct {
@@ -190,7 +192,13 @@ func (a *Adaptive) ReleaseAfter(s Signal, latency time.Duration) {
 	defer a.mu.Unlock()
 	a.inFlight--
 	if s == Success && latency > 0 {
-		if now := a.cfg.Now(); now.Sub(a.fastestSince) >= fastestWindow {
+		switch now := a.cfg.Now(); {
+		case now.Before(a.fastestSince):
+			// The clock went back: how old the latencies seen are is no
+			// longer known, so they are forgotten rather than kept until
+			// the clock catches up.
+			a.fastestBefore, a.fastest, a.fastestSince = 0, 0, now
+		case now.Sub(a.fastestSince) >= fastestWindow:
 			a.fastestBefore, a.fastest, a.fastestSince = a.fastest, 0, now
 		}
 		if a.fastest == 0 || latency < a.fastest {
@@ -213,14 +221,15 @@ func (a *Adaptive) ReleaseAfter(s Signal, latency time.Duration) {
 	case Success:
 		a.limit = min(a.limit+1/a.limit, float64(a.cfg.Max))
 	case Congested:
+		// One cut per burst: the calls in flight when the provider
+		// faltered will fail too, and say nothing new. A clock that went
+		// back since the last cut does not hold the next one back.
 		now := a.cfg.Now()
-		if now.Before(a.cooldownUntil) {
+		if since := now.Sub(a.cutAt); a.cut && since >= 0 && since < time.Second {
 			break
 		}
 		a.limit = max(a.limit*a.cfg.Decrease, float64(a.cfg.Min))
-		// One cut per burst: the calls in flight when the provider
-		// faltered will fail too, and say nothing new.
-		a.cooldownUntil = now.Add(time.Second)
+		a.cut, a.cutAt = true, now
 	}
 	a.grant()
 }

@@ -62,8 +62,9 @@ type Limiter struct {
 	tokens   *rate.Limiter // nil: no limit
 	cfg      Config
 	// restoreAt is when a pace learned from headers ends and the
-	// configured limits apply again.
-	restoreAt time.Time
+	// configured limits apply again; learnedAt is when it was last
+	// learned.
+	restoreAt, learnedAt time.Time
 }
 
 // New returns a Limiter for cfg.
@@ -226,6 +227,7 @@ func (l *Limiter) Observe(h http.Header) {
 	}
 	l.requests = pace(l.requests, rl.Requests, l.cfg.RequestsPerMinute, now, &l.restoreAt)
 	l.tokens = pace(l.tokens, rl.Tokens, l.cfg.TokensPerMinute, now, &l.restoreAt)
+	l.learnedAt = now
 }
 
 // pace slows lim so that q.Remaining lasts until q.Reset.
@@ -255,9 +257,10 @@ func pace(lim *rate.Limiter, q rebound.Quota, configured float64, now time.Time,
 }
 
 // restoreIfDue puts the configured limits back once the learned pace has
-// run its course. l.mu is held.
+// run its course, or once the clock has gone back to before it was
+// learned (its end is then no longer known). l.mu is held.
 func (l *Limiter) restoreIfDue(now time.Time) {
-	if l.restoreAt.IsZero() || now.Before(l.restoreAt) {
+	if l.restoreAt.IsZero() || now.Before(l.restoreAt) && !now.Before(l.learnedAt) {
 		return
 	}
 	l.restoreAt = time.Time{}

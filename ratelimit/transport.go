@@ -35,14 +35,23 @@ type Transport struct {
 	Tokens func(*http.Request) int
 }
 
-// RoundTrip implements http.RoundTripper.
+// RoundTrip implements http.RoundTripper. If Base or Tokens panics, the
+// Adaptive slot taken for the request is given back (as Neutral) and the
+// panic goes on unchanged.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
+	held := false // an Adaptive slot is taken and not yet handed on
 	if t.Adaptive != nil {
 		if err := t.Adaptive.Acquire(ctx); err != nil {
 			closeBody(req)
 			return nil, err
 		}
+		held = true
+		defer func() {
+			if held {
+				t.Adaptive.Release(Neutral)
+			}
+		}()
 	}
 	if t.Limiter != nil {
 		tokens := 1
@@ -50,9 +59,6 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			tokens = t.Tokens(req)
 		}
 		if err := t.Limiter.Wait(ctx, tokens); err != nil {
-			if t.Adaptive != nil {
-				t.Adaptive.Release(Neutral)
-			}
 			closeBody(req)
 			return nil, err
 		}
@@ -64,6 +70,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := base.RoundTrip(req)
 	if err != nil {
 		if t.Adaptive != nil {
+			held = false
 			t.Adaptive.Release(signalOf(ctx, err, 0))
 		}
 		return nil, err
@@ -72,6 +79,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.Limiter.Observe(resp.Header)
 	}
 	if t.Adaptive != nil {
+		held = false
 		resp.Body = &releaseBody{ReadCloser: resp.Body, release: t.Adaptive.Release, signal: signalOf(ctx, nil, resp.StatusCode)}
 	}
 	return resp, nil
