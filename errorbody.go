@@ -51,18 +51,52 @@ func readErrorBody(resp *http.Response, timeout time.Duration) errorBody {
 		})
 		defer timer.Stop()
 	}
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxErrorBody))
+	raw, err := readAtMost(resp.Body, MaxErrorBody, resp.ContentLength)
 	b := errorBody{raw: raw, text: raw}
 	switch {
 	case !state.CompareAndSwap(reading, done): // too late: the body is closed
 		b.whole = true
 	case err != nil || len(raw) < MaxErrorBody:
-		b.whole = true
+		b.whole = true // ended or broke: all there is
 	}
 	if !resp.Uncompressed {
 		b.text, b.decoded = decode(resp.Header.Get("Content-Encoding"), raw)
 	}
 	return b
+}
+
+// readAtMost reads r until it ends, fails, or n bytes have come, and
+// returns what came; the error is nil at the end of r. The buffer starts at
+// size (the body's length, when it is known; a server may lie, so no more
+// than 4 KiB) and doubles, so a slow body that sends a few bytes holds a
+// few bytes, and a large one costs at most twice its size in garbage.
+func readAtMost(r io.Reader, n int, size int64) ([]byte, error) {
+	switch {
+	case size <= 0:
+		size = 512
+	case size < 4096:
+		size++ // room to see the end
+	default:
+		size = 4096
+	}
+	size = min(size, int64(n))
+	b := make([]byte, 0, size)
+	for {
+		if len(b) == cap(b) {
+			if len(b) >= n {
+				return b, nil
+			}
+			b = append(make([]byte, 0, min(2*cap(b), n)), b...)
+		}
+		m, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
 
 // decode undoes a gzip or deflate Content-Encoding, keeping at most
@@ -83,7 +117,7 @@ func decode(encoding string, raw []byte) ([]byte, bool) {
 	if err != nil {
 		return raw, false
 	}
-	text, _ := io.ReadAll(io.LimitReader(r, MaxErrorBody))
+	text, _ := readAtMost(r, MaxErrorBody, 0)
 	return text, true
 }
 

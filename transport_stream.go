@@ -128,24 +128,27 @@ type lineReader struct {
 func (l *lineReader) next() ([]byte, error) {
 	l.line = l.line[:0]
 	for {
-		c, err := l.r.ReadByte()
-		if err != nil {
+		buf, err := l.r.Peek(max(1, l.r.Buffered()))
+		if len(buf) == 0 {
 			return l.line, err
 		}
 		if l.skipLF {
 			l.skipLF = false
-			if c == '\n' {
+			if buf[0] == '\n' {
+				l.r.Discard(1)
 				continue
 			}
 		}
-		switch c {
-		case '\n':
-			return l.line, nil
-		case '\r':
-			l.skipLF = true
-			return l.line, nil
+		i := bytes.IndexAny(buf, "\r\n")
+		if i < 0 {
+			l.line = append(l.line, buf...)
+			l.r.Discard(len(buf))
+			continue
 		}
-		l.line = append(l.line, c)
+		l.line = append(l.line, buf[:i]...)
+		l.skipLF = buf[i] == '\r'
+		l.r.Discard(i + 1)
+		return l.line, nil
 	}
 }
 

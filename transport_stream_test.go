@@ -1,12 +1,16 @@
 package rebound
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"testing/synctest"
 	"time"
 )
@@ -239,4 +243,48 @@ func TestTransportClosesTheBodyOfARefusedRequest(t *testing.T) {
 			t.Fatalf("MaxBufferedBody %d: body closed %d times, want once", limit, body.closes)
 		}
 	}
+}
+
+// FuzzLineReader checks the event-stream line reader against the
+// specification's rule, written the simple way: a line ends at CRLF, LF or
+// a bare CR, read through a buffer of any size.
+func FuzzLineReader(f *testing.F) {
+	f.Add([]byte("data: a\r\n\r\ndata: b\rdata: c\n\n"), uint8(1))
+	f.Add([]byte("\r\r\n\n\r"), uint8(3))
+	f.Fuzz(func(t *testing.T, in []byte, size uint8) {
+		var want []string
+		line := []byte{}
+		for i := 0; i < len(in); i++ {
+			switch in[i] {
+			case '\r':
+				if i+1 < len(in) && in[i+1] == '\n' {
+					i++
+				}
+				fallthrough
+			case '\n':
+				want = append(want, string(line))
+				line = line[:0]
+			default:
+				line = append(line, in[i])
+			}
+		}
+		if len(line) > 0 {
+			want = append(want, string(line))
+		}
+		r := lineReader{r: bufio.NewReaderSize(iotest.OneByteReader(bytes.NewReader(in)), 16+int(size))}
+		var got []string
+		for {
+			l, err := r.next()
+			if err != nil && len(l) == 0 {
+				break
+			}
+			got = append(got, string(l))
+			if err != nil {
+				break
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%q: got %q, want %q", in, got, want)
+		}
+	})
 }

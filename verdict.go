@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/rebound-go/rebound/internal/scrub"
 )
@@ -143,11 +145,31 @@ const errorSnippet = 200
 
 // snippet is the start of an error body for a message: on one line,
 // scrubbed of anything shaped like a credential, at most errorSnippet
-// bytes.
+// bytes. Only as much of the body is read as the message can show, and a
+// little more, so that a key straddling the cut is still seen whole.
 func snippet(body []byte) string {
-	text := strings.Join(strings.Fields(string(body)), " ")
-	cut, whole := (scrub.Secrets{}).Cut(text, errorSnippet)
-	if !whole {
+	const enough = errorSnippet + 128
+	var b strings.Builder
+	space, more := false, false
+	for i := 0; i < len(body); {
+		if b.Len() >= enough || i >= 16*enough { // a body of spaces says no more
+			more = true
+			break
+		}
+		r, size := utf8.DecodeRune(body[i:])
+		i += size
+		if unicode.IsSpace(r) {
+			space = b.Len() > 0
+			continue
+		}
+		if space {
+			b.WriteByte(' ')
+			space = false
+		}
+		b.WriteRune(r)
+	}
+	cut, whole := (scrub.Secrets{}).Cut(b.String(), errorSnippet)
+	if more || !whole {
 		cut += "…"
 	}
 	return cut

@@ -46,6 +46,16 @@ func echoAll(status int) http.HandlerFunc {
 	}
 }
 
+// echoInStream answers 200 with an event stream whose first event is an
+// error repeating the request's credentials, as an overloaded provider's
+// stream might.
+func echoInStream(w http.ResponseWriter, r *http.Request) {
+	echo := fmt.Sprintf("overloaded for %s key=%s", r.Header.Get("Authorization"), r.URL.Query().Get("key"))
+	data, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]string{"type": "overloaded_error", "message": echo}})
+	w.Header().Set("Content-Type", "text/event-stream")
+	fmt.Fprintf(w, "event: error\ndata: %s\n\n", data)
+}
+
 // leakyBase fails every request with an error that quotes its URL and
 // headers, as a careless base transport might.
 type leakyBase struct{}
@@ -63,11 +73,14 @@ func TestSecretsNeverRecorded(t *testing.T) {
 		srv.Close()
 	}
 	send(t, &rebound.Transport{Base: leakyBase{}, Policy: rebound.Policy{BaseDelay: rebound.NoDelay, Observer: h.obs}}, "http://127.0.0.1:9/v1/chat")
+	stream := httptest.NewServer(http.HandlerFunc(echoInStream))
+	send(t, &rebound.Transport{Policy: rebound.Policy{BaseDelay: rebound.NoDelay, Observer: h.obs}}, stream.URL)
+	stream.Close()
 
 	var texts []string // everything recorded, as text
 	redacted := 0
 	spans := h.spans.GetSpans()
-	if len(spans) < 8 {
+	if len(spans) < 12 {
 		t.Fatalf("only %d spans", len(spans))
 	}
 	for _, s := range spans {

@@ -94,32 +94,70 @@ func Of(req *http.Request) Secrets {
 // String returns t with every known credential and every key-shaped word
 // replaced by Redacted.
 func (s Secrets) String(t string) string {
-	for _, v := range s.values {
-		if strings.Contains(t, v) {
-			t = strings.ReplaceAll(t, v, Redacted)
-		}
+	spans := s.find([]byte(t))
+	if len(spans) == 0 {
+		return t
 	}
-	return scrubShapes(t)
+	return string(replace([]byte(t), spans))
 }
 
 // Bytes is String for a byte slice; it returns b itself when nothing was
-// replaced.
+// replaced, else a new slice, made in one pass.
 func (s Secrets) Bytes(b []byte) []byte {
-	if !s.needs(b) {
+	spans := s.find(b)
+	if len(spans) == 0 {
 		return b
 	}
-	return []byte(s.String(string(b)))
+	return replace(b, spans)
 }
 
-// needs reports whether b holds anything String would replace.
-func (s Secrets) needs(b []byte) bool {
-	for _, v := range s.values {
-		if bytes.Contains(b, []byte(v)) {
-			return true
+// span is a stretch of text to replace: b[start:end].
+type span struct{ start, end int }
+
+// find returns where b holds a known credential or a key-shaped word, in
+// order and without overlaps; a longer credential wins over one it holds.
+func (s Secrets) find(b []byte) []span {
+	var spans []span
+	overlaps := func(start, end int) bool {
+		for _, sp := range spans {
+			if start < sp.end && sp.start < end {
+				return true
+			}
+		}
+		return false
+	}
+	for _, v := range s.values { // longest first
+		for from := 0; ; {
+			i := bytes.Index(b[from:], []byte(v))
+			if i < 0 {
+				break
+			}
+			start := from + i
+			if !overlaps(start, start+len(v)) {
+				spans = append(spans, span{start, start + len(v)})
+			}
+			from = start + len(v)
 		}
 	}
-	start, _ := nextShape(b, 0)
-	return start >= 0
+	for start, end := nextShape(b, 0); start >= 0; start, end = nextShape(b, end) {
+		if !overlaps(start, end) {
+			spans = append(spans, span{start, end})
+		}
+	}
+	slices.SortFunc(spans, func(a, b span) int { return a.start - b.start })
+	return spans
+}
+
+// replace returns b with each of spans replaced by Redacted.
+func replace(b []byte, spans []span) []byte {
+	out := make([]byte, 0, len(b))
+	last := 0
+	for _, sp := range spans {
+		out = append(out, b[last:sp.start]...)
+		out = append(out, Redacted...)
+		last = sp.end
+	}
+	return append(out, b[last:]...)
 }
 
 // Cut returns t scrubbed and cut to at most n bytes on a rune boundary, with the start of a
@@ -144,10 +182,24 @@ func (s Secrets) CutBytes(b []byte, n int) []byte {
 	if len(b) > n {
 		b = b[:n]
 	}
-	if t := s.dropPartial(string(b)); t != string(b) {
-		return []byte(t)
+	// Only the end can hold a partial credential: look at no more of b
+	// than the longest credential, or a key word, could take.
+	tail := b[max(0, len(b)-s.longest()-maxWord):]
+	if t := s.dropPartial(string(tail)); len(t) != len(tail) {
+		return b[:len(b)-len(tail)+len(t)]
 	}
 	return b
+}
+
+// maxWord bounds the length of a key-shaped word dropPartial looks at.
+const maxWord = 256
+
+// longest is the length of the longest known credential.
+func (s Secrets) longest() int {
+	if len(s.values) == 0 {
+		return 0
+	}
+	return len(s.values[0]) // sorted longest first
 }
 
 // dropPartial drops from the end of t the start of a known credential, or
@@ -216,7 +268,7 @@ func (s Secrets) Header(h http.Header) http.Header {
 
 // Text scrubs key-shaped words from t: for text whose request is not
 // known.
-func Text(t string) string { return scrubShapes(t) }
+func Text(t string) string { return Secrets{}.String(t) }
 
 // keyPrefixes start the API keys of the providers whose keys have a
 // recognisable shape; minKeyTail is how many key characters must follow,
@@ -297,22 +349,4 @@ func keyEnd[T string | []byte](t T, i int) int {
 		i++
 	}
 	return i
-}
-
-// scrubShapes replaces key-shaped words and bearer tokens in t.
-func scrubShapes(t string) string {
-	start, end := nextShape(t, 0)
-	if start < 0 {
-		return t
-	}
-	var out strings.Builder
-	last := 0
-	for start >= 0 {
-		out.WriteString(t[last:start])
-		out.WriteString(Redacted)
-		last = end
-		start, end = nextShape(t, end)
-	}
-	out.WriteString(t[last:])
-	return out.String()
 }
