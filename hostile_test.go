@@ -193,13 +193,15 @@ func serveHostileRequest(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// gzipBomb is 64 MiB of zeros as one gzip member, about 64 KiB.
+// gzipBomb is 64 MiB of zeros in about 64 KiB: one gzip member of 1 MiB
+// of zeros, 64 times over (a gzip stream may hold many members), so that
+// it is cheap to make even under the race detector.
 var gzipBomb = sync.OnceValue(func() []byte {
-	var b bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&b, gzip.BestCompression)
-	zw.Write(make([]byte, 64<<20))
+	var member bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&member, gzip.BestCompression)
+	zw.Write(make([]byte, 1<<20))
 	zw.Close()
-	return b.Bytes()
+	return bytes.Repeat(member.Bytes(), 64)
 })
 
 func sse(w http.ResponseWriter) {

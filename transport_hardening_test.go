@@ -336,10 +336,11 @@ func TestTransportDecodesCompressedErrorBodies(t *testing.T) {
 
 // A gzip bomb in an error body is decoded no further than MaxErrorBody.
 func TestTransportDecodesNoMoreThanMaxErrorBody(t *testing.T) {
-	var bomb bytes.Buffer
-	zw := gzip.NewWriter(&bomb)
-	zw.Write(bytes.Repeat([]byte{' '}, 64<<20)) // 64 MiB of spaces, in about 64 KiB
+	var member bytes.Buffer
+	zw := gzip.NewWriter(&member)
+	zw.Write(bytes.Repeat([]byte{' '}, 1<<20))
 	zw.Close()
+	bomb := bytes.NewBuffer(bytes.Repeat(member.Bytes(), 64)) // 64 MiB of spaces, in 64 gzip members of about 1 KiB
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Encoding", "gzip")
 		w.WriteHeader(http.StatusBadRequest)
