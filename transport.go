@@ -180,8 +180,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	p := t.Policy
 	r := run{obs: p.Observer, clock: ClockFrom(ctx)}
+	var now time.Time // read once: the clock costs more than the rest of a budget's work
 	if p.Budget == nil && !t.DisableRetryBudget {
-		p.Budget = t.hostBudget(req.URL.Host, r.clock.Now())
+		now = r.clock.Now()
+		p.Budget = t.hostBudget(req.URL.Host, now)
 	}
 	if r.obs != nil {
 		r.obs, r.start, r.target = observeCall(ctx, r.obs)
@@ -190,7 +192,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	if p.Budget != nil {
-		p.Budget.Deposit(r.clock.Now())
+		if now.IsZero() {
+			now = r.clock.Now()
+		}
+		p.Budget.Deposit(now)
 	}
 	// The latest failed attempt is kept until the next one is surely made,
 	// so that a call that ends early (a breaker refusing the retry) can
