@@ -93,6 +93,11 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return usageErr("%s", strings.TrimPrefix(err.Error(), "chaos: "))
 	}
 
+	// An address that is not host:port is bad usage; one that cannot be
+	// had (a port in use) is a failure.
+	if _, _, err := net.SplitHostPort(*addr); err != nil {
+		return usageErr("--addr %q: %v (want host:port, e.g. 127.0.0.1:0)", *addr, err)
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		fmt.Fprintf(stderr, "rebound chaos: %v\n", err)

@@ -174,6 +174,7 @@ func TestRunChaosUsage(t *testing.T) {
 		{[]string{"--cut-after", "-9223372036854775808"}, "--cut-after -9223372036854775808 is negative"},
 		{[]string{"--cut-after", "99999999999999999999"}, `invalid value "99999999999999999999" for flag -cut-after: value out of range`},
 		{[]string{"--seed", "-1"}, `invalid value "-1" for flag -seed`},
+		{[]string{"--addr", "nonsense"}, `--addr "nonsense": address nonsense: missing port in address (want host:port`},
 	}
 	// A canceled context makes a server that wrongly starts stop at once,
 	// so that the test fails rather than hangs.
