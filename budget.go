@@ -3,6 +3,8 @@ package rebound
 import (
 	"sync"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/window"
 )
 
 // Budget caps the retries of all the calls to one target, so that a fleet
@@ -85,17 +87,9 @@ func (b *RetryBudget) reserve() float64 {
 	return b.MinPerSecond * b.ttl().Seconds()
 }
 
-// epoch returns which slot-long stretch of time now falls in, rounded
-// down, so that times before 1970 (the zero time.Time among them) get
-// stretches of their own too.
+// epoch returns which slot-long stretch of time now falls in.
 func (b *RetryBudget) epoch(now time.Time) int64 {
-	width := max(int64(b.ttl())/budgetSlots, 1)
-	n := now.UnixNano()
-	e := n / width
-	if n%width < 0 {
-		e--
-	}
-	return e
+	return window.Epoch(now, max(int64(b.ttl())/budgetSlots, 1))
 }
 
 // slot returns the slot of now, emptied first if it held another stretch
@@ -103,11 +97,7 @@ func (b *RetryBudget) epoch(now time.Time) int64 {
 // held.
 func (b *RetryBudget) slot(now time.Time) *budgetSlot {
 	epoch := b.epoch(now)
-	i := epoch % budgetSlots
-	if i < 0 {
-		i += budgetSlots
-	}
-	s := &b.slots[i]
+	s := &b.slots[window.Slot(epoch, budgetSlots)]
 	if s.epoch != epoch {
 		*s = budgetSlot{epoch: epoch}
 	}

@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/window"
 )
 
 // ErrOpen is the error an open breaker refuses a call with (wrapped in an
@@ -447,14 +448,7 @@ func (b *Breaker) notify(from, to State, now time.Time, reason string) {
 
 // epochAt returns which bucket-long stretch of time t falls in, rounded
 // down, so that times before 1970 get stretches of their own too.
-func (b *Breaker) epochAt(t time.Time) int64 {
-	n := t.UnixNano()
-	e := n / b.bucketWidth
-	if n%b.bucketWidth < 0 {
-		e--
-	}
-	return e
-}
+func (b *Breaker) epochAt(t time.Time) int64 { return window.Epoch(t, b.bucketWidth) }
 
 // flush moves all pending successes into the bucket of epoch.
 func (b *Breaker) flush(epoch int64) {
@@ -476,11 +470,7 @@ func (b *Breaker) flushStripe(bk *bucket, i uint32) {
 // back. A count that lands between the emptying and the new epoch is lost,
 // which a rate over dozens of calls can afford.
 func (b *Breaker) bucket(epoch int64) *bucket {
-	i := epoch % windowBuckets
-	if i < 0 {
-		i += windowBuckets
-	}
-	bk := &b.window[i]
+	bk := &b.window[window.Slot(epoch, windowBuckets)]
 	if old := bk.epoch.Load(); old != epoch && bk.epoch.CompareAndSwap(old, epoch) {
 		for j := range bk.stripes {
 			bk.stripes[j].successes.Store(0)

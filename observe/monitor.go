@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/window"
 )
 
 // AlertKind is what an Alert reports.
@@ -180,17 +181,9 @@ func (m *Monitor) Len() int {
 	return len(m.targets)
 }
 
-// epoch returns which bucket-long stretch of time t falls in, rounded
-// down, so that times before 1970 (the zero time.Time among them) get
-// stretches of their own too.
+// epoch returns which bucket-long stretch of time t falls in.
 func (m *Monitor) epoch(t time.Time) int64 {
-	width := max(int64(m.window())/rateBuckets, 1)
-	n := t.UnixNano()
-	e := n / width
-	if n%width < 0 {
-		e--
-	}
-	return e
+	return window.Epoch(t, max(int64(m.window())/rateBuckets, 1))
 }
 
 func ratio(a, b int) float64 {
@@ -206,11 +199,7 @@ func (m *Monitor) record(target string, retried bool, now time.Time) []Alert {
 	defer m.mu.Unlock()
 	w := m.windowOf(target)
 	epoch := m.epoch(now)
-	i := epoch % (2 * rateBuckets)
-	if i < 0 {
-		i += 2 * rateBuckets
-	}
-	b := &w.buckets[i]
+	b := &w.buckets[window.Slot(epoch, 2*rateBuckets)]
 	if b.epoch != epoch {
 		*b = rateBucket{epoch: epoch}
 	}
