@@ -13,6 +13,10 @@ import (
 	"github.com/rebound-go/rebound/internal/scrub"
 )
 
+// defaultErrorBodyTimeout bounds how long a failed response's body is read
+// to judge it, unless a Transport says otherwise.
+const defaultErrorBodyTimeout = 5 * time.Second
+
 // errorBody is what was read of a failed response's body to judge it.
 type errorBody struct {
 	// raw is the start of the body as it was received, at most

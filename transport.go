@@ -201,11 +201,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// so that a call that ends early (a breaker refusing the retry) can
 	// still give back the provider's own response.
 	var last failedAttempt
+	// The breaker's permit, while an attempt holds it. Whatever panics
+	// below (the base transport, the classifier, an observer), the permit
+	// is handed back as a failure: a half-open breaker's probe always ends.
+	var held lease
+	defer held.abandon()
 	for attempt := 1; ; attempt++ {
-		var permit Permit
 		if p.Breaker != nil {
-			var refused error
-			if permit, refused = p.Breaker.Allow(); refused != nil {
+			permit, refused := p.Breaker.Allow()
+			if refused != nil {
 				if attempt == 1 {
 					body.close(req) // never sent, yet a RoundTripper closes it
 					return nil, r.stop(Verdict{}, Decision{Reason: StopBreakerOpen}, refused, nil)
@@ -213,18 +217,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				r.refund()
 				return last.giveBack(r.stop(last.verdict, Decision{Reason: StopBreakerOpen}, last.err, refused))
 			}
+			held = lease{b: p.Breaker, permit: permit}
 		}
 		areq, cancel, bodyErr := attemptRequest(req, body, attempt, p.AttemptTimeout)
 		if bodyErr != nil {
 			// The body cannot be had again: no retry can fix that.
-			if p.Breaker != nil {
-				p.Breaker.Done(permit, OutcomeIgnored)
-			}
+			held.done(OutcomeIgnored)
 			r.refund()
 			return last.giveBack(r.stop(last.verdict, Decision{Reason: StopUnreplayableBody}, last.err, bodyErr))
 		}
 		last.discard()
-		resp, err := roundTrip(base, areq, p.Breaker, permit, cancel)
+		resp, err := base.RoundTrip(areq)
 		timedOut := areq != req && attemptTimedOut(ctx, areq.Context(), err)
 
 		cur := failedAttempt{cancel: cancel}
@@ -245,17 +248,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				break // a failed attempt, like any other
 			}
 			r.attempted(attempt, nil)
-			body := &streamBody{Reader: io.MultiReader(bytes.NewReader(read), resp.Body), body: resp.Body, cancel: cancel}
-			if b := p.Breaker; b != nil {
-				body.done = func(o Outcome) { b.Done(permit, o) }
-			}
-			resp.Body = body
+			// The stream hands the permit back when it ends.
+			resp.Body = &streamBody{Reader: io.MultiReader(bytes.NewReader(read), resp.Body), body: resp.Body, cancel: cancel, held: held}
+			held = lease{}
 			return resp, nil
 		case resp.StatusCode < http.StatusBadRequest:
 			r.attempted(attempt, nil)
-			if p.Breaker != nil {
-				p.Breaker.Done(permit, OutcomeSuccess)
-			}
+			held.done(OutcomeSuccess)
 			if areq.Context() != ctx { // a per-attempt timeout runs until the body is read
 				resp.Body = &attemptBody{ReadCloser: resp.Body, cancel: cancel}
 			}
@@ -268,9 +267,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.attempted(attempt, cur.err)
 		if attempt == 1 {
 			if invalid := r.begin(ctx, &p, HasSideEffects(ctx) && req.Header.Get("Idempotency-Key") == ""); invalid != nil {
-				if p.Breaker != nil {
-					p.Breaker.Done(permit, OutcomeIgnored)
-				}
+				held.done(OutcomeIgnored)
 				return cur.giveBack(invalid)
 			}
 			if body.once && r.loop.once == 0 {
@@ -281,9 +278,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 		cur.verdict = r.classify(ctx, cur.err, timedOut)
-		if p.Breaker != nil {
-			p.Breaker.Done(permit, OutcomeOf(cur.err, cur.verdict))
-		}
+		held.done(OutcomeOf(cur.err, cur.verdict))
 		d := r.next(cur.verdict)
 		if !d.Retry {
 			return cur.giveBack(r.giveUp(ctx, cur.verdict, d, cur.err))
@@ -297,32 +292,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// roundTrip makes one attempt with base. If base panics, the breaker is
-// told the attempt failed and the attempt's context is ended before the
-// panic goes on up, unrecovered: a probe that panics must not hold a
-// half-open breaker's slot for ever.
-func roundTrip(base http.RoundTripper, req *http.Request, b Breaker, permit Permit, cancel context.CancelFunc) (*http.Response, error) {
-	returned := false
-	defer func() {
-		if !returned {
-			if b != nil {
-				b.Done(permit, OutcomeFailure)
-			}
-			cancel()
-		}
-	}()
-	resp, err := base.RoundTrip(req)
-	returned = true
-	return resp, err
-}
-
 // errorBodyTimeout is the bound on reading an error body; zero for none.
 func (t *Transport) errorBodyTimeout() time.Duration {
 	switch {
 	case t.ErrorBodyTimeout < 0:
 		return 0
 	case t.ErrorBodyTimeout == 0:
-		return 5 * time.Second
+		return defaultErrorBodyTimeout
 	}
 	return t.ErrorBodyTimeout
 }
@@ -338,13 +314,13 @@ type failedAttempt struct {
 	verdict Verdict
 }
 
-// discard drains and closes the attempt's response, if any, so that its
-// connection can be reused, and ends the attempt's context.
+// discard closes the attempt's response, if any, and ends the attempt's
+// context. A body read to its end has already freed its connection for
+// reuse; one that has not (an error body longer than MaxErrorBody, an
+// event stream after its error event) is closed as it is: draining it
+// could wait on a server that never sends the rest.
 func (f *failedAttempt) discard() {
 	if f.resp != nil {
-		if !f.body.whole {
-			_, _ = io.CopyN(io.Discard, f.resp.Body, maxDrain)
-		}
 		f.resp.Body.Close()
 	}
 	if f.cancel != nil {
@@ -506,10 +482,6 @@ func (b *attemptBody) Close() error {
 	b.cancel()
 	return err
 }
-
-// maxDrain bounds how much of a discarded response is read so that its
-// connection can be reused; beyond it, closing is cheaper.
-const maxDrain = 64 << 10
 
 // redactError returns err with the request's credentials scrubbed from
 // its message (a base transport may put the URL, key and all, in it);

@@ -463,3 +463,87 @@ func TestTransportHostBudgetsAreBounded(t *testing.T) {
 		t.Errorf("the heap grew by %d bytes over 6 000 hosts", grown)
 	}
 }
+
+// A failed response whose body has not ended (an error body longer than
+// MaxErrorBody, an event stream after its error event) is closed before
+// the retry, not drained: the server may hold it open for ever.
+func TestTransportNeverDrainsABodyThatWillNotEnd(t *testing.T) {
+	for _, c := range []struct {
+		name, contentType, first string
+	}{
+		{"error body of 64 KiB and more, then held", "application/json", strings.Repeat("x", rebound.MaxErrorBody+10)},
+		{"in-band error, then held", "text/event-stream", "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var calls int
+				base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+					calls++
+					status := 503
+					if c.contentType == "text/event-stream" {
+						status = 200
+					}
+					return &http.Response{StatusCode: status, Header: http.Header{"Content-Type": {c.contentType}},
+						Body: newNeverEndingBody(c.first), Request: r}, nil
+				})
+				tr := &rebound.Transport{Base: base, Policy: rebound.Policy{MaxAttempts: 2, BaseDelay: rebound.NoDelay}}
+				req, _ := http.NewRequest(http.MethodPost, "http://provider.test/", strings.NewReader("{}"))
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if calls != 2 {
+					t.Fatalf("%d attempts, want 2", calls)
+				}
+			})
+		})
+	}
+}
+
+// The policy's own classifier or observer panics during a half-open
+// breaker's probe through Transport: the probe still ends, as a failure.
+func TestTransportPanicInPolicyCodeEndsTheProbe(t *testing.T) {
+	for _, where := range []string{"classifier", "observer"} {
+		t.Run(where, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := breaker.New("p", breaker.Config{ConsecutiveFailures: 1, Cooldown: time.Second})
+				p, _ := b.Allow()
+				b.Done(p, rebound.OutcomeFailure) // open
+				time.Sleep(time.Second)           // the next call is the probe
+				base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+					return &http.Response{StatusCode: 503, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+				})
+				pol := rebound.Policy{Breaker: b, BaseDelay: rebound.NoDelay}
+				if where == "classifier" {
+					pol.Classifier = func(error) rebound.Verdict { panic("classifier bug") }
+				} else {
+					pol.Observer = rebound.ObserverFunc(func(rebound.Event) { panic("observer bug") })
+				}
+				tr := &rebound.Transport{Base: base, Policy: pol}
+				func() {
+					defer func() { recover() }() // as net/http's server does for a handler
+					req, _ := http.NewRequest(http.MethodGet, "http://provider.test/", nil)
+					tr.RoundTrip(req)
+				}()
+				time.Sleep(time.Second)
+				if _, err := b.Allow(); err != nil {
+					t.Fatalf("after the panicking probe and a cooldown: %v", err)
+				}
+			})
+		})
+	}
+}
+
+// NewHTTPError, in a function given to Do with no deadline, reads a body
+// that never completes for at most 5 s.
+func TestNewHTTPErrorBoundsItsRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		resp := &http.Response{StatusCode: 503, Header: http.Header{}, ContentLength: 1000, Body: newNeverEndingBody(`{"error":`)}
+		start := time.Now()
+		he := rebound.NewHTTPError(resp)
+		if took := time.Since(start); took != 5*time.Second || string(he.Body) != `{"error":` {
+			t.Fatalf("after %v: %q", took, he.Body)
+		}
+	})
+}

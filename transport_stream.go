@@ -273,14 +273,14 @@ func (t *Transport) lookahead(resp *http.Response) ([]byte, error) {
 }
 
 // streamBody is an event stream handed to the caller: the bytes the look
-// ahead read, then the rest. When a Breaker is attached it is told how the
-// stream ended, once: success at its end, failure if it broke, nothing
-// learned if the caller closed it early.
+// ahead read, then the rest. It holds the breaker's permit, if any, and
+// hands it back once, when the stream ends: success at its end, failure if
+// it broke, nothing learned if the caller closed it early.
 type streamBody struct {
 	io.Reader
 	body   io.ReadCloser
 	cancel func()
-	done   func(Outcome) // nil without a breaker
+	held   lease
 	once   sync.Once
 }
 
@@ -303,9 +303,7 @@ func (b *streamBody) Close() error {
 
 func (b *streamBody) finish(o Outcome) {
 	b.once.Do(func() {
-		if b.done != nil {
-			b.done(o)
-		}
+		b.held.done(o)
 		b.cancel()
 	})
 }

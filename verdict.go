@@ -125,16 +125,15 @@ type HTTPError struct {
 // keeps.
 const MaxErrorBody = 64 << 10
 
-// NewHTTPError reads at most MaxErrorBody bytes of resp's body, closes it,
-// and returns the failure as an *HTTPError. A gzip or deflate body (a
-// request that set Accept-Encoding itself gets one) is decoded. The
-// credentials of resp.Request (its credential headers and "key" query
-// parameter) are scrubbed from the error's body and headers, in case the
-// server echoed them.
+// NewHTTPError reads at most MaxErrorBody bytes of resp's body, for at
+// most 5 seconds, closes it, and returns the failure as an *HTTPError. A
+// gzip or deflate body (a request that set Accept-Encoding itself gets one)
+// is decoded. The credentials of resp.Request (its credential headers and
+// "key" query parameter) are scrubbed from the error's body and headers, in
+// case the server echoed them.
 func NewHTTPError(resp *http.Response) *HTTPError {
-	b := readErrorBody(resp, 0)
+	b := readErrorBody(resp, defaultErrorBodyTimeout)
 	if resp.Body != nil {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, MaxErrorBody))
 		resp.Body.Close()
 	}
 	return httpError(resp, b, scrub.Of(resp.Request))
