@@ -108,21 +108,25 @@ func readAtMost(r io.Reader, n int, size int64) ([]byte, error) {
 // gigabytes). A body cut short gives what could be decoded of it; one
 // that is not what its header says is judged as it came.
 func decode(encoding string, raw []byte) ([]byte, bool) {
-	var r io.Reader
-	var err error
-	switch strings.ToLower(strings.TrimSpace(encoding)) {
-	case "gzip", "x-gzip":
-		r, err = gzip.NewReader(bytes.NewReader(raw))
-	case "deflate":
-		r, err = zlib.NewReader(bytes.NewReader(raw))
-	default:
-		return raw, false
-	}
-	if err != nil {
+	r, err := decoder(encoding, bytes.NewReader(raw))
+	if r == nil || err != nil {
 		return raw, false
 	}
 	text, _ := readAtMost(r, MaxErrorBody, 0)
 	return text, true
+}
+
+// decoder returns a reader that undoes a gzip or deflate Content-Encoding
+// of r; nil for any other encoding, which is left as it is. Making it reads
+// the gzip header from r.
+func decoder(encoding string, r io.Reader) (io.Reader, error) {
+	switch strings.ToLower(strings.TrimSpace(encoding)) {
+	case "gzip", "x-gzip":
+		return gzip.NewReader(r)
+	case "deflate":
+		return zlib.NewReader(r)
+	}
+	return nil, nil
 }
 
 // httpError makes the *HTTPError of a failed response whose body b was

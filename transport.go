@@ -33,8 +33,9 @@ const DefaultMaxBufferedBody = 1 << 20
 // An event stream (a 200 with Content-Type text/event-stream) is looked
 // into before it is handed over, up to its first content event: if what
 // comes first is an in-band error event (a *StreamError: OpenAI's error
-// chunk, Anthropic's overloaded_error), or the stream ends, breaks or stalls
-// before any content, the attempt failed and is retried like an HTTP error.
+// chunk, Anthropic's overloaded_error), or the stream ends, breaks or goes
+// silent before any content, the attempt failed and is retried like an
+// HTTP error.
 // Otherwise the SDK gets the stream with the bytes read put back in front,
 // unchanged, and nothing after the first content event is ever retried.
 // Preamble (OpenAI chunks with only a role, response.created, Anthropic's
@@ -79,10 +80,13 @@ type Transport struct {
 	MaxBufferedBody int64
 
 	// StreamLookahead bounds how long an event stream (a 200 with
-	// Content-Type text/event-stream) may take to send its first content
-	// event; one that takes longer is closed and retried as a transient
-	// failure. Zero means DefaultStreamLookahead (2 minutes). It is apart
-	// from Policy.AttemptTimeout.
+	// Content-Type text/event-stream) may stay silent, sending not a byte,
+	// before its first content event; one silent longer is closed and
+	// retried as a transient failure. A stream that keeps sending
+	// (preamble, keep-alives), however long it takes to its answer, is not
+	// silent: a reasoning model may think for minutes. Zero means
+	// DefaultStreamLookahead (2 minutes). It is apart from
+	// Policy.AttemptTimeout.
 	StreamLookahead time.Duration
 
 	// StreamLookaheadBytes bounds how much of an event stream is read

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -544,6 +545,145 @@ func TestNewHTTPErrorBoundsItsRead(t *testing.T) {
 		he := rebound.NewHTTPError(resp)
 		if took := time.Since(start); took != 5*time.Second || string(he.Body) != `{"error":` {
 			t.Fatalf("after %v: %q", took, he.Body)
+		}
+	})
+}
+
+// timedBody sends its pieces, each after its delay (virtual time in a
+// synctest bubble), until closed.
+type timedBody struct {
+	pieces []string
+	delays []time.Duration
+	closed chan struct{}
+	once   atomic.Bool
+}
+
+func newTimedBody(pieces []string, delays []time.Duration) *timedBody {
+	return &timedBody{pieces: pieces, delays: delays, closed: make(chan struct{})}
+}
+
+func (b *timedBody) Read(p []byte) (int, error) {
+	if len(b.pieces) == 0 {
+		return 0, io.EOF
+	}
+	select {
+	case <-time.After(b.delays[0]):
+	case <-b.closed:
+		return 0, errors.New("read on closed body")
+	}
+	b.delays[0] = 0
+	n := copy(p, b.pieces[0])
+	if b.pieces[0] = b.pieces[0][n:]; b.pieces[0] == "" {
+		b.pieces, b.delays = b.pieces[1:], b.delays[1:]
+	}
+	return n, nil
+}
+
+func (b *timedBody) Close() error {
+	if b.once.CompareAndSwap(false, true) {
+		close(b.closed)
+	}
+	return nil
+}
+
+// A reasoning model's stream: its preamble at once, then three minutes of
+// keep-alives, then the answer. It is slow, not silent: sent once, handed
+// over whole. A stream silent for StreamLookahead is still retried.
+func TestTransportWaitsForAStreamThatKeepsSending(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls int
+		keepAlives := 12
+		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			calls++
+			pieces := []string{"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{}}\n\n"}
+			delays := []time.Duration{0}
+			for range keepAlives {
+				pieces, delays = append(pieces, ": keep-alive\n\n"), append(delays, 15*time.Second)
+			}
+			pieces = append(pieces, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"42\"}\n\n")
+			delays = append(delays, time.Second)
+			return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
+				Body: newTimedBody(pieces, delays), Request: r}, nil
+		})
+		tr := &rebound.Transport{Base: base, Policy: rebound.Policy{BaseDelay: rebound.NoDelay}}
+		req, _ := http.NewRequest(http.MethodPost, "http://provider.test/v1/responses", strings.NewReader("{}"))
+		start := time.Now()
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if calls != 1 || !strings.Contains(string(got), `"42"`) || time.Since(start) != 181*time.Second {
+			t.Fatalf("%d requests in %v; body %q", calls, time.Since(start), got)
+		}
+
+		// Silent for longer than StreamLookahead: stalled, retried.
+		calls, keepAlives = 0, 0
+		tr = &rebound.Transport{Base: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			calls++
+			return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
+				Body: newTimedBody([]string{": hello\n\n", "data: {\"delta\":\"late\"}\n\n"}, []time.Duration{0, 3 * time.Minute}), Request: r}, nil
+		}), Policy: rebound.Policy{MaxAttempts: 2, BaseDelay: rebound.NoDelay}}
+		req, _ = http.NewRequest(http.MethodPost, "http://provider.test/v1/responses", strings.NewReader("{}"))
+		start = time.Now()
+		_, err = tr.RoundTrip(req)
+		if !errors.Is(err, rebound.ErrStreamStalled) || calls != 2 || time.Since(start) != 4*time.Minute {
+			t.Fatalf("%d requests in %v: %v", calls, time.Since(start), err)
+		}
+	})
+}
+
+// An event stream encoded because the request set Accept-Encoding itself
+// is decoded to be looked into and handed over as it came: a healthy one
+// is sent once, an in-band error before content is retried.
+func TestTransportLooksIntoCompressedStreams(t *testing.T) {
+	gz := func(events ...string) []string {
+		var b bytes.Buffer
+		zw := gzip.NewWriter(&b)
+		var pieces []string
+		for _, e := range events { // one flushed piece an event, as a streaming server sends them
+			io.WriteString(zw, e)
+			zw.Flush()
+			pieces = append(pieces, b.String())
+			b.Reset()
+		}
+		zw.Close()
+		return append(pieces, b.String())
+	}
+	healthy := gz(roleChunk, textChunk)
+	failing := gz("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n")
+	synctest.Test(t, func(t *testing.T) {
+		var calls int
+		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			calls++
+			pieces := healthy
+			if calls == 1 {
+				pieces = failing
+			}
+			delays := make([]time.Duration, len(pieces))
+			for i := range delays {
+				delays[i] = time.Second // a piece a second
+			}
+			return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}, "Content-Encoding": {"gzip"}},
+				Body: newTimedBody(slices.Clone(pieces), delays), Request: r}, nil
+		})
+		tr := &rebound.Transport{Base: base, Policy: rebound.Policy{BaseDelay: rebound.NoDelay}}
+		req, _ := http.NewRequest(http.MethodPost, "http://provider.test/v1/chat/completions", strings.NewReader("{}"))
+		req.Header.Set("Accept-Encoding", "gzip")
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		zr, err := gzip.NewReader(bytes.NewReader(raw))
+		if err != nil {
+			t.Fatalf("the stream was not handed over as it came: %v", err)
+		}
+		text, _ := io.ReadAll(zr)
+		if calls != 2 || string(text) != roleChunk+textChunk {
+			t.Fatalf("%d requests; stream %q", calls, text)
 		}
 	})
 }
