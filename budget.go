@@ -137,13 +137,20 @@ func (b *RetryBudget) Withdraw(now time.Time) bool {
 	return true
 }
 
-// Refund gives back a retry withdrawn at now that was never made (its wait
-// was cut short, or a breaker refused it). Do, Transport and Stream call it
-// on any Budget that has it.
-func (b *RetryBudget) Refund(now time.Time) {
+// Refund gives back a retry that was withdrawn at the time at but never
+// made (its wait was cut short, or a breaker refused it). Do, Transport and
+// Stream call it on any Budget that has it, with the time of the
+// withdrawal, which may be a long wait ago. A withdrawal the budget has
+// already forgotten (more than TTL ago) is not refunded: the deposits it
+// was drawn against are forgotten too, and a refund now would make a token
+// nobody deposited.
+func (b *RetryBudget) Refund(at time.Time) {
 	b.mu.Lock()
-	b.slot(now).withdrawals--
-	b.mu.Unlock()
+	defer b.mu.Unlock()
+	epoch := b.epoch(at)
+	if s := &b.slots[window.Slot(epoch, budgetSlots)]; s.epoch == epoch && s.withdrawals >= 1 {
+		s.withdrawals--
+	}
 }
 
 // Available returns how many retries the budget would allow at now.

@@ -182,3 +182,61 @@ func TestRetryBudgetClockGoesBack(t *testing.T) {
 		b.Refund(then)
 	}
 }
+
+// A retry withdrawn, then refunded after a wait longer than the budget's
+// memory, makes no token: the refund goes to the withdrawal's slot, which
+// is forgotten with the deposits it was drawn against.
+func TestRetryBudgetRefundAfterALongWait(t *testing.T) {
+	b := &rebound.RetryBudget{MinPerSecond: -1} // no reserve: every token is a deposit's
+	t0 := time.Unix(1_700_000_000, 0)
+	for range 100 {
+		b.Deposit(t0)
+	}
+	for range 10 {
+		if !b.Withdraw(t0) {
+			t.Fatal("the deposits allow 10 retries")
+		}
+	}
+	later := t0.Add(30 * time.Second)
+	for range 10 {
+		b.Refund(t0) // the withdrawals' own time, after a 30 s wait
+	}
+	if got := b.Available(later); got != 0 {
+		t.Fatalf("%v retries allowed 30 s later, with nothing deposited since", got)
+	}
+	// Within the window, a refund gives the retry back.
+	for range 10 {
+		b.Deposit(later)
+	}
+	if !b.Withdraw(later) {
+		t.Fatal("ten deposits make a retry")
+	}
+	b.Refund(later)
+	if got := b.Available(later); got != 1 {
+		t.Fatalf("after a refund %v, want 1", got)
+	}
+}
+
+// A call whose long wait is cut short refunds its retry as of when it was
+// withdrawn, not as of now.
+func TestRefundIsDatedByTheWithdrawal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &rebound.RetryBudget{MinPerSecond: -1, TTL: time.Minute}
+		for range 100 {
+			b.Deposit(time.Now())
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(29*time.Second, cancel)
+		p := rebound.Policy{Budget: b, MaxServerWait: time.Minute}
+		rateLimited := &rebound.HTTPError{StatusCode: 429, Header: http.Header{"Retry-After": {"30"}}}
+		err := rebound.Run(ctx, p, func(context.Context) error { return rateLimited })
+		if !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+		// 101 deposits (the call's own) make 10.1 retries; the one
+		// withdrawn and refunded is back, and no more.
+		if got := b.Available(time.Now()); got < 10.09 || got > 10.11 {
+			t.Fatalf("%v retries available, want 10.1", got)
+		}
+	})
+}

@@ -201,11 +201,12 @@ func attemptTimedOut(ctx, actx context.Context, err error) bool {
 // policy) once an attempt has failed. It holds the policy by value so that
 // the caller's copy stays on the stack.
 type run struct {
-	obs    Observer
-	start  time.Time
-	clock  Clock
-	target string
-	loop   Loop
+	obs        Observer
+	start      time.Time
+	clock      Clock
+	target     string
+	loop       Loop
+	withdrewAt time.Time // when the latest retry was withdrawn from the budget
 }
 
 func (r *run) elapsed() time.Duration { return r.clock.Now().Sub(r.start) }
@@ -260,18 +261,24 @@ func (r *run) next(v Verdict) Decision {
 		now = r.clock.Now()
 	}
 	d := r.loop.Next(v, now)
-	if b := r.loop.policy.Budget; d.Retry && b != nil && !b.Withdraw(r.clock.Now()) {
-		r.loop.waited -= d.Wait
-		return Decision{Reason: StopRetryBudget, ServerWait: d.ServerWait, HasServerWait: d.HasServerWait}
+	if b := r.loop.policy.Budget; d.Retry && b != nil {
+		if now.IsZero() {
+			now = r.clock.Now()
+		}
+		if !b.Withdraw(now) {
+			r.loop.waited -= d.Wait
+			return Decision{Reason: StopRetryBudget, ServerWait: d.ServerWait, HasServerWait: d.HasServerWait}
+		}
+		r.withdrewAt = now
 	}
 	return d
 }
 
 // refund gives a retry that was allowed but not made back to a budget that
-// takes refunds.
+// takes refunds, as of when it was withdrawn.
 func (r *run) refund() {
 	if b, ok := r.loop.policy.Budget.(interface{ Refund(time.Time) }); ok {
-		b.Refund(r.clock.Now())
+		b.Refund(r.withdrewAt)
 	}
 }
 
