@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Provider rules live here, in the root package, so that the default
@@ -372,7 +374,8 @@ func resetAt(s string, now time.Time) (time.Duration, bool) {
 // (OpenAI's and Anthropic's type, Gemini's status) and code (OpenAI's
 // code, Anthropic's details.error_code). Both are empty when err carries
 // no such body. Logs and metrics use them to tell a 400
-// context_length_exceeded from a 400 invalid_value.
+// context_length_exceeded from a 400 invalid_value; each is at most 64
+// bytes, with any control characters dropped.
 func ErrorCode(err error) (errType, code string) {
 	var body []byte
 	for e := err; e != nil; {
@@ -402,5 +405,31 @@ func ErrorCode(err error) (errType, code string) {
 	if code == "" {
 		code = pe.ErrorCode
 	}
-	return errType, code
+	return identifier(errType), identifier(code)
+}
+
+// maxIdentifier bounds an error type or code that ErrorCode returns.
+const maxIdentifier = 64
+
+// identifier is s fit to log as an error type or code: at most
+// maxIdentifier bytes, cut on a rune boundary, with no control characters.
+// A provider's type is a short word; a hostile one could send 60 KB of
+// terminal escapes, and every log record would carry them.
+func identifier(s string) string {
+	if len(s) > maxIdentifier {
+		n := maxIdentifier
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		s = s[:n]
+	}
+	if strings.IndexFunc(s, unicode.IsControl) >= 0 {
+		s = strings.Map(func(r rune) rune {
+			if unicode.IsControl(r) {
+				return -1
+			}
+			return r
+		}, s)
+	}
+	return s
 }

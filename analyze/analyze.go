@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/rebound-go/rebound"
@@ -289,16 +290,26 @@ func (a *Analyzer) check(rec *record) (call, bool) {
 	return c, true
 }
 
-// clip cuts s to at most MaxCodeBytes, on a rune boundary.
+// clip cuts s to at most MaxCodeBytes, on a rune boundary, and replaces
+// control characters with U+FFFD: a log may carry what a hostile provider
+// put in its error type, and a report must not carry terminal escapes.
 func clip(s string) string {
-	if len(s) <= MaxCodeBytes {
-		return s
+	if len(s) > MaxCodeBytes {
+		n := MaxCodeBytes
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		s = strings.Clone(s[:n]) // not to keep the rest alive
 	}
-	n := MaxCodeBytes
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
+	if strings.IndexFunc(s, unicode.IsControl) >= 0 {
+		s = strings.Map(func(r rune) rune {
+			if unicode.IsControl(r) {
+				return utf8.RuneError
+			}
+			return r
+		}, s)
 	}
-	return strings.Clone(s[:n]) // not to keep the rest alive
+	return s
 }
 
 // baseKey is what a verdict is computed from.

@@ -343,6 +343,16 @@ func TestClip(t *testing.T) {
 	}
 }
 
+// TestClipDropsControlCharacters: a type that would set a terminal's title
+// and clear its screen reaches no report as such.
+func TestClipDropsControlCharacters(t *testing.T) {
+	r := analyzeLines(t, Options{}, `{"succeeded":false,"status":400,"error_type":"\u001b]0;owned\u0007\u001b[2Jcall me"}`)
+	typ := r.Rows[0].ErrorType
+	if strings.ContainsAny(typ, "\x1b\x07") || !strings.Contains(typ, "call me") {
+		t.Errorf("error type %q", typ)
+	}
+}
+
 func TestReadCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
