@@ -5,8 +5,9 @@
 // Two nets catch a credential. A request's own credentials (the values of
 // its credential headers and its "key" query parameter) are known
 // exactly, and are replaced wherever they appear, also in the encoded
-// forms a server might echo them in (URL query and path escaping, the
-// query exactly as it was sent). And text that has the shape of a
+// forms a server might echo them in (URL query and path escaping, with
+// escapes in either case; the query exactly as it was sent; a JSON
+// encoder's escaped solidus). And text that has the shape of a
 // provider's API key (OpenAI's and Anthropic's "sk-…", Google's "AIza…",
 // Groq's "gsk_…", an AWS access key ID, a bearer token) is replaced even
 // when no request is known: that covers an error a caller built by hand.
@@ -61,9 +62,13 @@ func Of(req *http.Request) Secrets {
 		if len(v) < minSecret {
 			return
 		}
-		for _, form := range []string{v, url.QueryEscape(v), url.PathEscape(v)} {
-			if !slices.Contains(s.values, form) {
-				s.values = append(s.values, form)
+		for _, escaped := range []string{v, url.QueryEscape(v), url.PathEscape(v)} {
+			// Percent-escapes in either case, and a JSON encoder's
+			// escaped solidus (PHP's json_encode writes "/" as "\/").
+			for _, form := range []string{escaped, lowerEscapes(escaped), strings.ReplaceAll(escaped, "/", `\/`)} {
+				if !slices.Contains(s.values, form) {
+					s.values = append(s.values, form)
+				}
 			}
 		}
 	}
@@ -89,6 +94,26 @@ func Of(req *http.Request) Secrets {
 	}
 	slices.SortFunc(s.values, func(a, b string) int { return len(b) - len(a) })
 	return s
+}
+
+// lowerEscapes returns s with its percent-escapes in lower case ("%2f"
+// for "%2F"), as some servers write them.
+func lowerEscapes(s string) string {
+	b := []byte(s)
+	for i := 0; i+2 < len(b); i++ {
+		if b[i] == '%' {
+			b[i+1], b[i+2] = lowerHex(b[i+1]), lowerHex(b[i+2])
+			i += 2
+		}
+	}
+	return string(b)
+}
+
+func lowerHex(c byte) byte {
+	if 'A' <= c && c <= 'F' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 // String returns t with every known credential and every key-shaped word

@@ -136,3 +136,20 @@ func FuzzScrub(f *testing.F) {
 		}
 	})
 }
+
+// Forms of a key with "+", "/" and "=" that servers really write: escapes
+// in lower case, and JSON with an escaped solidus (PHP's json_encode).
+func TestEscapedForms(t *testing.T) {
+	key := "k3y+With/Slash=Padding0123456789"
+	basic := "Z2F0ZXdheS11c2VyOnMzY3IzdC9wYXNzK3dvcmQ/"
+	s := Of(request(t, "http://p.test/v1?key="+url.QueryEscape(key), "Authorization", "Basic "+basic))
+	for _, echoed := range []string{
+		`k3y+With\/Slash=Padding0123456789`,
+		"k3y%2bWith%2fSlash%3dPadding0123456789",
+		`Z2F0ZXdheS11c2VyOnMzY3IzdC9wYXNzK3dvcmQ\/`,
+	} {
+		if got := s.String(`{"error":{"message":"bad ` + echoed + `"}}`); strings.Contains(got, "Padding01") || strings.Contains(got, "ZXdheS11") {
+			t.Errorf("%q survived: %s", echoed, got)
+		}
+	}
+}
