@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -95,8 +96,10 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 	// An address that is not host:port is bad usage; one that cannot be
 	// had (a port in use) is a failure.
-	if _, _, err := net.SplitHostPort(*addr); err != nil {
+	if _, port, err := net.SplitHostPort(*addr); err != nil {
 		return usageErr("--addr %q: %v (want host:port, e.g. 127.0.0.1:0)", *addr, err)
+	} else if n, err := strconv.ParseUint(port, 10, 16); err != nil || n > 65535 {
+		return usageErr("--addr %q: port %q is not a number from 0 to 65535", *addr, port)
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {

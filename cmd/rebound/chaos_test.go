@@ -175,6 +175,8 @@ func TestRunChaosUsage(t *testing.T) {
 		{[]string{"--cut-after", "99999999999999999999"}, `invalid value "99999999999999999999" for flag -cut-after: value out of range`},
 		{[]string{"--seed", "-1"}, `invalid value "-1" for flag -seed`},
 		{[]string{"--addr", "nonsense"}, `--addr "nonsense": address nonsense: missing port in address (want host:port`},
+		{[]string{"--addr", "127.0.0.1:99999"}, `--addr "127.0.0.1:99999": port "99999" is not a number from 0 to 65535`},
+		{[]string{"--addr", "[::1]:0x"}, `port "0x" is not a number`},
 	}
 	// A canceled context makes a server that wrongly starts stop at once,
 	// so that the test fails rather than hangs.
