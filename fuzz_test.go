@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/header"
 )
 
 // The fuzz targets feed the hint and body parsers whatever a server might
@@ -16,29 +18,12 @@ var fuzzNow = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 func checkHint(t *testing.T, d time.Duration, ok bool) {
 	t.Helper()
-	if ok && (d < 0 || d > MaxHint) {
-		t.Fatalf("hint %v outside [0, %v]", d, MaxHint)
+	if ok && (d < 0 || d > header.MaxHint) {
+		t.Fatalf("hint %v outside [0, %v]", d, header.MaxHint)
 	}
 	if !ok && d != 0 {
 		t.Fatalf("no hint, yet %v", d)
 	}
-}
-
-func FuzzServerWaitHint(f *testing.F) {
-	f.Add("", "1", "")
-	f.Add("1500.5", "2", "")
-	f.Add("", "Wed, 21 Oct 2026 07:28:00 GMT", "Wed, 21 Oct 2026 07:27:00 GMT")
-	f.Add("-1", "-1", "garbage")
-	f.Add("1e308", "99999999999999999999", "")
-	f.Add("NaN", "Inf", "")
-	f.Fuzz(func(t *testing.T, ms, after, date string) {
-		h := http.Header{}
-		h.Set("Retry-After-Ms", ms)
-		h.Set("Retry-After", after)
-		h.Set("Date", date)
-		d, ok := ServerWaitHint(h, fuzzNow)
-		checkHint(t, d, ok)
-	})
 }
 
 func FuzzClassifyResponse(f *testing.F) {
@@ -57,30 +42,6 @@ func FuzzClassifyResponse(f *testing.F) {
 			t.Fatalf("kind %v from an HTTP response", v.Kind)
 		}
 		checkHint(t, v.ServerWait, v.HasServerWait)
-	})
-}
-
-func FuzzParseRateLimit(f *testing.F) {
-	f.Add("500", "499", "1s", "6m0s", "2026-11-29T12:00:03Z")
-	f.Add("-1", "x", "12ms", "-5s", "not a time")
-	f.Add("9223372036854775808", "", "99999999h", "1.5h", "9999-12-31T23:59:59Z")
-	f.Fuzz(func(t *testing.T, limit, remaining, resetRequests, resetTokens, resetAnthropic string) {
-		h := http.Header{}
-		h.Set("X-Ratelimit-Limit-Requests", limit)
-		h.Set("X-Ratelimit-Remaining-Requests", remaining)
-		h.Set("X-Ratelimit-Reset-Requests", resetRequests)
-		h.Set("X-Ratelimit-Reset-Tokens", resetTokens)
-		rl, _ := ParseRateLimit(h, fuzzNow)
-		a := http.Header{}
-		a.Set("Anthropic-Ratelimit-Tokens-Limit", limit)
-		a.Set("Anthropic-Ratelimit-Tokens-Reset", resetAnthropic)
-		al, _ := ParseRateLimit(a, fuzzNow)
-		for _, q := range []Quota{rl.Requests, rl.Tokens, al.Tokens} {
-			if q.Limit < -1 || q.Remaining < -1 {
-				t.Fatalf("negative count %+v", q)
-			}
-			checkHint(t, q.Reset, q.HasReset)
-		}
 	})
 }
 

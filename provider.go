@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/rebound-go/rebound/internal/header"
 )
 
 // Provider rules live here, in the root package, so that the default
@@ -148,13 +149,13 @@ func parseProviderError(body []byte) (providerError, bool) {
 }
 
 // parseProtoDuration reads a google.protobuf.Duration in its JSON form
-// ("53s", "1.5s"), bounded by MaxHint.
+// ("53s", "1.5s"), bounded by header.MaxHint.
 func parseProtoDuration(s string) (time.Duration, bool) {
 	num, ok := strings.CutSuffix(strings.TrimSpace(s), "s")
 	if !ok {
 		return 0, false
 	}
-	return boundedSeconds(num)
+	return header.Seconds(num)
 }
 
 // parseSecondsJSON reads a JSON number or numeric string of seconds.
@@ -169,17 +170,7 @@ func parseSecondsJSON(raw json.RawMessage) (time.Duration, bool) {
 			return 0, false
 		}
 	}
-	return boundedSeconds(s)
-}
-
-// boundedSeconds parses a non-negative decimal number of seconds no larger
-// than MaxHint.
-func boundedSeconds(s string) (time.Duration, bool) {
-	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil || !(f >= 0) || f > MaxHint.Seconds() {
-		return 0, false
-	}
-	return time.Duration(f * float64(time.Second)), true
+	return header.Seconds(s)
 }
 
 // kind returns what the body alone says about the failure, or false if it
@@ -226,15 +217,20 @@ func (pe *providerError) dailyQuota() bool {
 // the start of its body, which may be in OpenAI's, Anthropic's or Gemini's
 // error shape.
 //
-// The status gives a first answer (see ClassifyHTTP). A body that says the
+// The status gives a first answer: 408, 409, 425, 5xx and unknown
+// statuses are transient, 429 rate-limited, 529 overloaded, 402 quota
+// exhausted, 413 context overflow, other 4xx permanent. A body that says the
 // quota is exhausted, the context overflowed, the provider is overloaded or
 // the caller is rate-limited overrides it: an OpenAI 429 insufficient_quota
 // is not retried, an Anthropic 400 "prompt is too long" is a context
 // overflow. "x-should-retry: false" always wins; "true" makes a failure
 // transient unless the body says quota exhausted, context overflow or
 // permanent. The wait hint comes from retry-after-ms, Retry-After, Gemini's
-// RetryInfo.retryDelay, then a body "retry_after", in that order.
-// Rate-limit reset headers are never a wait hint (see ParseRateLimit).
+// RetryInfo.retryDelay, then a body "retry_after", in that order; an
+// HTTP-date is measured from the response's Date header, else from now. A
+// hint up to a year is a real (long) request to wait; a negative,
+// malformed or longer one is ignored. Rate-limit reset headers are never a
+// wait hint.
 func ClassifyResponse(status int, h http.Header, body []byte) Verdict {
 	v := Verdict{Kind: statusKind(status)}
 	pe, parsed := parseProviderError(body)
@@ -254,7 +250,7 @@ func ClassifyResponse(status int, h http.Header, body []byte) Verdict {
 			v.Kind = KindTransient
 		}
 	}
-	v.ServerWait, v.HasServerWait = ServerWaitHint(h, time.Time{})
+	v.ServerWait, v.HasServerWait = header.Wait(h, time.Now)
 	if !v.HasServerWait && parsed {
 		switch {
 		case pe.HasRetryDelay:
@@ -283,90 +279,6 @@ func statusKind(status int) Kind {
 		return KindPermanent
 	}
 	return KindTransient
-}
-
-// Quota is what a provider's rate-limit headers say about one limit.
-type Quota struct {
-	// Limit and Remaining are the limit and what is left of it; -1 when
-	// the header is absent or malformed.
-	Limit, Remaining int64
-	// Reset is how long until the limit is fully replenished; meaningful
-	// when HasReset is set.
-	Reset    time.Duration
-	HasReset bool
-}
-
-// RateLimit is what a response's rate-limit headers say: OpenAI's
-// x-ratelimit-{limit,remaining,reset}-{requests,tokens} and Anthropic's
-// anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-*.
-// A reset says when a quota is full again, not when to retry: it feeds a
-// rate limiter and is never a wait hint.
-type RateLimit struct {
-	Requests, Tokens, InputTokens, OutputTokens Quota
-}
-
-// ParseRateLimit reads the rate-limit headers of a response received at
-// now (the Date header, if any, is preferred, as for Retry-After). It
-// reports false when there are none. Malformed or absurd values are
-// treated as absent.
-func ParseRateLimit(h http.Header, now time.Time) (RateLimit, bool) {
-	if date, err := http.ParseTime(h.Get("Date")); err == nil {
-		now = date
-	}
-	var rl RateLimit
-	found := false
-	parse := func(q *Quota, limit, remaining, reset string, rfc3339 bool) {
-		q.Limit, q.Remaining = headerInt(h, limit), headerInt(h, remaining)
-		if rfc3339 {
-			q.Reset, q.HasReset = resetAt(h.Get(reset), now)
-		} else {
-			q.Reset, q.HasReset = resetIn(h.Get(reset))
-		}
-		found = found || q.Limit >= 0 || q.Remaining >= 0 || q.HasReset
-	}
-	if h.Get("X-Ratelimit-Limit-Requests") != "" || h.Get("X-Ratelimit-Remaining-Requests") != "" ||
-		h.Get("X-Ratelimit-Limit-Tokens") != "" || h.Get("X-Ratelimit-Remaining-Tokens") != "" ||
-		h.Get("X-Ratelimit-Reset-Requests") != "" || h.Get("X-Ratelimit-Reset-Tokens") != "" {
-		parse(&rl.Requests, "X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests", false)
-		parse(&rl.Tokens, "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens", false)
-		rl.InputTokens, rl.OutputTokens = Quota{Limit: -1, Remaining: -1}, Quota{Limit: -1, Remaining: -1}
-		return rl, found
-	}
-	for _, q := range []struct {
-		q    *Quota
-		name string
-	}{{&rl.Requests, "requests"}, {&rl.Tokens, "tokens"}, {&rl.InputTokens, "input-tokens"}, {&rl.OutputTokens, "output-tokens"}} {
-		p := "Anthropic-Ratelimit-" + q.name
-		parse(q.q, p+"-Limit", p+"-Remaining", p+"-Reset", true)
-	}
-	return rl, found
-}
-
-func headerInt(h http.Header, key string) int64 {
-	n, err := strconv.ParseInt(strings.TrimSpace(h.Get(key)), 10, 64)
-	if err != nil || n < 0 {
-		return -1
-	}
-	return n
-}
-
-// resetIn reads an OpenAI reset such as "1s", "6m0s" or "12ms".
-func resetIn(s string) (time.Duration, bool) {
-	d, err := time.ParseDuration(strings.TrimSpace(s))
-	if err != nil || d < 0 || d > MaxHint {
-		return 0, false
-	}
-	return d, true
-}
-
-// resetAt reads an Anthropic reset, an RFC 3339 time, as a duration from
-// now; a time in the past is a reset already done.
-func resetAt(s string, now time.Time) (time.Duration, bool) {
-	at, err := time.Parse(time.RFC3339, strings.TrimSpace(s))
-	if err != nil {
-		return 0, false
-	}
-	return waitUntil(at, now)
 }
 
 // ErrorCode returns what an OpenAI, Anthropic or Gemini error body in err

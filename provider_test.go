@@ -97,48 +97,6 @@ func TestRateLimitResetIsNotAWaitHint(t *testing.T) {
 	}
 }
 
-func TestParseRateLimit(t *testing.T) {
-	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	openai := http.Header{}
-	openai.Set("X-Ratelimit-Limit-Requests", "500")
-	openai.Set("X-Ratelimit-Remaining-Requests", "499")
-	openai.Set("X-Ratelimit-Reset-Requests", "120ms")
-	openai.Set("X-Ratelimit-Limit-Tokens", "30000")
-	openai.Set("X-Ratelimit-Remaining-Tokens", "29000")
-	openai.Set("X-Ratelimit-Reset-Tokens", "6m0s")
-	rl, ok := ParseRateLimit(openai, now)
-	want := RateLimit{
-		Requests:    Quota{Limit: 500, Remaining: 499, Reset: 120 * time.Millisecond, HasReset: true},
-		Tokens:      Quota{Limit: 30000, Remaining: 29000, Reset: 6 * time.Minute, HasReset: true},
-		InputTokens: Quota{Limit: -1, Remaining: -1}, OutputTokens: Quota{Limit: -1, Remaining: -1},
-	}
-	if !ok || rl != want {
-		t.Fatalf("openai: %+v %v\nwant %+v", rl, ok, want)
-	}
-
-	anthropic := http.Header{}
-	anthropic.Set("Anthropic-Ratelimit-Requests-Limit", "50")
-	anthropic.Set("Anthropic-Ratelimit-Requests-Remaining", "49")
-	anthropic.Set("Anthropic-Ratelimit-Requests-Reset", now.Add(3*time.Second).Format(time.RFC3339))
-	anthropic.Set("Anthropic-Ratelimit-Tokens-Reset", now.Add(-time.Second).Format(time.RFC3339))
-	anthropic.Set("Anthropic-Ratelimit-Input-Tokens-Remaining", "garbage")
-	rl, ok = ParseRateLimit(anthropic, now)
-	if !ok || rl.Requests != (Quota{Limit: 50, Remaining: 49, Reset: 3 * time.Second, HasReset: true}) ||
-		rl.Tokens != (Quota{Limit: -1, Remaining: -1, Reset: 0, HasReset: true}) || rl.InputTokens.Remaining != -1 {
-		t.Fatalf("anthropic: %+v %v", rl, ok)
-	}
-
-	bad := http.Header{}
-	bad.Set("X-Ratelimit-Reset-Requests", "-5s")
-	bad.Set("X-Ratelimit-Reset-Tokens", "99999999h")
-	if rl, ok := ParseRateLimit(bad, now); ok || rl.Requests.HasReset || rl.Tokens.HasReset {
-		t.Fatalf("malformed resets: %+v %v", rl, ok)
-	}
-	if _, ok := ParseRateLimit(http.Header{}, now); ok {
-		t.Fatal("no headers, yet found")
-	}
-}
-
 func TestErrorCode(t *testing.T) {
 	for _, tc := range []struct {
 		err       error

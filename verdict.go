@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -260,69 +259,4 @@ func classifyOne(err error) (Verdict, bool) {
 		return Verdict{Kind: KindTransient}, true
 	}
 	return Verdict{}, false
-}
-
-// ClassifyHTTP judges a failed HTTP response by its status and headers
-// alone: ClassifyResponse without a body.
-//
-// Statuses 408, 409, 425, 5xx and unknown ones are transient, 429
-// rate-limited, 529 overloaded, 402 quota exhausted, 413 context overflow,
-// other 4xx permanent. "x-should-retry: false" makes anything permanent;
-// "true" makes a status that would not be retried transient. The wait hint
-// comes from retry-after-ms, else Retry-After (delay-seconds or HTTP-date).
-func ClassifyHTTP(status int, h http.Header) Verdict { return ClassifyResponse(status, h, nil) }
-
-// MaxHint is the longest wait hint taken at face value: a year. A hint
-// up to it is a real request to wait, however long (and, beyond
-// MaxServerWait, stops a call that honours hints); a longer one, like a
-// date decades away or 1e300 seconds, is absurd: it is ignored and
-// computed backoff is used instead.
-const MaxHint = 365 * 24 * time.Hour
-
-// ServerWaitHint returns the wait a response's headers ask for:
-// retry-after-ms (float milliseconds), else Retry-After as delay-seconds or
-// an HTTP-date. An HTTP-date is measured from the response's Date header,
-// else from now, else from the clock; a date in the past asks for no wait.
-// Negative, unparsable or absurd values (beyond MaxHint) are ignored.
-func ServerWaitHint(h http.Header, now time.Time) (time.Duration, bool) {
-	if s := strings.TrimSpace(h.Get("Retry-After-Ms")); s != "" {
-		ms, err := strconv.ParseFloat(s, 64)
-		if err == nil && ms >= 0 && ms <= float64(MaxHint/time.Millisecond) {
-			return time.Duration(ms * float64(time.Millisecond)), true
-		}
-	}
-	s := strings.TrimSpace(h.Get("Retry-After"))
-	if s == "" {
-		return 0, false
-	}
-	if secs, err := strconv.ParseUint(s, 10, 64); err == nil {
-		if secs > uint64(MaxHint/time.Second) {
-			return 0, false
-		}
-		return time.Duration(secs) * time.Second, true
-	}
-	at, err := http.ParseTime(s)
-	if err != nil {
-		return 0, false
-	}
-	if date, err := http.ParseTime(h.Get("Date")); err == nil {
-		now = date
-	}
-	return waitUntil(at, now)
-}
-
-// waitUntil returns the wait from now (the clock's, if zero) until at: none
-// for a time already past; false for one beyond MaxHint, which is absurd.
-func waitUntil(at, now time.Time) (time.Duration, bool) {
-	if now.IsZero() {
-		now = time.Now()
-	}
-	d := at.Sub(now)
-	switch {
-	case d < 0:
-		return 0, true
-	case d > MaxHint:
-		return 0, false
-	}
-	return d, true
 }

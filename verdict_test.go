@@ -26,7 +26,7 @@ func TestClassifyHTTPStatus(t *testing.T) {
 		529: KindOverloaded,
 	}
 	for status, kind := range want {
-		if v := ClassifyHTTP(status, http.Header{}); v.Kind != kind || v.HasServerWait {
+		if v := ClassifyResponse(status, http.Header{}, nil); v.Kind != kind || v.HasServerWait {
 			t.Errorf("%d: %+v, want %v without a hint", status, v, kind)
 		}
 	}
@@ -46,46 +46,8 @@ func TestShouldRetryHeader(t *testing.T) {
 		{400, "maybe", KindPermanent},
 	} {
 		h := http.Header{"X-Should-Retry": {tc.value}}
-		if v := ClassifyHTTP(tc.status, h); v.Kind != tc.want {
+		if v := ClassifyResponse(tc.status, h, nil); v.Kind != tc.want {
 			t.Errorf("%d with x-should-retry %q: %v, want %v", tc.status, tc.value, v.Kind, tc.want)
-		}
-	}
-}
-
-func TestServerWaitHint(t *testing.T) {
-	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	date := func(t time.Time) string { return t.Format(http.TimeFormat) }
-	for _, tc := range []struct {
-		name string
-		h    http.Header
-		want time.Duration
-		ok   bool
-	}{
-		{"none", http.Header{}, 0, false},
-		{"seconds", http.Header{"Retry-After": {"1"}}, time.Second, true},
-		{"zero seconds", http.Header{"Retry-After": {"0"}}, 0, true},
-		{"spaces", http.Header{"Retry-After": {" 7 "}}, 7 * time.Second, true},
-		{"ms wins", http.Header{"Retry-After": {"5"}, "Retry-After-Ms": {"1500.5"}}, 1500500 * time.Microsecond, true},
-		{"bad ms falls back", http.Header{"Retry-After": {"5"}, "Retry-After-Ms": {"soon"}}, 5 * time.Second, true},
-		{"negative ms falls back", http.Header{"Retry-After": {"5"}, "Retry-After-Ms": {"-3"}}, 5 * time.Second, true},
-		{"NaN ms", http.Header{"Retry-After-Ms": {"NaN"}}, 0, false},
-		{"negative seconds", http.Header{"Retry-After": {"-1"}}, 0, false},
-		{"fraction seconds", http.Header{"Retry-After": {"1.5"}}, 0, false},
-		{"garbage", http.Header{"Retry-After": {"tomorrow-ish"}}, 0, false},
-		{"absurd seconds", http.Header{"Retry-After": {"99999999999999999999"}}, 0, false},
-		{"huge but parsable seconds", http.Header{"Retry-After": {"9223372036854775807"}}, 0, false},
-		{"an hour", http.Header{"Retry-After": {"3600"}}, time.Hour, true},
-		{"a day and more", http.Header{"Retry-After": {"90000"}}, 25 * time.Hour, true},
-		{"two years", http.Header{"Retry-After": {"63072000"}}, 0, false},
-		{"absurd ms", http.Header{"Retry-After-Ms": {"1e300"}}, 0, false},
-		{"date", http.Header{"Retry-After": {date(now.Add(90 * time.Second))}}, 90 * time.Second, true},
-		{"date against Date header", http.Header{"Retry-After": {date(now.Add(time.Hour + 30*time.Second))}, "Date": {date(now.Add(time.Hour))}}, 30 * time.Second, true},
-		{"date in the past", http.Header{"Retry-After": {date(now.Add(-time.Minute))}}, 0, true},
-		{"date absurdly far", http.Header{"Retry-After": {date(now.AddDate(5, 0, 0))}}, 0, false},
-	} {
-		got, ok := ServerWaitHint(tc.h, now)
-		if got != tc.want || ok != tc.ok {
-			t.Errorf("%s: (%v, %v), want (%v, %v)", tc.name, got, ok, tc.want, tc.ok)
 		}
 	}
 }

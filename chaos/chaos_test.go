@@ -16,7 +16,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/header"
 )
 
 func newServer(t *testing.T, cfg Config) *Server {
@@ -259,8 +259,8 @@ func TestNew(t *testing.T) {
 	}
 
 	// A year is a long hint, but a real one: the longest rebound takes.
-	if MaxRetryAfter != rebound.MaxHint {
-		t.Errorf("MaxRetryAfter %v, rebound.MaxHint %v", MaxRetryAfter, rebound.MaxHint)
+	if MaxRetryAfter != header.MaxHint {
+		t.Errorf("MaxRetryAfter %v, the longest hint rebound takes %v", MaxRetryAfter, header.MaxHint)
 	}
 	if s := newServer(t, Config{RetryAfter: MaxRetryAfter}); s.retryAfter != 365*24*3600 {
 		t.Errorf("RetryAfter of a year: hint %d s, want %d", s.retryAfter, 365*24*3600)

@@ -33,6 +33,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/header"
 )
 
 // ErrDeadline is the error of a call that would have to wait past its
@@ -221,7 +222,7 @@ func (l *Limiter) Observe(h http.Header) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	rl, ok := rebound.ParseRateLimit(h, now)
+	rl, ok := header.RateLimits(h, now)
 	if !ok {
 		return
 	}
@@ -231,7 +232,7 @@ func (l *Limiter) Observe(h http.Header) {
 }
 
 // pace slows lim so that q.Remaining lasts until q.Reset.
-func pace(lim *rate.Limiter, q rebound.Quota, configured float64, now time.Time, restoreAt *time.Time) *rate.Limiter {
+func pace(lim *rate.Limiter, q header.Quota, configured float64, now time.Time, restoreAt *time.Time) *rate.Limiter {
 	if q.Remaining < 0 || !q.HasReset || q.Reset <= 0 {
 		return lim
 	}

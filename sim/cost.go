@@ -419,7 +419,7 @@ func strategy(name string, p *provider, clock *Clock, rng *rand.Rand) *fallback.
 func statusOnly(err error) rebound.Verdict {
 	v := rebound.Classify(err)
 	if herr, ok := err.(*rebound.HTTPError); ok {
-		v = rebound.ClassifyHTTP(herr.StatusCode, herr.Header)
+		v = rebound.ClassifyResponse(herr.StatusCode, herr.Header, nil)
 		if herr.StatusCode == 529 {
 			v.Kind = rebound.KindTransient
 		}

@@ -1,0 +1,158 @@
+// Package header reads what a provider's response headers say about
+// waiting: the wait a failed response asks for (retry-after-ms,
+// Retry-After), and how much of each rate limit is left and when it resets
+// (OpenAI's x-ratelimit-*, Anthropic's anthropic-ratelimit-*).
+//
+// A reset says when a quota is full again, not when to retry: it feeds a
+// rate limiter and is never a wait hint. Every value is bounded: negative,
+// malformed or absurd ones (beyond MaxHint) are treated as absent, and
+// nothing overflows.
+package header
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MaxHint is the longest wait taken at face value: a year. A hint up to it
+// is a real request to wait, however long; a longer one, like a date
+// decades away or 1e300 seconds, is absurd and ignored.
+const MaxHint = 365 * 24 * time.Hour
+
+// Wait returns the wait h asks for: retry-after-ms (float milliseconds),
+// else Retry-After as delay-seconds or an HTTP-date. An HTTP-date is
+// measured from the response's Date header, else from now(); a date in the
+// past asks for no wait. now is called only for such a date.
+func Wait(h http.Header, now func() time.Time) (time.Duration, bool) {
+	if s := strings.TrimSpace(h.Get("Retry-After-Ms")); s != "" {
+		ms, err := strconv.ParseFloat(s, 64)
+		if err == nil && ms >= 0 && ms <= float64(MaxHint/time.Millisecond) {
+			return time.Duration(ms * float64(time.Millisecond)), true
+		}
+	}
+	s := strings.TrimSpace(h.Get("Retry-After"))
+	if s == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseUint(s, 10, 64); err == nil {
+		if secs > uint64(MaxHint/time.Second) {
+			return 0, false
+		}
+		return time.Duration(secs) * time.Second, true
+	}
+	at, err := http.ParseTime(s)
+	if err != nil {
+		return 0, false
+	}
+	if date, err := http.ParseTime(h.Get("Date")); err == nil {
+		return Until(at, date)
+	}
+	return Until(at, now())
+}
+
+// Until returns the wait from now until at: none for a time already past;
+// false for one beyond MaxHint, which is absurd.
+func Until(at, now time.Time) (time.Duration, bool) {
+	d := at.Sub(now)
+	switch {
+	case d < 0:
+		return 0, true
+	case d > MaxHint:
+		return 0, false
+	}
+	return d, true
+}
+
+// Seconds parses a non-negative decimal number of seconds no larger than
+// MaxHint, as wait hints in bodies give them ("53", "1.5").
+func Seconds(s string) (time.Duration, bool) {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || !(f >= 0) || f > MaxHint.Seconds() {
+		return 0, false
+	}
+	return time.Duration(f * float64(time.Second)), true
+}
+
+// Quota is what a provider's rate-limit headers say about one limit.
+type Quota struct {
+	// Limit and Remaining are the limit and what is left of it; -1 when
+	// the header is absent or malformed.
+	Limit, Remaining int64
+	// Reset is how long until the limit is fully replenished; meaningful
+	// when HasReset is set.
+	Reset    time.Duration
+	HasReset bool
+}
+
+// Limits is what a response's rate-limit headers say: OpenAI's
+// x-ratelimit-{limit,remaining,reset}-{requests,tokens} and Anthropic's
+// anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-*.
+type Limits struct {
+	Requests, Tokens, InputTokens, OutputTokens Quota
+}
+
+// RateLimits reads the rate-limit headers of a response received at now
+// (the Date header, if any, is preferred, as for Retry-After). It reports
+// false when there are none.
+func RateLimits(h http.Header, now time.Time) (Limits, bool) {
+	if date, err := http.ParseTime(h.Get("Date")); err == nil {
+		now = date
+	}
+	var rl Limits
+	found := false
+	parse := func(q *Quota, limit, remaining, reset string, rfc3339 bool) {
+		q.Limit, q.Remaining = count(h, limit), count(h, remaining)
+		if rfc3339 {
+			q.Reset, q.HasReset = resetAt(h.Get(reset), now)
+		} else {
+			q.Reset, q.HasReset = resetIn(h.Get(reset))
+		}
+		found = found || q.Limit >= 0 || q.Remaining >= 0 || q.HasReset
+	}
+	if h.Get("X-Ratelimit-Limit-Requests") != "" || h.Get("X-Ratelimit-Remaining-Requests") != "" ||
+		h.Get("X-Ratelimit-Limit-Tokens") != "" || h.Get("X-Ratelimit-Remaining-Tokens") != "" ||
+		h.Get("X-Ratelimit-Reset-Requests") != "" || h.Get("X-Ratelimit-Reset-Tokens") != "" {
+		parse(&rl.Requests, "X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests", false)
+		parse(&rl.Tokens, "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens", false)
+		rl.InputTokens, rl.OutputTokens = Quota{Limit: -1, Remaining: -1}, Quota{Limit: -1, Remaining: -1}
+		return rl, found
+	}
+	for _, q := range []struct {
+		q    *Quota
+		name string
+	}{{&rl.Requests, "requests"}, {&rl.Tokens, "tokens"}, {&rl.InputTokens, "input-tokens"}, {&rl.OutputTokens, "output-tokens"}} {
+		p := "Anthropic-Ratelimit-" + q.name
+		parse(q.q, p+"-Limit", p+"-Remaining", p+"-Reset", true)
+	}
+	return rl, found
+}
+
+// count reads a non-negative count; -1 for one absent or malformed.
+func count(h http.Header, key string) int64 {
+	n, err := strconv.ParseInt(strings.TrimSpace(h.Get(key)), 10, 64)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+// resetIn reads an OpenAI reset such as "1s", "6m0s" or "12ms".
+func resetIn(s string) (time.Duration, bool) {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || d < 0 || d > MaxHint {
+		return 0, false
+	}
+	return d, true
+}
+
+// resetAt reads an Anthropic reset, an RFC 3339 time, as a duration from
+// now; a time in the past is a reset already done.
+func resetAt(s string, now time.Time) (time.Duration, bool) {
+	at, err := time.Parse(time.RFC3339, strings.TrimSpace(s))
+	if err != nil {
+		return 0, false
+	}
+	return Until(at, now)
+}
