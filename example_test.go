@@ -98,7 +98,7 @@ func ExamplePolicy_json() {
 	// {
 	//   "max_attempts": 4,
 	//   "base_delay_ms": 0,
-	//   "max_delay_ms": 30000,
+	//   "max_delay_ms": 10000,
 	//   "multiplier": 2,
 	//   "jitter": "full",
 	//   "shape": "exponential",
@@ -110,7 +110,7 @@ func ExamplePolicy_json() {
 	//     "rate_limited": {
 	//       "max_attempts": 6,
 	//       "base_delay_ms": 2000,
-	//       "max_delay_ms": 30000
+	//       "max_delay_ms": 10000
 	//     }
 	//   }
 	// }

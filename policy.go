@@ -19,19 +19,34 @@ const NoDelay time.Duration = -1
 const (
 	DefaultMaxAttempts   = 3
 	DefaultBaseDelay     = 500 * time.Millisecond
-	DefaultMaxDelay      = 30 * time.Second
+	DefaultMaxDelay      = 10 * time.Second
 	DefaultMultiplier    = 2.0
 	DefaultWaitBudget    = 30 * time.Second
 	DefaultMaxServerWait = 60 * time.Second
 )
 
+// defaultPerKind is the patience a zero Policy gives each kind of failure
+// beyond its own settings: rate limits, which pass, get more attempts and
+// longer waits; an overloaded provider one quick retry (a fallback chain
+// moves on at once instead). A field applies only where the Policy's own
+// field is zero: a MaxAttempts of 1 means no retry, whatever the kind.
+var defaultPerKind = map[Kind]Override{
+	KindRateLimited: {MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 20 * time.Second},
+	KindOverloaded:  {MaxAttempts: 2, BaseDelay: time.Second},
+}
+
 // Policy says how often and how patiently a call is retried.
 //
 // A Policy is a plain value: copy it freely and share it between goroutines.
-// Its zero value is the recommended default for a call to an LLM API: three
-// attempts, exponential backoff from 500 ms doubling up to 30 s with full
-// jitter, at most 30 s of waiting in all, and server wait hints honoured up
-// to 60 s. Each field documents its own default.
+// Its zero value is the policy rebound recommends for a call to an LLM API,
+// the one its benchmarks call "rebound": three attempts, exponential backoff
+// from 500 ms doubling up to 10 s with full jitter; more patience for rate
+// limits (five attempts, from 2 s up to 20 s) and one quick retry for an
+// overloaded provider (from 1 s); at most 30 s of waiting in all; server
+// wait hints honoured up to 60 s. Exhausted quotas, oversized requests and
+// permanent errors are never retried. Each field documents its own
+// default; add a Breaker (package breaker), or use fallback.Recommended for
+// a whole setup.
 type Policy struct {
 	// MaxAttempts is the most attempts a call makes, the first included.
 	// Zero means DefaultMaxAttempts (3); 1 disables retries.
@@ -44,7 +59,7 @@ type Policy struct {
 
 	// MaxDelay caps every computed backoff delay, before and after jitter.
 	// It does not cap server wait hints (see MaxServerWait).
-	// Zero means DefaultMaxDelay (30 s); NoDelay means every retry is
+	// Zero means DefaultMaxDelay (10 s); NoDelay means every retry is
 	// immediate.
 	MaxDelay time.Duration
 
@@ -90,7 +105,10 @@ type Policy struct {
 	// PerKind overrides attempts and delays for failures of one kind:
 	// rate-limited calls usually deserve more patience than transient
 	// ones. Only KindTransient, KindRateLimited and KindOverloaded may be
-	// overridden; the other kinds are never retried.
+	// overridden; the other kinds are never retried. A kind without an
+	// entry gets the default one (rate limits: 5 attempts from 2 s up to
+	// 20 s; overloads: 2 attempts from 1 s), in each field where the
+	// Policy's own is zero.
 	PerKind map[Kind]Override
 
 	// Classifier turns a failed attempt's error into a Verdict.
@@ -303,7 +321,25 @@ func (p *Policy) forKind(k Kind) backoff {
 	b := p.resolved()
 	o, ok := p.PerKind[k]
 	if !ok {
-		return b
+		if o, ok = defaultPerKind[k]; !ok {
+			return b
+		}
+		// A default gives way to the Policy's own setting.
+		if p.MaxAttempts != 0 {
+			o.MaxAttempts = 0
+		}
+		if p.BaseDelay != 0 {
+			o.BaseDelay = 0
+		}
+		if p.MaxDelay != 0 {
+			o.MaxDelay = 0
+			if o.BaseDelay > b.max { // a default base never passes the Policy's own cap
+				o.BaseDelay = b.max
+				if b.max == 0 {
+					o.BaseDelay = NoDelay
+				}
+			}
+		}
 	}
 	if o.MaxAttempts != 0 {
 		b.maxAttempts = o.MaxAttempts

@@ -58,12 +58,18 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 		ServerWait:       &p.ServerWait,
 		AttemptTimeoutMS: ms(p.AttemptTimeout),
 	}
-	if len(p.PerKind) > 0 {
-		j.PerKind = make(map[Kind]overrideJSON, len(p.PerKind))
-		for k := range p.PerKind {
-			kb := p.forKind(k)
-			j.PerKind[k] = overrideJSON{MaxAttempts: &kb.maxAttempts, BaseDelayMS: ms(kb.base), MaxDelayMS: ms(kb.max)}
+	// Every kind whose backoff is not the Policy's own is written, the
+	// default overrides too: the JSON read back must behave the same
+	// though every field in it is explicit.
+	for k := range Kind(KindPermanent) {
+		kb := p.forKind(k)
+		if _, set := p.PerKind[k]; !set && kb == b {
+			continue
 		}
+		if j.PerKind == nil {
+			j.PerKind = map[Kind]overrideJSON{}
+		}
+		j.PerKind[k] = overrideJSON{MaxAttempts: &kb.maxAttempts, BaseDelayMS: ms(kb.base), MaxDelayMS: ms(kb.max)}
 	}
 	return json.Marshal(j)
 }

@@ -14,8 +14,10 @@ func TestZeroPolicyDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"max_attempts":3,"base_delay_ms":500,"max_delay_ms":30000,"multiplier":2,"jitter":"full",` +
-		`"shape":"exponential","wait_budget_ms":30000,"max_server_wait_ms":60000,"server_wait":"honor","attempt_timeout_ms":0}`
+	want := `{"max_attempts":3,"base_delay_ms":500,"max_delay_ms":10000,"multiplier":2,"jitter":"full",` +
+		`"shape":"exponential","wait_budget_ms":30000,"max_server_wait_ms":60000,"server_wait":"honor","attempt_timeout_ms":0,` +
+		`"per_kind":{"overloaded":{"max_attempts":2,"base_delay_ms":1000,"max_delay_ms":10000},` +
+		`"rate_limited":{"max_attempts":5,"base_delay_ms":2000,"max_delay_ms":20000}}}`
 	if string(got) != want {
 		t.Errorf("zero policy marshals to\n%s\nwant\n%s", got, want)
 	}
@@ -36,7 +38,7 @@ func TestValidate(t *testing.T) {
 		{"negative attempt timeout", Policy{AttemptTimeout: -time.Second}, "attempt_timeout_ms"},
 		{"multiplier below 1", Policy{Multiplier: 0.5}, "multiplier"},
 		{"max below base", Policy{BaseDelay: time.Second, MaxDelay: 100 * time.Millisecond}, "max_delay_ms: 100 is below base_delay_ms 1000"},
-		{"base above default max", Policy{BaseDelay: time.Minute}, "max_delay_ms: 30000 is below base_delay_ms 60000"},
+		{"base above default max", Policy{BaseDelay: time.Minute}, "max_delay_ms: 10000 is below base_delay_ms 60000"},
 		{"small max shrinks default base", Policy{MaxDelay: 100 * time.Millisecond}, ""},
 		{"unknown jitter", Policy{Jitter: 9}, "jitter: unknown value 9"},
 		{"unknown shape", Policy{Shape: 9}, "shape: unknown value 9"},
@@ -60,6 +62,34 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// The zero Policy is the recommended one: more patience for rate limits,
+// one quick retry for an overload; a setting of the Policy's own wins over
+// the default for every kind.
+func TestDefaultPerKind(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		p    Policy
+		kind Kind
+		want backoff
+	}{
+		{"zero, transient", Policy{}, KindTransient, backoff{3, 500 * time.Millisecond, 10 * time.Second}},
+		{"zero, rate limited", Policy{}, KindRateLimited, backoff{5, 2 * time.Second, 20 * time.Second}},
+		{"zero, overloaded", Policy{}, KindOverloaded, backoff{2, time.Second, 10 * time.Second}},
+		{"no retries means none", Policy{MaxAttempts: 1}, KindRateLimited, backoff{1, 2 * time.Second, 20 * time.Second}},
+		{"own base", Policy{BaseDelay: 100 * time.Millisecond}, KindOverloaded, backoff{2, 100 * time.Millisecond, 10 * time.Second}},
+		{"own cap caps the default base", Policy{MaxDelay: 300 * time.Millisecond}, KindRateLimited, backoff{5, 300 * time.Millisecond, 300 * time.Millisecond}},
+		{"immediate", Policy{MaxDelay: NoDelay}, KindRateLimited, backoff{5, 0, 0}},
+		{"an entry replaces the default", Policy{PerKind: map[Kind]Override{KindRateLimited: {MaxAttempts: 7}}}, KindRateLimited, backoff{7, 500 * time.Millisecond, 10 * time.Second}},
+	} {
+		if got := c.p.forKind(c.kind); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+		if err := c.p.Validate(); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}
+
 func TestSmallMaxDelayShrinksDefaultBase(t *testing.T) {
 	p := Policy{MaxDelay: 300 * time.Millisecond}
 	if b := p.resolved(); b.base != 300*time.Millisecond || b.max != 300*time.Millisecond {
@@ -73,7 +103,7 @@ func TestUnmarshalPolicy(t *testing.T) {
 		want func(p Policy) bool
 		err  string
 	}{
-		{in: `{}`, want: func(p Policy) bool { return p.resolved() == backoff{3, 500 * time.Millisecond, 30 * time.Second} }},
+		{in: `{}`, want: func(p Policy) bool { return p.resolved() == backoff{3, 500 * time.Millisecond, 10 * time.Second} }},
 		{in: `{"base_delay_ms": 0}`, want: func(p Policy) bool { return p.BaseDelay == NoDelay && p.resolved().base == 0 }},
 		{in: `{"wait_budget_ms": 0}`, want: func(p Policy) bool { return p.waitBudget() == 0 }},
 		{in: `{"max_delay_ms": 200}`, want: func(p Policy) bool { return p.resolved().base == 200*time.Millisecond }},

@@ -62,7 +62,7 @@ func TestStreamRetriesBeforeTheFirstEvent(t *testing.T) {
 			streamScript{events: []string{"start", "ping"}, err: overloadedStream}, // preamble only: still safe
 			streamScript{events: []string{"start", "ping", "Hel", "lo"}},
 		)
-		events, errs := collect(rebound.Stream(t.Context(), rebound.Policy{BaseDelay: time.Second, Jitter: rebound.JitterNone}, open, isPreamble))
+		events, errs := collect(rebound.Stream(t.Context(), rebound.Policy{MaxAttempts: 3, BaseDelay: time.Second, Jitter: rebound.JitterNone}, open, isPreamble))
 		if got := strings.Join(events, ","); got != "start,ping,Hel,lo" || len(errs) != 0 || *opens != 3 {
 			t.Fatalf("events %q, errors %v, %d opens", got, errs, *opens)
 		}
@@ -87,6 +87,11 @@ func TestStreamGivesUp(t *testing.T) {
 	}
 	open, opens = opener(streamScript{err: overloadedStream})
 	_, errs = collect(rebound.Stream(context.Background(), rebound.Policy{BaseDelay: rebound.NoDelay}, open, nil))
+	if len(errs) != 1 || !errors.As(errs[0], &gu) || gu.Attempts != 2 || *opens != 2 { // an overload: one quick retry
+		t.Fatalf("errors %v, %d opens", errs, *opens)
+	}
+	open, opens = opener(streamScript{err: overloadedStream})
+	_, errs = collect(rebound.Stream(context.Background(), rebound.Policy{MaxAttempts: 3, BaseDelay: rebound.NoDelay}, open, nil))
 	if len(errs) != 1 || !errors.As(errs[0], &gu) || gu.Attempts != 3 || *opens != 3 {
 		t.Fatalf("errors %v, %d opens", errs, *opens)
 	}

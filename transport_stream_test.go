@@ -119,7 +119,7 @@ func TestTransportRetriesAStreamBeforeContent(t *testing.T) {
 func TestTransportGivesBackTheLastFailedStream(t *testing.T) {
 	st := &sseTransport{streams: []string{anthropicStart + anthropicOverload}}
 	var last Event
-	tr := &Transport{Base: st, Policy: Policy{BaseDelay: NoDelay, Observer: ObserverFunc(func(e Event) { last = e })}}
+	tr := &Transport{Base: st, Policy: Policy{MaxAttempts: 3, BaseDelay: NoDelay, Observer: ObserverFunc(func(e Event) { last = e })}}
 	got, resp := roundTripStream(t, tr)
 	var se *StreamError
 	if got != anthropicStart+anthropicOverload || resp.StatusCode != 200 || st.calls != 3 || last.Type != EventGiveUp ||

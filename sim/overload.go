@@ -266,8 +266,7 @@ func newOverload(strategy string, cell OverloadCell, rng *rand.Rand) (*overload,
 		o.policy = retry3
 		o.budget = &rebound.RetryBudget{}
 	case OverloadRebound:
-		o.policy = rebound.Recommended()
-		o.policy.Rand = rng
+		o.policy = rebound.Policy{Rand: rng} // the recommended one
 		o.budget = &rebound.RetryBudget{}
 		o.adaptive = ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{Now: o.clock})
 	default:
