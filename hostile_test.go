@@ -148,10 +148,10 @@ func serveHostileRequest(w http.ResponseWriter, r *http.Request) {
 		zw.Close()
 		w.Write(gzipBomb()) // a second gzip member: the zeros, compressed once for all requests
 	case "inband-error":
-		sse(w)
+		sseHeader(w)
 		fmt.Fprintf(w, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded %s\"}}\n\n", echo(r))
 	case "endless-preamble":
-		sse(w)
+		sseHeader(w)
 		for wait(100 * time.Millisecond) {
 			if _, err := io.WriteString(w, "event: ping\ndata: {\"type\":\"ping\"}\n\n"); err != nil {
 				return
@@ -159,11 +159,11 @@ func serveHostileRequest(w http.ResponseWriter, r *http.Request) {
 			flush()
 		}
 	case "stall-stream":
-		sse(w)
+		sseHeader(w)
 		flush()
 		<-r.Context().Done()
 	case "bare-cr":
-		sse(w)
+		sseHeader(w)
 		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\r\rdata: [DONE]\r\r")
 	case "cut-after-content":
 		raw(w, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"+
@@ -204,7 +204,7 @@ var gzipBomb = sync.OnceValue(func() []byte {
 	return bytes.Repeat(member.Bytes(), 64)
 })
 
-func sse(w http.ResponseWriter) {
+func sseHeader(w http.ResponseWriter) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 }
