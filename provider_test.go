@@ -1,6 +1,7 @@
 package rebound
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -112,5 +113,27 @@ func TestErrorCode(t *testing.T) {
 		if typ, code := ErrorCode(tc.err); typ != tc.typ || code != tc.code {
 			t.Errorf("%v: (%q, %q), want (%q, %q)", tc.err, typ, code, tc.typ, tc.code)
 		}
+	}
+}
+
+// ErrorCode reaches the provider's error through the *GiveUpError that Do
+// returns, which wraps several errors.
+func TestErrorCodeThroughDo(t *testing.T) {
+	quota := &HTTPError{StatusCode: 429, Body: []byte(`{"error":{"message":"You exceeded your current quota.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err := Run(ctx, Policy{}, func(context.Context) error { return quota })
+	var gu *GiveUpError
+	if !errors.As(err, &gu) || gu.Verdict.Kind != KindQuotaExhausted {
+		t.Fatalf("%v", err)
+	}
+	if typ, code := ErrorCode(err); typ != "insufficient_quota" || code != "insufficient_quota" {
+		t.Errorf("ErrorCode of Do's error: (%q, %q)", typ, code)
+	}
+	// And through a give-up that also wraps the caller's cancellation.
+	cancel()
+	err = Run(ctx, Policy{}, func(context.Context) error { return quota })
+	if typ, _ := ErrorCode(err); typ != "insufficient_quota" {
+		t.Errorf("after cancellation: %q from %v", typ, err)
 	}
 }
