@@ -18,6 +18,12 @@ type Budget interface {
 	// Withdraw asks to spend one retry at now; false means the budget is
 	// spent.
 	Withdraw(now time.Time) bool
+	// Refund gives back a retry withdrawn at the time at that was never
+	// made: its wait was cut short, or a breaker refused it.
+	Refund(at time.Time)
+	// Available returns how many retries the budget would allow at now,
+	// for events and metrics.
+	Available(now time.Time) float64
 }
 
 // Defaults of a zero RetryBudget.
@@ -139,8 +145,8 @@ func (b *RetryBudget) Withdraw(now time.Time) bool {
 
 // Refund gives back a retry that was withdrawn at the time at but never
 // made (its wait was cut short, or a breaker refused it). Do, Transport and
-// Stream call it on any Budget that has it, with the time of the
-// withdrawal, which may be a long wait ago. A withdrawal the budget has
+// Stream call it with the time of the withdrawal, which may be a long wait
+// ago. A withdrawal the budget has
 // already forgotten (more than TTL ago) is not refunded: the deposits it
 // was drawn against are forgotten too, and a refund now would make a token
 // nobody deposited.

@@ -29,69 +29,24 @@ import (
 // panic then goes on unchanged.
 func Stream[E any](ctx context.Context, p Policy, open func(context.Context) iter.Seq2[E, error], preamble func(E) bool) iter.Seq2[E, error] {
 	return func(yield func(E, error) bool) {
-		var zero E
-		r := run{obs: p.Observer, clock: ClockFrom(ctx)}
-		if r.obs != nil {
-			r.obs, r.start, r.target = observeCall(ctx, r.obs)
-		}
-		if p.Budget != nil {
-			p.Budget.Deposit(r.clock.Now())
-		}
+		e := newEngine(ctx, p, "")
+		e.sideEffects = HasSideEffects(ctx)
 		var (
-			last        error
-			lastVerdict Verdict
-			held        lease
+			delivered, stopped bool
+			failure            error
 		)
-		defer held.abandon()
-		for attempt := 1; ; attempt++ {
-			if p.Breaker != nil {
-				permit, refused := p.Breaker.Allow()
-				if refused != nil {
-					var stopped *GiveUpError
-					if attempt == 1 {
-						stopped = r.stop(Verdict{}, Decision{Reason: StopBreakerOpen}, refused, nil)
-					} else {
-						r.refund()
-						stopped = r.stop(lastVerdict, Decision{Reason: StopBreakerOpen}, last, refused)
-					}
-					yield(zero, stopped)
-					return
-				}
-				held = lease{b: p.Breaker, permit: permit}
-			}
-			delivered, stopped, failure := streamAttempt(ctx, open, preamble, yield, &held)
-			if failure == nil {
-				r.attempted(attempt, nil)
-				held.done(OutcomeSuccess)
-				return
-			}
-			r.attempted(attempt, failure)
-			if attempt == 1 {
-				if invalid := r.begin(ctx, &p, HasSideEffects(ctx)); invalid != nil {
-					held.done(OutcomeIgnored)
-					yield(zero, invalid)
-					return
-				}
-			}
-			verdict := r.classify(ctx, failure, false)
-			held.done(OutcomeOf(failure, verdict))
-			if delivered {
-				if !stopped {
-					yield(zero, failure) // the caller's stream broke: theirs to handle
-				}
-				return
-			}
-			d := r.next(verdict)
-			if !d.Retry {
-				yield(zero, r.giveUp(ctx, verdict, d, failure))
-				return
-			}
-			r.retrying(attempt, failure, verdict, d)
-			if gaveUp := r.wait(ctx, d, failure); gaveUp != nil {
-				yield(zero, gaveUp)
-				return
-			}
-			last, lastVerdict = failure, verdict
+		gaveUp := e.run(nil, func(int) outcome {
+			delivered, stopped, failure = streamAttempt(ctx, open, preamble, yield, &e.held)
+			// A failure after an event reached the caller is the caller's.
+			return outcome{err: failure, final: delivered}
+		})
+		switch {
+		case gaveUp != nil:
+			var zero E
+			yield(zero, gaveUp)
+		case failure != nil && !stopped:
+			var zero E
+			yield(zero, failure) // the caller's stream broke: theirs to handle
 		}
 	}
 }

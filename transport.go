@@ -183,57 +183,28 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	p := t.Policy
-	r := run{obs: p.Observer, clock: ClockFrom(ctx)}
-	var now time.Time // read once: the clock costs more than the rest of a budget's work
 	if p.Budget == nil && !t.DisableRetryBudget {
-		now = r.clock.Now()
-		p.Budget = t.hostBudget(req.URL.Host, now)
+		p.Budget = t.hostBudget(req.URL.Host, ClockFrom(ctx).Now())
 	}
-	if r.obs != nil {
-		r.obs, r.start, r.target = observeCall(ctx, r.obs)
-		if r.target == "" {
-			r.target = req.URL.Host
-		}
+	e := newEngine(ctx, p, req.URL.Host)
+	e.sideEffects = HasSideEffects(ctx) && req.Header.Get("Idempotency-Key") == ""
+	if body.once {
+		e.once = StopUnreplayableBody
 	}
-	if p.Budget != nil {
-		if now.IsZero() {
-			now = r.clock.Now()
-		}
-		p.Budget.Deposit(now)
-	}
+	e.randMu = &t.mu
 	// The latest failed attempt is kept until the next one is surely made,
 	// so that a call that ends early (a breaker refusing the retry) can
 	// still give back the provider's own response.
 	var last failedAttempt
-	// The breaker's permit, while an attempt holds it. Whatever panics
-	// below (the base transport, the classifier, an observer), the permit
-	// is handed back as a failure: a half-open breaker's probe always ends.
-	var held lease
-	defer held.abandon()
-	for attempt := 1; ; attempt++ {
-		if p.Breaker != nil {
-			permit, refused := p.Breaker.Allow()
-			if refused != nil {
-				if attempt == 1 {
-					body.close(req) // never sent, yet a RoundTripper closes it
-					return nil, r.stop(Verdict{}, Decision{Reason: StopBreakerOpen}, refused, nil)
-				}
-				r.refund()
-				return last.giveBack(r.stop(last.verdict, Decision{Reason: StopBreakerOpen}, last.err, refused))
-			}
-			held = lease{b: p.Breaker, permit: permit}
-		}
-		areq, cancel, bodyErr := attemptRequest(req, body, attempt, p.AttemptTimeout)
+	var ok *http.Response
+	stopped := e.run(nil, func(n int) outcome {
+		areq, cancel, bodyErr := attemptRequest(req, body, n, p.AttemptTimeout)
 		if bodyErr != nil {
-			// The body cannot be had again: no retry can fix that.
-			held.done(OutcomeIgnored)
-			r.refund()
-			return last.giveBack(r.stop(last.verdict, Decision{Reason: StopUnreplayableBody}, last.err, bodyErr))
+			return outcome{err: bodyErr, unsent: true}
 		}
 		last.discard()
 		resp, err := base.RoundTrip(areq)
 		timedOut := areq != req && attemptTimedOut(ctx, areq.Context(), err)
-
 		cur := failedAttempt{cancel: cancel}
 		switch {
 		case err != nil:
@@ -251,49 +222,35 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				cur.dead = errors.Is(failed, ErrStreamStalled)
 				break // a failed attempt, like any other
 			}
-			r.attempted(attempt, nil)
 			// The stream hands the permit back when it ends.
-			resp.Body = &streamBody{Reader: io.MultiReader(bytes.NewReader(read), resp.Body), body: resp.Body, cancel: cancel, held: held}
-			held = lease{}
-			return resp, nil
+			resp.Body = &streamBody{Reader: io.MultiReader(bytes.NewReader(read), resp.Body), body: resp.Body, cancel: cancel, held: e.handOver()}
+			ok = resp
+			return outcome{}
 		case resp.StatusCode < http.StatusBadRequest:
-			r.attempted(attempt, nil)
-			held.done(OutcomeSuccess)
 			if areq.Context() != ctx { // a per-attempt timeout runs until the body is read
 				resp.Body = &attemptBody{ReadCloser: resp.Body, cancel: cancel}
 			}
-			return resp, nil
+			ok = resp
+			return outcome{}
 		default:
 			cur.resp = resp
 			cur.body = readErrorBody(resp, t.errorBodyTimeout())
 			cur.err = httpError(resp, cur.body, scrub.Of(req))
 		}
-		r.attempted(attempt, cur.err)
-		if attempt == 1 {
-			if invalid := r.begin(ctx, &p, HasSideEffects(ctx) && req.Header.Get("Idempotency-Key") == ""); invalid != nil {
-				held.done(OutcomeIgnored)
-				return cur.giveBack(invalid)
-			}
-			if body.once && r.loop.once == 0 {
-				r.loop.once = StopUnreplayableBody
-			}
-			if r.loop.policy.Rand != nil {
-				r.loop.policy.Rand = lockedRand{mu: &t.mu, r: r.loop.policy.Rand}
-			}
-		}
-		cur.verdict = r.classify(ctx, cur.err, timedOut)
-		held.done(OutcomeOf(cur.err, cur.verdict))
-		d := r.next(cur.verdict)
-		if !d.Retry {
-			return cur.giveBack(r.giveUp(ctx, cur.verdict, d, cur.err))
-		}
-		r.retrying(attempt, cur.err, cur.verdict, d)
 		last = cur
-		if stopped := r.wait(ctx, d, cur.err); stopped != nil {
-			last.discard()
-			return nil, stopped
-		}
+		return outcome{err: cur.err, timedOut: timedOut}
+	})
+	switch {
+	case stopped == nil:
+		return ok, nil
+	case stopped.Attempts == 0:
+		body.close(req) // never sent, yet a RoundTripper closes it
+		return nil, stopped
+	case e.inWait:
+		last.discard()
+		return nil, stopped
 	}
+	return last.giveBack(stopped)
 }
 
 // errorBodyTimeout is the bound on reading an error body; zero for none.
@@ -447,18 +404,6 @@ func attemptRequest(req *http.Request, body requestBody, attempt int, timeout ti
 }
 
 func noCancel() {}
-
-// lockedRand serialises draws from a Rand shared by concurrent requests.
-type lockedRand struct {
-	mu *sync.Mutex
-	r  Rand
-}
-
-func (l lockedRand) Int64N(n int64) int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.r.Int64N(n)
-}
 
 type readCloser struct {
 	io.Reader

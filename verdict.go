@@ -195,8 +195,12 @@ func (e *HTTPError) Error() string {
 // sent will not. context.DeadlineExceeded is transient because, when the
 // caller's own context is still live, it can only come from a per-attempt
 // timeout; Do checks the caller's context before asking the classifier.
-func Classify(err error) Verdict {
-	if v, ok := classifyChain(err); ok {
+func Classify(err error) Verdict { return classify(err, time.Now) }
+
+// classify is Classify by the clock now, read only for an HTTP-date wait
+// hint without a Date header.
+func classify(err error, now func() time.Time) Verdict {
+	if v, ok := classifyChain(err, now); ok {
 		return v
 	}
 	return Verdict{Kind: KindTransient}
@@ -204,9 +208,9 @@ func Classify(err error) Verdict {
 
 // classifyChain walks err's tree as errors.Is does, without errors.As's
 // allocations: Classify sits on every retry's path.
-func classifyChain(err error) (Verdict, bool) {
+func classifyChain(err error, now func() time.Time) (Verdict, bool) {
 	for err != nil {
-		if v, ok := classifyOne(err); ok {
+		if v, ok := classifyOne(err, now); ok {
 			return v, true
 		}
 		switch u := err.(type) {
@@ -214,7 +218,7 @@ func classifyChain(err error) (Verdict, bool) {
 			err = u.Unwrap()
 		case interface{ Unwrap() []error }:
 			for _, e := range u.Unwrap() {
-				if v, ok := classifyChain(e); ok {
+				if v, ok := classifyChain(e, now); ok {
 					return v, true
 				}
 			}
@@ -226,16 +230,16 @@ func classifyChain(err error) (Verdict, bool) {
 	return Verdict{}, false
 }
 
-func classifyOne(err error) (Verdict, bool) {
+func classifyOne(err error, now func() time.Time) (Verdict, bool) {
 	switch e := err.(type) {
 	case *PermanentError:
 		return Verdict{Kind: KindPermanent}, true
 	case *RetryableError:
 		return Verdict{Kind: KindTransient}, true
 	case *HTTPError:
-		return ClassifyResponse(e.StatusCode, e.Header, e.Body), true
+		return classifyResponse(e.StatusCode, e.Header, e.Body, now), true
 	case *StreamError:
-		return ClassifyResponse(0, nil, e.Data), true
+		return classifyResponse(0, nil, e.Data, now), true
 	case *tls.CertificateVerificationError, x509.UnknownAuthorityError, x509.HostnameError,
 		x509.CertificateInvalidError:
 		return Verdict{Kind: KindPermanent}, true
