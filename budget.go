@@ -26,13 +26,6 @@ type Budget interface {
 	Available(now time.Time) float64
 }
 
-// Defaults of a zero RetryBudget.
-const (
-	DefaultBudgetRatio        = 0.1
-	DefaultBudgetMinPerSecond = 10
-	DefaultBudgetTTL          = 10 * time.Second
-)
-
 // budgetSlots is how many pieces the TTL window is cut into.
 const budgetSlots = 10
 

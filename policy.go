@@ -15,7 +15,7 @@ import (
 // server wait hint as too long. In JSON an explicit 0 means the same.
 const NoDelay time.Duration = -1
 
-// Defaults of a zero Policy.
+// Defaults of a zero Policy, and of a zero RetryBudget.
 const (
 	DefaultMaxAttempts   = 3
 	DefaultBaseDelay     = 500 * time.Millisecond
@@ -23,6 +23,10 @@ const (
 	DefaultMultiplier    = 2.0
 	DefaultWaitBudget    = 30 * time.Second
 	DefaultMaxServerWait = 60 * time.Second
+
+	DefaultBudgetRatio        = 0.1
+	DefaultBudgetMinPerSecond = 10
+	DefaultBudgetTTL          = 10 * time.Second
 )
 
 // defaultPerKind is the patience a zero Policy gives each kind of failure

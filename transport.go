@@ -13,9 +13,14 @@ import (
 	"github.com/rebound-go/rebound/internal/scrub"
 )
 
-// DefaultMaxBufferedBody is how much of a request body without GetBody a
-// Transport buffers so that it can be replayed.
-const DefaultMaxBufferedBody = 1 << 20
+// Defaults of a zero Transport: how much of a request body without
+// GetBody it buffers to replay it, how much of an event stream it reads
+// looking for content, and how long such a stream may stay silent first.
+const (
+	defaultMaxBufferedBody      = 1 << 20
+	defaultStreamLookaheadBytes = 64 << 10
+	defaultStreamLookahead      = 2 * time.Minute
+)
 
 // Transport is an http.RoundTripper that retries requests under a Policy.
 // Put it in the http.Client of any SDK (OpenAI, Anthropic, Gemini, or your
@@ -75,7 +80,7 @@ type Transport struct {
 
 	// MaxBufferedBody bounds how much of a request body without GetBody
 	// is buffered to be replayed; a larger body is sent once and not
-	// retried. Zero means DefaultMaxBufferedBody; negative means never
+	// retried. Zero means 1 MiB; negative means never
 	// buffer.
 	MaxBufferedBody int64
 
@@ -85,13 +90,13 @@ type Transport struct {
 	// retried as a transient failure. A stream that keeps sending
 	// (preamble, keep-alives), however long it takes to its answer, is not
 	// silent: a reasoning model may think for minutes. Zero means
-	// DefaultStreamLookahead (2 minutes). It is apart from
+	// 2 minutes. It is apart from
 	// Policy.AttemptTimeout.
 	StreamLookahead time.Duration
 
 	// StreamLookaheadBytes bounds how much of an event stream is read
 	// looking for its first content event; past it the stream is handed
-	// over as it is. Zero means DefaultStreamLookaheadBytes (64 KiB).
+	// over as it is. Zero means 64 KiB.
 	StreamLookaheadBytes int
 
 	// ErrorBodyTimeout bounds how long the body of a failed response
@@ -345,7 +350,7 @@ func (t *Transport) replayableBody(req *http.Request) (requestBody, error) {
 	}
 	limit := t.MaxBufferedBody
 	if limit == 0 {
-		limit = DefaultMaxBufferedBody
+		limit = defaultMaxBufferedBody
 	}
 	if limit < 0 {
 		return requestBody{once: true}, nil

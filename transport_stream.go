@@ -16,13 +16,6 @@ import (
 	"github.com/rebound-go/rebound/internal/sse"
 )
 
-// Limits of the look ahead into an event stream, unless a Transport says
-// otherwise.
-const (
-	DefaultStreamLookaheadBytes = 64 << 10
-	DefaultStreamLookahead      = 2 * time.Minute
-)
-
 // ErrStreamStalled is the failure of an event stream that went silent for
 // the Transport's StreamLookahead before any content. It is transient.
 var ErrStreamStalled = errors.New("rebound: event stream went silent before any content")
@@ -77,10 +70,10 @@ func peekStream(body io.Reader, limit int) ([]byte, error) {
 func (t *Transport) lookahead(resp *http.Response) ([]byte, error) {
 	limit, wait := t.StreamLookaheadBytes, t.StreamLookahead
 	if limit <= 0 {
-		limit = DefaultStreamLookaheadBytes
+		limit = defaultStreamLookaheadBytes
 	}
 	if wait <= 0 {
-		wait = DefaultStreamLookahead
+		wait = defaultStreamLookahead
 	}
 	// One state decides the race between the timer and the look ahead:
 	// whoever moves it first wins, so a body handed over is never closed.

@@ -80,11 +80,11 @@ type Verdict struct {
 	HasServerWait bool
 }
 
-// PermanentError marks an error that must not be retried. See Permanent.
-type PermanentError struct{ Err error }
+// permanentError marks an error that must not be retried. See Permanent.
+type permanentError struct{ err error }
 
-func (e *PermanentError) Error() string { return e.Err.Error() }
-func (e *PermanentError) Unwrap() error { return e.Err }
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
 
 // Permanent marks err as not worth retrying, whatever the classifier would
 // say. Permanent(nil) is nil.
@@ -92,14 +92,14 @@ func Permanent(err error) error {
 	if err == nil {
 		return nil
 	}
-	return &PermanentError{Err: err}
+	return &permanentError{err: err}
 }
 
-// RetryableError marks an error as transient. See Retryable.
-type RetryableError struct{ Err error }
+// retryableError marks an error as transient. See Retryable.
+type retryableError struct{ err error }
 
-func (e *RetryableError) Error() string { return e.Err.Error() }
-func (e *RetryableError) Unwrap() error { return e.Err }
+func (e *retryableError) Error() string { return e.err.Error() }
+func (e *retryableError) Unwrap() error { return e.err }
 
 // Retryable marks err as transient, whatever the classifier would say. A
 // function returns it to reject a result it cannot use (an empty model
@@ -108,7 +108,7 @@ func Retryable(err error) error {
 	if err == nil {
 		return nil
 	}
-	return &RetryableError{Err: err}
+	return &retryableError{err: err}
 }
 
 // HTTPError is an HTTP response that failed. Functions given to Do return
@@ -184,8 +184,8 @@ func (e *HTTPError) Error() string {
 	return msg
 }
 
-// Classify is the default classifier. It knows the PermanentError and
-// RetryableError marks, context errors, HTTP failures (through *HTTPError,
+// Classify is the default classifier. It knows the Permanent and Retryable
+// marks, context errors, HTTP failures (through *HTTPError,
 // judged by ClassifyResponse: status, headers, and OpenAI, Anthropic and
 // Gemini error bodies), and network errors. Anything else is transient.
 // Along a chain of wrapped errors the outermost one it knows decides.
@@ -232,9 +232,9 @@ func classifyChain(err error, now func() time.Time) (Verdict, bool) {
 
 func classifyOne(err error, now func() time.Time) (Verdict, bool) {
 	switch e := err.(type) {
-	case *PermanentError:
+	case *permanentError:
 		return Verdict{Kind: KindPermanent}, true
-	case *RetryableError:
+	case *retryableError:
 		return Verdict{Kind: KindTransient}, true
 	case *HTTPError:
 		return classifyResponse(e.StatusCode, e.Header, e.Body, now), true

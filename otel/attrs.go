@@ -291,12 +291,6 @@ func unwrapRebound(err error) error {
 func ownMessage(err error) (string, bool) {
 	for {
 		switch e := err.(type) {
-		case *rebound.PermanentError:
-			err = e.Err
-			continue
-		case *rebound.RetryableError:
-			err = e.Err
-			continue
 		case *rebound.GiveUpError:
 			if e.Err == nil {
 				return "", false
@@ -308,6 +302,12 @@ func ownMessage(err error) (string, bool) {
 		}
 		if err == nil || !fromRebound(err) {
 			return "", false
+		}
+		// A mark (Permanent, Retryable) says nothing of its own: its
+		// message is the error it wraps, which is looked at instead.
+		if u, ok := err.(interface{ Unwrap() error }); ok && u.Unwrap() != nil && err.Error() == u.Unwrap().Error() {
+			err = u.Unwrap()
+			continue
 		}
 		return err.Error(), true
 	}
