@@ -3,7 +3,6 @@ package rebound
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -78,73 +77,4 @@ func call[T any](ctx context.Context, timeout time.Duration, fn func(context.Con
 func attemptTimedOut(ctx, actx context.Context, err error) bool {
 	return err != nil && ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) &&
 		errors.Is(err, context.DeadlineExceeded)
-}
-
-// GiveUpError is the error of a call that stopped without success. It wraps
-// the last attempt's error, so errors.Is and errors.As reach it.
-type GiveUpError struct {
-	// Attempts is how many attempts were made.
-	Attempts int
-	// Reason is why the loop stopped.
-	Reason StopReason
-	// Verdict is the classifier's verdict on the last error.
-	Verdict Verdict
-	// Waited is the total time spent waiting between attempts.
-	Waited time.Duration
-	// ServerWait is the wait the server asked for last, if HasServerWait;
-	// with Reason StopServerWait, the wait that was judged too long.
-	ServerWait    time.Duration
-	HasServerWait bool
-	// Err is the last attempt's error.
-	Err error
-
-	cause error // the context's cause, the *PolicyError or the breaker's refusal that stopped the call
-}
-
-func (e *GiveUpError) Error() string {
-	s := "attempts"
-	if e.Attempts == 1 {
-		s = "attempt"
-	}
-	why := e.Reason.String()
-	switch e.Reason {
-	case StopNotRetryable:
-		why = e.Verdict.Kind.String() + " error, " + why
-	case StopInvalidPolicy, StopBreakerOpen:
-		if e.cause != nil {
-			why += ": " + e.cause.Error()
-		}
-	case StopServerWait, StopWaitBudget, StopDeadline:
-		if e.HasServerWait {
-			why += fmt.Sprintf(", server asked to wait %v", e.ServerWait)
-		}
-	}
-	return fmt.Sprintf("rebound: gave up after %d %s (%s): %v", e.Attempts, s, why, e.Err)
-}
-
-// Unwrap returns the last attempt's error and, when the caller's context
-// stopped the call, the context's cause; when the policy was invalid, the
-// *PolicyError; when a breaker refused a retry, its refusal. A call that a
-// breaker refused before its first attempt has only the refusal.
-func (e *GiveUpError) Unwrap() []error {
-	if e.cause != nil {
-		return []error{e.Err, e.cause}
-	}
-	return []error{e.Err}
-}
-
-type sideEffectsKey struct{}
-
-// WithSideEffects marks the calls made with the returned context as having
-// side effects (sending a message, appending to a file, charging a card): a
-// timeout does not mean nothing happened, so such a call is attempted
-// exactly once, whatever its error.
-func WithSideEffects(ctx context.Context) context.Context {
-	return context.WithValue(ctx, sideEffectsKey{}, true)
-}
-
-// HasSideEffects reports whether ctx carries the WithSideEffects mark.
-func HasSideEffects(ctx context.Context) bool {
-	marked, _ := ctx.Value(sideEffectsKey{}).(bool)
-	return marked
 }

@@ -67,17 +67,3 @@ type CallObserver interface {
 	Observer
 	ObserveCall(ctx context.Context) Observer
 }
-
-type targetKey struct{}
-
-// WithTarget names the target of the calls made with the returned context
-// ("gpt-x:summarise", say): events, logs and metrics carry it.
-func WithTarget(ctx context.Context, target string) context.Context {
-	return context.WithValue(ctx, targetKey{}, target)
-}
-
-// TargetFrom returns the target named by WithTarget, or "".
-func TargetFrom(ctx context.Context) string {
-	t, _ := ctx.Value(targetKey{}).(string)
-	return t
-}

@@ -24,21 +24,6 @@ var ErrStreamStalled = errors.New("rebound: event stream went silent before any 
 // content: the provider gave up mid-answer.
 var errStreamEnded = fmt.Errorf("rebound: event stream ended before any content: %w", io.ErrUnexpectedEOF)
 
-// StreamError is an error event inside an event stream that answered 200:
-// OpenAI's {"error": …} chunk, Anthropic's "event: error" (an
-// overloaded_error, say), Gemini's error chunk. Classify judges its data as
-// it would an error body.
-type StreamError struct {
-	// Event is the event's name ("error"), if it had one.
-	Event string
-	// Data is the event's data, at most MaxErrorBody bytes.
-	Data []byte
-}
-
-func (e *StreamError) Error() string {
-	return "rebound: error event in stream: " + snippet(e.Data)
-}
-
 func isEventStream(resp *http.Response) bool {
 	mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	return err == nil && mt == "text/event-stream"

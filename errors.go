@@ -1,0 +1,153 @@
+package rebound
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/rebound-go/rebound/internal/scrub"
+)
+
+// HTTPError is an HTTP response that failed. Functions given to Do return
+// one (see NewHTTPError) so that Classify can read its status and headers.
+type HTTPError struct {
+	StatusCode int
+	Header     http.Header
+	// Body is the start of the response body, at most MaxErrorBody bytes.
+	Body []byte
+}
+
+// MaxErrorBody bounds how much of a failed response's body NewHTTPError
+// keeps.
+const MaxErrorBody = 64 << 10
+
+// NewHTTPError reads at most MaxErrorBody bytes of resp's body, for at
+// most 5 seconds, closes it, and returns the failure as an *HTTPError. A
+// gzip or deflate body (a request that set Accept-Encoding itself gets one)
+// is decoded. The credentials of resp.Request (its credential headers and
+// "key" query parameter) are scrubbed from the error's body and headers, in
+// case the server echoed them.
+func NewHTTPError(resp *http.Response) *HTTPError {
+	b := readErrorBody(resp, defaultErrorBodyTimeout)
+	if resp.Body != nil {
+		resp.Body.Close()
+	}
+	return httpError(resp, b, scrub.Of(resp.Request))
+}
+
+// errorSnippet bounds how much of the body an error message shows.
+const errorSnippet = 200
+
+// snippet is the start of an error body for a message: on one line,
+// scrubbed of anything shaped like a credential, at most errorSnippet
+// bytes. Only as much of the body is read as the message can show, and a
+// little more, so that a key straddling the cut is still seen whole.
+func snippet(body []byte) string {
+	const enough = errorSnippet + 128
+	var b strings.Builder
+	space, more := false, false
+	for i := 0; i < len(body); {
+		if b.Len() >= enough || i >= 16*enough { // a body of spaces says no more
+			more = true
+			break
+		}
+		r, size := utf8.DecodeRune(body[i:])
+		i += size
+		if unicode.IsSpace(r) {
+			space = b.Len() > 0
+			continue
+		}
+		if space {
+			b.WriteByte(' ')
+			space = false
+		}
+		b.WriteRune(r)
+	}
+	cut, whole := (scrub.Secrets{}).Cut(b.String(), errorSnippet)
+	if more || !whole {
+		cut += "…"
+	}
+	return cut
+}
+
+func (e *HTTPError) Error() string {
+	msg := fmt.Sprintf("http %d", e.StatusCode)
+	if text := http.StatusText(e.StatusCode); text != "" {
+		msg += " " + text
+	}
+	if body := snippet(e.Body); body != "" {
+		msg += ": " + body
+	}
+	return msg
+}
+
+// StreamError is an error event inside an event stream that answered 200:
+// OpenAI's {"error": …} chunk, Anthropic's "event: error" (an
+// overloaded_error, say), Gemini's error chunk. Classify judges its data as
+// it would an error body.
+type StreamError struct {
+	// Event is the event's name ("error"), if it had one.
+	Event string
+	// Data is the event's data, at most MaxErrorBody bytes.
+	Data []byte
+}
+
+func (e *StreamError) Error() string {
+	return "rebound: error event in stream: " + snippet(e.Data)
+}
+
+// GiveUpError is the error of a call that stopped without success. It wraps
+// the last attempt's error, so errors.Is and errors.As reach it.
+type GiveUpError struct {
+	// Attempts is how many attempts were made.
+	Attempts int
+	// Reason is why the loop stopped.
+	Reason StopReason
+	// Verdict is the classifier's verdict on the last error.
+	Verdict Verdict
+	// Waited is the total time spent waiting between attempts.
+	Waited time.Duration
+	// ServerWait is the wait the server asked for last, if HasServerWait;
+	// with Reason StopServerWait, the wait that was judged too long.
+	ServerWait    time.Duration
+	HasServerWait bool
+	// Err is the last attempt's error.
+	Err error
+
+	cause error // the context's cause, the *PolicyError or the breaker's refusal that stopped the call
+}
+
+func (e *GiveUpError) Error() string {
+	s := "attempts"
+	if e.Attempts == 1 {
+		s = "attempt"
+	}
+	why := e.Reason.String()
+	switch e.Reason {
+	case StopNotRetryable:
+		why = e.Verdict.Kind.String() + " error, " + why
+	case StopInvalidPolicy, StopBreakerOpen:
+		if e.cause != nil {
+			why += ": " + e.cause.Error()
+		}
+	case StopServerWait, StopWaitBudget, StopDeadline:
+		if e.HasServerWait {
+			why += fmt.Sprintf(", server asked to wait %v", e.ServerWait)
+		}
+	}
+	return fmt.Sprintf("rebound: gave up after %d %s (%s): %v", e.Attempts, s, why, e.Err)
+}
+
+// Unwrap returns the last attempt's error and, when the caller's context
+// stopped the call, the context's cause; when the policy was invalid, the
+// *PolicyError; when a breaker refused a retry, its refusal. A call that a
+// breaker refused before its first attempt has only the refusal.
+func (e *GiveUpError) Unwrap() []error {
+	if e.cause != nil {
+		return []error{e.Err, e.cause}
+	}
+	return []error{e.Err}
+}
