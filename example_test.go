@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"time"
 
 	"github.com/rebound-go/rebound"
@@ -164,4 +165,36 @@ func ExamplePolicy_schedule() {
 	// wait 2s
 	// wait 4s
 	// stop: attempts exhausted
+}
+
+// An SDK's http.Client with rebound underneath: the provider answers the
+// first request with a 503 and the second with the answer; the client sees
+// only the answer. (Turn the SDK's own retries off, as in the sdk module's
+// examples, so that rebound alone decides.)
+func ExampleTransport() {
+	status := []int{http.StatusServiceUnavailable, http.StatusOK}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(status[0])
+		fmt.Fprintf(w, `{"status":%d}`, status[0])
+		status = status[1:]
+	}))
+	defer srv.Close()
+
+	retries := rebound.ObserverFunc(func(e rebound.Event) {
+		if e.Type == rebound.EventRetry {
+			fmt.Printf("attempt %d failed (%v), a %v failure: retrying\n", e.Attempt, e.Err, e.Verdict.Kind)
+		}
+	})
+	client := &http.Client{Transport: &rebound.Transport{Policy: rebound.Policy{BaseDelay: rebound.NoDelay, Observer: retries}}}
+	resp, err := client.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Println(resp.StatusCode, string(body))
+	// Output:
+	// attempt 1 failed (http 503 Service Unavailable: {"status":503}), a transient failure: retrying
+	// 200 {"status":200}
 }

@@ -2,12 +2,12 @@
 // watch: structured log records (Slog), and a retry-rate alarm per target
 // (Monitor).
 //
-// Seed 000's rule is the reason: the retry count is a metric, not a
-// setting. A tool whose retry rate stays above 5% says that something is
-// wrong upstream or in the caller's concurrency, and raising the number of
-// attempts only hides it. Monitor says so once when a target's rate
-// crosses the threshold, once more when it is back under, and separately
-// when the rate jumps (seed 004's example: from 2% to 15%).
+// The retry count is a metric, not a setting: a tool whose retry rate
+// stays above 5% says that something is wrong upstream or in the caller's
+// concurrency, and raising the number of attempts only hides it. Monitor
+// says so once when a target's rate crosses the threshold, once more when
+// it is back under, and separately when the rate jumps (from 2% to 15%,
+// say).
 //
 // Log records never hold a secret or a prompt: only the target, attempt
 // numbers, verdicts, statuses, the provider's error type and code, waits
