@@ -389,9 +389,9 @@ func TestCostAndLimiter(t *testing.T) {
 	h.obs.RecordCost(ctx, "gpt-x", math.NaN())
 	prices := cost.Table{"gpt-x": {InputPerMillion: 2, OutputPerMillion: 10}}
 	h.obs.RecordTask(ctx, prices, cost.Task{Succeeded: true, Attempts: []cost.Attempt{
-		{Target: "gpt-x", Usage: rebound.Usage{InputTokens: 1e6}},
-		{Target: "gpt-x", Usage: rebound.Usage{InputTokens: 1e6, OutputTokens: 1e5}, Answered: true},
-		{Target: "unpriced", Usage: rebound.Usage{InputTokens: 1e6}},
+		{Target: "gpt-x", Usage: cost.Usage{InputTokens: 1e6}},
+		{Target: "gpt-x", Usage: cost.Usage{InputTokens: 1e6, OutputTokens: 1e5}, Answered: true},
+		{Target: "unpriced", Usage: cost.Usage{InputTokens: 1e6}},
 	}})
 	h.obs.RecordLimiterDelay(ctx, "gpt-x", 1500*time.Millisecond)
 	ms := h.metrics(t)

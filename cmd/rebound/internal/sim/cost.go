@@ -243,7 +243,7 @@ func (p *provider) attempt(ctx context.Context, r request, model uint64) (string
 	if r.compacted {
 		input = input * 6 / 10
 	}
-	rebound.ReportUsage(ctx, rebound.Usage{InputTokens: input}) // billed, whatever happens
+	cost.Report(ctx, cost.Usage{InputTokens: input}) // billed, whatever happens
 
 	if r.permanent != 0 && !(r.permanent == http.StatusRequestEntityTooLarge && r.compacted) {
 		return "", permanentError(r.permanent)
@@ -263,7 +263,7 @@ func (p *provider) attempt(ctx context.Context, r request, model uint64) (string
 	case u < p.w.RateLimitRate+p.w.ServerErrorRate:
 		return "", &rebound.HTTPError{StatusCode: []int{500, 502, 503}[rng.IntN(3)]}
 	}
-	rebound.ReportUsage(ctx, rebound.Usage{OutputTokens: int64(p.w.OutputTokens)})
+	cost.Report(ctx, cost.Usage{OutputTokens: int64(p.w.OutputTokens)})
 	return "ok", nil
 }
 
