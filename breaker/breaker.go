@@ -122,9 +122,11 @@ type Config struct {
 	// the goroutine that caused it. It must not block or call back into
 	// the breaker.
 	OnStateChange func(Change)
-	// Now is the breaker's clock. Nil means time.Now; a simulation gives
-	// it virtual time.
-	Now func() time.Time
+	// Clock is the time the breaker goes by: when it opened, when its
+	// cooldown ends, which stretch of the window a call falls in. Nil
+	// means the real clock; a simulation gives it the virtual clock its
+	// calls wait by. The breaker only reads it (Now), never sleeps on it.
+	Clock rebound.Clock
 }
 
 // Change is a change of a breaker's state.
@@ -183,7 +185,8 @@ type bucket struct {
 // with New.
 type Breaker struct {
 	name string
-	cfg  Config // defaults applied
+	cfg  Config           // defaults applied
+	now  func() time.Time // cfg.Clock.Now, or time.Now
 
 	// state is the generation of the current state in its upper bits and
 	// the State in its lowest two. A closed permit is the state itself,
@@ -240,10 +243,10 @@ func New(name string, cfg Config) *Breaker {
 	if cfg.ProbeTimeout <= 0 {
 		cfg.ProbeTimeout = DefaultProbeTimeout
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	b := &Breaker{name: name, cfg: cfg, now: time.Now, bucketWidth: max(int64(cfg.Window/windowBuckets), 1)}
+	if cfg.Clock != nil {
+		b.now = cfg.Clock.Now
 	}
-	b := &Breaker{name: name, cfg: cfg, bucketWidth: max(int64(cfg.Window/windowBuckets), 1)}
 	for i := range b.window {
 		b.window[i].epoch.Store(never)
 	}
@@ -271,7 +274,7 @@ func (b *Breaker) Allow() (rebound.Permit, error) {
 // from its state could land in a later half-open spell and hold its slot
 // for good.
 func (b *Breaker) allowProbe() (rebound.Permit, error) {
-	now := b.cfg.Now()
+	now := b.now()
 	if State(b.state.Load()&3) == Open {
 		if left := b.cooldownLeft(now); left > 0 {
 			return 0, &OpenError{Name: b.name, State: Open, Until: now.Add(left)}
@@ -356,10 +359,10 @@ func (b *Breaker) doneClosed(s uint64, o rebound.Outcome) {
 		}
 		i := rand.Uint32() % stripes
 		if b.pending[i].successes.Add(1) >= clockEvery {
-			b.flushStripe(b.bucket(b.epochAt(b.cfg.Now())), i)
+			b.flushStripe(b.bucket(b.epochAt(b.now())), i)
 		}
 	case rebound.OutcomeFailure:
-		now := b.cfg.Now()
+		now := b.now()
 		b.flush(b.epochAt(now))
 		b.bucket(b.epochAt(now)).stripes[rand.Uint32()%stripes].failures.Add(1)
 		n := b.consecutive.Add(1)
@@ -380,7 +383,7 @@ func (b *Breaker) doneClosed(s uint64, o rebound.Outcome) {
 // longer in flight (issued in an earlier half-open spell, or reclaimed)
 // moves nothing.
 func (b *Breaker) doneProbe(ticket uint64, o rebound.Outcome) {
-	now := b.cfg.Now()
+	now := b.now()
 	b.mu.Lock()
 	s := b.state.Load()
 	i := slices.IndexFunc(b.probes, func(p probe) bool { return p.ticket == ticket })

@@ -295,7 +295,7 @@ func TestObserveWithoutCall(t *testing.T) {
 func TestBreaker(t *testing.T) {
 	h := newHarness(t)
 	clk := &virtual{now: time.Unix(1e9, 0)}
-	b := breaker.New("gpt-x", breaker.Config{ConsecutiveFailures: 2, OnStateChange: h.obs.BreakerStateChange, Now: clk.Now})
+	b := breaker.New("gpt-x", breaker.Config{ConsecutiveFailures: 2, OnStateChange: h.obs.BreakerStateChange, Clock: clk})
 	ctx := rebound.WithTarget(rebound.WithClock(context.Background(), clk), target)
 	p := rebound.Policy{BaseDelay: rebound.NoDelay, Breaker: b, Observer: h.obs}
 	down := scripted(clk, step{0, openAIError(503, "", "", nil)})
