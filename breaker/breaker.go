@@ -89,34 +89,48 @@ func (s State) String() string {
 	return fmt.Sprintf("state(%d)", s)
 }
 
+// Defaults of a zero Config.
+const (
+	DefaultConsecutiveFailures = 5
+	DefaultFailureRate         = 0.5
+	DefaultWindow              = time.Minute
+	DefaultMinCalls            = 20
+	DefaultCooldown            = 30 * time.Second
+	DefaultProbes              = 1
+	DefaultSuccesses           = 2
+)
+
 // Config says when a breaker opens and how it recovers. Its zero value is
 // a sensible breaker for an LLM API; each field documents its default.
 type Config struct {
 	// ConsecutiveFailures opens the breaker after this many failures in a
-	// row. Zero means 5; negative disables the rule.
+	// row. Zero means DefaultConsecutiveFailures (5); negative disables
+	// the rule.
 	ConsecutiveFailures int
 	// FailureRate opens the breaker when the share of failures over
-	// Window reaches it. Zero means 0.5; negative disables the rule.
+	// Window reaches it. Zero means DefaultFailureRate (0.5); negative
+	// disables the rule.
 	FailureRate float64
-	// Window is the rolling window of the failure rate. Zero means 60 s.
+	// Window is the rolling window of the failure rate. Zero or negative
+	// means DefaultWindow (60 s).
 	Window time.Duration
 	// MinCalls is how many calls the window must hold before the failure
-	// rate counts. Zero means 20.
+	// rate counts. Zero or negative means DefaultMinCalls (20).
 	MinCalls int
-	// Cooldown is how long the breaker stays open before probing. Zero
-	// means 30 s.
+	// Cooldown is how long the breaker stays open before probing. Zero or
+	// negative means DefaultCooldown (30 s).
 	Cooldown time.Duration
-	// Probes is how many calls may be in flight while half-open. Zero
-	// means 1.
+	// Probes is how many calls may be in flight while half-open. Zero or
+	// negative means DefaultProbes (1).
 	Probes int
-	// Successes is how many probe successes close the breaker. Zero
-	// means 2.
+	// Successes is how many probe successes close the breaker. Zero or
+	// negative means DefaultSuccesses (2).
 	Successes int
 	// ProbeTimeout is how long a probe may hold its slot without
 	// reporting back (a stream body never closed, a caller that never
 	// calls Done) before the slot is given to another call and the late
-	// report, if it ever comes, is ignored. Zero means
-	// DefaultProbeTimeout, 5 minutes (why: see there).
+	// report, if it ever comes, is ignored. Zero or negative means
+	// DefaultProbeTimeout (5 minutes; why: see there).
 	ProbeTimeout time.Duration
 	// OnStateChange, if set, is called after every change of state, on
 	// the goroutine that caused it. It must not block or call back into
@@ -220,25 +234,25 @@ type probe struct {
 // New returns a closed breaker named name (used in errors and events).
 func New(name string, cfg Config) *Breaker {
 	if cfg.ConsecutiveFailures == 0 {
-		cfg.ConsecutiveFailures = 5
+		cfg.ConsecutiveFailures = DefaultConsecutiveFailures
 	}
 	if cfg.FailureRate == 0 {
-		cfg.FailureRate = 0.5
+		cfg.FailureRate = DefaultFailureRate
 	}
 	if cfg.Window <= 0 {
-		cfg.Window = time.Minute
+		cfg.Window = DefaultWindow
 	}
 	if cfg.MinCalls <= 0 {
-		cfg.MinCalls = 20
+		cfg.MinCalls = DefaultMinCalls
 	}
 	if cfg.Cooldown <= 0 {
-		cfg.Cooldown = 30 * time.Second
+		cfg.Cooldown = DefaultCooldown
 	}
 	if cfg.Probes <= 0 {
-		cfg.Probes = 1
+		cfg.Probes = DefaultProbes
 	}
 	if cfg.Successes <= 0 {
-		cfg.Successes = 2
+		cfg.Successes = DefaultSuccesses
 	}
 	if cfg.ProbeTimeout <= 0 {
 		cfg.ProbeTimeout = DefaultProbeTimeout
