@@ -91,7 +91,7 @@ func TestClocksBefore1970(t *testing.T) {
 		h := http.Header{}
 		h.Set("x-ratelimit-remaining-requests", "0")
 		h.Set("x-ratelimit-reset-requests", "10s")
-		l.Observe(h)
+		l.Learn(h)
 		if l.Allow(1) {
 			t.Fatalf("%v: a call allowed with no requests left", start)
 		}
@@ -135,7 +135,7 @@ func TestClockGoesBack(t *testing.T) {
 	h := http.Header{}
 	h.Set("x-ratelimit-remaining-requests", "0")
 	h.Set("x-ratelimit-reset-requests", "1m")
-	l.Observe(h)
+	l.Learn(h)
 	c.Add(-time.Hour)
 	c.Add(2 * time.Minute)
 	if !l.Allow(1) {

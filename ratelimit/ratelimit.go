@@ -221,11 +221,12 @@ func (l *Limiter) Correct(estimated, actual int) {
 	}
 }
 
-// Observe learns from a response's rate-limit headers: when the provider
-// says how much of a quota is left and when it resets, the pace is slowed
-// so that what is left lasts until the reset (never sped up beyond the
-// configured limit); with nothing left, calls wait for the reset.
-func (l *Limiter) Observe(h http.Header) {
+// Learn reads a response's rate-limit headers: when the provider says how
+// much of a quota is left and when it resets, the pace is slowed so that
+// what is left lasts until the reset (never sped up beyond the configured
+// limit); with nothing left, calls wait for the reset. Once the reset has
+// passed, the configured limits apply again.
+func (l *Limiter) Learn(h http.Header) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
