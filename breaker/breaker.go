@@ -89,42 +89,58 @@ func (s State) String() string {
 	return fmt.Sprintf("state(%d)", s)
 }
 
+// Defaults of a zero Config.
+const (
+	DefaultConsecutiveFailures = 5
+	DefaultFailureRate         = 0.5
+	DefaultWindow              = time.Minute
+	DefaultMinCalls            = 20
+	DefaultCooldown            = 30 * time.Second
+	DefaultProbes              = 1
+	DefaultSuccesses           = 2
+)
+
 // Config says when a breaker opens and how it recovers. Its zero value is
 // a sensible breaker for an LLM API; each field documents its default.
 type Config struct {
 	// ConsecutiveFailures opens the breaker after this many failures in a
-	// row. Zero means 5; negative disables the rule.
+	// row. Zero means DefaultConsecutiveFailures (5); negative disables
+	// the rule.
 	ConsecutiveFailures int
 	// FailureRate opens the breaker when the share of failures over
-	// Window reaches it. Zero means 0.5; negative disables the rule.
+	// Window reaches it. Zero means DefaultFailureRate (0.5); negative
+	// disables the rule.
 	FailureRate float64
-	// Window is the rolling window of the failure rate. Zero means 60 s.
+	// Window is the rolling window of the failure rate. Zero or negative
+	// means DefaultWindow (60 s).
 	Window time.Duration
 	// MinCalls is how many calls the window must hold before the failure
-	// rate counts. Zero means 20.
+	// rate counts. Zero or negative means DefaultMinCalls (20).
 	MinCalls int
-	// Cooldown is how long the breaker stays open before probing. Zero
-	// means 30 s.
+	// Cooldown is how long the breaker stays open before probing. Zero or
+	// negative means DefaultCooldown (30 s).
 	Cooldown time.Duration
-	// Probes is how many calls may be in flight while half-open. Zero
-	// means 1.
+	// Probes is how many calls may be in flight while half-open. Zero or
+	// negative means DefaultProbes (1).
 	Probes int
-	// Successes is how many probe successes close the breaker. Zero
-	// means 2.
+	// Successes is how many probe successes close the breaker. Zero or
+	// negative means DefaultSuccesses (2).
 	Successes int
 	// ProbeTimeout is how long a probe may hold its slot without
 	// reporting back (a stream body never closed, a caller that never
 	// calls Done) before the slot is given to another call and the late
-	// report, if it ever comes, is ignored. Zero means
-	// DefaultProbeTimeout, 5 minutes (why: see there).
+	// report, if it ever comes, is ignored. Zero or negative means
+	// DefaultProbeTimeout (5 minutes; why: see there).
 	ProbeTimeout time.Duration
 	// OnStateChange, if set, is called after every change of state, on
 	// the goroutine that caused it. It must not block or call back into
 	// the breaker.
 	OnStateChange func(Change)
-	// Now is the breaker's clock. Nil means time.Now; a simulation gives
-	// it virtual time.
-	Now func() time.Time
+	// Clock is the time the breaker goes by: when it opened, when its
+	// cooldown ends, which stretch of the window a call falls in. Nil
+	// means the real clock; a simulation gives it the virtual clock its
+	// calls wait by. The breaker only reads it (Now), never sleeps on it.
+	Clock rebound.Clock
 }
 
 // Change is a change of a breaker's state.
@@ -183,7 +199,8 @@ type bucket struct {
 // with New.
 type Breaker struct {
 	name string
-	cfg  Config // defaults applied
+	cfg  Config           // defaults applied
+	now  func() time.Time // cfg.Clock.Now, or time.Now
 
 	// state is the generation of the current state in its upper bits and
 	// the State in its lowest two. A closed permit is the state itself,
@@ -217,33 +234,33 @@ type probe struct {
 // New returns a closed breaker named name (used in errors and events).
 func New(name string, cfg Config) *Breaker {
 	if cfg.ConsecutiveFailures == 0 {
-		cfg.ConsecutiveFailures = 5
+		cfg.ConsecutiveFailures = DefaultConsecutiveFailures
 	}
 	if cfg.FailureRate == 0 {
-		cfg.FailureRate = 0.5
+		cfg.FailureRate = DefaultFailureRate
 	}
 	if cfg.Window <= 0 {
-		cfg.Window = time.Minute
+		cfg.Window = DefaultWindow
 	}
 	if cfg.MinCalls <= 0 {
-		cfg.MinCalls = 20
+		cfg.MinCalls = DefaultMinCalls
 	}
 	if cfg.Cooldown <= 0 {
-		cfg.Cooldown = 30 * time.Second
+		cfg.Cooldown = DefaultCooldown
 	}
 	if cfg.Probes <= 0 {
-		cfg.Probes = 1
+		cfg.Probes = DefaultProbes
 	}
 	if cfg.Successes <= 0 {
-		cfg.Successes = 2
+		cfg.Successes = DefaultSuccesses
 	}
 	if cfg.ProbeTimeout <= 0 {
 		cfg.ProbeTimeout = DefaultProbeTimeout
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	b := &Breaker{name: name, cfg: cfg, now: time.Now, bucketWidth: max(int64(cfg.Window/windowBuckets), 1)}
+	if cfg.Clock != nil {
+		b.now = cfg.Clock.Now
 	}
-	b := &Breaker{name: name, cfg: cfg, bucketWidth: max(int64(cfg.Window/windowBuckets), 1)}
 	for i := range b.window {
 		b.window[i].epoch.Store(never)
 	}
@@ -271,7 +288,7 @@ func (b *Breaker) Allow() (rebound.Permit, error) {
 // from its state could land in a later half-open spell and hold its slot
 // for good.
 func (b *Breaker) allowProbe() (rebound.Permit, error) {
-	now := b.cfg.Now()
+	now := b.now()
 	if State(b.state.Load()&3) == Open {
 		if left := b.cooldownLeft(now); left > 0 {
 			return 0, &OpenError{Name: b.name, State: Open, Until: now.Add(left)}
@@ -356,10 +373,10 @@ func (b *Breaker) doneClosed(s uint64, o rebound.Outcome) {
 		}
 		i := rand.Uint32() % stripes
 		if b.pending[i].successes.Add(1) >= clockEvery {
-			b.flushStripe(b.bucket(b.epochAt(b.cfg.Now())), i)
+			b.flushStripe(b.bucket(b.epochAt(b.now())), i)
 		}
 	case rebound.OutcomeFailure:
-		now := b.cfg.Now()
+		now := b.now()
 		b.flush(b.epochAt(now))
 		b.bucket(b.epochAt(now)).stripes[rand.Uint32()%stripes].failures.Add(1)
 		n := b.consecutive.Add(1)
@@ -380,7 +397,7 @@ func (b *Breaker) doneClosed(s uint64, o rebound.Outcome) {
 // longer in flight (issued in an earlier half-open spell, or reclaimed)
 // moves nothing.
 func (b *Breaker) doneProbe(ticket uint64, o rebound.Outcome) {
-	now := b.cfg.Now()
+	now := b.now()
 	b.mu.Lock()
 	s := b.state.Load()
 	i := slices.IndexFunc(b.probes, func(p probe) bool { return p.ticket == ticket })

@@ -5,7 +5,7 @@
 // pays for four calls that produce nothing, and a strategy that falls back
 // to a cheaper model pays less per call and succeeds more often. So a Task
 // is every attempt one piece of work made, on whatever target, with the
-// tokens each reported (see rebound.ReportUsage); a Table prices them; and
+// tokens each reported (see Report); a Table prices them; and
 // a Ledger adds up many tasks: spend, the share of it wasted on attempts
 // that produced nothing, success rate and cost per successful task.
 package cost
@@ -13,8 +13,6 @@ package cost
 import (
 	"fmt"
 	"sync"
-
-	"github.com/rebound-go/rebound"
 )
 
 // Price is what a target charges, in US dollars per million tokens.
@@ -23,7 +21,7 @@ type Price struct {
 }
 
 // Of returns the price of u.
-func (p Price) Of(u rebound.Usage) float64 {
+func (p Price) Of(u Usage) float64 {
 	return (float64(u.InputTokens)*p.InputPerMillion + float64(u.OutputTokens)*p.OutputPerMillion) / 1e6
 }
 
@@ -33,7 +31,7 @@ type Table map[string]Price
 // Attempt is one attempt of a task.
 type Attempt struct {
 	Target string
-	Usage  rebound.Usage
+	Usage  Usage
 	// Answered is set for the attempt that produced the task's answer; the
 	// cost of every other attempt is waste.
 	Answered bool

@@ -1,18 +1,19 @@
 package cost_test
 
 import (
+	"context"
 	"fmt"
 	"math"
+	"sync"
 	"testing"
 
-	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/cost"
 )
 
 func TestLedger(t *testing.T) {
 	l := cost.Ledger{Prices: cost.Table{"big": {InputPerMillion: 2.5, OutputPerMillion: 10}}}
-	in := rebound.Usage{InputTokens: 2000}
-	answer := rebound.Usage{InputTokens: 2000, OutputTokens: 500}
+	in := cost.Usage{InputTokens: 2000}
+	answer := cost.Usage{InputTokens: 2000, OutputTokens: 500}
 	l.Add(cost.Task{Succeeded: true, Attempts: []cost.Attempt{{Target: "big", Usage: in}, {Target: "big", Usage: answer, Answered: true}}})
 	l.Add(cost.Task{Attempts: []cost.Attempt{{Target: "big", Usage: in}, {Target: "unpriced", Usage: in}}})
 	s := l.Summary()
@@ -33,9 +34,29 @@ func TestLedger(t *testing.T) {
 func ExampleLedger() {
 	l := cost.Ledger{Prices: cost.Table{"gpt-x": {InputPerMillion: 2.5, OutputPerMillion: 10}}}
 	l.Add(cost.Task{Succeeded: true, Attempts: []cost.Attempt{
-		{Target: "gpt-x", Usage: rebound.Usage{InputTokens: 2000}}, // a 503, billed its input
-		{Target: "gpt-x", Usage: rebound.Usage{InputTokens: 2000, OutputTokens: 500}, Answered: true},
+		{Target: "gpt-x", Usage: cost.Usage{InputTokens: 2000}}, // a 503, billed its input
+		{Target: "gpt-x", Usage: cost.Usage{InputTokens: 2000, OutputTokens: 500}, Answered: true},
 	}})
 	fmt.Println(l.Summary())
 	// Output: 1 tasks, 100.0% succeeded, 2 attempts, $0.01 spent, 33.3% wasted, $0.0150 per success
+}
+
+// TestReport checks that reports from concurrent goroutines add up in the
+// recorder of their context, and that a context without one ignores them.
+func TestReport(t *testing.T) {
+	cost.Report(context.Background(), cost.Usage{InputTokens: 1}) // no recorder: nothing to do, no panic
+	var r cost.Recorder
+	ctx := cost.WithRecorder(context.Background(), &r)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 100 {
+				cost.Report(ctx, cost.Usage{InputTokens: 2, OutputTokens: 1})
+			}
+		})
+	}
+	wg.Wait()
+	if got, want := r.Usage(), (cost.Usage{InputTokens: 1600, OutputTokens: 800}); got != want {
+		t.Errorf("Usage() = %+v, want %+v", got, want)
+	}
 }

@@ -19,8 +19,8 @@
 //
 // The Result says which target answered and carries the trail: every
 // target tried or skipped, every attempt, every verdict, and the tokens
-// each attempt reported (rebound.ReportUsage), from which package cost
-// counts spend and waste.
+// each attempt reported (cost.Report), from which package cost counts
+// spend and waste.
 package fallback
 
 import (
@@ -52,7 +52,7 @@ type Target[Req, Resp any] struct {
 	// e.g. "gpt-x" or "cache".
 	Name string
 	// Call answers a request. It may report the tokens it used with
-	// rebound.ReportUsage.
+	// cost.Report.
 	Call func(ctx context.Context, req Req) (Resp, error)
 	// Policy is the retry policy on this target, its Breaker included.
 	Policy rebound.Policy
@@ -95,8 +95,8 @@ type Step struct {
 	Err error
 	// Verdict is the classifier's verdict on Err.
 	Verdict rebound.Verdict
-	// Usage is what the attempt reported with rebound.ReportUsage.
-	Usage rebound.Usage
+	// Usage is what the attempt reported with cost.Report.
+	Usage cost.Usage
 }
 
 // Result is what a Chain did with a request.
@@ -242,8 +242,8 @@ func (c *Chain[Req, Resp]) try(ctx context.Context, t *Target[Req, Resp], req Re
 	attempt := 0
 	return rebound.Do(ctx, p, func(ctx context.Context) (Resp, error) {
 		attempt++
-		var usage rebound.UsageRecorder
-		v, err := t.Call(rebound.WithUsageRecorder(ctx, &usage), req)
+		var usage cost.Recorder
+		v, err := t.Call(cost.WithRecorder(ctx, &usage), req)
 		res.Trail = append(res.Trail, Step{Target: t.Name, Attempt: attempt, Err: err, Usage: usage.Usage()})
 		return v, err
 	})

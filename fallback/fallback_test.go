@@ -45,14 +45,14 @@ func (m *model) target() fallback.Target[req, string] {
 		Policy: rebound.Policy{BaseDelay: time.Second, Jitter: rebound.JitterNone},
 		Call: func(ctx context.Context, r req) (string, error) {
 			m.calls++
-			rebound.ReportUsage(ctx, rebound.Usage{InputTokens: int64(r.tokens)})
+			cost.Report(ctx, cost.Usage{InputTokens: int64(r.tokens)})
 			if m.calls <= len(m.fails) {
 				return "", m.fails[m.calls-1]
 			}
 			if r.tokens > m.window {
 				return "", overflow(m.window)
 			}
-			rebound.ReportUsage(ctx, rebound.Usage{OutputTokens: 100})
+			cost.Report(ctx, cost.Usage{OutputTokens: 100})
 			return m.name + " answers", nil
 		},
 	}

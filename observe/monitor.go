@@ -79,8 +79,10 @@ type Monitor struct {
 	// OnAlert receives alerts, on the goroutine of the call that caused
 	// them; it must not block. Nil means alerts are only counted.
 	OnAlert func(Alert)
-	// Now is the clock. Nil means time.Now.
-	Now func() time.Time
+	// Clock is the time the Monitor goes by: which stretch of the window
+	// a call falls in, and when an alert is raised. Nil means the real
+	// clock. Only Now is used.
+	Clock rebound.Clock
 	// MaxTargets bounds how many targets the Monitor keeps windows for.
 	// A call to a new target when it is full makes the Monitor forget
 	// the target called least recently, idle for longest: a later call
@@ -149,11 +151,13 @@ func (m *Monitor) Observe(e rebound.Event) {
 	if !ended {
 		return
 	}
-	now := time.Now
-	if m.Now != nil {
-		now = m.Now
+	var now time.Time
+	if m.Clock != nil {
+		now = m.Clock.Now()
+	} else {
+		now = time.Now()
 	}
-	if alerts := m.record(e.Target, e.Attempt > 1, now()); m.OnAlert != nil {
+	if alerts := m.record(e.Target, e.Attempt > 1, now); m.OnAlert != nil {
 		for _, a := range alerts {
 			m.OnAlert(a)
 		}

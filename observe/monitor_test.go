@@ -1,6 +1,7 @@
 package observe_test
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"testing"
@@ -9,6 +10,14 @@ import (
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/observe"
 )
+
+// clockFunc is a rebound.Clock that reads the time from a function, for a
+// test to move by hand; Sleep returns at once.
+type clockFunc func() time.Time
+
+func (f clockFunc) Now() time.Time { return f() }
+
+func (f clockFunc) Sleep(ctx context.Context, _ time.Duration) error { return context.Cause(ctx) }
 
 // observeCalls tells m of n calls to target, retried or not, each step
 // after the one before on the clock *now.
@@ -30,7 +39,7 @@ func TestMonitorClocksBefore1970(t *testing.T) {
 	for _, start := range []time.Time{{}, time.Date(1969, 12, 31, 23, 58, 0, 0, time.UTC), time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC)} {
 		now := start
 		var kinds []observe.AlertKind
-		m := &observe.Monitor{Window: time.Minute, Now: func() time.Time { return now }, OnAlert: func(a observe.Alert) { kinds = append(kinds, a.Kind) }}
+		m := &observe.Monitor{Window: time.Minute, Clock: clockFunc(func() time.Time { return now }), OnAlert: func(a observe.Alert) { kinds = append(kinds, a.Kind) }}
 		observeCalls(m, &now, "search", 100, false, 600*time.Millisecond)
 		observeCalls(m, &now, "search", 100, true, 600*time.Millisecond)
 		if fmt.Sprint(kinds) != "[above jump]" {
@@ -47,7 +56,7 @@ func TestMonitorClocksBefore1970(t *testing.T) {
 func TestMonitorClockGoesBack(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	var kinds []observe.AlertKind
-	m := &observe.Monitor{Window: time.Minute, Now: func() time.Time { return now }, OnAlert: func(a observe.Alert) { kinds = append(kinds, a.Kind) }}
+	m := &observe.Monitor{Window: time.Minute, Clock: clockFunc(func() time.Time { return now }), OnAlert: func(a observe.Alert) { kinds = append(kinds, a.Kind) }}
 	observeCalls(m, &now, "search", 50, true, time.Second)
 	now = now.Add(-365 * 24 * time.Hour)
 	observeCalls(m, &now, "search", 50, false, time.Second)
@@ -63,7 +72,7 @@ func TestMonitorClockGoesBack(t *testing.T) {
 // leave the Monitor holding no more than its bound.
 func TestMonitorMemoryIsBounded(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	m := &observe.Monitor{Now: func() time.Time { return now }}
+	m := &observe.Monitor{Clock: clockFunc(func() time.Time { return now })}
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -88,7 +97,7 @@ func TestMonitorMemoryIsBounded(t *testing.T) {
 func TestMonitorForgetsIdleTargets(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	var alerts []observe.Alert
-	m := &observe.Monitor{MaxTargets: 100, Now: func() time.Time { return now }, OnAlert: func(a observe.Alert) { alerts = append(alerts, a) }}
+	m := &observe.Monitor{MaxTargets: 100, Clock: clockFunc(func() time.Time { return now }), OnAlert: func(a observe.Alert) { alerts = append(alerts, a) }}
 	observeCalls(m, &now, "search", 40, true, time.Second)
 	observeCalls(m, &now, "busy", 40, false, time.Second)
 	if len(alerts) != 1 || alerts[0].Kind != observe.AlertAbove || alerts[0].Target != "search" {

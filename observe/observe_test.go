@@ -83,7 +83,7 @@ func TestSlogRecords(t *testing.T) {
 func TestMonitor(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	var alerts []observe.Alert
-	m := &observe.Monitor{Window: time.Minute, Now: func() time.Time { return now }, OnAlert: func(a observe.Alert) { alerts = append(alerts, a) }}
+	m := &observe.Monitor{Window: time.Minute, Clock: clockFunc(func() time.Time { return now }), OnAlert: func(a observe.Alert) { alerts = append(alerts, a) }}
 	call := func(retried bool) {
 		attempt := 1
 		if retried {

@@ -295,7 +295,7 @@ func TestObserveWithoutCall(t *testing.T) {
 func TestBreaker(t *testing.T) {
 	h := newHarness(t)
 	clk := &virtual{now: time.Unix(1e9, 0)}
-	b := breaker.New("gpt-x", breaker.Config{ConsecutiveFailures: 2, OnStateChange: h.obs.BreakerStateChange, Now: clk.Now})
+	b := breaker.New("gpt-x", breaker.Config{ConsecutiveFailures: 2, OnStateChange: h.obs.BreakerStateChange, Clock: clk})
 	ctx := rebound.WithTarget(rebound.WithClock(context.Background(), clk), target)
 	p := rebound.Policy{BaseDelay: rebound.NoDelay, Breaker: b, Observer: h.obs}
 	down := scripted(clk, step{0, openAIError(503, "", "", nil)})
@@ -389,9 +389,9 @@ func TestCostAndLimiter(t *testing.T) {
 	h.obs.RecordCost(ctx, "gpt-x", math.NaN())
 	prices := cost.Table{"gpt-x": {InputPerMillion: 2, OutputPerMillion: 10}}
 	h.obs.RecordTask(ctx, prices, cost.Task{Succeeded: true, Attempts: []cost.Attempt{
-		{Target: "gpt-x", Usage: rebound.Usage{InputTokens: 1e6}},
-		{Target: "gpt-x", Usage: rebound.Usage{InputTokens: 1e6, OutputTokens: 1e5}, Answered: true},
-		{Target: "unpriced", Usage: rebound.Usage{InputTokens: 1e6}},
+		{Target: "gpt-x", Usage: cost.Usage{InputTokens: 1e6}},
+		{Target: "gpt-x", Usage: cost.Usage{InputTokens: 1e6, OutputTokens: 1e5}, Answered: true},
+		{Target: "unpriced", Usage: cost.Usage{InputTokens: 1e6}},
 	}})
 	h.obs.RecordLimiterDelay(ctx, "gpt-x", 1500*time.Millisecond)
 	ms := h.metrics(t)

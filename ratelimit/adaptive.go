@@ -6,6 +6,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/rebound-go/rebound"
 )
 
 // ErrQueueFull is the error of a call that found the Adaptive queue full.
@@ -22,8 +24,11 @@ type AdaptiveConfig struct {
 	Decrease float64
 	// QueueSize bounds how many calls may wait. Zero means 10 000.
 	QueueSize int
-	// Now is the clock. Nil means time.Now.
-	Now func() time.Time
+	// Clock is the time the limit goes by: how recent the fastest
+	// latency is, and how long since the last cut. Nil means the real
+	// clock; a simulation gives it a virtual one. Only Now is used: a
+	// waiting call waits for a slot, not for a time.
+	Clock rebound.Clock
 }
 
 // Signal is what a finished call tells an Adaptive limit.
@@ -48,6 +53,7 @@ const (
 // concurrent use; the zero value is not, use NewAdaptive.
 type Adaptive struct {
 	cfg AdaptiveConfig
+	now func() time.Time // cfg.Clock.Now, or time.Now
 
 	mu       sync.Mutex // guards the fields below
 	limit    float64
@@ -90,10 +96,11 @@ func NewAdaptive(cfg AdaptiveConfig) *Adaptive {
 	if cfg.QueueSize <= 0 {
 		cfg.QueueSize = 10000
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	a := &Adaptive{cfg: cfg, now: time.Now, limit: float64(cfg.Initial), waiting: list.New()}
+	if cfg.Clock != nil {
+		a.now = cfg.Clock.Now
 	}
-	return &Adaptive{cfg: cfg, limit: float64(cfg.Initial), waiting: list.New()}
+	return a
 }
 
 // Limit returns the current bound on calls in flight.
@@ -152,7 +159,7 @@ func (a *Adaptive) Acquire(ctx context.Context) error {
 
 	select {
 	case <-w.ready:
-		if deadline, ok := ctx.Deadline(); ok && deadline.Sub(a.cfg.Now()) < a.Expected() {
+		if deadline, ok := ctx.Deadline(); ok && deadline.Sub(a.now()) < a.Expected() {
 			a.Release(Neutral) // too late to be answered in time: not sent
 			return ErrDeadline
 		}
@@ -192,7 +199,7 @@ func (a *Adaptive) ReleaseAfter(s Signal, latency time.Duration) {
 	defer a.mu.Unlock()
 	a.inFlight--
 	if s == Success && latency > 0 {
-		switch now := a.cfg.Now(); {
+		switch now := a.now(); {
 		case now.Before(a.fastestSince):
 			// The clock went back: how old the latencies seen are is no
 			// longer known, so they are forgotten rather than kept until
@@ -224,7 +231,7 @@ func (a *Adaptive) ReleaseAfter(s Signal, latency time.Duration) {
 		// One cut per burst: the calls in flight when the provider
 		// faltered will fail too, and say nothing new. A clock that went
 		// back since the last cut does not hold the next one back.
-		now := a.cfg.Now()
+		now := a.now()
 		if since := now.Sub(a.cutAt); a.cut && since >= 0 && since < time.Second {
 			break
 		}

@@ -47,7 +47,7 @@ func TestTransportPanicGivesTheSlotBack(t *testing.T) {
 	}
 }
 
-// clock is a settable clock for the Now fields.
+// clock is a settable rebound.Clock for the Clock fields.
 type clock struct {
 	mu sync.Mutex
 	t  time.Time
@@ -65,13 +65,19 @@ func (c *clock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
+// Sleep moves the clock on by d at once.
+func (c *clock) Sleep(ctx context.Context, d time.Duration) error {
+	c.Add(d)
+	return context.Cause(ctx)
+}
+
 // TestClocksBefore1970 runs the Limiter and the Adaptive limit on a zero
 // time.Time (an injected clock never set) and dates before 1970: they
 // limit as they would today.
 func TestClocksBefore1970(t *testing.T) {
 	for _, start := range []time.Time{{}, time.Date(1969, 12, 31, 23, 59, 30, 0, time.UTC), time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC)} {
 		c := &clock{t: start}
-		l := New(Config{RequestsPerMinute: 60, Now: c.Now})
+		l := New(Config{RequestsPerMinute: 60, Clock: c})
 		allowed := 0
 		for range 600 { // a minute, ten tries a second
 			if l.Allow(1) {
@@ -85,12 +91,12 @@ func TestClocksBefore1970(t *testing.T) {
 		h := http.Header{}
 		h.Set("x-ratelimit-remaining-requests", "0")
 		h.Set("x-ratelimit-reset-requests", "10s")
-		l.Observe(h)
+		l.Learn(h)
 		if l.Allow(1) {
 			t.Fatalf("%v: a call allowed with no requests left", start)
 		}
 
-		a := NewAdaptive(AdaptiveConfig{Initial: 10, Now: c.Now})
+		a := NewAdaptive(AdaptiveConfig{Initial: 10, Clock: c})
 		a.TryAcquire()
 		a.ReleaseAfter(Success, time.Second)
 		a.TryAcquire()
@@ -106,7 +112,7 @@ func TestClocksBefore1970(t *testing.T) {
 // pace for as long as it stepped back.
 func TestClockGoesBack(t *testing.T) {
 	c := &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-	a := NewAdaptive(AdaptiveConfig{Initial: 100, Now: c.Now})
+	a := NewAdaptive(AdaptiveConfig{Initial: 100, Clock: c})
 	a.TryAcquire()
 	a.ReleaseAfter(Success, 100*time.Millisecond) // the fastest
 	a.TryAcquire()
@@ -125,11 +131,11 @@ func TestClockGoesBack(t *testing.T) {
 		t.Fatalf("limit %d: a latency recorded before the clock went back was still the fastest", a.Limit())
 	}
 
-	l := New(Config{RequestsPerMinute: 600, Now: c.Now})
+	l := New(Config{RequestsPerMinute: 600, Clock: c})
 	h := http.Header{}
 	h.Set("x-ratelimit-remaining-requests", "0")
 	h.Set("x-ratelimit-reset-requests", "1m")
-	l.Observe(h)
+	l.Learn(h)
 	c.Add(-time.Hour)
 	c.Add(2 * time.Minute)
 	if !l.Allow(1) {
@@ -286,4 +292,27 @@ func hostileRequest(t *testing.T, r *rand.Rand, tr *Transport) (panicked bool) {
 	}
 	resp.Body.Close()
 	return false
+}
+
+// TestWaitSleepsByItsClock: a Limiter given a Clock waits by it, as it
+// paces by it; the real clock, even a bubble's, does not move.
+func TestWaitSleepsByItsClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		c := &clock{t: start}
+		l := New(Config{RequestsPerMinute: 60, Clock: c})
+		if !l.Allow(1) {
+			t.Fatal("the first call of a minute refused")
+		}
+		real := time.Now()
+		if err := l.Wait(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		if waited := c.Now().Sub(start); waited < time.Second || waited > 2*time.Second {
+			t.Errorf("the limiter's clock moved %v, want about a second", waited)
+		}
+		if d := time.Since(real); d != 0 {
+			t.Errorf("Wait slept %v of real time", d)
+		}
+	})
 }

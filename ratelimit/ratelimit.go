@@ -48,15 +48,18 @@ type Config struct {
 	// the steady pace leaves room for them. A call of more tokens than ten
 	// seconds' worth is charged ten seconds' worth.
 	RequestsPerMinute, TokensPerMinute float64
-	// Now is the limiter's clock. Nil means time.Now; a simulation gives
-	// it virtual time.
-	Now func() time.Time
+	// Clock is the time the limiter goes by: its pace, when a learned
+	// quota resets, and what Wait sleeps on. Nil means the real clock,
+	// and Wait then sleeps by its context's clock (rebound.WithClock), as
+	// Do does; a simulation gives it the virtual clock its calls wait by.
+	Clock rebound.Clock
 }
 
 // Limiter paces calls to requests- and tokens-per-minute limits, learning
 // from the provider's rate-limit headers. It is safe for concurrent use.
 type Limiter struct {
-	now func() time.Time
+	now   func() time.Time // clock.Now, or time.Now
+	clock rebound.Clock    // nil: Wait sleeps by its context's clock
 
 	mu       sync.Mutex    // guards the fields below
 	requests *rate.Limiter // nil: no limit
@@ -70,9 +73,9 @@ type Limiter struct {
 
 // New returns a Limiter for cfg.
 func New(cfg Config) *Limiter {
-	l := &Limiter{now: cfg.Now, cfg: cfg}
-	if l.now == nil {
-		l.now = time.Now
+	l := &Limiter{now: time.Now, clock: cfg.Clock, cfg: cfg}
+	if cfg.Clock != nil {
+		l.now = cfg.Clock.Now
 	}
 	l.requests = requestsPerMinute(cfg.RequestsPerMinute)
 	l.tokens = tokensPerMinute(cfg.TokensPerMinute)
@@ -192,7 +195,11 @@ func (l *Limiter) Wait(ctx context.Context, tokens int) error {
 		r.Cancel()
 		return ErrDeadline
 	}
-	if err := rebound.ClockFrom(ctx).Sleep(ctx, d); err != nil {
+	clock := l.clock
+	if clock == nil {
+		clock = rebound.ClockFrom(ctx)
+	}
+	if err := clock.Sleep(ctx, d); err != nil {
 		r.Cancel()
 		return err
 	}
@@ -214,11 +221,12 @@ func (l *Limiter) Correct(estimated, actual int) {
 	}
 }
 
-// Observe learns from a response's rate-limit headers: when the provider
-// says how much of a quota is left and when it resets, the pace is slowed
-// so that what is left lasts until the reset (never sped up beyond the
-// configured limit); with nothing left, calls wait for the reset.
-func (l *Limiter) Observe(h http.Header) {
+// Learn reads a response's rate-limit headers: when the provider says how
+// much of a quota is left and when it resets, the pace is slowed so that
+// what is left lasts until the reset (never sped up beyond the configured
+// limit); with nothing left, calls wait for the reset. Once the reset has
+// passed, the configured limits apply again.
+func (l *Limiter) Learn(h http.Header) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()

@@ -61,7 +61,7 @@ func TestHonoursAResetHeader(t *testing.T) {
 		h := http.Header{}
 		h.Set("X-Ratelimit-Remaining-Requests", "0")
 		h.Set("X-Ratelimit-Reset-Requests", "20s")
-		l.Observe(h)
+		l.Learn(h)
 		start := time.Now()
 		if err := l.Wait(t.Context(), 1); err != nil {
 			t.Fatal(err)
@@ -85,7 +85,7 @@ func TestPacesWhatIsLeftUntilTheReset(t *testing.T) {
 		h := http.Header{}
 		h.Set("Anthropic-Ratelimit-Requests-Remaining", "10")
 		h.Set("Anthropic-Ratelimit-Requests-Reset", time.Now().Add(10*time.Second).UTC().Format(time.RFC3339))
-		l.Observe(h)
+		l.Learn(h)
 		start := time.Now()
 		for range 20 {
 			if err := l.Wait(t.Context(), 1); err != nil {

@@ -76,7 +76,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	if t.Limiter != nil {
-		t.Limiter.Observe(resp.Header)
+		t.Limiter.Learn(resp.Header)
 	}
 	if t.Adaptive != nil {
 		held = false

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/rebound-go/rebound/analyze"
+	"github.com/rebound-go/rebound/cmd/rebound/internal/analyze"
 )
 
 const analyzeUsage = `usage: rebound analyze [--json] [--price-in USD --price-out USD] FILE...
@@ -55,8 +55,32 @@ so on stderr in one line and exits 1.
 
 Prices must lie between 0 and 1000000 dollars per million tokens.
 
---json prints one object: files, lines, calls, malformed, skipped, totals
-and rows (see the analyze package's documentation for every key).
+--json prints one object with these keys:
+
+  files      [{name, lines, calls, malformed, skipped, malformed_lines}]
+             one per input; malformed_lines holds the first few
+             malformed lines' numbers, from 1
+  lines      lines read: calls + malformed + skipped
+  calls, malformed, skipped
+  totals     {calls, succeeded, success_rate, attempts, retries,
+             calls_retried, retry_rate, succeeded_after_retry,
+             wasted_attempts, priced_calls, cost_usd, wasted_usd,
+             retry_cost_usd, cost_per_success_usd, futile_retries,
+             futile_retry_cost_usd}
+  rows       [{group, status, error_type, error_code, kind, calls,
+             attempts, retries, calls_retried, succeeded,
+             succeeded_after_retry, success_rate, wasted_attempts,
+             priced_calls, cost_usd, wasted_usd, retry_cost_usd,
+             futile, recommendation}]
+             by wasted_usd, then calls, most first
+
+retries is attempts - calls; calls_retried counts the calls with more
+than one attempt; retry_rate is calls_retried / calls; retry_cost_usd is
+what the attempts after each call's first cost; cost_per_success_usd is
+cost_usd over the priced calls that succeeded; futile_retries and
+futile_retry_cost_usd are the retries spent, and what they cost, on
+errors that can never succeed. Dollar fields are null when no call's cost
+is known; error_type, error_code and kind are left out when empty.
 
 --generate N writes N synthetic log lines in both schemas to stdout, the
 same for the same --seed, to try the command on or to measure it.

@@ -18,7 +18,7 @@ import (
 
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/chaos"
-	"github.com/rebound-go/rebound/sim"
+	"github.com/rebound-go/rebound/cmd/rebound/internal/sim"
 )
 
 const benchUsage = `usage: rebound bench [--scenario seed|cost] [--json] [--seed N] [cost flags]

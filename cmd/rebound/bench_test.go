@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rebound-go/rebound/sim"
+	"github.com/rebound-go/rebound/cmd/rebound/internal/sim"
 )
 
 func runBenchJSON(t *testing.T, seed string) benchReport {

@@ -14,7 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/rebound-go/rebound/sim"
+	"github.com/rebound-go/rebound/cmd/rebound/internal/sim"
 )
 
 const simUsage = `usage: rebound sim [--scenario occ|iid|overload] [--json] [--html FILE] [--seed N] [--trials N]
@@ -333,7 +333,7 @@ func runOCCSim(ctx context.Context, o simOptions, stderr io.Writer) (any, int) {
 		strategies = len(sim.OCCStrategies())
 	}
 	if clients == 0 {
-		clients = len(sim.DefaultOCCClients)
+		clients = len(sim.DefaultOCCClients())
 	}
 	cells := strategies * clients
 	fmt.Fprintf(stderr, "rebound sim: occ scenario, seed %d, %d trials of %d cells…\n", o.seed, o.trials, cells)
@@ -406,10 +406,10 @@ func runIIDSim(ctx context.Context, o simOptions, stderr io.Writer) (any, int) {
 	}
 	attempts, rates := len(c.Attempts), len(c.Rates)
 	if attempts == 0 {
-		attempts = len(sim.DefaultIIDAttempts)
+		attempts = len(sim.DefaultIIDAttempts())
 	}
 	if rates == 0 {
-		rates = len(sim.DefaultIIDRates)
+		rates = len(sim.DefaultIIDRates())
 	}
 	cells := attempts * rates
 	fmt.Fprintf(stderr, "rebound sim: iid scenario, seed %d, %d calls in each of %d cells…\n", o.seed, o.trials, cells)

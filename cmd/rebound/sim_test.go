@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rebound-go/rebound/sim"
+	"github.com/rebound-go/rebound/cmd/rebound/internal/sim"
 )
 
 func runSimCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -209,7 +209,7 @@ func TestSimIIDJSON(t *testing.T) {
 		t.Fatalf("top-level keys %v", keys)
 	}
 	var results []map[string]json.RawMessage
-	if err := json.Unmarshal(raw["results"], &results); err != nil || len(results) != 2*len(sim.DefaultIIDRates) {
+	if err := json.Unmarshal(raw["results"], &results); err != nil || len(results) != 2*len(sim.DefaultIIDRates()) {
 		t.Fatalf("results: %v, %d of them", err, len(results))
 	}
 	for _, res := range results {
@@ -225,7 +225,7 @@ func TestSimIIDJSON(t *testing.T) {
 		t.Errorf("header %q, seed %d", r.Scenario, r.Seed)
 	}
 	for i, res := range r.Results {
-		if p := sim.DefaultIIDRates[i%len(sim.DefaultIIDRates)]; res.P != p {
+		if p := sim.DefaultIIDRates()[i%len(sim.DefaultIIDRates())]; res.P != p {
 			t.Errorf("result %d at p = %v, want %v", i, res.P, p)
 		}
 		success, load := sim.IIDTheory(res.P, res.MaxAttempts)

@@ -13,9 +13,9 @@ import (
 	"time"
 )
 
-// Clock is a virtual clock for one simulated worker: Sleep moves it
-// forward at once. It is not safe for concurrent use; a simulation runs
-// its worker on one goroutine.
+// Clock is a virtual clock, a rebound.Clock whose Sleep moves it forward at
+// once; the calls, breakers and limits of one simulation all go by it. It
+// is not safe for concurrent use: a simulation runs on one goroutine.
 type Clock struct {
 	now time.Time
 }

@@ -454,8 +454,8 @@ func Futile(k rebound.Kind) bool {
 	return k == rebound.KindPermanent || k == rebound.KindQuotaExhausted || k == rebound.KindContextOverflow
 }
 
-// Report is the analysis of everything read so far. See the package
-// documentation for its JSON form.
+// Report is the analysis of everything read so far. "rebound help
+// analyze" documents its JSON form.
 type Report struct {
 	Files     []File `json:"files"`
 	Lines     int64  `json:"lines"`

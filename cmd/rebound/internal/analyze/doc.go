@@ -100,30 +100,6 @@
 //
 // # Report
 //
-// Report is what "rebound analyze --json" prints, with these keys:
-//
-//	files      [{name, lines, calls, malformed, skipped, malformed_lines}]
-//	           one per input; malformed_lines holds the first few
-//	           malformed lines' numbers, from 1
-//	lines      lines read: calls + malformed + skipped
-//	calls, malformed, skipped
-//	totals     {calls, succeeded, success_rate, attempts, retries,
-//	           calls_retried, retry_rate, succeeded_after_retry,
-//	           wasted_attempts, priced_calls, cost_usd, wasted_usd,
-//	           retry_cost_usd, cost_per_success_usd, futile_retries,
-//	           futile_retry_cost_usd}
-//	rows       [{group, status, error_type, error_code, kind, calls,
-//	           attempts, retries, calls_retried, succeeded,
-//	           succeeded_after_retry, success_rate, wasted_attempts,
-//	           priced_calls, cost_usd, wasted_usd, retry_cost_usd,
-//	           futile, recommendation}]
-//	           by wasted_usd, then calls, most first
-//
-// retries is attempts − calls; calls_retried counts the calls with more
-// than one attempt; retry_rate is calls_retried / calls; retry_cost_usd is
-// what the attempts after each call's first cost; cost_per_success_usd is
-// cost_usd over the priced calls that succeeded. Dollar fields are null
-// when no call's cost is known; error_type, error_code and kind are left
-// out when empty. futile_retries and futile_retry_cost_usd are the retries
-// spent, and what they cost, in futile rows.
+// Report is what "rebound analyze --json" prints; "rebound help analyze"
+// lists its keys and what each means.
 package analyze

@@ -47,11 +47,11 @@ func TestIIDMatchesTheory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Scenario != "iid" || r.Seed != 1 || len(r.Results) != len(DefaultIIDAttempts)*len(DefaultIIDRates) {
+	if r.Scenario != "iid" || r.Seed != 1 || len(r.Results) != len(DefaultIIDAttempts())*len(DefaultIIDRates()) {
 		t.Fatalf("report header %q seed %d, %d results", r.Scenario, r.Seed, len(r.Results))
 	}
 	for i, res := range r.Results {
-		n, p := DefaultIIDAttempts[i/len(DefaultIIDRates)], DefaultIIDRates[i%len(DefaultIIDRates)]
+		n, p := DefaultIIDAttempts()[i/len(DefaultIIDRates())], DefaultIIDRates()[i%len(DefaultIIDRates())]
 		if res.MaxAttempts != n || res.P != p {
 			t.Fatalf("result %d is (%d, %v), want (%d, %v)", i, res.MaxAttempts, res.P, n, p)
 		}

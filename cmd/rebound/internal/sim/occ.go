@@ -29,8 +29,8 @@ func OCCStrategies() []string {
 	return []string{OCCExponential, OCCDecorrelated, OCCEqual, OCCFull, OCCNone}
 }
 
-// DefaultOCCClients are the client counts of the published table.
-var DefaultOCCClients = []int{10, 20, 50, 100, 150, 190}
+// DefaultOCCClients returns the client counts of the published table.
+func DefaultOCCClients() []int { return []int{10, 20, 50, 100, 150, 190} }
 
 // DefaultOCCTrials is how many trials each (strategy, clients) cell
 // averages over, as in the published table.
@@ -79,7 +79,7 @@ type OCCConfig struct {
 	// Strategies to run, in this order. Empty means OCCStrategies().
 	Strategies []string
 	// Clients are the client counts N to run, in this order. Empty means
-	// DefaultOCCClients.
+	// DefaultOCCClients().
 	Clients []int
 	// Trials each result averages over. Zero means DefaultOCCTrials.
 	Trials int
@@ -152,7 +152,7 @@ func RunOCC(ctx context.Context, seed uint64, c OCCConfig) (OCCReport, error) {
 		strategies = OCCStrategies()
 	}
 	if len(clients) == 0 {
-		clients = DefaultOCCClients
+		clients = DefaultOCCClients()
 	}
 	if trials == 0 {
 		trials = DefaultOCCTrials

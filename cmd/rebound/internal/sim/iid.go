@@ -14,13 +14,15 @@ import (
 	"github.com/rebound-go/rebound"
 )
 
-// DefaultIIDRates are the failure probabilities p the iid experiment runs
-// by default: 0 to 0.5 in steps of 0.05.
-var DefaultIIDRates = []float64{0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5}
+// DefaultIIDRates returns the failure probabilities p the iid experiment
+// runs by default: 0 to 0.5 in steps of 0.05.
+func DefaultIIDRates() []float64 {
+	return []float64{0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5}
+}
 
-// DefaultIIDAttempts are the MaxAttempts of the policies the iid
+// DefaultIIDAttempts returns the MaxAttempts of the policies the iid
 // experiment compares by default.
-var DefaultIIDAttempts = []int{1, 2, 3, 4, 6}
+func DefaultIIDAttempts() []int { return []int{1, 2, 3, 4, 6} }
 
 // DefaultIIDTrials is how many calls each (attempts, p) cell makes by
 // default.
@@ -30,10 +32,10 @@ const DefaultIIDTrials = 100000
 // DefaultIIDAttempts against DefaultIIDRates, DefaultIIDTrials calls each.
 type IIDConfig struct {
 	// Attempts are the policies' MaxAttempts, in this order. Empty means
-	// DefaultIIDAttempts.
+	// DefaultIIDAttempts().
 	Attempts []int
 	// Rates are the failure probabilities p, in this order, each within
-	// [0, 1]. Empty means DefaultIIDRates.
+	// [0, 1]. Empty means DefaultIIDRates().
 	Rates []float64
 	// Trials is how many calls each result counts. Zero means
 	// DefaultIIDTrials.
@@ -115,10 +117,10 @@ func RunIID(ctx context.Context, seed uint64, c IIDConfig) (IIDReport, error) {
 	}
 	attempts, rates, trials := c.Attempts, c.Rates, c.Trials
 	if len(attempts) == 0 {
-		attempts = DefaultIIDAttempts
+		attempts = DefaultIIDAttempts()
 	}
 	if len(rates) == 0 {
-		rates = DefaultIIDRates
+		rates = DefaultIIDRates()
 	}
 	if trials == 0 {
 		trials = DefaultIIDTrials

@@ -243,7 +243,7 @@ func (p *provider) attempt(ctx context.Context, r request, model uint64) (string
 	if r.compacted {
 		input = input * 6 / 10
 	}
-	rebound.ReportUsage(ctx, rebound.Usage{InputTokens: input}) // billed, whatever happens
+	cost.Report(ctx, cost.Usage{InputTokens: input}) // billed, whatever happens
 
 	if r.permanent != 0 && !(r.permanent == http.StatusRequestEntityTooLarge && r.compacted) {
 		return "", permanentError(r.permanent)
@@ -263,7 +263,7 @@ func (p *provider) attempt(ctx context.Context, r request, model uint64) (string
 	case u < p.w.RateLimitRate+p.w.ServerErrorRate:
 		return "", &rebound.HTTPError{StatusCode: []int{500, 502, 503}[rng.IntN(3)]}
 	}
-	rebound.ReportUsage(ctx, rebound.Usage{OutputTokens: int64(p.w.OutputTokens)})
+	cost.Report(ctx, cost.Usage{OutputTokens: int64(p.w.OutputTokens)})
 	return "ok", nil
 }
 
@@ -395,7 +395,7 @@ func strategy(name string, p *provider, clock *Clock, rng *rand.Rand) *fallback.
 		// The seed's third version: 4xx never retried, server hints
 		// honoured, a breaker per model (5 failures in a row, 60 s), the
 		// cheaper model when the breaker is open or retries are spent.
-		b := breaker.Config{ConsecutiveFailures: 5, FailureRate: -1, Cooldown: time.Minute, Now: clock.Now}
+		b := breaker.Config{ConsecutiveFailures: 5, FailureRate: -1, Cooldown: time.Minute, Clock: clock}
 		for i, t := range []*fallback.Target[request, string]{&primary, &cheap} {
 			t.Policy = rebound.Policy{MaxAttempts: 4, BaseDelay: time.Second, Jitter: rebound.JitterNone, Rand: rng,
 				Classifier: statusOnly, Breaker: breaker.New(fmt.Sprint(i), b)}
@@ -405,7 +405,7 @@ func strategy(name string, p *provider, clock *Clock, rng *rand.Rand) *fallback.
 	}
 	// rebound: the recommended setup, with a compaction hook for 413s.
 	primary.Policy.Rand, cheap.Policy.Rand = rng, rng
-	chain := fallback.Recommended(breaker.Config{Now: clock.Now}, primary, cheap)
+	chain := fallback.Recommended(breaker.Config{Clock: clock}, primary, cheap)
 	chain.Compact = func(_ context.Context, r request, _ error) (request, error) {
 		r.compacted = true
 		return r, nil

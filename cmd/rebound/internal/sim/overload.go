@@ -187,7 +187,7 @@ type overload struct {
 	adaptive *ratelimit.Adaptive  // nil: none
 
 	start  time.Time
-	now    time.Time
+	clock  *Clock // the simulation's now, moved event by event
 	end    time.Time
 	events eventQueue
 	seq    int
@@ -253,7 +253,7 @@ func (o *overload) at(t time.Time, fn func()) {
 func newOverload(strategy string, cell OverloadCell, rng *rand.Rand) (*overload, error) {
 	o := &overload{strategy: strategy, cell: cell, rng: rng, waiting: list.New()}
 	o.start = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
-	o.now = o.start
+	o.clock = NewClock(o.start)
 	o.end = o.start.Add(OverloadWarmup + cell.Duration + 10*cell.Duration)
 	retry3 := rebound.Policy{MaxAttempts: 4, BaseDelay: 100 * time.Millisecond, MaxDelay: 5 * time.Second,
 		WaitBudget: time.Hour, Rand: rng}
@@ -268,14 +268,12 @@ func newOverload(strategy string, cell OverloadCell, rng *rand.Rand) (*overload,
 	case OverloadRebound:
 		o.policy = rebound.Policy{Rand: rng} // the recommended one
 		o.budget = &rebound.RetryBudget{}
-		o.adaptive = ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{Now: o.clock})
+		o.adaptive = ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{Clock: o.clock})
 	default:
 		return nil, fmt.Errorf("sim: unknown overload strategy %q (want one of %v)", strategy, OverloadStrategies())
 	}
 	return o, nil
 }
-
-func (o *overload) clock() time.Time { return o.now }
 
 // capacity is the provider's rate at t.
 func (o *overload) capacity(t time.Time) float64 {
@@ -307,7 +305,7 @@ func (o *overload) run(ctx context.Context, minute func(done time.Duration)) (Ov
 			}
 			nextMinute = o.start.Add(e.at.Sub(o.start).Truncate(time.Minute) + time.Minute)
 		}
-		o.now = e.at
+		o.clock.AdvanceTo(e.at) // events come in order: never back
 		e.fn()
 	}
 	return o.result(), nil
@@ -320,13 +318,14 @@ func (o *overload) interarrival() time.Duration {
 // arrive starts a new call and schedules the next arrival.
 func (o *overload) arrive() {
 	o.calls++
-	c := &ocall{arrival: o.now, deadline: o.now.Add(OverloadCallDeadline)}
+	now := o.clock.Now()
+	c := &ocall{arrival: now, deadline: now.Add(OverloadCallDeadline)}
 	c.loop = rebound.NewLoop(o.policy, c.deadline, false)
 	if o.budget != nil {
-		o.budget.Deposit(o.now)
+		o.budget.Deposit(now)
 	}
 	o.send(c)
-	o.at(o.now.Add(o.interarrival()), o.arrive)
+	o.at(now.Add(o.interarrival()), o.arrive)
 }
 
 // send makes c's next attempt, or, with an adaptive limit and no free
@@ -341,13 +340,13 @@ func (o *overload) send(c *ocall) {
 
 // dispatch puts an attempt of c on the provider's queue.
 func (o *overload) dispatch(c *ocall, holds bool) {
-	a := &attempt{call: c, sentAt: o.now, holds: holds}
+	a := &attempt{call: c, sentAt: o.clock.Now(), holds: holds}
 	c.current = a
 	o.attempts++
 	o.queue = append(o.queue, a)
 	o.serve()
-	timeout := min(OverloadAttemptTimeout, c.deadline.Sub(o.now))
-	o.at(o.now.Add(timeout), func() { o.timeout(a) })
+	timeout := min(OverloadAttemptTimeout, c.deadline.Sub(o.clock.Now()))
+	o.at(o.clock.Now().Add(timeout), func() { o.timeout(a) })
 }
 
 // serve starts serving the head of the provider's queue if it is idle.
@@ -358,8 +357,8 @@ func (o *overload) serve() {
 	a := o.queue[0]
 	o.queue = o.queue[1:]
 	o.busy = true
-	service := time.Duration(float64(time.Second) / o.capacity(o.now))
-	o.at(o.now.Add(service), func() {
+	service := time.Duration(float64(time.Second) / o.capacity(o.clock.Now()))
+	o.at(o.clock.Now().Add(service), func() {
 		o.busy = false
 		o.served(a)
 		o.serve()
@@ -375,7 +374,7 @@ func (o *overload) served(a *attempt) {
 	c := a.call
 	c.done = true
 	o.succeeded++
-	if s := int(o.now.Sub(o.start) / time.Second); s < len(o.goodput) {
+	if s := int(o.clock.Now().Sub(o.start) / time.Second); s < len(o.goodput) {
 		o.goodput[s]++
 	}
 	o.release(a, ratelimit.Success)
@@ -389,16 +388,16 @@ func (o *overload) timeout(a *attempt) {
 	a.timedOut = true
 	o.release(a, ratelimit.Congested)
 	c := a.call
-	d := c.loop.Next(rebound.Verdict{Kind: rebound.KindTransient}, o.now)
-	if d.Retry && o.budget != nil && !o.budget.Withdraw(o.now) {
+	d := c.loop.Next(rebound.Verdict{Kind: rebound.KindTransient}, o.clock.Now())
+	if d.Retry && o.budget != nil && !o.budget.Withdraw(o.clock.Now()) {
 		d.Retry = false
 	}
 	if !d.Retry {
 		c.done = true
 		return
 	}
-	o.at(o.now.Add(d.Wait), func() {
-		if o.now.Before(c.deadline) {
+	o.at(o.clock.Now().Add(d.Wait), func() {
+		if o.clock.Now().Before(c.deadline) {
 			o.send(c)
 		} else {
 			c.done = true
@@ -416,12 +415,12 @@ func (o *overload) release(a *attempt, s ratelimit.Signal) {
 	a.holds = false
 	latency := time.Duration(0)
 	if s == ratelimit.Success {
-		latency = o.now.Sub(a.sentAt)
+		latency = o.clock.Now().Sub(a.sentAt)
 	}
 	o.adaptive.ReleaseAfter(s, latency)
 	for o.waiting.Len() > 0 {
 		c := o.waiting.Front().Value.(*ocall)
-		if c.deadline.Sub(o.now) < max(o.adaptive.Expected(), time.Nanosecond) {
+		if c.deadline.Sub(o.clock.Now()) < max(o.adaptive.Expected(), time.Nanosecond) {
 			// Too late to be answered in time (as Adaptive.Acquire judges):
 			// dropped, never sent.
 			o.waiting.Remove(o.waiting.Front())
