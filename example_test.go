@@ -133,7 +133,7 @@ func ExampleWithSideEffects() {
 	// 1 rebound: gave up after 1 attempt (side effects, not retried): context deadline exceeded
 }
 
-// Seed 004's escalation: retry at once, then linearly, then exponentially.
+// An escalation (the Rust article's): retry at once, then linearly, then exponentially.
 func ExamplePolicy_schedule() {
 	p := rebound.Policy{
 		MaxAttempts: 6,

@@ -55,7 +55,7 @@ func TestShapes(t *testing.T) {
 		{"constant", func(p *Policy) { p.Shape = ShapeConstant }, millis(100, 100, 100, 100, 100, 100)},
 		{"immediate", func(p *Policy) { p.BaseDelay = NoDelay }, millis(0, 0, 0, 0, 0, 0)},
 		{"max delay zero", func(p *Policy) { p.BaseDelay, p.MaxDelay = 0, NoDelay }, millis(0, 0, 0, 0, 0, 0)},
-		// Seed 004's escalation: retry at once, then linearly, then exponentially.
+		// An escalation (the Rust article's): retry at once, then linearly, then exponentially.
 		{"custom escalation", func(p *Policy) {
 			p.MaxDelay = 10 * time.Second
 			p.Schedule = func(n int) time.Duration {

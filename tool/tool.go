@@ -325,7 +325,9 @@ func (r *Registry) Execute(ctx context.Context, call Call) Result {
 	return Result{Call: call, Err: err, Failure: e.failure(call, err, lastVerdict, attempts)}
 }
 
-// timed runs one attempt and notes its latency for hedging.
+// timed runs one attempt and notes its latency for hedging, in real time:
+// the hedge races real goroutines on a real timer, whatever clock the
+// call's waits go by.
 func (e *entry) timed(ctx context.Context, call Call) (string, error) {
 	start := time.Now()
 	out, err := e.fn(ctx, call)

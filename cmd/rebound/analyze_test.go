@@ -24,7 +24,7 @@ func runAnalyzeCmd(t *testing.T, args ...string) (code int, stdout, stderr strin
 	return code, out.String(), errOut.String()
 }
 
-// analyzeLog is a small log in both schemas: seed 002's 400s retried three
+// analyzeLog is a small log in both schemas: the $340 article's 400s retried three
 // times by a naive client, and rebound's own records.
 const analyzeLog = `{"model":"gpt-4o","succeeded":false,"status":400,"error_type":"invalid_request_error","error_code":"context_length_exceeded","retried":true,"attempts":4,"input_tokens":100000}
 {"model":"gpt-4o","succeeded":false,"status":400,"error_type":"invalid_request_error","error_code":"context_length_exceeded","retried":true,"attempts":4,"input_tokens":100000}

@@ -23,11 +23,11 @@ import (
 
 const benchUsage = `usage: rebound bench [--scenario seed|cost] [--json] [--seed N] [cost flags]
 
---scenario seed (the default) reproduces the seed article's retry experiments
+--scenario seed (the default) reproduces the 429 article's retry experiments
 with rebound against the chaos server over loopback HTTP, the calls of each
-row one after another, and prints the seed's figure beside ours.
+row one after another, and prints the article's figure beside ours.
 
---scenario cost runs seed 002's three retry strategies and rebound's
+--scenario cost runs the $340 article's three retry strategies and rebound's
 recommended setup over a simulated month of agent traffic, in virtual time,
 through rebound's real retry, breaker and fallback code, and prints what each
 costs per successful task. Its flags (days to incidents-per-day below) belong
@@ -106,7 +106,7 @@ type idempotencyRow struct {
 	IdempotentRequests    int `json:"idempotent_requests"`
 }
 
-// The seed article's experiments, as it ran them.
+// The 429 article's experiments, as it ran them.
 const (
 	benchCalls    = 200
 	benchFailRate = 0.35
@@ -119,7 +119,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	seed := fs.Uint64("seed", 1, "seed of the chaos server's outcomes and of every jitter draw")
-	scenario := fs.String("scenario", "seed", "`seed` (the seed article's experiments) or cost (a simulated month)")
+	scenario := fs.String("scenario", "seed", "`seed` (the 429 article's experiments) or cost (a simulated month)")
 	var w sim.CostWorkload
 	fs.IntVar(&w.Days, "days", 30, "cost: days of traffic")
 	fs.IntVar(&w.TasksPerDay, "tasks-per-day", 2000, "cost: tasks a day")
@@ -462,9 +462,9 @@ func millis(d time.Duration) float64 {
 func pct(n, of int) float64 { return 100 * float64(n) / float64(of) }
 
 func printBench(w io.Writer, r *benchReport) {
-	fmt.Fprintf(w, "rebound bench, seed %d: the seed article's experiments against the chaos server over loopback HTTP\n\n", r.Seed)
+	fmt.Fprintf(w, "rebound bench, seed %d: the 429 article's experiments against the chaos server over loopback HTTP\n\n", r.Seed)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "experiment\tseed's figure\trebound")
+	fmt.Fprintln(tw, "experiment\tarticle's figure\trebound")
 	fmt.Fprintln(tw, "----------\t-------------\t-------")
 	nr, fj := r.NoRetry, r.FullJitter
 	fmt.Fprintf(tw, "no retry, %.0f%% failures\t122/200 (61.0%%)\t%d/%d (%.1f%%), %d requests\n",

@@ -34,7 +34,7 @@ func runBenchJSON(t *testing.T, seed string) benchReport {
 }
 
 // TestBenchMeetsTheSeed runs the main job over loopback, twice with the
-// same seed, and checks every row against the seed article's figures.
+// same seed, and checks every row against the 429 article's figures.
 func TestBenchMeetsTheSeed(t *testing.T) {
 	reports := make([]benchReport, 2)
 	t.Run("runs", func(t *testing.T) {

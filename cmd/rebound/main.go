@@ -4,7 +4,7 @@
 //
 //	rebound analyze [--json] [--price-in USD --price-out USD] FILE...
 //	                                    report where the retries in call logs went
-//	rebound bench [--json] [--seed N]   reproduce the seed article's experiments
+//	rebound bench [--json] [--seed N]   reproduce the 429 article's experiments
 //	rebound chaos [flags]               serve the fault-injecting chaos server
 //	rebound sim [--scenario occ] [--json] [flags]
 //	                                    simulate a scenario in virtual time
@@ -35,7 +35,7 @@ const usage = `usage: rebound <command> [flags]
 
 commands:
   analyze read call logs (JSON lines) and report the retries wasted, by error
-  bench   reproduce the seed article's retry experiments against the chaos server
+  bench   reproduce the 429 article's retry experiments against the chaos server
   chaos   serve the fault-injecting chaos server
   sim     simulate a scenario (occ: Brooker's backoff experiment) in virtual time
   help    print this, or with a command's name that command's help

@@ -2,9 +2,10 @@
 // went: which errors were retried, how often a retry helped, and how much
 // was spent on retries that could never succeed.
 //
-// Seed 002's author ran such a script over a month of logs and found $67
-// burnt retrying 400s; this package is that script, for any log in either
-// of two JSON-lines schemas, mixed freely in one input.
+// The author of the $340 article (see the README's Background) ran such a
+// script over a month of logs and found $67 burnt retrying 400s; this
+// package is that script, for any log in either of two JSON-lines schemas,
+// mixed freely in one input.
 //
 // # Input
 //

@@ -22,7 +22,7 @@ type scenario struct {
 }
 
 // scenarios are the generator's mix: mostly successes, the retryable
-// failures a provider sends, and the 4xx that seed 002 found retried for
+// failures a provider sends, and the 4xx that the $340 article found retried for
 // nothing.
 var scenarios = []scenario{
 	{weight: 0.60},
@@ -165,7 +165,7 @@ func genReboundLine(b []byte, rng *rand.Rand, now time.Time, s *scenario) []byte
 }
 
 // genSimpleLine writes a simple-schema record from a client that retries
-// every failure up to three times, as seed 002's first strategy did.
+// every failure up to three times, as the $340 article's first strategy did.
 func genSimpleLine(b []byte, rng *rand.Rand, s *scenario) []byte {
 	attempts, ok := int64(1), true
 	switch {

@@ -16,7 +16,7 @@ import (
 	"github.com/rebound-go/rebound/fallback"
 )
 
-// CostWorkload is the month of agent traffic of seed 002's cost study.
+// CostWorkload is the month of agent traffic of the $340 article's cost study (see the README's Background).
 // Its zero value is the default workload; each field documents its own.
 // A rate or IncidentsPerDay below zero means none: zero means the default.
 type CostWorkload struct {
@@ -173,7 +173,7 @@ type StrategyResult struct {
 type CostReport struct {
 	Seed uint64 `json:"seed"`
 	// FirstAttemptFailureRate is the share of calls whose first attempt
-	// on the primary model failed, as this seed's traffic turned out.
+	// on the primary model failed, as the article's traffic turned out.
 	FirstAttemptFailureRate float64          `json:"first_attempt_failure_rate"`
 	Strategies              []StrategyResult `json:"strategies"`
 }
@@ -216,7 +216,7 @@ const (
 	fallbackName = "fallback"
 	attemptTime  = time.Second // virtual time one attempt takes
 	// contextWindow is both models' context window. The workload gives a
-	// request that overflows it as many tokens as any other (as seed 002
+	// request that overflows it as many tokens as any other (as the $340 article
 	// counted them); compaction takes 40% off.
 	contextWindow = 128000
 )
@@ -298,7 +298,7 @@ type CostProgress struct {
 	Result *StrategyResult
 }
 
-// RunCost runs seed 002's strategies, and rebound's recommended setup,
+// RunCost runs the $340 article's strategies, and rebound's recommended setup,
 // over the same simulated month, each through rebound's real code in
 // virtual time. It tells progress, if set, after each simulated day.
 //
@@ -392,7 +392,7 @@ func strategy(name string, p *provider, clock *Clock, rng *rand.Rand) *fallback.
 		primary.RetryOverloaded = true
 		return &fallback.Chain[request, string]{Targets: []fallback.Target[request, string]{primary}}
 	case StrategyClassified:
-		// The seed's third version: 4xx never retried, server hints
+		// The article's third version: 4xx never retried, server hints
 		// honoured, a breaker per model (5 failures in a row, 60 s), the
 		// cheaper model when the breaker is open or retries are spent.
 		b := breaker.Config{ConsecutiveFailures: 5, FailureRate: -1, Cooldown: time.Minute, Clock: clock}
@@ -413,7 +413,7 @@ func strategy(name string, p *provider, clock *Clock, rng *rand.Rand) *fallback.
 	return chain
 }
 
-// statusOnly is the classification of seed 002's second and third
+// statusOnly is the classification of the $340 article's second and third
 // versions: 429 and 5xx retried (with any Retry-After), everything else
 // not.
 func statusOnly(err error) rebound.Verdict {

@@ -16,7 +16,7 @@ import (
 // TestCostScenario runs the default month and checks what the issue asks
 // of the recommended setup that this workload allows: a wasted share of at
 // most 5%, a success rate at least naive's, and the cost per successful
-// task in seed 002's order, naive > backoff > classified > rebound.
+// task in the $340 article's order, naive > backoff > classified > rebound.
 func TestCostScenario(t *testing.T) {
 	const seed = 1
 	start := time.Now()
@@ -40,7 +40,7 @@ func TestCostScenario(t *testing.T) {
 	}
 	if !(naive.CostPerSuccessUSD > backoff.CostPerSuccessUSD && backoff.CostPerSuccessUSD > classified.CostPerSuccessUSD &&
 		classified.CostPerSuccessUSD > rb.CostPerSuccessUSD) {
-		t.Errorf("cost per success not in seed 002's order: %v %v %v %v",
+		t.Errorf("cost per success not in the $340 article's order: %v %v %v %v",
 			naive.CostPerSuccessUSD, backoff.CostPerSuccessUSD, classified.CostPerSuccessUSD, rb.CostPerSuccessUSD)
 	}
 	if naive.FallbackRequests != 0 || backoff.FallbackRequests != 0 || rb.FallbackRequests == 0 {
