@@ -33,7 +33,7 @@ const (
 // longer waits; an overloaded provider one quick retry (a fallback chain
 // moves on at once instead). A field applies only where the Policy's own
 // field is zero: a MaxAttempts of 1 means no retry, whatever the kind.
-var defaultPerKind = map[Kind]Override{
+var defaultPerKind = [...]Override{
 	KindRateLimited: {MaxAttempts: 5, BaseDelay: 2 * time.Second, MaxDelay: 20 * time.Second},
 	KindOverloaded:  {MaxAttempts: 2, BaseDelay: time.Second},
 }
@@ -194,9 +194,10 @@ func (p *Policy) forKind(k Kind) backoff {
 	b := p.resolved()
 	o, ok := p.PerKind[k]
 	if !ok {
-		if o, ok = defaultPerKind[k]; !ok {
+		if int(k) >= len(defaultPerKind) || defaultPerKind[k] == (Override{}) {
 			return b
 		}
+		o = defaultPerKind[k]
 		// A default gives way to the Policy's own setting.
 		if p.MaxAttempts != 0 {
 			o.MaxAttempts = 0
