@@ -16,7 +16,7 @@ import (
 	"time"
 )
 
-func TestClassifyHTTPStatus(t *testing.T) {
+func TestClassifyResponseStatus(t *testing.T) {
 	want := map[int]Kind{
 		400: KindPermanent, 401: KindPermanent, 403: KindPermanent, 404: KindPermanent, 422: KindPermanent,
 		413: KindContextOverflow,
