@@ -120,12 +120,12 @@ func Retryable(err error) error {
 // sent will not. context.DeadlineExceeded is transient because, when the
 // caller's own context is still live, it can only come from a per-attempt
 // timeout; Do checks the caller's context before asking the classifier.
-func Classify(err error) Verdict { return classify(err, time.Now) }
+func Classify(err error) Verdict { return classify(err, time.Now, nil) }
 
 // classify is Classify by the clock now, read only for an HTTP-date wait
-// hint without a Date header.
-func classify(err error, now func() time.Time) Verdict {
-	if v, ok := classifyChain(err, now); ok {
+// hint without a Date header, with rules asked first about any response.
+func classify(err error, now func() time.Time, rules []Rule) Verdict {
+	if v, ok := classifyChain(err, now, rules); ok {
 		return v
 	}
 	return Verdict{Kind: KindTransient}
@@ -133,9 +133,9 @@ func classify(err error, now func() time.Time) Verdict {
 
 // classifyChain walks err's tree as errors.Is does, without errors.As's
 // allocations: Classify sits on every retry's path.
-func classifyChain(err error, now func() time.Time) (Verdict, bool) {
+func classifyChain(err error, now func() time.Time, rules []Rule) (Verdict, bool) {
 	for err != nil {
-		if v, ok := classifyOne(err, now); ok {
+		if v, ok := classifyOne(err, now, rules); ok {
 			return v, true
 		}
 		switch u := err.(type) {
@@ -143,7 +143,7 @@ func classifyChain(err error, now func() time.Time) (Verdict, bool) {
 			err = u.Unwrap()
 		case interface{ Unwrap() []error }:
 			for _, e := range u.Unwrap() {
-				if v, ok := classifyChain(e, now); ok {
+				if v, ok := classifyChain(e, now, rules); ok {
 					return v, true
 				}
 			}
@@ -155,16 +155,16 @@ func classifyChain(err error, now func() time.Time) (Verdict, bool) {
 	return Verdict{}, false
 }
 
-func classifyOne(err error, now func() time.Time) (Verdict, bool) {
+func classifyOne(err error, now func() time.Time, rules []Rule) (Verdict, bool) {
 	switch e := err.(type) {
 	case *permanentError:
 		return Verdict{Kind: KindPermanent}, true
 	case *retryableError:
 		return Verdict{Kind: KindTransient}, true
 	case *HTTPError:
-		return classifyResponse(e.StatusCode, e.Header, e.Body, now), true
+		return classifyResponse(e.StatusCode, e.Header, e.Body, now, rules), true
 	case *StreamError:
-		return classifyResponse(0, nil, e.Data, now), true
+		return classifyResponse(0, nil, e.Data, now, rules), true
 	case *tls.CertificateVerificationError, x509.UnknownAuthorityError, x509.HostnameError,
 		x509.CertificateInvalidError:
 		return Verdict{Kind: KindPermanent}, true
@@ -191,34 +191,53 @@ func classifyOne(err error, now func() time.Time) (Verdict, bool) {
 }
 
 // ClassifyResponse judges a failed HTTP response by its status, headers and
-// the start of its body, which may be in OpenAI's, Anthropic's or Gemini's
-// error shape.
+// the start of its body, in any of the error shapes of OpenAI, Azure,
+// Anthropic, Gemini, Vertex, Bedrock, OpenRouter, Groq, Mistral, DeepSeek,
+// the OpenAI-compatible hosts and the local servers (vLLM, TGI,
+// llama.cpp, Ollama, LM Studio).
 //
-// The status gives a first answer: 408, 409, 425, 5xx and unknown
-// statuses are transient, 429 rate-limited, 529 overloaded, 402 quota
-// exhausted, 413 context overflow, other 4xx permanent. A body that says the
-// quota is exhausted, the context overflowed, the provider is overloaded or
-// the caller is rate-limited overrides it: an OpenAI 429 insufficient_quota
-// is not retried, an Anthropic 400 "prompt is too long" is a context
-// overflow. "x-should-retry: false" always wins; "true" makes a failure
+// The status gives a first answer: 408, 409, 424, 425, 5xx and unknown
+// statuses are transient, 429 rate-limited, 529 and Groq's 498
+// overloaded, 402 quota exhausted, 413 context overflow, other 4xx
+// permanent. What the response says overrides it: an OpenAI 429
+// insufficient_quota, a 429 naming a daily limit and a DeepSeek
+// "Insufficient Balance" are quota exhausted; a 400 "prompt is too long",
+// a local server's 500 that the context size was exceeded and a 429 for a
+// request larger than the whole per-minute limit are context overflows; a
+// 503 "overloaded" is an overload; Bedrock's x-amzn-ErrorType names its
+// errors. "x-should-retry: false" always wins; "true" makes a failure
 // transient unless the body says quota exhausted, context overflow or
-// permanent. The wait hint comes from retry-after-ms, Retry-After, Gemini's
-// RetryInfo.retryDelay, then a body "retry_after", in that order; an
-// HTTP-date is measured from the response's Date header, else from now. A
-// hint up to a year is a real (long) request to wait; a negative,
-// malformed or longer one is ignored. Rate-limit reset headers are never a
-// wait hint.
+// permanent.
+//
+// The wait hint comes from retry-after-ms, Retry-After, Gemini's
+// RetryInfo.retryDelay, a body "retry_after", a wait named in the error
+// message ("Please try again in 7.66s"), and, on a 429 with none of
+// these, the reset header of the rate limit that ran out, in that order.
+// An HTTP-date is measured from the response's Date header, else from
+// now. A hint up to a year is a real (long) request to wait; a negative,
+// malformed or longer one is ignored.
 func ClassifyResponse(status int, h http.Header, body []byte) Verdict {
-	return classifyResponse(status, h, body, time.Now)
+	return classifyResponse(status, h, body, time.Now, nil)
 }
 
 // classifyResponse is ClassifyResponse by the clock now, read only for an
-// HTTP-date wait hint without a Date header.
-func classifyResponse(status int, h http.Header, body []byte, now func() time.Time) Verdict {
+// HTTP-date wait hint without a Date header, with rules asked first.
+func classifyResponse(status int, h http.Header, body []byte, now func() time.Time, rules []Rule) Verdict {
+	pe, parsed := provider.Read(h, body)
+	if v, ok := applyRules(rules, status, h, body, &pe, parsed, now); ok {
+		return v
+	}
 	v := Verdict{Kind: statusKind(status)}
-	pe, parsed := provider.Parse(body)
-	bodyKind, bodySays := kindOf(pe.Class(status))
-	if bodySays && bodyKind != KindPermanent {
+	class := pe.Class(status)
+	bodyKind, bodySays := kindOf(class)
+	switch {
+	case !bodySays:
+	case bodyKind == KindPermanent && class != provider.Unservable:
+		// An error type that blames the request does not outweigh a
+		// status that blames the server.
+	case bodyKind == KindRateLimited && v.Kind == KindQuotaExhausted:
+		// Gemini's 402 RESOURCE_EXHAUSTED: the money is gone.
+	default:
 		v.Kind = bodyKind
 	}
 	switch strings.ToLower(strings.TrimSpace(h.Get("X-Should-Retry"))) {
@@ -233,11 +252,25 @@ func classifyResponse(status int, h http.Header, body []byte, now func() time.Ti
 			v.Kind = KindTransient
 		}
 	}
-	v.ServerWait, v.HasServerWait = header.Wait(h, now)
-	if !v.HasServerWait && parsed {
-		v.ServerWait, v.HasServerWait = pe.Wait()
-	}
+	v.ServerWait, v.HasServerWait = responseWait(status, h, &pe, parsed, now)
 	return v
+}
+
+// responseWait is the wait a failed response asks for, in the order
+// ClassifyResponse gives.
+func responseWait(status int, h http.Header, pe *provider.Error, parsed bool, now func() time.Time) (time.Duration, bool) {
+	if d, ok := header.Wait(h, now); ok {
+		return d, true
+	}
+	if parsed {
+		if d, ok := pe.Wait(); ok {
+			return d, true
+		}
+	}
+	if status == http.StatusTooManyRequests && h != nil {
+		return header.ExhaustedReset(h, now())
+	}
+	return 0, false
 }
 
 // kindOf is the Kind of what a body says; false if it says nothing.
@@ -251,7 +284,9 @@ func kindOf(c provider.Class) (Kind, bool) {
 		return KindOverloaded, true
 	case provider.RateLimited:
 		return KindRateLimited, true
-	case provider.Permanent:
+	case provider.Transient:
+		return KindTransient, true
+	case provider.Permanent, provider.Unservable:
 		return KindPermanent, true
 	}
 	return 0, false
@@ -262,13 +297,14 @@ func statusKind(status int) Kind {
 	switch {
 	case status == http.StatusTooManyRequests:
 		return KindRateLimited
-	case status == 529:
+	case status == 529, status == 498: // 498: Groq's flex tier at capacity
 		return KindOverloaded
 	case status == http.StatusPaymentRequired:
 		return KindQuotaExhausted
 	case status == http.StatusRequestEntityTooLarge:
 		return KindContextOverflow
-	case status == http.StatusRequestTimeout, status == http.StatusConflict, status == http.StatusTooEarly:
+	case status == http.StatusRequestTimeout, status == http.StatusConflict, status == http.StatusTooEarly,
+		status == http.StatusFailedDependency: // 424: a model failed upstream (Bedrock, TGI)
 		return KindTransient
 	case status >= 400 && status < 500:
 		return KindPermanent
@@ -276,40 +312,44 @@ func statusKind(status int) Kind {
 	return KindTransient
 }
 
-// ErrorCode returns what an OpenAI, Anthropic or Gemini error body in err
-// (an *HTTPError or a *StreamError, wrapped or not, as in the error Do
-// returns) says: the error's type
-// (OpenAI's and Anthropic's type, Gemini's status) and code (OpenAI's
-// code, Anthropic's details.error_code). Both are empty when err carries
-// no such body. Logs and metrics use them to tell a 400
+// ErrorCode returns what the provider's error in err (an *HTTPError or a
+// *StreamError, wrapped or not, as in the error Do returns) says: the
+// error's type (OpenAI's and Anthropic's type, Gemini's status, Bedrock's
+// x-amzn-ErrorType, TGI's error_type) and code (OpenAI's code, Anthropic's
+// details.error_code, Azure's innererror code). Both are empty when err
+// carries no such error. Logs and metrics use them to tell a 400
 // context_length_exceeded from a 400 invalid_value; each is at most 64
 // bytes, with any control characters dropped.
 func ErrorCode(err error) (errType, code string) {
-	pe, ok := provider.Parse(providerBody(err))
+	_, h, body, found := providerResponse(err)
+	if !found {
+		return "", ""
+	}
+	pe, ok := provider.Read(h, body)
 	if !ok {
 		return "", ""
 	}
 	return pe.Identifiers()
 }
 
-// providerBody returns the body of the first *HTTPError or *StreamError in
-// err's tree, walked as errors.As walks it (a *GiveUpError wraps several).
-func providerBody(err error) []byte {
+// providerResponse returns the status, headers and body of the first
+// *HTTPError or *StreamError in err's tree, walked as errors.As walks it
+// (a *GiveUpError wraps several). A stream's error has status 0.
+func providerResponse(err error) (status int, h http.Header, body []byte, found bool) {
 	switch x := err.(type) {
 	case nil:
-		return nil
 	case *HTTPError:
-		return x.Body
+		return x.StatusCode, x.Header, x.Body, true
 	case *StreamError:
-		return x.Data
+		return 0, nil, x.Data, true
 	case interface{ Unwrap() error }:
-		return providerBody(x.Unwrap())
+		return providerResponse(x.Unwrap())
 	case interface{ Unwrap() []error }:
 		for _, e := range x.Unwrap() {
-			if body := providerBody(e); body != nil {
-				return body
+			if status, h, body, ok := providerResponse(e); ok {
+				return status, h, body, true
 			}
 		}
 	}
-	return nil
+	return 0, nil, nil, false
 }

@@ -20,10 +20,10 @@ func TestClassifyResponseStatus(t *testing.T) {
 	want := map[int]Kind{
 		400: KindPermanent, 401: KindPermanent, 403: KindPermanent, 404: KindPermanent, 422: KindPermanent,
 		413: KindContextOverflow,
-		408: KindTransient, 409: KindTransient, 425: KindTransient,
+		408: KindTransient, 409: KindTransient, 424: KindTransient, 425: KindTransient,
 		429: KindRateLimited,
 		500: KindTransient, 502: KindTransient, 503: KindTransient, 504: KindTransient, 599: KindTransient,
-		529: KindOverloaded,
+		529: KindOverloaded, 498: KindOverloaded,
 	}
 	for status, kind := range want {
 		if v := ClassifyResponse(status, http.Header{}, nil); v.Kind != kind || v.HasServerWait {

@@ -170,7 +170,7 @@ func (e *engine) begin() *GiveUpError {
 
 // classify returns the verdict on a failed attempt's error: the caller's
 // cancellation first, then the attempt's own timeout, then the policy's
-// classifier or Classify, by the call's clock.
+// rules, then its classifier or Classify, by the call's clock.
 func (e *engine) classify(err error, timedOut bool) Verdict {
 	switch {
 	case e.ctx.Err() != nil:
@@ -178,9 +178,12 @@ func (e *engine) classify(err error, timedOut bool) Verdict {
 	case timedOut:
 		return Verdict{Kind: KindTransient}
 	case e.policy.Classifier != nil:
+		if v, ok := ruleVerdict(err, e.clock.Now, e.policy.Rules); ok {
+			return v
+		}
 		return e.policy.Classifier(err)
 	}
-	return classify(err, e.clock.Now)
+	return classify(err, e.clock.Now, e.policy.Rules)
 }
 
 // next asks the Loop, and then the retry budget, if any; the clock is read

@@ -115,7 +115,7 @@ func ExamplePolicy_json() {
 	//     }
 	//   }
 	// }
-	// rebound: policy: unknown key "backoff" (want max_attempts, base_delay_ms, max_delay_ms, multiplier, jitter, shape, wait_budget_ms, max_server_wait_ms, server_wait, attempt_timeout_ms or per_kind)
+	// rebound: policy: unknown key "backoff" (want max_attempts, base_delay_ms, max_delay_ms, multiplier, jitter, shape, wait_budget_ms, max_server_wait_ms, server_wait, attempt_timeout_ms, per_kind or rules)
 	// rebound: policy: max_delay_ms: 1000 is below base_delay_ms 2000
 }
 

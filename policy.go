@@ -114,8 +114,13 @@ type Policy struct {
 	// Policy's own is zero.
 	PerKind map[Kind]Override
 
-	// Classifier turns a failed attempt's error into a Verdict.
-	// Nil means Classify.
+	// Rules classify the failed responses they match before Classifier
+	// (or Classify) is asked: the first rule that matches decides (see
+	// Rule). Nil means none.
+	Rules []Rule
+
+	// Classifier turns a failed attempt's error that no rule matched into
+	// a Verdict. Nil means Classify.
 	Classifier func(error) Verdict
 
 	// Observer, if set, receives an Event for every attempt, every
@@ -298,6 +303,11 @@ func (p Policy) Validate() error {
 		}
 		if b := p.forKind(k); b.max < b.base {
 			return policyErr(key+".max_delay_ms", "%d is below base_delay_ms %d", b.max.Milliseconds(), b.base.Milliseconds())
+		}
+	}
+	for i := range p.Rules {
+		if err := p.Rules[i].validate(ruleKey(i)); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -27,6 +27,7 @@ type policyJSON struct {
 	ServerWait       *ServerWait           `json:"server_wait,omitempty"`
 	AttemptTimeoutMS *int64                `json:"attempt_timeout_ms,omitempty"`
 	PerKind          map[Kind]overrideJSON `json:"per_kind,omitempty"`
+	Rules            []ruleJSON            `json:"rules,omitempty"`
 }
 
 type overrideJSON struct {
@@ -57,6 +58,7 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 		MaxServerWaitMS:  ms(p.maxServerWait()),
 		ServerWait:       &p.ServerWait,
 		AttemptTimeoutMS: ms(p.AttemptTimeout),
+		Rules:            rulesJSON(p.Rules),
 	}
 	// Every kind whose backoff is not the Policy's own is written, the
 	// default overrides too: the JSON read back must behave the same
@@ -97,7 +99,7 @@ func (p *Policy) UnmarshalJSON(data []byte) error {
 		return err
 	}
 	q := *p
-	q.MaxAttempts, q.Multiplier, q.Jitter, q.Shape, q.ServerWait, q.PerKind = 0, 0, 0, 0, 0, nil
+	q.MaxAttempts, q.Multiplier, q.Jitter, q.Shape, q.ServerWait, q.PerKind, q.Rules = 0, 0, 0, 0, 0, nil, nil
 	if v := obj["max_attempts"]; v != nil {
 		if q.MaxAttempts, err = attemptsValue("max_attempts", v); err != nil {
 			return err
@@ -149,6 +151,11 @@ func (p *Policy) UnmarshalJSON(data []byte) error {
 			return err
 		}
 	}
+	if v := obj["rules"]; v != nil {
+		if q.Rules, err = rulesValue(v); err != nil {
+			return err
+		}
+	}
 	if err := q.Validate(); err != nil {
 		return err
 	}
@@ -160,7 +167,7 @@ func (p *Policy) UnmarshalJSON(data []byte) error {
 var (
 	policyKeys = []string{
 		"max_attempts", "base_delay_ms", "max_delay_ms", "multiplier", "jitter", "shape",
-		"wait_budget_ms", "max_server_wait_ms", "server_wait", "attempt_timeout_ms", "per_kind",
+		"wait_budget_ms", "max_server_wait_ms", "server_wait", "attempt_timeout_ms", "per_kind", "rules",
 	}
 	overrideKeys = []string{"max_attempts", "base_delay_ms", "max_delay_ms"}
 )

@@ -214,7 +214,7 @@ func TestUnmarshalNullChangesNothing(t *testing.T) {
 func TestPolicyJSONErrors(t *testing.T) {
 	const kinds = "(want transient, rate_limited or overloaded)"
 	const keys = "(want max_attempts, base_delay_ms, max_delay_ms, multiplier, jitter, shape, wait_budget_ms, " +
-		"max_server_wait_ms, server_wait, attempt_timeout_ms or per_kind)"
+		"max_server_wait_ms, server_wait, attempt_timeout_ms, per_kind or rules)"
 	for _, c := range []struct {
 		in, key, want string
 	}{

@@ -4,7 +4,9 @@
 // (OpenAI's x-ratelimit-*, Anthropic's anthropic-ratelimit-*).
 //
 // A reset says when a quota is full again, not when to retry: it feeds a
-// rate limiter and is never a wait hint. Every value is bounded: negative,
+// rate limiter. Only on a 429 that gives no Retry-After is the reset of
+// the limit that ran out a wait (ExhaustedReset): the server said the call
+// was refused and when the limit at fault comes back. Every value is bounded: negative,
 // malformed or absurd ones (beyond MaxHint) are treated as absent, and
 // nothing overflows.
 package header
@@ -155,4 +157,28 @@ func resetAt(s string, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	return Until(at, now)
+}
+
+// ExhaustedReset returns how long until the rate limit that ran out
+// resets: the reset of each limit whose remaining count is zero, the
+// longest if several ran out. It reports false when no limit says it ran
+// out and when one that did gives no reset: a 429 that says only that
+// some limit was hit does not say which one to wait for.
+func ExhaustedReset(h http.Header, now time.Time) (time.Duration, bool) {
+	rl, ok := RateLimits(h, now)
+	if !ok {
+		return 0, false
+	}
+	var wait time.Duration
+	found := false
+	for _, q := range [...]Quota{rl.Requests, rl.Tokens, rl.InputTokens, rl.OutputTokens} {
+		if q.Remaining != 0 {
+			continue
+		}
+		if !q.HasReset {
+			return 0, false
+		}
+		wait, found = max(wait, q.Reset), true
+	}
+	return wait, found
 }

@@ -1,17 +1,30 @@
-// Package provider reads the error bodies of the LLM providers, so that
-// rebound's default classifier knows their errors with no configuration: a
-// Transport pointed at any of them, at a proxy in front of them, or at a
-// test server that speaks their dialect just works. The shapes:
+// Package provider reads the error bodies of the LLM providers and the
+// servers that imitate them, so that rebound's default classifier knows
+// their errors with no configuration: a Transport pointed at any of them,
+// at a proxy in front of them, or at a test server that speaks their
+// dialect just works. The shapes, all read by one lenient decoder:
 //
-//	OpenAI     {"error": {"message", "type", "param", "code"}}
+//	OpenAI, Azure, Groq, DeepSeek, OpenRouter, llama.cpp, newer vLLM
+//	           {"error": {"message", "type", "param", "code", "status"}}
 //	Anthropic  {"type": "error", "error": {"type", "message", "details": {"error_code"}}}
-//	Gemini     {"error": {"code", "message", "status", "details": [{"@type", ...}]}}
+//	Gemini, Vertex
+//	           {"error": {"code", "message", "status", "details": [{"@type", ...}]}},
+//	           alone or wrapped in an array
+//	Mistral, older vLLM, Bedrock
+//	           {"object": "error", "message", "type", "code"} at the top level;
+//	           Bedrock's type travels in the x-amzn-ErrorType header
+//	TGI, Ollama, LM Studio
+//	           {"error": "message", "error_type"}
 //
-// What a body says is a Class; the root package turns it into a Kind.
+// Fields may be strings, numbers or null (Azure's status and OpenRouter's
+// code are numbers): a field of an unexpected type is ignored, never a
+// reason to ignore the whole body. What a body says is a Class; the root
+// package turns it into a Kind.
 package provider
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -22,136 +35,211 @@ import (
 	"github.com/rebound-go/rebound/internal/header"
 )
 
-// quotaCodes are the OpenAI error types and codes that mean money or quota
-// has run out: a retry cannot succeed, whatever the status says.
-var quotaCodes = map[string]bool{
-	"insufficient_quota":                true,
-	"credit_balance_exhausted":          true,
-	"organization_spend_limit_exceeded": true,
-	"project_spend_limit_exceeded":      true,
-	"organization_usage_limit_exceeded": true,
-	"billing_error":                     true, // Anthropic's type
-	"billing_hard_limit_reached":        true,
-}
-
-// permanentCodes are error types and statuses that no retry will change.
-var permanentCodes = map[string]bool{
-	"invalid_request_error":    true,
-	"authentication_error":     true,
-	"permission_error":         true,
-	"not_found_error":          true,
-	"content_policy_violation": true,
-	"content_filter":           true,
-	"invalid_api_key":          true,
-	"model_not_found":          true,
-	"INVALID_ARGUMENT":         true,
-	"PERMISSION_DENIED":        true,
-	"UNAUTHENTICATED":          true,
-	"NOT_FOUND":                true,
-	"FAILED_PRECONDITION":      true,
-}
-
-// Error is what an error body says, in the union of the providers'
+// Error is what an error response says, in the union of the providers'
 // shapes.
 type Error struct {
+	// Message is the error's message; for an OpenRouter error, followed
+	// by the upstream provider's own words (metadata.raw).
 	Message string
-	Type    string // OpenAI type, Anthropic error.type
-	Code    string // OpenAI code (a string); Gemini's numeric code is ignored
-	Status  string // Gemini status, e.g. RESOURCE_EXHAUSTED
+	// Type is OpenAI's type, Anthropic's error.type, TGI's error_type or
+	// Bedrock's x-amzn-ErrorType.
+	Type string
+	// Code is a string code (OpenAI's, Azure's); a numeric one is ignored.
+	Code string
+	// Status is Gemini's status, e.g. RESOURCE_EXHAUSTED.
+	Status string
 	// ErrorCode is Anthropic's error.details.error_code.
 	ErrorCode string
-	// QuotaIDs are Gemini's QuotaFailure violations' quota IDs.
+	// InnerCode is Azure's innererror.code, e.g.
+	// ResponsibleAIPolicyViolation.
+	InnerCode string
+	// QuotaIDs are the quotas a Google error names: QuotaFailure
+	// violations' quotaId and quotaMetric, ErrorInfo's quota_limit and
+	// quota_metric.
 	QuotaIDs []string
 	// RetryDelay is Gemini's RetryInfo.retryDelay, if valid.
 	RetryDelay    time.Duration
 	HasRetryDelay bool
-	// RetryAfter is a top-level body "retry_after" in seconds, if valid.
+	// RetryAfter is a top-level body "retry_after" in seconds (or a model
+	// server's "estimated_time" to load), if valid.
 	RetryAfter    time.Duration
 	HasRetryAfter bool
 }
 
-type errorBodyJSON struct {
-	Error      json.RawMessage `json:"error"`
-	RetryAfter json.RawMessage `json:"retry_after"`
+// bodyJSON is the top level of an error body. Every field is raw: a field
+// of an unexpected type must not void the others.
+type bodyJSON struct {
+	Error         json.RawMessage `json:"error"`
+	RetryAfter    json.RawMessage `json:"retry_after"`
+	EstimatedTime json.RawMessage `json:"estimated_time"`
+	ErrorType     json.RawMessage `json:"error_type"`
+	Detail        json.RawMessage `json:"detail"`
+	errorJSON
 }
 
 type errorJSON struct {
-	Message string          `json:"message"`
-	Type    string          `json:"type"`
-	Code    json.RawMessage `json:"code"`
-	Status  string          `json:"status"`
-	Details json.RawMessage `json:"details"`
+	Message   json.RawMessage `json:"message"`
+	Type      json.RawMessage `json:"type"`
+	Code      json.RawMessage `json:"code"`
+	Status    json.RawMessage `json:"status"`
+	Details   json.RawMessage `json:"details"`
+	InnerErr  json.RawMessage `json:"innererror"`
+	Metadata  json.RawMessage `json:"metadata"`
+	ErrorCode json.RawMessage `json:"error_code"`
 }
 
 type detailJSON struct {
-	Type       string `json:"@type"`
-	RetryDelay string `json:"retryDelay"`
+	Type       json.RawMessage `json:"@type"`
+	RetryDelay json.RawMessage `json:"retryDelay"`
 	Violations []struct {
-		QuotaID string `json:"quotaId"`
+		QuotaID     json.RawMessage `json:"quotaId"`
+		QuotaMetric json.RawMessage `json:"quotaMetric"`
 	} `json:"violations"`
+	Metadata map[string]json.RawMessage `json:"metadata"`
 }
 
-// Parse reads an error body in any of the providers' shapes. It reports
-// false for a body that is not JSON or has no error in it.
+// Read reads an error response: its body in any of the shapes, and the
+// x-amzn-ErrorType header Bedrock names its errors in. It reports false
+// when neither says anything.
+func Read(h http.Header, body []byte) (Error, bool) {
+	pe, ok := Parse(body)
+	if t := amznType(h.Get("X-Amzn-Errortype")); t != "" {
+		if pe.Type == "" {
+			pe.Type = t
+		}
+		ok = true
+	}
+	return pe, ok
+}
+
+// amznType is the error type in an x-amzn-ErrorType header:
+// "ThrottlingException:http://internal.amazon.com/coral/..." names
+// ThrottlingException.
+func amznType(s string) string {
+	s, _, _ = strings.Cut(s, ":")
+	return strings.TrimSpace(s)
+}
+
+// Parse reads an error body in any of the shapes. It reports false for a
+// body that is not JSON or has no error in it.
 func Parse(body []byte) (Error, bool) {
 	var pe Error
 	body = bytes.TrimSpace(body)
+	if len(body) > 0 && body[0] == '[' { // Vertex: [{"error": {...}}]
+		var all []json.RawMessage
+		if json.Unmarshal(body, &all) != nil || len(all) == 0 {
+			return pe, false
+		}
+		body = bytes.TrimSpace(all[0])
+	}
 	if len(body) == 0 || body[0] != '{' {
 		return pe, false
 	}
-	var top errorBodyJSON
+	var top bodyJSON
 	if json.Unmarshal(body, &top) != nil {
 		return pe, false
 	}
-	pe.RetryAfter, pe.HasRetryAfter = parseSecondsJSON(top.RetryAfter)
+	pe.RetryAfter, pe.HasRetryAfter = seconds(top.RetryAfter)
+	if !pe.HasRetryAfter {
+		pe.RetryAfter, pe.HasRetryAfter = seconds(top.EstimatedTime)
+	}
 	raw := bytes.TrimSpace(top.Error)
 	switch {
-	case len(raw) == 0:
-		return pe, pe.HasRetryAfter
-	case raw[0] == '"': // {"error": "message"}, as some proxies send
-		_ = json.Unmarshal(raw, &pe.Message)
+	case len(raw) > 0 && raw[0] == '{':
+		var e errorJSON
+		if json.Unmarshal(raw, &e) != nil {
+			return pe, pe.HasRetryAfter
+		}
+		pe.read(&e)
 		return pe, true
-	case raw[0] != '{':
-		return pe, pe.HasRetryAfter
+	case len(raw) > 0 && raw[0] == '"': // TGI, Ollama, LM Studio, some proxies
+		pe.Message, pe.Type = text(raw), text(top.ErrorType)
+		return pe, true
 	}
-	var e errorJSON
-	if json.Unmarshal(raw, &e) != nil {
-		return pe, pe.HasRetryAfter
+	// Mistral, older vLLM and Bedrock put the error at the top level;
+	// Anthropic's top-level "type" is "error" and its error is nested, so
+	// a top-level type counts only with a message beside it.
+	if msg := text(top.Message); msg != "" {
+		pe.read(&top.errorJSON)
+		return pe, true
 	}
-	pe.Message, pe.Type, pe.Status = e.Message, e.Type, e.Status
-	if code := bytes.TrimSpace(e.Code); len(code) > 0 && code[0] == '"' {
-		_ = json.Unmarshal(code, &pe.Code)
+	if msg := text(top.Detail); msg != "" { // FastAPI servers
+		pe.Message = msg
+		return pe, true
+	}
+	return pe, pe.HasRetryAfter
+}
+
+// read fills pe from an error object.
+func (pe *Error) read(e *errorJSON) {
+	pe.Message, pe.Type, pe.Code, pe.Status = text(e.Message), text(e.Type), text(e.Code), text(e.Status)
+	pe.ErrorCode = text(e.ErrorCode)
+	var inner struct {
+		Code json.RawMessage `json:"code"`
+	}
+	if json.Unmarshal(e.InnerErr, &inner) == nil {
+		pe.InnerCode = text(inner.Code)
+	}
+	var meta struct {
+		Raw json.RawMessage `json:"raw"`
+	}
+	if json.Unmarshal(e.Metadata, &meta) == nil {
+		if raw := text(meta.Raw); raw != "" {
+			pe.Message += "\n" + raw
+		}
 	}
 	details := bytes.TrimSpace(e.Details)
 	switch {
 	case len(details) > 0 && details[0] == '{':
 		var d struct {
-			ErrorCode string `json:"error_code"`
+			ErrorCode json.RawMessage `json:"error_code"`
 		}
 		if json.Unmarshal(details, &d) == nil {
-			pe.ErrorCode = d.ErrorCode
+			pe.ErrorCode = text(d.ErrorCode)
 		}
 	case len(details) > 0 && details[0] == '[':
 		var ds []detailJSON
-		if json.Unmarshal(details, &ds) == nil {
-			for _, d := range ds {
-				switch {
-				case strings.HasSuffix(d.Type, "google.rpc.RetryInfo"):
-					pe.RetryDelay, pe.HasRetryDelay = parseProtoDuration(d.RetryDelay)
-				case strings.HasSuffix(d.Type, "google.rpc.QuotaFailure"):
-					for _, v := range d.Violations {
-						pe.QuotaIDs = append(pe.QuotaIDs, v.QuotaID)
-					}
+		if json.Unmarshal(details, &ds) != nil {
+			return
+		}
+		for _, d := range ds {
+			switch typ := text(d.Type); {
+			case strings.HasSuffix(typ, "google.rpc.RetryInfo"):
+				pe.RetryDelay, pe.HasRetryDelay = protoDuration(text(d.RetryDelay))
+			case strings.HasSuffix(typ, "google.rpc.QuotaFailure"):
+				for _, v := range d.Violations {
+					pe.quota(text(v.QuotaID), text(v.QuotaMetric))
 				}
+			case strings.HasSuffix(typ, "google.rpc.ErrorInfo"):
+				pe.quota(text(d.Metadata["quota_limit"]), text(d.Metadata["quota_metric"]))
 			}
 		}
 	}
-	return pe, true
 }
 
-// parseProtoDuration reads a google.protobuf.Duration in its JSON form
+// quota notes the quotas a Google error names.
+func (pe *Error) quota(ids ...string) {
+	for _, id := range ids {
+		if id != "" {
+			pe.QuotaIDs = append(pe.QuotaIDs, id)
+		}
+	}
+}
+
+// text is raw's value if it is a JSON string, else "".
+func text(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '"' {
+		return ""
+	}
+	var s string
+	_ = json.Unmarshal(raw, &s)
+	return s
+}
+
+// protoDuration reads a google.protobuf.Duration in its JSON form
 // ("53s", "1.5s"), bounded by header.MaxHint.
-func parseProtoDuration(s string) (time.Duration, bool) {
+func protoDuration(s string) (time.Duration, bool) {
 	num, ok := strings.CutSuffix(strings.TrimSpace(s), "s")
 	if !ok {
 		return 0, false
@@ -159,64 +247,22 @@ func parseProtoDuration(s string) (time.Duration, bool) {
 	return header.Seconds(num)
 }
 
-// parseSecondsJSON reads a JSON number or numeric string of seconds.
-func parseSecondsJSON(raw json.RawMessage) (time.Duration, bool) {
+// seconds reads a JSON number or numeric string of seconds.
+func seconds(raw json.RawMessage) (time.Duration, bool) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
 		return 0, false
 	}
 	s := string(raw)
 	if raw[0] == '"' {
-		if json.Unmarshal(raw, &s) != nil {
-			return 0, false
-		}
+		s = text(raw)
 	}
 	return header.Seconds(s)
 }
 
-// Class is what an error body alone says about a failure.
-type Class uint8
-
-// Classes.
-const (
-	// Unclassified: the body says nothing the status does not.
-	Unclassified Class = iota
-	QuotaExhausted
-	ContextOverflow
-	Overloaded
-	RateLimited
-	Permanent
-)
-
-// Class returns what the body says about the failure. status is used only
-// to read the providers' wording (a 503 that says "overloaded").
-func (pe *Error) Class(status int) Class {
-	msg := strings.ToLower(pe.Message)
-	switch {
-	case quotaCodes[pe.Code] || quotaCodes[pe.Type],
-		pe.ErrorCode == "enforced_spend_limit_reached",
-		strings.Contains(msg, "credit balance is too low"),
-		strings.Contains(msg, "spend limit"),
-		pe.Status == "RESOURCE_EXHAUSTED" && pe.dailyQuota():
-		return QuotaExhausted
-	case pe.Code == "context_length_exceeded", pe.Type == "request_too_large",
-		strings.Contains(msg, "prompt is too long"),
-		strings.Contains(msg, "maximum context length"),
-		strings.Contains(msg, "input token count") && strings.Contains(msg, "exceeds"):
-		return ContextOverflow
-	case pe.Type == "overloaded_error",
-		(status == http.StatusServiceUnavailable || status == 529) && strings.Contains(msg, "overloaded"):
-		return Overloaded
-	case pe.Code == "rate_limit_exceeded", pe.Type == "rate_limit_error", pe.Status == "RESOURCE_EXHAUSTED":
-		return RateLimited
-	case permanentCodes[pe.Code] || permanentCodes[pe.Type] || permanentCodes[pe.Status]:
-		return Permanent
-	}
-	return Unclassified
-}
-
 // Wait returns the wait the body asks for: Gemini's RetryInfo.retryDelay,
-// else a top-level "retry_after".
+// else a top-level "retry_after" (or "estimated_time"), else a wait its
+// message names ("Please try again in 7.66s").
 func (pe *Error) Wait() (time.Duration, bool) {
 	switch {
 	case pe.HasRetryDelay:
@@ -224,33 +270,15 @@ func (pe *Error) Wait() (time.Duration, bool) {
 	case pe.HasRetryAfter:
 		return pe.RetryAfter, true
 	}
-	return 0, false
+	return MessageWait(pe.Message)
 }
 
-// Identifiers returns the error's type (OpenAI's and Anthropic's type,
-// Gemini's status) and code (OpenAI's code, Anthropic's
-// details.error_code), each fit to log: see Identifier.
+// Identifiers returns the error's type (OpenAI's, Anthropic's, TGI's and
+// Bedrock's type, Gemini's status) and code (OpenAI's code, Anthropic's
+// details.error_code, Azure's innererror code), each fit to log: see
+// Identifier.
 func (pe *Error) Identifiers() (errType, code string) {
-	errType, code = pe.Type, pe.Code
-	if errType == "" {
-		errType = pe.Status
-	}
-	if code == "" {
-		code = pe.ErrorCode
-	}
-	return Identifier(errType), Identifier(code)
-}
-
-// dailyQuota reports whether a Gemini RESOURCE_EXHAUSTED names a per-day
-// quota: it will not come back in seconds, so it is quota exhaustion, not
-// a rate limit.
-func (pe *Error) dailyQuota() bool {
-	for _, id := range pe.QuotaIDs {
-		if strings.Contains(id, "PerDay") {
-			return true
-		}
-	}
-	return false
+	return Identifier(cmp.Or(pe.Type, pe.Status)), Identifier(cmp.Or(pe.Code, pe.ErrorCode, pe.InnerCode))
 }
 
 // maxIdentifier bounds an error type or code fit to log.
