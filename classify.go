@@ -228,10 +228,16 @@ func classifyResponse(status int, h http.Header, body []byte, now func() time.Ti
 		return v
 	}
 	v := Verdict{Kind: statusKind(status)}
+	if status == 0 && pe.HTTPStatus != 0 {
+		v.Kind = statusKind(pe.HTTPStatus) // an error event in a stream, naming a status
+	}
 	class := pe.Class(status)
 	bodyKind, bodySays := kindOf(class)
 	switch {
 	case !bodySays:
+	case status == 0:
+		// An error event in a stream has no status to outweigh its body.
+		v.Kind = bodyKind
 	case bodyKind == KindPermanent && class != provider.Unservable:
 		// An error type that blames the request does not outweigh a
 		// status that blames the server.

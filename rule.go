@@ -117,12 +117,12 @@ func containsFold(s, substr string) bool {
 // validate reports the first thing wrong with the rule at key.
 func (r *Rule) validate(key string) error {
 	switch {
+	case r.HeaderContains != "" && r.Header == "":
+		return policyErr(key+".header_contains", "needs header, the name of the header to look in")
 	case r.Status == 0 && r.Header == "" && r.Type == "" && r.Code == "" && r.Message == "":
 		return policyErr(key, "matches every failure; set at least one of status, header, type, code, message")
 	case r.Status != 0 && (r.Status < 100 || r.Status > 599):
 		return policyErr(key+".status", "want an HTTP status from 100 to 599, got %d", r.Status)
-	case r.HeaderContains != "" && r.Header == "":
-		return policyErr(key+".header_contains", "needs header, the name of the header to look in")
 	case r.Header != "" && strings.ContainsFunc(r.Header, func(c rune) bool { return c <= ' ' || c == ':' || c >= 0x7f }):
 		return policyErr(key+".header", "%s is not a header name", quote(r.Header))
 	case int(r.Kind) >= len(kindNames):

@@ -143,3 +143,36 @@ func checkHint(t *testing.T, d time.Duration, ok bool) {
 		t.Fatalf("no hint, yet %v", d)
 	}
 }
+
+func TestExhaustedReset(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		h    http.Header
+		want time.Duration
+		ok   bool
+	}{
+		{"tokens ran out", http.Header{
+			"X-Ratelimit-Remaining-Requests": {"7"}, "X-Ratelimit-Reset-Requests": {"6m0s"},
+			"X-Ratelimit-Remaining-Tokens": {"0"}, "X-Ratelimit-Reset-Tokens": {"7.66s"},
+		}, 7660 * time.Millisecond, true},
+		{"both ran out", http.Header{
+			"X-Ratelimit-Remaining-Requests": {"0"}, "X-Ratelimit-Reset-Requests": {"2s"},
+			"X-Ratelimit-Remaining-Tokens": {"0"}, "X-Ratelimit-Reset-Tokens": {"12ms"},
+		}, 2 * time.Second, true},
+		{"anthropic input tokens", http.Header{
+			"Anthropic-Ratelimit-Input-Tokens-Remaining": {"0"},
+			"Anthropic-Ratelimit-Input-Tokens-Reset":     {"2026-01-01T00:00:30Z"},
+			"Anthropic-Ratelimit-Requests-Remaining":     {"40"},
+			"Anthropic-Ratelimit-Requests-Reset":         {"2026-01-01T00:00:50Z"},
+		}, 30 * time.Second, true},
+		{"none ran out", http.Header{"X-Ratelimit-Remaining-Tokens": {"10"}, "X-Ratelimit-Reset-Tokens": {"1s"}}, 0, false},
+		{"ran out, no reset", http.Header{"X-Ratelimit-Remaining-Tokens": {"0"}, "X-Ratelimit-Reset-Requests": {"1s"}}, 0, false},
+		{"absurd reset", http.Header{"X-Ratelimit-Remaining-Tokens": {"0"}, "X-Ratelimit-Reset-Tokens": {"99999999h"}}, 0, false},
+		{"no headers", http.Header{}, 0, false},
+	} {
+		if d, ok := ExhaustedReset(tc.h, now); d != tc.want || ok != tc.ok {
+			t.Errorf("%s: %v %v, want %v %v", tc.name, d, ok, tc.want, tc.ok)
+		}
+	}
+}

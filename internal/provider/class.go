@@ -40,7 +40,8 @@ var quotaCodes = set(
 var quotaWords = []string{
 	"credit balance is too low", "spend limit", "insufficient balance",
 	"insufficient credits", "insufficient_quota", "out of credits", "credits depleted",
-	"credits are depleted",
+	"credits are depleted", "spending limit", "api usage limits",
+	"extra usage is required", // Anthropic: a plan's gate, not a rate
 }
 
 // contextCodes are the error types and codes of a request too large for
@@ -77,6 +78,7 @@ var overloadedTypes = set("overloaded_error", "overloaded")
 var overloadedWords = []string{
 	"overloaded", "over capacity", "at capacity", "capacity exceeded",
 	"server busy", "maximum pending requests", // Ollama's full queue
+	"queue full", "queuefull",
 }
 
 // rateLimitCodes are the error types, codes and statuses of a rate limit.
@@ -120,7 +122,8 @@ func set(s ...string) map[string]bool {
 // says "overloaded", a 429 that names a daily limit.
 func (pe *Error) Class(status int) Class {
 	msg := strings.ToLower(pe.Message)
-	rateLimit := status == http.StatusTooManyRequests || pe.any(rateLimitCodes)
+	rateLimit := status == http.StatusTooManyRequests || pe.any(rateLimitCodes) ||
+		status == 0 && pe.HTTPStatus == http.StatusTooManyRequests
 	switch {
 	case pe.any(quotaCodes), containsAny(msg, quotaWords):
 		return QuotaExhausted
@@ -133,7 +136,7 @@ func (pe *Error) Class(status int) Class {
 		pe.Type == "ServiceQuotaExceededException" && containsAny(msg, dailyWords):
 		return QuotaExhausted
 	case overloadedTypes[pe.Type],
-		(status >= 500 || status == 0 || status == 498) && containsAny(msg, overloadedWords):
+		(status >= 500 || status == 0 || status == 498 || status == http.StatusTooManyRequests) && containsAny(msg, overloadedWords):
 		return Overloaded
 	case containsAny(msg, unservableWords):
 		return Unservable

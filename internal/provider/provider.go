@@ -27,6 +27,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -53,6 +54,10 @@ type Error struct {
 	// InnerCode is Azure's innererror.code, e.g.
 	// ResponsibleAIPolicyViolation.
 	InnerCode string
+	// HTTPStatus is an HTTP status the error names in a number (error.code,
+	// status, status_code or http_status_code from 400 to 599): the only
+	// status an error event inside a stream has.
+	HTTPStatus int
 	// QuotaIDs are the quotas a Google error names: QuotaFailure
 	// violations' quotaId and quotaMetric, ErrorInfo's quota_limit and
 	// quota_metric.
@@ -61,7 +66,8 @@ type Error struct {
 	RetryDelay    time.Duration
 	HasRetryDelay bool
 	// RetryAfter is a top-level body "retry_after" in seconds (or a model
-	// server's "estimated_time" to load), if valid.
+	// server's "estimated_time" to load, or OpenRouter's
+	// metadata.retry_after_seconds), if valid.
 	RetryAfter    time.Duration
 	HasRetryAfter bool
 }
@@ -70,6 +76,7 @@ type Error struct {
 // of an unexpected type must not void the others.
 type bodyJSON struct {
 	Error         json.RawMessage `json:"error"`
+	Response      json.RawMessage `json:"response"` // OpenAI's response.failed event
 	RetryAfter    json.RawMessage `json:"retry_after"`
 	EstimatedTime json.RawMessage `json:"estimated_time"`
 	ErrorType     json.RawMessage `json:"error_type"`
@@ -78,14 +85,16 @@ type bodyJSON struct {
 }
 
 type errorJSON struct {
-	Message   json.RawMessage `json:"message"`
-	Type      json.RawMessage `json:"type"`
-	Code      json.RawMessage `json:"code"`
-	Status    json.RawMessage `json:"status"`
-	Details   json.RawMessage `json:"details"`
-	InnerErr  json.RawMessage `json:"innererror"`
-	Metadata  json.RawMessage `json:"metadata"`
-	ErrorCode json.RawMessage `json:"error_code"`
+	Message    json.RawMessage `json:"message"`
+	Type       json.RawMessage `json:"type"`
+	Code       json.RawMessage `json:"code"`
+	Status     json.RawMessage `json:"status"`
+	StatusCode json.RawMessage `json:"status_code"`
+	HTTPCode   json.RawMessage `json:"http_status_code"`
+	Details    json.RawMessage `json:"details"`
+	InnerErr   json.RawMessage `json:"innererror"`
+	Metadata   json.RawMessage `json:"metadata"`
+	ErrorCode  json.RawMessage `json:"error_code"`
 }
 
 type detailJSON struct {
@@ -144,6 +153,14 @@ func Parse(body []byte) (Error, bool) {
 		pe.RetryAfter, pe.HasRetryAfter = seconds(top.EstimatedTime)
 	}
 	raw := bytes.TrimSpace(top.Error)
+	if len(raw) == 0 && len(top.Response) > 0 {
+		var r struct {
+			Error json.RawMessage `json:"error"`
+		}
+		if json.Unmarshal(top.Response, &r) == nil {
+			raw = bytes.TrimSpace(r.Error)
+		}
+	}
 	switch {
 	case len(raw) > 0 && raw[0] == '{':
 		var e errorJSON
@@ -174,6 +191,12 @@ func Parse(body []byte) (Error, bool) {
 func (pe *Error) read(e *errorJSON) {
 	pe.Message, pe.Type, pe.Code, pe.Status = text(e.Message), text(e.Type), text(e.Code), text(e.Status)
 	pe.ErrorCode = text(e.ErrorCode)
+	for _, n := range [...]json.RawMessage{e.Code, e.Status, e.StatusCode, e.HTTPCode} {
+		if s, err := strconv.Atoi(string(bytes.TrimSpace(n))); err == nil && s >= 400 && s <= 599 {
+			pe.HTTPStatus = s
+			break
+		}
+	}
 	var inner struct {
 		Code json.RawMessage `json:"code"`
 	}
@@ -181,11 +204,15 @@ func (pe *Error) read(e *errorJSON) {
 		pe.InnerCode = text(inner.Code)
 	}
 	var meta struct {
-		Raw json.RawMessage `json:"raw"`
+		Raw        json.RawMessage `json:"raw"`
+		RetryAfter json.RawMessage `json:"retry_after_seconds"`
 	}
-	if json.Unmarshal(e.Metadata, &meta) == nil {
+	if json.Unmarshal(e.Metadata, &meta) == nil { // OpenRouter's upstream
 		if raw := text(meta.Raw); raw != "" {
 			pe.Message += "\n" + raw
+		}
+		if !pe.HasRetryAfter {
+			pe.RetryAfter, pe.HasRetryAfter = seconds(meta.RetryAfter)
 		}
 	}
 	details := bytes.TrimSpace(e.Details)
