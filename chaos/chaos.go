@@ -235,6 +235,9 @@ const (
 	ProfileOpenAI    = "openai"    // OpenAI's Chat Completions and Responses APIs
 	ProfileAnthropic = "anthropic" // Anthropic's Messages API
 	ProfileGemini    = "gemini"    // Google's Gemini API
+	ProfileAzure     = "azure"     // Azure OpenAI: OpenAI's APIs, Azure's errors
+	ProfileBedrock   = "bedrock"   // AWS Bedrock's Converse API
+	ProfileLocal     = "local"     // an OpenAI-compatible local server, as llama.cpp's
 )
 
 // Request parameters and control paths understood by a [Server].

@@ -22,8 +22,10 @@ type profile struct {
 	errors map[fault]apiError
 	// errorBody returns the JSON body of e, a failure of c.
 	errorBody func(e apiError, c *call) any
+	// errorHeaders, if set, adds the headers of a failure e.
+	errorHeaders func(h http.Header, e apiError)
 	// hint sets the headers of a wait hint of secs seconds; nil if the
-	// hint goes in the error body.
+	// hint goes in the error body or is never sent.
 	hint func(h http.Header, secs int64)
 	// idHeader is the header that carries the request id, if any.
 	idHeader string
@@ -72,7 +74,7 @@ type call struct {
 const noHint = -1
 
 // profiles lists every profile, in the order error messages name them.
-var profiles = []*profile{plain, openAI, anthropic, gemini}
+var profiles = []*profile{plain, openAI, anthropic, gemini, azure, bedrock, local}
 
 func profileNamed(name string) *profile {
 	for _, p := range profiles {
@@ -120,6 +122,9 @@ func (c *call) answer(w http.ResponseWriter, r *http.Request) {
 		p.hint(h, c.wait)
 	}
 	e := p.errors[c.fault]
+	if p.errorHeaders != nil {
+		p.errorHeaders(h, e)
+	}
 	writeJSON(w, e.status, p.errorBody(e, c))
 }
 
@@ -135,6 +140,9 @@ func (c *call) reject(w http.ResponseWriter, rej rejection) {
 	}
 	c.wait = noHint
 	c.setID(w.Header())
+	if p.errorHeaders != nil {
+		p.errorHeaders(w.Header(), e)
+	}
 	writeJSON(w, e.status, p.errorBody(e, c))
 }
 

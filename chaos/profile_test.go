@@ -353,10 +353,10 @@ func TestBadRetryAfter(t *testing.T) {
 
 func TestUnknownProfile(t *testing.T) {
 	s := newServer(t, Config{Profile: ProfileOpenAI})
-	rec := send(s, "POST", "/v1/chat/completions", "", HeaderProfile, "azure")
+	rec := send(s, "POST", "/v1/chat/completions", "", HeaderProfile, "cohere")
 	f := readFailure(t, ProfilePlain, rec)
-	if f.status != 400 || f.typ != "chaos_unknown_profile" || f.code != "azure" ||
-		f.message != `chaos: unknown profile "azure" (want plain, openai, anthropic, gemini)` {
+	if f.status != 400 || f.typ != "chaos_unknown_profile" || f.code != "cohere" ||
+		f.message != `chaos: unknown profile "cohere" (want plain, openai, anthropic, gemini, azure, bedrock, local)` {
 		t.Errorf("unknown profile: %+v", f)
 	}
 	if st := s.Stats(); st.Requests != 1 || st.ByStatus["400"] != 1 {

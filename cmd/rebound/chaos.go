@@ -52,7 +52,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	failRate := fs.Float64("fail-rate", 0.35, "failure probability in random, stream-cut and lost-reply mode, in (0, 1]")
 	retryAfter := fs.Int("retry-after", 1, "wait hint `seconds` sent in retryafter mode, at most a year (31536000); if given, with every failure")
 	slow := fs.Duration("slow", time.Second, "response `delay` in slow mode and of late replies in lost-reply mode")
-	profile := fs.String("profile", chaos.ProfilePlain, "answer in the wire format of `profile` (plain, openai, anthropic, gemini)")
+	profile := fs.String("profile", chaos.ProfilePlain, "answer in the wire format of `profile` (plain, openai, anthropic, gemini, azure, bedrock, local)")
 	cutAfter := fs.Int("cut-after", 0, "`pieces` of text a breaking stream sends before it breaks, in stream-cut mode")
 
 	usageErr := func(format string, a ...any) int {

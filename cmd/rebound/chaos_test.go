@@ -153,7 +153,7 @@ func TestRunChaosUsage(t *testing.T) {
 		{[]string{"--seed", "x"}, `invalid value "x" for flag -seed`},
 		{[]string{"serve"}, `unexpected argument "serve"`},
 		{[]string{"--mode", "flaky"}, `unknown mode "flaky" (want ok, random, down`},
-		{[]string{"--profile", "azure"}, `unknown profile "azure" (want plain, openai, anthropic, gemini)`},
+		{[]string{"--profile", "cohere"}, `unknown profile "cohere" (want plain, openai, anthropic, gemini, azure, bedrock, local)`},
 		{[]string{"--fail-rate", "1.5"}, "--fail-rate 1.5 outside (0, 1]"},
 		{[]string{"--fail-rate", "0"}, "--fail-rate 0 outside (0, 1]"},
 		{[]string{"--retry-after", "0"}, "--retry-after 0"},

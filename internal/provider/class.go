@@ -34,6 +34,7 @@ var quotaCodes = set(
 	"organization_usage_limit_exceeded",
 	"billing_error", // Anthropic's type
 	"enforced_spend_limit_reached",
+	"budget_exceeded", // LiteLLM's gateway
 )
 
 // quotaWords are the wordings of an exhausted balance.
@@ -41,7 +42,9 @@ var quotaWords = []string{
 	"credit balance is too low", "spend limit", "insufficient balance",
 	"insufficient credits", "insufficient_quota", "out of credits", "credits depleted",
 	"credits are depleted", "spending limit", "api usage limits",
-	"extra usage is required", // Anthropic: a plan's gate, not a rate
+	"extra usage is required",  // Anthropic: a plan's gate, not a rate
+	"out of call volume quota", // Azure's free tiers
+	"budget has been exceeded", // LiteLLM's gateway
 }
 
 // contextCodes are the error types and codes of a request too large for
@@ -127,6 +130,9 @@ func (pe *Error) Class(status int) Class {
 	switch {
 	case pe.any(quotaCodes), containsAny(msg, quotaWords):
 		return QuotaExhausted
+	case outputBeyondLimit(msg):
+		// TGI's "must be <= 1512. Given: 2 `inputs` tokens and 10000
+		// `max_new_tokens`": the parameter is wrong, not the prompt.
 	case pe.any(contextCodes), containsAny(msg, contextWords),
 		!rateLimit && strings.Contains(msg, "too many tokens"), // Bedrock throttles with "Too many tokens, please wait"
 		strings.Contains(msg, "input token count") && strings.Contains(msg, "exceeds"),
@@ -187,6 +193,17 @@ func beyondLimit(msg string) bool {
 	}
 	requested, ok := numberAfter(msg, "requested")
 	return ok && requested > limit
+}
+
+// outputBeyondLimit reports whether TGI's validation message says the
+// output asked for alone exceeds the limit.
+func outputBeyondLimit(msg string) bool {
+	limit, ok := numberAfter(msg, "must be <=")
+	if !ok {
+		return false
+	}
+	output, ok := numberAfter(msg, "`inputs` tokens and")
+	return ok && output >= limit
 }
 
 // numberAfter returns the number that follows the first "word" in msg,
