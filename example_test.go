@@ -198,3 +198,28 @@ func ExampleTransport() {
 	// attempt 1 failed (http 503 Service Unavailable: {"status":503}), a transient failure: retrying
 	// 200 {"status":200}
 }
+
+// A provider words its per-minute limit like an exhausted quota; a rule
+// says what it means, and how long to wait when the response does not say.
+func ExampleRule() {
+	p := rebound.Policy{
+		Rules: []rebound.Rule{
+			{Status: 429, Message: "quota exceeded for this minute", Kind: rebound.KindRateLimited, Wait: 30 * time.Second},
+		},
+		MaxAttempts: 1, // to show the verdict without waiting for the retry
+		Observer: rebound.ObserverFunc(func(e rebound.Event) {
+			if e.Type == rebound.EventGiveUp {
+				fmt.Printf("%v, wait %v\n", e.Verdict.Kind, e.Verdict.ServerWait)
+			}
+		}),
+	}
+	_, _ = rebound.Do(context.Background(), p, func(context.Context) (string, error) {
+		return "", &rebound.HTTPError{StatusCode: 429, Body: []byte(`{"error":{"message":"Quota exceeded for this minute","code":"insufficient_quota"}}`)}
+	})
+
+	var q rebound.Policy
+	fmt.Println(json.Unmarshal([]byte(`{"rules":[{"status":429,"kind":"slow"}]}`), &q))
+	// Output:
+	// rate_limited, wait 30s
+	// rebound: policy: rules[0].kind: unknown value "slow" (want transient, rate_limited, overloaded, quota_exhausted, context_overflow or permanent)
+}

@@ -208,6 +208,8 @@ func rulesValue(v json.RawMessage) ([]Rule, error) {
 		}
 		k, err := enumValue(key+".kind", v, kindNames[:])
 		if err != nil {
+			// The same error, listing only the kinds a rule may give.
+			_, err = enumValue(key+".kind", v, kindNames[:KindCanceled])
 			return nil, err
 		}
 		r.Kind = Kind(k)

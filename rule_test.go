@@ -108,10 +108,11 @@ func TestRuleErrors(t *testing.T) {
 		`{"rules":{}}`:                                                        `rules: want an array of rules, got an object`,
 		`{"rules":[1]}`:                                                       `rules[0]: want an object, got 1`,
 		`{"rules":[{"status":429}]}`:                                          `rules[0].kind: missing (want transient, rate_limited, overloaded, quota_exhausted, context_overflow or permanent)`,
-		`{"rules":[{"status":429,"kind":"x"}]}`:                               `rules[0].kind: unknown value "x" (want transient, rate_limited, overloaded, quota_exhausted, context_overflow, permanent or canceled)`,
+		`{"rules":[{"status":429,"kind":"x"}]}`:                               `rules[0].kind: unknown value "x" (want transient, rate_limited, overloaded, quota_exhausted, context_overflow or permanent)`,
 		`{"rules":[{"status":"429","kind":"permanent"}]}`:                     `rules[0].status: want an HTTP status, got "429"`,
 		`{"rules":[{"message":5,"kind":"permanent"}]}`:                        `rules[0].message: want a string, got 5`,
 		`{"rules":[{"msg":"x","kind":"permanent"}]}`:                          `rules[0]: unknown key "msg" (want status, header, header_contains, type, code, message, kind or wait_ms)`,
+		`{"rules":[{"code":"x","kind":"canceled"}]}`:                          `rules[0].kind: canceled is the caller's own doing; a response cannot be`,
 		`{"rules":[{"code":"x","kind":"permanent","wait_ms":-1}]}`:            `rules[0].wait_ms: must not be negative (got -1)`,
 		`{"rules":[{"code":"x","kind":"rate_limited"},{"kind":"permanent"}]}`: `rules[1]: matches every failure; set at least one of status, header, type, code, message`,
 	} {
