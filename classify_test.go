@@ -122,3 +122,58 @@ func TestKindText(t *testing.T) {
 		t.Fatal("marshalled an unknown kind")
 	}
 }
+
+func TestWaitOrder(t *testing.T) {
+	now := func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
+	exhausted := http.Header{"X-Ratelimit-Remaining-Tokens": {"0"}, "X-Ratelimit-Reset-Tokens": {"7.66s"},
+		"X-Ratelimit-Remaining-Requests": {"10"}, "X-Ratelimit-Reset-Requests": {"6m0s"}}
+	withRetryAfter := exhausted.Clone()
+	withRetryAfter.Set("Retry-After", "3")
+	for _, tc := range []struct {
+		name   string
+		status int
+		h      http.Header
+		body   string
+		want   time.Duration
+		ok     bool
+	}{
+		{"Retry-After first", 429, withRetryAfter, `{"error":{"message":"Please try again in 20s."}}`, 3 * time.Second, true},
+		{"then the message", 429, exhausted, `{"error":{"message":"Please try again in 20s."}}`, 20 * time.Second, true},
+		{"then the reset of the bucket that ran out", 429, exhausted, `{"error":{"message":"slow down"}}`, 7660 * time.Millisecond, true},
+		{"a reset is no wait on a 503", 503, exhausted, `{"error":{"message":"down"}}`, 0, false},
+		{"nor when no bucket ran out", 429, http.Header{"X-Ratelimit-Remaining-Tokens": {"5"}, "X-Ratelimit-Reset-Tokens": {"1s"}}, ``, 0, false},
+		{"an absurd wait in words is ignored", 429, nil, `{"error":{"message":"Please try again in 99999999h."}}`, 0, false},
+		{"body fields before the message", 429, nil, `{"retry_after": 4, "error":{"message":"Please try again in 20s."}}`, 4 * time.Second, true},
+	} {
+		v := classifyResponse(tc.status, tc.h, []byte(tc.body), now, nil)
+		if v.ServerWait != tc.want || v.HasServerWait != tc.ok {
+			t.Errorf("%s: %v %v, want %v %v", tc.name, v.ServerWait, v.HasServerWait, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestWhatOutweighsTheStatus(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		h      http.Header
+		body   string
+		want   Kind
+	}{
+		{"a 402 stays quota under RESOURCE_EXHAUSTED", 402, nil, `{"error":{"code":402,"message":"credits","status":"RESOURCE_EXHAUSTED"}}`, KindQuotaExhausted},
+		{"an error type does not outweigh a 503", 503, nil, `{"error":{"type":"invalid_request_error","message":"x"}}`, KindTransient},
+		{"a model larger than memory outweighs a 500", 500, nil, `{"error":"model requires more system memory (3.7 GiB) than is available (3.6 GiB)"}`, KindPermanent},
+		{"a context wording outweighs a 500", 500, nil, `{"error":{"code":500,"message":"the request exceeds the available context size"}}`, KindContextOverflow},
+		{"a stream event's own status", 0, nil, `{"error":{"code":429,"message":"Rate limit exceeded"}}`, KindRateLimited},
+		{"a stream event's body outweighs its status", 0, nil, `{"error":{"message":"bad tool call","type":"invalid_request_error","status_code":400}}`, KindPermanent},
+		{"Bedrock's type header", 400, http.Header{"X-Amzn-Errortype": {"ModelNotReadyException:x"}}, `{"message":"not ready"}`, KindTransient},
+		{"a daily cap on a 429", 429, nil, `{"error":{"message":"Rate limit reached on tokens per day (TPD): Limit 500000, Used 499990, Requested 100. Please try again in 5m.","code":"rate_limit_exceeded"}}`, KindQuotaExhausted},
+		{"a request larger than the whole limit", 413, nil, `{"error":{"message":"Request too large on tokens per minute (TPM): Limit 6000, Requested 9000","code":"rate_limit_exceeded"}}`, KindContextOverflow},
+		{"a quota notice with a wait passes", 429, nil, `{"error":{"message":"You exceeded your current quota. Please retry in 3s.","status":"RESOURCE_EXHAUSTED"}}`, KindRateLimited},
+		{"a quota notice without one does not", 429, nil, `{"error":{"message":"You exceeded your current quota.","status":"RESOURCE_EXHAUSTED"}}`, KindQuotaExhausted},
+	} {
+		if v := ClassifyResponse(tc.status, tc.h, []byte(tc.body)); v.Kind != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, v.Kind, tc.want)
+		}
+	}
+}

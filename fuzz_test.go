@@ -33,10 +33,18 @@ func FuzzClassifyResponse(f *testing.F) {
 	f.Add(400, "false", "", []byte(`{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 5 tokens > 4 maximum"}}`))
 	f.Add(503, "", "", []byte(`{"error":"busy","retry_after":"1e9"}`))
 	f.Add(0, "", "", []byte(`{"error":{"details":[{"@type":null}]}}`))
+	f.Add(429, "", "", []byte(`[{"error":{"code":429,"message":"Please retry in 1m30.5s","status":"RESOURCE_EXHAUSTED"}}]`))
+	f.Add(400, "", "", []byte(`{"error":{"message":"filtered","code":"content_filter","status":400,"innererror":{"code":"ResponsibleAIPolicyViolation"}}}`))
+	f.Add(500, "", "", []byte(`{"object":"error","message":"This model's maximum context length is 4096 tokens.","type":"BadRequestError","code":400}`))
+	f.Add(429, "", "", []byte(`{"error":{"message":"Limit 6000, Used 0, Requested ~12903. Please try again in 50.5s.","code":"rate_limit_exceeded"}}`))
+	f.Add(0, "", "", []byte(`{"response":{"error":{"code":"server_error","message":"overloaded"}},"type":"response.failed"}`))
 	f.Fuzz(func(t *testing.T, status int, shouldRetry, retryAfter string, body []byte) {
 		h := http.Header{}
 		h.Set("X-Should-Retry", shouldRetry)
 		h.Set("Retry-After", retryAfter)
+		h.Set("X-Amzn-Errortype", shouldRetry)
+		h.Set("X-Ratelimit-Remaining-Tokens", "0")
+		h.Set("X-Ratelimit-Reset-Tokens", retryAfter)
 		v := ClassifyResponse(status, h, body)
 		if v.Kind > KindCanceled || v.Kind == KindCanceled {
 			t.Fatalf("kind %v from an HTTP response", v.Kind)

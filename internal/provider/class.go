@@ -34,7 +34,9 @@ var quotaCodes = set(
 	"organization_usage_limit_exceeded",
 	"billing_error", // Anthropic's type
 	"enforced_spend_limit_reached",
-	"budget_exceeded", // LiteLLM's gateway
+	"budget_exceeded",              // LiteLLM's gateway
+	"exceeded_current_quota_error", // Moonshot
+	"Arrearage",                    // DashScope: an account in arrears
 )
 
 // quotaWords are the wordings of an exhausted balance.
@@ -45,7 +47,14 @@ var quotaWords = []string{
 	"extra usage is required",  // Anthropic: a plan's gate, not a rate
 	"out of call volume quota", // Azure's free tiers
 	"budget has been exceeded", // LiteLLM's gateway
+	"arrears", "please recharge", "top up your",
+	"欠费", "余额不足", "充值", // Chinese providers: in arrears, balance too low, recharge
 }
+
+// quotaNoticeWords say a quota was exceeded without saying which: with a
+// wait (Gemini's per-minute limits give one) it passes; with none, it is
+// the money or the plan.
+var quotaNoticeWords = []string{"exceeded your current quota", "exceeded current quota"}
 
 // contextCodes are the error types and codes of a request too large for
 // the model.
@@ -68,26 +77,30 @@ var contextWords = []string{
 	"exceeds the maximum number of tokens allowed",
 	"input is too large to process",        // llama.cpp, beyond its batch size
 	"max_tokens must be at least 1, got -", // vLLM: the prompt left no room
+	"prompt exceeds max length",            // Zhipu
+	"range of input length",                // DashScope
+	"model token limit",                    // Moonshot
 }
 
 // unservableWords say a server cannot serve a request as sent.
 var unservableWords = []string{"requires more system memory"}
 
 // overloadedTypes are the error types of a provider at capacity.
-var overloadedTypes = set("overloaded_error", "overloaded")
+var overloadedTypes = set("overloaded_error", "overloaded", "engine_overloaded_error")
 
 // overloadedWords word an overload in a 5xx, Groq's 498 or a stream's
 // error event.
 var overloadedWords = []string{
 	"overloaded", "over capacity", "at capacity", "capacity exceeded",
 	"server busy", "maximum pending requests", // Ollama's full queue
-	"queue full", "queuefull",
+	"queue full", "queuefull", "no capacity available",
 }
 
 // rateLimitCodes are the error types, codes and statuses of a rate limit.
 var rateLimitCodes = set(
 	"rate_limit_exceeded", "rate_limit_error", "rate_limited", "RESOURCE_EXHAUSTED",
 	"ThrottlingException", "TooManyRequestsException",
+	"rate_limit_reached_error", "Throttling.RateQuota", "Throttling.AllocationQuota", "Throttling", // Moonshot, DashScope
 )
 
 // transientTypes are Bedrock's errors that pass by themselves whatever
@@ -124,7 +137,7 @@ func set(s ...string) map[string]bool {
 // for wording that means one thing only under some statuses: a 503 that
 // says "overloaded", a 429 that names a daily limit.
 func (pe *Error) Class(status int) Class {
-	msg := strings.ToLower(pe.Message)
+	msg := strings.ToLower(wording(pe.Message))
 	rateLimit := status == http.StatusTooManyRequests || pe.any(rateLimitCodes) ||
 		status == 0 && pe.HTTPStatus == http.StatusTooManyRequests
 	switch {
@@ -139,6 +152,7 @@ func (pe *Error) Class(status int) Class {
 		beyondLimit(msg):
 		return ContextOverflow
 	case rateLimit && (containsAny(msg, dailyWords) || pe.dailyQuota()),
+		containsAny(msg, quotaNoticeWords) && !pe.hasWait() && !pe.perMinuteQuota(),
 		pe.Type == "ServiceQuotaExceededException" && containsAny(msg, dailyWords):
 		return QuotaExhausted
 	case overloadedTypes[pe.Type],
@@ -155,6 +169,14 @@ func (pe *Error) Class(status int) Class {
 	}
 	return Unclassified
 }
+
+// maxWording is how much of a message is read for its wording: a
+// provider's message is a sentence or two; 64 KiB of one, read some sixty
+// times over, would only slow down a hostile server's victim.
+const maxWording = 16 << 10
+
+// wording is the part of a message that is read for its wording.
+func wording(msg string) string { return msg[:min(len(msg), maxWording)] }
 
 // any reports whether the error's type, code or status is in codes.
 func (pe *Error) any(codes map[string]bool) bool {
@@ -176,6 +198,22 @@ func containsAny(s string, words []string) bool {
 func (pe *Error) dailyQuota() bool {
 	for _, id := range pe.QuotaIDs {
 		if containsAny(strings.ToLower(id), dailyWords) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasWait reports whether the error says when to try again.
+func (pe *Error) hasWait() bool {
+	_, ok := pe.Wait()
+	return ok
+}
+
+// perMinuteQuota reports whether a Google error names a per-minute quota.
+func (pe *Error) perMinuteQuota() bool {
+	for _, id := range pe.QuotaIDs {
+		if id := strings.ToLower(id); strings.Contains(id, "perminute") || strings.Contains(id, "per_minute") {
 			return true
 		}
 	}

@@ -34,7 +34,7 @@ var units = []unit{
 // A duration beyond header.MaxHint is absurd and ignored, like every
 // other hint.
 func MessageWait(msg string) (time.Duration, bool) {
-	lower := strings.ToLower(msg)
+	lower := strings.ToLower(wording(msg))
 	for _, phrase := range waitPhrases {
 		for rest := lower; ; {
 			i := strings.Index(rest, phrase)
