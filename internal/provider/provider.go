@@ -135,11 +135,7 @@ func Parse(body []byte) (Error, bool) {
 	var pe Error
 	body = bytes.TrimSpace(body)
 	if len(body) > 0 && body[0] == '[' { // Vertex: [{"error": {...}}]
-		var all []json.RawMessage
-		if json.Unmarshal(body, &all) != nil || len(all) == 0 {
-			return pe, false
-		}
-		body = bytes.TrimSpace(all[0])
+		body = firstElement(body)
 	}
 	if len(body) == 0 || body[0] != '{' {
 		return pe, false
@@ -185,6 +181,17 @@ func Parse(body []byte) (Error, bool) {
 		return pe, true
 	}
 	return pe, pe.HasRetryAfter
+}
+
+// firstElement is the first element of a JSON array, nil if there is none;
+// the others are neither decoded nor kept.
+func firstElement(array []byte) []byte {
+	dec := json.NewDecoder(bytes.NewReader(array))
+	var first json.RawMessage
+	if _, err := dec.Token(); err != nil || !dec.More() || dec.Decode(&first) != nil {
+		return nil
+	}
+	return bytes.TrimSpace(first)
 }
 
 // read fills pe from an error object.
