@@ -110,9 +110,10 @@ func Retryable(err error) error {
 }
 
 // Classify is the default classifier. It knows the Permanent and Retryable
-// marks, context errors, HTTP failures (through *HTTPError,
-// judged by ClassifyResponse: status, headers, and OpenAI, Anthropic and
-// Gemini error bodies), and network errors. Anything else is transient.
+// marks, context errors, HTTP failures (through *HTTPError, judged by
+// ClassifyResponse: status, headers, and the error bodies of the hosted
+// providers and the local servers), a stream's error events (through
+// *StreamError), and network errors. Anything else is transient.
 // Along a chain of wrapped errors the outermost one it knows decides.
 //
 // A connection that broke or timed out may work next time; a certificate
@@ -235,8 +236,9 @@ func classifyResponse(status int, h http.Header, body []byte, now func() time.Ti
 	bodyKind, bodySays := kindOf(class)
 	switch {
 	case !bodySays:
-	case status == 0:
-		// An error event in a stream has no status to outweigh its body.
+	case status == 0 && pe.HTTPStatus == 0:
+		// An error event in a stream that names no status has none to
+		// outweigh its body.
 		v.Kind = bodyKind
 	case bodyKind == KindPermanent && class != provider.Unservable:
 		// An error type that blames the request does not outweigh a

@@ -171,6 +171,19 @@ func TestWhatOutweighsTheStatus(t *testing.T) {
 		{"a request larger than the whole limit", 413, nil, `{"error":{"message":"Request too large on tokens per minute (TPM): Limit 6000, Requested 9000","code":"rate_limit_exceeded"}}`, KindContextOverflow},
 		{"a quota notice with a wait passes", 429, nil, `{"error":{"message":"You exceeded your current quota. Please retry in 3s.","status":"RESOURCE_EXHAUSTED"}}`, KindRateLimited},
 		{"a quota notice without one does not", 429, nil, `{"error":{"message":"You exceeded your current quota.","status":"RESOURCE_EXHAUSTED"}}`, KindQuotaExhausted},
+		{"a quota notice with a header's wait passes", 429, http.Header{"Retry-After": {"30"}}, `{"error":{"message":"You exceeded your current quota.","status":"RESOURCE_EXHAUSTED"}}`, KindRateLimited},
+		{"Moonshot's daily cap", 429, nil, `{"error":{"message":"request reached organization TPD rate limit, current: 1526210, limit: 1500000","type":"rate_limit_reached_error"}}`, KindQuotaExhausted},
+		{"a monthly trial cap", 429, nil, `{"message":"trial key is limited to 1000 API calls / month"}`, KindQuotaExhausted},
+		{"a model named daily is no daily cap", 429, nil, `{"error":{"message":"Rate limit reached for daily-digest-8b on requests per minute","code":"rate_limit_exceeded"}}`, KindRateLimited},
+		{"Zhipu's arrears", 429, nil, `{"error":{"code":"1113","message":"您的账户已欠费，请充值后重试。"}}`, KindQuotaExhausted},
+		{"DashScope's input range", 400, nil, `{"code":"InvalidParameter","message":"Range of input length should be [1, 6000]"}`, KindContextOverflow},
+		{"Moonshot's overload", 429, nil, `{"error":{"message":"The engine is currently overloaded, please try again later","type":"engine_overloaded_error"}}`, KindOverloaded},
+		{"Bedrock's throttle in a stream", 0, nil, `{"message":"Too many tokens, please wait before trying again."}`, KindTransient},
+		{"a relayed throttle naming its status", 0, nil, `{"error":{"code":"429","message":"Too many tokens, please wait before trying again."}}`, KindRateLimited},
+		{"an embeddings batch too large", 400, nil, `{"object":"error","message":"Too many tokens in batch (max 16384)","type":"invalid_request_error"}`, KindContextOverflow},
+		{"max_tokens alone beyond the window", 400, nil, `{"object":"error","message":"'max_tokens' or 'max_completion_tokens' is too large: 8000. This model's maximum context length is 4096 tokens and your request has 2778 input tokens","type":"BadRequestError","code":400}`, KindPermanent},
+		{"a busy server", 503, nil, `{"error":"The server is busy. Please try again later."}`, KindOverloaded},
+		{"limit numbers outside a rate limit", 503, nil, `{"error":{"message":"concurrency limit 4 reached; requested 6"}}`, KindTransient},
 	} {
 		if v := ClassifyResponse(tc.status, tc.h, []byte(tc.body)); v.Kind != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, v.Kind, tc.want)

@@ -306,8 +306,16 @@ func (p Policy) Validate() error {
 		}
 	}
 	for i := range p.Rules {
-		if err := p.Rules[i].validate(ruleKey(i)); err != nil {
+		r := &p.Rules[i]
+		if err := r.validate(ruleKey(i)); err != nil {
 			return err
+		}
+		// A rule's wait is a server's hint: one the policy would never
+		// honour stops the call instead of waiting, which no one who
+		// writes a wait means.
+		if limit := min(p.waitBudget(), p.maxServerWait()); r.Kind.retryable() && p.ServerWait == ServerWaitHonor && r.Wait > limit {
+			return policyErr(ruleKey(i)+".wait_ms", "%d is more than the policy waits (%d, the lesser of wait_budget_ms and max_server_wait_ms): the call would stop instead",
+				r.Wait.Milliseconds(), limit.Milliseconds())
 		}
 	}
 	return nil

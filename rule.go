@@ -40,10 +40,14 @@ type Rule struct {
 	Message string
 
 	// Kind is the verdict on a matching response. The zero value is
-	// KindTransient; KindCanceled cannot be given.
+	// KindTransient; KindCanceled cannot be given. A server's
+	// "x-should-retry: false" still wins over a kind that would be
+	// retried: the verdict is then KindPermanent.
 	Kind Kind
 	// Wait is the verdict's wait when the response asks for none of its
-	// own; zero means none (computed backoff).
+	// own, taken as a server's wait hint (it counts against WaitBudget and
+	// MaxServerWait). Zero means none (computed backoff); NoDelay means
+	// retry at once.
 	Wait time.Duration
 }
 
@@ -82,12 +86,32 @@ func ruleVerdict(err error, now func() time.Time, rules []Rule) (Verdict, bool) 
 	if len(rules) == 0 {
 		return Verdict{}, false
 	}
-	status, h, body, found := providerResponse(err)
+	status, h, body, found := unmarkedResponse(err)
 	if !found {
 		return Verdict{}, false
 	}
 	pe, parsed := provider.Read(h, body)
 	return applyRules(rules, status, h, body, &pe, parsed, now)
+}
+
+// unmarkedResponse is providerResponse, unless a Permanent or Retryable
+// mark comes first in err's tree: the caller's mark outweighs any rule.
+func unmarkedResponse(err error) (status int, h http.Header, body []byte, found bool) {
+	switch x := err.(type) {
+	case *permanentError, *retryableError:
+		return 0, nil, nil, false
+	case *HTTPError, *StreamError:
+		return providerResponse(x)
+	case interface{ Unwrap() error }:
+		return unmarkedResponse(x.Unwrap())
+	case interface{ Unwrap() []error }:
+		for _, e := range x.Unwrap() {
+			if status, h, body, ok := unmarkedResponse(e); ok {
+				return status, h, body, true
+			}
+		}
+	}
+	return 0, nil, nil, false
 }
 
 // applyRules is the verdict of the first of rules that matches a response
@@ -100,9 +124,12 @@ func applyRules(rules []Rule, status int, h http.Header, body []byte, pe *provid
 			continue
 		}
 		v := Verdict{Kind: r.Kind}
+		if v.Kind.retryable() && strings.EqualFold(strings.TrimSpace(h.Get("X-Should-Retry")), "false") {
+			return Verdict{Kind: KindPermanent}, true
+		}
 		v.ServerWait, v.HasServerWait = responseWait(status, h, pe, parsed, now)
-		if !v.HasServerWait && r.Wait > 0 {
-			v.ServerWait, v.HasServerWait = r.Wait, true
+		if !v.HasServerWait && r.Wait != 0 {
+			v.ServerWait, v.HasServerWait = durationOr(r.Wait, 0), true
 		}
 		return v, true
 	}
@@ -123,18 +150,24 @@ func (r *Rule) validate(key string) error {
 		return policyErr(key, "matches every failure; set at least one of status, header, type, code, message")
 	case r.Status != 0 && (r.Status < 100 || r.Status > 599):
 		return policyErr(key+".status", "want an HTTP status from 100 to 599, got %d", r.Status)
-	case r.Header != "" && strings.ContainsFunc(r.Header, func(c rune) bool { return c <= ' ' || c == ':' || c >= 0x7f }):
+	case r.Header != "" && strings.ContainsFunc(r.Header, func(c rune) bool { return !isTokenChar(c) }):
 		return policyErr(key+".header", "%s is not a header name", quote(r.Header))
 	case int(r.Kind) >= len(kindNames):
 		return policyErr(key+".kind", "unknown value %d", r.Kind)
 	case r.Kind == KindCanceled:
 		return policyErr(key+".kind", "canceled is the caller's own doing; a response cannot be")
-	case r.Wait < 0:
+	case r.Wait < 0 && r.Wait != NoDelay:
 		return policyErr(key+".wait_ms", "must not be negative (got %v)", r.Wait)
 	case r.Wait > header.MaxHint:
 		return policyErr(key+".wait_ms", "%v is longer than a year", r.Wait)
 	}
 	return nil
+}
+
+// isTokenChar reports whether c may be in a header name (RFC 9110's
+// token).
+func isTokenChar(c rune) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", c)
 }
 
 // ruleKey names rule i in errors, as a JSON path.
@@ -163,7 +196,10 @@ func rulesJSON(rules []Rule) []ruleJSON {
 	for i, r := range rules {
 		out[i] = ruleJSON{Status: r.Status, Header: r.Header, HeaderContains: r.HeaderContains,
 			Type: r.Type, Code: r.Code, Message: r.Message, Kind: r.Kind}
-		if r.Wait > 0 {
+		switch {
+		case r.Wait == NoDelay:
+			out[i].WaitMS = ptr[int64](0)
+		case r.Wait > 0:
 			out[i].WaitMS = ms(r.Wait)
 		}
 	}
@@ -213,7 +249,7 @@ func rulesValue(v json.RawMessage) ([]Rule, error) {
 			return nil, err
 		}
 		r.Kind = Kind(k)
-		if r.Wait, err = msValue(key+".wait_ms", obj["wait_ms"], 0); err != nil {
+		if r.Wait, err = msValue(key+".wait_ms", obj["wait_ms"], NoDelay); err != nil {
 			return nil, err
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -98,6 +99,8 @@ func TestRuleErrors(t *testing.T) {
 		{Rule{Code: "x", Kind: 99}, "rules[0].kind: unknown value 99"},
 		{Rule{Code: "x", Wait: -time.Second}, "rules[0].wait_ms: must not be negative (got -1s)"},
 		{Rule{Code: "x", Wait: 400 * 24 * time.Hour}, "rules[0].wait_ms: 9600h0m0s is longer than a year"},
+		{Rule{Code: "x", Wait: time.Minute}, "rules[0].wait_ms: 60000 is more than the policy waits (30000, the lesser of wait_budget_ms and max_server_wait_ms): the call would stop instead"},
+		{Rule{Header: "X-Gateway(busy)"}, `rules[0].header: "X-Gateway(busy)" is not a header name`},
 	} {
 		err := Policy{Rules: []Rule{tc.rule}}.Validate()
 		if err == nil || err.Error() != "rebound: policy: "+tc.want {
@@ -128,15 +131,15 @@ func TestRuleErrors(t *testing.T) {
 }
 
 func TestRulesJSONRoundTrip(t *testing.T) {
-	in := `{"rules":[{"status":429,"message":"per minute","kind":"rate_limited","wait_ms":60000},` +
-		`{"header":"x-gateway","header_contains":"busy","type":"t","code":"c","kind":"overloaded"}]}`
+	in := `{"rules":[{"status":429,"message":"per minute","kind":"rate_limited","wait_ms":20000},` +
+		`{"header":"x-gateway","header_contains":"busy","type":"t","code":"c","kind":"overloaded","wait_ms":0}]}`
 	var p Policy
 	if err := json.Unmarshal([]byte(in), &p); err != nil {
 		t.Fatal(err)
 	}
 	want := []Rule{
-		{Status: 429, Message: "per minute", Kind: KindRateLimited, Wait: time.Minute},
-		{Header: "x-gateway", HeaderContains: "busy", Type: "t", Code: "c", Kind: KindOverloaded},
+		{Status: 429, Message: "per minute", Kind: KindRateLimited, Wait: 20 * time.Second},
+		{Header: "x-gateway", HeaderContains: "busy", Type: "t", Code: "c", Kind: KindOverloaded, Wait: NoDelay},
 	}
 	if len(p.Rules) != 2 || p.Rules[0] != want[0] || p.Rules[1] != want[1] {
 		t.Fatalf("%+v", p.Rules)
@@ -148,5 +151,24 @@ func TestRulesJSONRoundTrip(t *testing.T) {
 	var q Policy
 	if err := json.Unmarshal(out, &q); err != nil || len(q.Rules) != 2 || q.Rules[0] != want[0] || q.Rules[1] != want[1] {
 		t.Fatalf("%s read back as %+v: %v", out, q.Rules, err)
+	}
+}
+
+func TestRulesYieldToMarksAndToTheServersNo(t *testing.T) {
+	now := func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
+	rules := []Rule{{Status: 503, Kind: KindOverloaded}, {Status: 429, Kind: KindRateLimited, Wait: NoDelay}}
+	marked := Permanent(&HTTPError{StatusCode: 503})
+	if v, ok := ruleVerdict(marked, now, rules); ok {
+		t.Errorf("a rule outweighed a Permanent mark: %+v", v)
+	}
+	if v, ok := ruleVerdict(fmt.Errorf("wrapped: %w", &HTTPError{StatusCode: 503}), now, rules); !ok || v.Kind != KindOverloaded {
+		t.Errorf("a wrapped response: %+v %v", v, ok)
+	}
+	no := &HTTPError{StatusCode: 429, Header: http.Header{"X-Should-Retry": {"false"}}}
+	if v := classify(no, now, rules); v.Kind != KindPermanent {
+		t.Errorf("x-should-retry: false under a retrying rule: %+v", v)
+	}
+	if v := classify(&HTTPError{StatusCode: 429}, now, rules); v.Kind != KindRateLimited || !v.HasServerWait || v.ServerWait != 0 {
+		t.Errorf("NoDelay: %+v", v)
 	}
 }

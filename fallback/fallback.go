@@ -271,14 +271,14 @@ func (c *Chain[Req, Resp]) skipForQuota(name string, now time.Time) {
 
 // Recommended returns rebound's recommended setup over targets: each gets
 // the zero rebound.Policy, rebound's recommended one (its Observer,
-// Classifier and Rand are kept) and a breaker of its own, made with breakers (the zero Config is
+// Rules, Classifier and Rand are kept) and a breaker of its own, made with breakers (the zero Config is
 // the recommended one), and the chain falls back on overload, exhausted
 // quota and open breakers.
 func Recommended[Req, Resp any](breakers breaker.Config, targets ...Target[Req, Resp]) *Chain[Req, Resp] {
 	set := breaker.NewSet(breakers, 0)
 	out := make([]Target[Req, Resp], len(targets))
 	for i, t := range targets {
-		p := rebound.Policy{Observer: t.Policy.Observer, Classifier: t.Policy.Classifier, Rand: t.Policy.Rand}
+		p := rebound.Policy{Observer: t.Policy.Observer, Rules: t.Policy.Rules, Classifier: t.Policy.Classifier, Rand: t.Policy.Rand}
 		p.Breaker = set.Get(t.Name)
 		t.Policy = p
 		out[i] = t

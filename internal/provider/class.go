@@ -13,10 +13,17 @@ type Class uint8
 const (
 	// Unclassified: the response says nothing the status does not.
 	Unclassified Class = iota
+	// QuotaExhausted: money, credits, a budget or a daily or monthly cap
+	// ran out.
 	QuotaExhausted
+	// ContextOverflow: the request is too large for the model, or for a
+	// whole per-minute limit.
 	ContextOverflow
+	// Overloaded: the provider says it is at capacity.
 	Overloaded
+	// RateLimited: a limit that passes with a wait.
 	RateLimited
+	// Transient: a failure that passes by itself, whatever the status.
 	Transient
 	// Permanent: the error's type says the request is at fault. It does
 	// not override a status that says otherwise.
@@ -93,8 +100,11 @@ var overloadedTypes = set("overloaded_error", "overloaded", "engine_overloaded_e
 var overloadedWords = []string{
 	"overloaded", "over capacity", "at capacity", "capacity exceeded",
 	"server busy", "maximum pending requests", // Ollama's full queue
-	"queue full", "queuefull", "no capacity available",
+	"queue full", "queuefull", "no capacity available", "server is busy",
 }
+
+// rateWords word a rate limit in messages that also say "too many tokens".
+var rateWords = []string{"wait", "per minute", "per second", "rate limit", "processed", "try again"}
 
 // rateLimitCodes are the error types, codes and statuses of a rate limit.
 var rateLimitCodes = set(
@@ -121,8 +131,10 @@ var permanentCodes = set(
 // dailyWords name a limit that resets daily or monthly: waiting seconds
 // cannot lift it.
 var dailyWords = []string{
-	"per day", "per-day", "per_day", "perday", "daily", "(tpd)", "(rpd)",
-	"per month", "per-month", "monthly",
+	"per day", "per-day", "per_day", "perday", "(tpd)", "(rpd)", " tpd ", " rpd ",
+	"/ day", "/day", "a day",
+	"daily limit", "daily quota", "daily request", "daily token", "daily usage", "daily cap", "daily rate",
+	"per month", "per-month", "/ month", "/month", "a month", "monthly",
 }
 
 func set(s ...string) map[string]bool {
@@ -144,12 +156,13 @@ func (pe *Error) Class(status int) Class {
 	case pe.any(quotaCodes), containsAny(msg, quotaWords):
 		return QuotaExhausted
 	case outputBeyondLimit(msg):
-		// TGI's "must be <= 1512. Given: 2 `inputs` tokens and 10000
+		// "must be <= 1512. Given: 2 `inputs` tokens and 10000
 		// `max_new_tokens`": the parameter is wrong, not the prompt.
 	case pe.any(contextCodes), containsAny(msg, contextWords),
-		!rateLimit && strings.Contains(msg, "too many tokens"), // Bedrock throttles with "Too many tokens, please wait"
+		// Bedrock throttles with "Too many tokens, please wait".
+		!rateLimit && strings.Contains(msg, "too many tokens") && !containsAny(msg, rateWords),
 		strings.Contains(msg, "input token count") && strings.Contains(msg, "exceeds"),
-		beyondLimit(msg):
+		(rateLimit || status == http.StatusRequestEntityTooLarge) && beyondLimit(msg):
 		return ContextOverflow
 	case rateLimit && (containsAny(msg, dailyWords) || pe.dailyQuota()),
 		containsAny(msg, quotaNoticeWords) && !pe.hasWait() && !pe.perMinuteQuota(),
@@ -204,10 +217,10 @@ func (pe *Error) dailyQuota() bool {
 	return false
 }
 
-// hasWait reports whether the error says when to try again.
+// hasWait reports whether the response says when to try again.
 func (pe *Error) hasWait() bool {
 	_, ok := pe.Wait()
-	return ok
+	return ok || pe.headerWait
 }
 
 // perMinuteQuota reports whether a Google error names a per-minute quota.
@@ -233,15 +246,20 @@ func beyondLimit(msg string) bool {
 	return ok && requested > limit
 }
 
-// outputBeyondLimit reports whether TGI's validation message says the
-// output asked for alone exceeds the limit.
+// outputBeyondLimit reports whether a message says the output asked for
+// alone exceeds the model's limit: TGI's "must be <= 1512. Given: 2
+// `inputs` tokens and 10000 `max_new_tokens`", vLLM's "'max_tokens' ... is
+// too large: 8000. This model's maximum context length is 4096 tokens".
 func outputBeyondLimit(msg string) bool {
-	limit, ok := numberAfter(msg, "must be <=")
-	if !ok {
-		return false
+	if limit, ok := numberAfter(msg, "must be <="); ok {
+		output, ok := numberAfter(msg, "`inputs` tokens and")
+		return ok && output >= limit
 	}
-	output, ok := numberAfter(msg, "`inputs` tokens and")
-	return ok && output >= limit
+	if output, ok := numberAfter(msg, "is too large:"); ok {
+		limit, ok := numberAfter(msg, "maximum context length is")
+		return ok && output >= limit
+	}
+	return false
 }
 
 // numberAfter returns the number that follows the first "word" in msg,

@@ -54,10 +54,13 @@ type Error struct {
 	// InnerCode is Azure's innererror.code, e.g.
 	// ResponsibleAIPolicyViolation.
 	InnerCode string
-	// HTTPStatus is an HTTP status the error names in a number (error.code,
-	// status, status_code or http_status_code from 400 to 599): the only
-	// status an error event inside a stream has.
+	// HTTPStatus is an HTTP status the error names (a number or numeric
+	// string from 400 to 599 in error.code, status, status_code or
+	// http_status_code): the only status an error event inside a stream
+	// has.
 	HTTPStatus int
+	// headerWait says the response's headers ask for a wait.
+	headerWait bool
 	// QuotaIDs are the quotas a Google error names: QuotaFailure
 	// violations' quotaId and quotaMetric, ErrorInfo's quota_limit and
 	// quota_metric.
@@ -112,6 +115,7 @@ type detailJSON struct {
 // when neither says anything.
 func Read(h http.Header, body []byte) (Error, bool) {
 	pe, ok := Parse(body)
+	pe.headerWait = h.Get("Retry-After") != "" || h.Get("Retry-After-Ms") != ""
 	if t := amznType(h.Get("X-Amzn-Errortype")); t != "" {
 		if pe.Type == "" {
 			pe.Type = t
@@ -199,7 +203,8 @@ func (pe *Error) read(e *errorJSON) {
 	pe.Message, pe.Type, pe.Code, pe.Status = text(e.Message), text(e.Type), text(e.Code), text(e.Status)
 	pe.ErrorCode = text(e.ErrorCode)
 	for _, n := range [...]json.RawMessage{e.Code, e.Status, e.StatusCode, e.HTTPCode} {
-		if s, err := strconv.Atoi(string(bytes.TrimSpace(n))); err == nil && s >= 400 && s <= 599 {
+		n = bytes.Trim(bytes.TrimSpace(n), `"`)
+		if s, err := strconv.Atoi(string(n)); err == nil && s >= 400 && s <= 599 {
 			pe.HTTPStatus = s
 			break
 		}

@@ -62,6 +62,9 @@ func TestMessageWait(t *testing.T) {
 		"try again in 1 minute 30 seconds":                  90 * time.Second,
 		"Try again in 86400 seconds.":                       24 * time.Hour,
 		"please wait before trying again. Try again in 3s.": 3 * time.Second,
+		"try again in 1 minute and 30 seconds.":             90 * time.Second,
+		"try again in 1 hour, 30 minutes":                   90 * time.Minute,
+		"try again in 20s, and 5 more requests":             20 * time.Second,
 	} {
 		if d, ok := MessageWait(msg); !ok || d != want {
 			t.Errorf("%q: %v %v, want %v", msg, d, ok, want)

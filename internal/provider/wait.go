@@ -57,6 +57,10 @@ func duration(s string) (time.Duration, bool) {
 	n := 0
 	for {
 		s = strings.TrimLeft(s, " ")
+		if n > 0 { // "1 minute and 30 seconds", "1 hour, 30 minutes"
+			s = strings.TrimLeft(strings.TrimPrefix(strings.TrimPrefix(s, ","), " and"), " ")
+			s = strings.TrimLeft(strings.TrimPrefix(s, "and "), " ")
+		}
 		if s == "" || s[0] < '0' || s[0] > '9' {
 			break // the end of the duration: "20s. Visit", "6 seconds."
 		}
@@ -65,22 +69,32 @@ func duration(s string) (time.Duration, bool) {
 			end++
 		}
 		f, err := strconv.ParseFloat(s[:end], 64)
-		if err != nil {
+		unit, ok := unitAt(strings.TrimLeft(s[end:], " "))
+		switch {
+		case (err != nil || !ok) && n == 0:
 			return 0, false
+		case err != nil || !ok:
+			// "in 20s, and 5 more": the duration ended before.
+			return done(total)
 		}
 		s = strings.TrimLeft(s[end:], " ")
-		unit, ok := unitAt(s)
-		if !ok {
-			return 0, false
-		}
 		s = s[len(unit.name):]
 		total += f * unit.d.Seconds()
 		n++
 	}
-	if n == 0 || !(total <= header.MaxHint.Seconds()) {
+	if n == 0 {
 		return 0, false
 	}
-	return time.Duration(total * float64(time.Second)), true
+	return done(total)
+}
+
+// done is a duration of secs seconds, if it is no longer than
+// header.MaxHint.
+func done(secs float64) (time.Duration, bool) {
+	if !(secs <= header.MaxHint.Seconds()) {
+		return 0, false
+	}
+	return time.Duration(secs * float64(time.Second)), true
 }
 
 // unitAt returns the unit s starts with; a unit must end its word.
