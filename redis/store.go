@@ -1,0 +1,166 @@
+package reboundredis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults of a zero Config.
+const (
+	DefaultPrefix     = "rebound:"
+	DefaultTimeout    = 5 * time.Millisecond
+	DefaultRetryEvery = 250 * time.Millisecond
+)
+
+// ErrUnavailable is what a decision meets while Redis is away: the part
+// that asked decides locally instead.
+var ErrUnavailable = errors.New("reboundredis: redis is unavailable")
+
+// Config says where the shared state lives.
+type Config struct {
+	// Client is the Redis client. It must bound its commands by their
+	// context's deadline (redis.Options.ContextTimeoutEnabled), or a
+	// Redis that stops answering could hold a call: Open sets it.
+	Client redis.UniversalClient
+	// Prefix starts every key. Zero means DefaultPrefix ("rebound:").
+	Prefix string
+	// Timeout bounds each decision's round trip to Redis; past it, local
+	// state decides. Zero means DefaultTimeout (5 ms).
+	Timeout time.Duration
+	// RetryEvery is how often, while Redis is away, one decision tries it
+	// again. Zero means DefaultRetryEvery (250 ms).
+	RetryEvery time.Duration
+	// OnChange, if set, is called once when Redis stops answering (up is
+	// false, err says why) and once when it answers again. It must not
+	// block.
+	OnChange func(up bool, err error)
+}
+
+// Store is a connection to the shared state, used by every part of this
+// package. It is safe for concurrent use.
+type Store struct {
+	client     redis.UniversalClient
+	prefix     string
+	timeout    time.Duration
+	retryEvery time.Duration
+	onChange   func(bool, error)
+
+	down    atomic.Bool  // Redis did not answer the last decision
+	retryAt atomic.Int64 // while down: when (unix ns) a decision may try it again
+
+	mu           sync.Mutex // guards reportedDown
+	reportedDown bool       // the last change reported was "down"
+}
+
+// Open connects to the Redis at url (redis://host:port/db) with options
+// fit for decisions made in milliseconds, and returns a Config to complete.
+func Open(url string) (Config, error) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return Config{}, fmt.Errorf("reboundredis: %w", err)
+	}
+	opt.ContextTimeoutEnabled = true
+	opt.DialTimeout = 100 * time.Millisecond
+	opt.MaxRetries = -1 // a retry would overrun the decision's timeout
+	return Config{Client: redis.NewClient(opt)}, nil
+}
+
+// New returns a Store for cfg.
+func New(cfg Config) (*Store, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("reboundredis: Config.Client is nil")
+	}
+	if c, ok := cfg.Client.(*redis.Client); ok && !c.Options().ContextTimeoutEnabled {
+		return nil, errors.New("reboundredis: the client does not bound commands by their context (set redis.Options.ContextTimeoutEnabled)")
+	}
+	if cfg.Timeout < 0 || cfg.RetryEvery < 0 {
+		return nil, fmt.Errorf("reboundredis: negative Timeout (%v) or RetryEvery (%v)", cfg.Timeout, cfg.RetryEvery)
+	}
+	s := &Store{client: cfg.Client, prefix: cfg.Prefix, timeout: cfg.Timeout, retryEvery: cfg.RetryEvery, onChange: cfg.OnChange}
+	if s.prefix == "" {
+		s.prefix = DefaultPrefix
+	}
+	if s.timeout == 0 {
+		s.timeout = DefaultTimeout
+	}
+	if s.retryEvery == 0 {
+		s.retryEvery = DefaultRetryEvery
+	}
+	return s, nil
+}
+
+// key returns the key of name under the store's prefix.
+func (s *Store) key(parts ...string) string {
+	k := s.prefix
+	for i, p := range parts {
+		if i > 0 {
+			k += ":"
+		}
+		k += p
+	}
+	return k
+}
+
+// run runs a script with the store's timeout, unless Redis is known to be
+// away and it is not yet time to try it again; then it returns
+// ErrUnavailable at once. A failure to answer marks Redis away; an answer
+// marks it back. Errors of the script itself (redis.Nil included) are
+// answers.
+func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	if s.down.Load() {
+		at := s.retryAt.Load()
+		if time.Now().UnixNano() < at || !s.retryAt.CompareAndSwap(at, time.Now().Add(s.retryEvery).UnixNano()) {
+			return nil, ErrUnavailable
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+	res, err := script.Run(ctx, s.client, keys, args...).Result()
+	if err != nil && !isAnswer(err) {
+		s.wentAway(err)
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	s.cameBack()
+	return res, err
+}
+
+// isAnswer reports whether err came from Redis itself rather than from
+// failing to reach it.
+func isAnswer(err error) bool {
+	if err == redis.Nil {
+		return true
+	}
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+func (s *Store) wentAway(err error) {
+	s.retryAt.Store(time.Now().Add(s.retryEvery).UnixNano())
+	if s.down.Swap(true) {
+		return
+	}
+	s.report(false, err)
+}
+
+func (s *Store) cameBack() {
+	if s.down.Swap(false) {
+		s.report(true, nil)
+	}
+}
+
+// report tells OnChange of a change, once per change.
+func (s *Store) report(up bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.onChange == nil || s.reportedDown == !up {
+		return
+	}
+	s.reportedDown = !up
+	s.onChange(up, err)
+}
