@@ -270,6 +270,10 @@ func New(name string, cfg Config) *Breaker {
 // Name returns the breaker's name.
 func (b *Breaker) Name() string { return b.name }
 
+// Config returns the breaker's Config, its defaults applied: what a
+// breaker sharing this one's rules elsewhere (in Redis, say) goes by.
+func (b *Breaker) Config() Config { return b.cfg }
+
 // State returns the current state. An open breaker whose cooldown has
 // passed reports Open until a call asks to go through.
 func (b *Breaker) State() State { return State(b.state.Load() & 3) }

@@ -8,7 +8,8 @@
 //   - the target is overloaded (at once, without spending retries on it,
 //     unless the target says RetryOverloaded);
 //   - the target's quota is exhausted: it is then skipped for
-//     QuotaCooldown, since quota does not come back in seconds;
+//     QuotaCooldown, since quota does not come back in seconds (by this
+//     chain alone, or, with Chain.Cooldowns shared, by every replica's);
 //   - its retries are spent.
 //
 // A context overflow first calls the Compact hook, which returns a smaller
@@ -77,9 +78,56 @@ type Chain[Req, Resp any] struct {
 	// QuotaCooldown is how long a target whose quota ran out is skipped.
 	// Zero means DefaultQuotaCooldown.
 	QuotaCooldown time.Duration
+	// Cooldowns remembers which targets are cooling down. Nil means the
+	// chain's own memory; one shared between replicas (package
+	// reboundredis has one) lets a target found out of quota by one be
+	// skipped by all.
+	Cooldowns Cooldowns
 
-	mu             sync.Mutex           // guards quotaExhausted
-	quotaExhausted map[string]time.Time // target name → skipped until
+	own MemoryCooldowns // the cool-downs when Cooldowns is nil
+}
+
+// Cooldowns remembers which targets are cooling down: skipped by a Chain
+// without a request, because their quota ran out. A Chain passes the time
+// by its call's clock (rebound.ClockFrom); an implementation may keep time
+// by another clock it trusts more, a shared store's, say. It must be safe
+// for concurrent use and must not hold a call for long: a store that is
+// slow or away should answer from what this process knows.
+type Cooldowns interface {
+	// Start makes target cool down for d from now.
+	Start(ctx context.Context, target string, now time.Time, d time.Duration)
+	// Cooling reports whether target is cooling down at now.
+	Cooling(ctx context.Context, target string, now time.Time) bool
+}
+
+// MemoryCooldowns is Cooldowns in this process's memory. Its zero value
+// is ready to use; it is safe for concurrent use.
+type MemoryCooldowns struct {
+	mu    sync.Mutex           // guards until
+	until map[string]time.Time // target → cooling down until
+}
+
+// Start makes target cool down until now+d.
+func (m *MemoryCooldowns) Start(_ context.Context, target string, now time.Time, d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.until == nil {
+		m.until = map[string]time.Time{}
+	}
+	m.until[target] = now.Add(d)
+}
+
+// Cooling reports whether target is cooling down at now; a cool-down that
+// has ended is forgotten.
+func (m *MemoryCooldowns) Cooling(_ context.Context, target string, now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	until, ok := m.until[target]
+	if ok && !now.Before(until) {
+		delete(m.until, target)
+		return false
+	}
+	return ok
 }
 
 // Step is one entry of a Result's trail: an attempt on a target, or a
@@ -156,7 +204,7 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Result[Resp], error
 	for i := range c.Targets {
 		t := &c.Targets[i]
 		switch {
-		case c.quotaSkipped(t.Name, clock.Now()):
+		case c.cooldowns().Cooling(ctx, t.Name, clock.Now()):
 			res.Trail = append(res.Trail, Step{Target: t.Name, Skipped: "quota exhausted"})
 			continue
 		case overflowed && t.ContextWindow <= minWindow:
@@ -190,7 +238,7 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Result[Resp], error
 			case rebound.KindPermanent, rebound.KindCanceled:
 				return res, &ChainError{Trail: res.Trail, Err: err}
 			case rebound.KindQuotaExhausted:
-				c.skipForQuota(t.Name, clock.Now())
+				c.coolDown(ctx, t.Name, clock.Now())
 			case rebound.KindContextOverflow:
 				if c.Compact != nil && !compacted {
 					smaller, cerr := c.Compact(ctx, req, err)
@@ -249,24 +297,21 @@ func (c *Chain[Req, Resp]) try(ctx context.Context, t *Target[Req, Resp], req Re
 	})
 }
 
-func (c *Chain[Req, Resp]) quotaSkipped(name string, now time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	until, ok := c.quotaExhausted[name]
-	return ok && now.Before(until)
-}
-
-func (c *Chain[Req, Resp]) skipForQuota(name string, now time.Time) {
+// coolDown starts the cool-down of the target name, out of quota at now.
+func (c *Chain[Req, Resp]) coolDown(ctx context.Context, name string, now time.Time) {
 	d := c.QuotaCooldown
 	if d <= 0 {
 		d = DefaultQuotaCooldown
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.quotaExhausted == nil {
-		c.quotaExhausted = map[string]time.Time{}
+	c.cooldowns().Start(ctx, name, now, d)
+}
+
+// cooldowns returns the chain's Cooldowns, or its own memory.
+func (c *Chain[Req, Resp]) cooldowns() Cooldowns {
+	if c.Cooldowns != nil {
+		return c.Cooldowns
 	}
-	c.quotaExhausted[name] = now.Add(d)
+	return &c.own
 }
 
 // Recommended returns rebound's recommended setup over targets: each gets

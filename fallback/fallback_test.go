@@ -117,6 +117,34 @@ func TestOverloadQuotaOverflowCompaction(t *testing.T) {
 	})
 }
 
+// Chains that share their Cooldowns (as replicas share them on Redis)
+// skip a target one of them found out of quota, for the cool-down and no
+// longer.
+func TestSharedCooldowns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := new(fallback.MemoryCooldowns)
+		chain := func(a *model) *fallback.Chain[req, string] {
+			b := &model{name: "b", window: 1000}
+			return &fallback.Chain[req, string]{Targets: []fallback.Target[req, string]{a.target(), b.target()},
+				Cooldowns: shared, QuotaCooldown: time.Minute}
+		}
+		a1 := &model{name: "a", window: 1000, fails: []error{noQuota}}
+		a2 := &model{name: "a", window: 1000}
+		one, two := chain(a1), chain(a2)
+		if res, err := one.Do(t.Context(), req{tokens: 10}); err != nil || res.Target != "b" {
+			t.Fatalf("%q: %v", trail(res), err)
+		}
+		res, err := two.Do(t.Context(), req{tokens: 10})
+		if err != nil || trail(res) != "a skipped: quota exhausted | b#1 ok" || a2.calls != 0 {
+			t.Fatalf("the other chain: %q, %v, a called %d times", trail(res), err, a2.calls)
+		}
+		time.Sleep(time.Minute)
+		if res, err := two.Do(t.Context(), req{tokens: 10}); err != nil || res.Target != "a" {
+			t.Fatalf("after the cool-down: %q, %v", trail(res), err)
+		}
+	})
+}
+
 func TestPermanentStopsTheChain(t *testing.T) {
 	a := &model{name: "a", window: 1000, fails: []error{badRequest}}
 	b := &model{name: "b", window: 1000}
