@@ -2,7 +2,10 @@ module github.com/rebound-go/rebound/redis
 
 go 1.26.0
 
-require github.com/redis/go-redis/v9 v9.23.0
+require (
+	github.com/rebound-go/rebound v0.0.0
+	github.com/redis/go-redis/v9 v9.23.0
+)
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
