@@ -19,6 +19,21 @@
 //     calls meant to be made twice ("charge $5", twice) are never taken
 //     for one.
 //
+// A tool's server may keep no such record, and a replica that runs a call
+// again cannot ask it. A Registry with Records keeps its own: the outcome
+// of each call with side effects that has an ID, under its idempotency
+// key, so that the same call made again, by a replayed agent step, another
+// replica or a restarted process, is answered from the record and never
+// made twice. A call's key is claimed with a lease while it runs; another
+// Execute of the same call waits for its outcome, up to a bound, and else
+// fails with ErrInProgress, never making the call itself. A lease that
+// ran out (its holder died) lets the call be made again, and the Result
+// says that the outcome of the first run is unknown. A run whose outcome
+// is unknown (a lost reply) is recorded so: the call is not made again on
+// any replica, and its repeats are told to check whether it took effect.
+// MemoryRecords keep one process's records; package reboundredis shares
+// them between replicas.
+//
 // A tool registered wrongly (no Func, an unknown Kind, an invalid Policy
 // or Hedge) is never run: each call to it fails with a SpecError, and
 // Spec.Validate tells beforehand. A call whose context is already done is
@@ -84,9 +99,10 @@ type Call struct {
 	// ID is the model's ID for the call (OpenAI's tool_call id,
 	// Anthropic's tool_use id). An Idempotent tool's key is derived from
 	// it, so that a call replayed with the same ID, by another replica or
-	// after a restart, is recognised by the tool's server. Without an ID a
-	// call has no identity beyond one Execute: its retries share a random
-	// key, and the next Execute of the same arguments gets another.
+	// after a restart, is recognised by the tool's server, and by the
+	// Registry's Records. Without an ID a call has no identity beyond one
+	// Execute: its retries share a random key, the next Execute of the
+	// same arguments gets another, and no record is kept.
 	ID   string
 	Name string
 	// Arguments are the call's arguments, as the model wrote them (JSON).
@@ -180,9 +196,28 @@ type Hedge struct {
 
 func (h Hedge) enabled() bool { return h.After > 0 || h.Percentile > 0 }
 
-// Registry holds the tools an agent may call. It is safe for concurrent
-// use.
+// Registry holds the tools an agent may call. Its fields are set before
+// it is first used; then it is safe for concurrent use. The zero Registry
+// keeps no records.
 type Registry struct {
+	// Records, if set, keeps the outcome of each call with side effects
+	// (SideEffect and Idempotent tools) that has an ID, so that the call
+	// made again is answered from its record (Result.Recorded) instead of
+	// being made twice; see Records. Nil keeps none, so that every Execute
+	// runs its call: some servers give their tool calls IDs that repeat,
+	// and a record keeps a call's output for a day. MemoryRecords keep one
+	// process's calls; package reboundredis shares them between replicas.
+	Records Records
+	// Lease is how long a claim on a call's key outlives a holder that
+	// stopped renewing it (every third of the lease while its call runs):
+	// how long a call whose process died keeps others waiting. Zero (or
+	// less) means DefaultLease (10 s).
+	Lease time.Duration
+	// Wait bounds how long a call whose key another holder has claimed
+	// waits for that run's outcome before failing with ErrInProgress.
+	// Zero means DefaultWait (10 s); negative means no wait.
+	Wait time.Duration
+
 	mu    sync.RWMutex // guards tools
 	tools map[string]*entry
 }
@@ -238,6 +273,13 @@ type Result struct {
 	// Err is the underlying error, for the program (never shown to the
 	// model as it is).
 	Err error
+	// Recorded is set when the outcome is an earlier run's, answered from
+	// the Registry's Records: the call was not made again.
+	Recorded bool
+	// PriorRunUnknown is set when the call was made after an earlier run
+	// of it, claimed by a holder that died, ended without a record: that
+	// run may have taken effect too.
+	PriorRunUnknown bool
 }
 
 // Failure is a failed tool call as the model should see it. Its JSON form
@@ -278,40 +320,71 @@ func clip(s string) string {
 // Execute runs call under its tool's guard. A call to an unknown or
 // misregistered tool, or whose ctx is already done, runs nothing and comes
 // back as a Failure with 0 attempts.
+//
+// With Records set, a call with side effects and an ID is first looked up
+// by its key: a recorded outcome is returned as it is (Recorded), without
+// running the call; a key another holder has claimed is waited for, up to
+// Wait, and then fails with ErrInProgress, never run here. A run ends in a
+// record when a second run would end the same or might repeat an effect:
+// a success, a failure that may have taken effect (kept as a Failure that
+// says so, which no one settles by trying again), and a failure that the
+// same arguments would meet again (permanent, context overflow). A refusal
+// that did nothing (a rate limit, a spent quota) gives the key up for a
+// later try. Records that cannot be checked fail the call, unmade.
 func (r *Registry) Execute(ctx context.Context, call Call) Result {
 	r.mu.RLock()
 	e := r.tools[call.Name]
 	r.mu.RUnlock()
-	refused := func(err error, v rebound.Kind, advice string) Result {
-		return Result{Call: call, Err: err, Failure: &Failure{Tool: clip(call.Name), CallID: call.ID,
-			Verdict: v.String(), Error: clip(err.Error()), Advice: advice}}
-	}
 	switch {
 	case e == nil:
-		return refused(fmt.Errorf("%w %q", ErrUnknownTool, clip(call.Name)), rebound.KindPermanent,
+		return refusal(call, fmt.Errorf("%w %q", ErrUnknownTool, clip(call.Name)), rebound.KindPermanent,
 			"No such tool: call one of the tools you were given.")
 	case e.invalid != nil:
-		return refused(e.invalid, rebound.KindPermanent, "The tool is misconfigured and cannot run. Continue without it.")
+		return refusal(call, e.invalid, rebound.KindPermanent, "The tool is misconfigured and cannot run. Continue without it.")
 	case ctx.Err() != nil:
 		// Not started, so certainly without effect, which a tool handed
 		// a done context could not promise.
-		return refused(context.Cause(ctx), rebound.KindCanceled, "The call was cancelled before it started; nothing was done.")
+		return refusal(call, context.Cause(ctx), rebound.KindCanceled, "The call was cancelled before it started; nothing was done.")
 	}
+	// A read-only call needs no record, and a call without an ID has no
+	// identity to record it by.
+	if r.Records != nil && e.spec.Kind != ReadOnly && call.ID != "" {
+		return r.recorded(ctx, e, call, r.Records)
+	}
+	res, _ := e.run(ctx, call, "")
+	return res
+}
+
+// refusal is the result of a call that was not made.
+func refusal(call Call, err error, v rebound.Kind, advice string) Result {
+	return Result{Call: call, Err: err, Failure: &Failure{Tool: clip(call.Name), CallID: call.ID,
+		Verdict: v.String(), Error: clip(err.Error()), Advice: advice}}
+}
+
+// run makes call under its tool's policy, with key as an Idempotent tool's
+// idempotency key (derived here if empty), and returns its result and, for
+// a failure, the verdict on it.
+func (e *entry) run(ctx context.Context, call Call, key string) (Result, rebound.Kind) {
 	p := e.spec.Policy
 	switch e.spec.Kind {
 	case SideEffect:
 		ctx = rebound.WithSideEffects(ctx)
 	case Idempotent:
-		ctx = context.WithValue(ctx, keyKey{}, IdempotencyKeyOf(call))
+		if key == "" {
+			key = IdempotencyKeyOf(call)
+		}
+		ctx = context.WithValue(ctx, keyKey{}, key)
 	}
 	attempts := 0
 	var lastVerdict rebound.Verdict
+	doubt := false // an attempt ended without saying whether it took effect
 	p.Observer = observe.Multi(rebound.ObserverFunc(func(ev rebound.Event) {
 		if ev.Type == rebound.EventAttempt {
 			attempts = ev.Attempt
 		}
 		if ev.Type == rebound.EventRetry || ev.Type == rebound.EventGiveUp {
 			lastVerdict = ev.Verdict
+			doubt = doubt || unknownOutcome(ev.Verdict.Kind)
 		}
 	}), p.Observer)
 	fn := func(ctx context.Context) (string, error) { return e.timed(ctx, call) }
@@ -320,9 +393,10 @@ func (r *Registry) Execute(ctx context.Context, call Call) Result {
 	}
 	out, err := rebound.Do(ctx, p, fn)
 	if err == nil {
-		return Result{Call: call, Output: out}
+		return Result{Call: call, Output: out}, 0
 	}
-	return Result{Call: call, Err: err, Failure: e.failure(call, err, lastVerdict, attempts)}
+	f, v := e.failure(call, err, lastVerdict, attempts, doubt)
+	return Result{Call: call, Err: err, Failure: f}, v
 }
 
 // timed runs one attempt and notes its latency for hedging, in real time:
@@ -457,8 +531,17 @@ func (e *entry) hedged(ctx context.Context, call Call) (string, error) {
 	return last.out, last.err
 }
 
-// failure describes a failed call for the model.
-func (e *entry) failure(call Call, err error, v rebound.Verdict, attempts int) *Failure {
+// unknownOutcome reports whether a failure of kind k leaves unsaid whether
+// the call took effect: a timeout, a broken connection, a server error
+// after the request left, a cancellation.
+func unknownOutcome(k rebound.Kind) bool {
+	return k == rebound.KindTransient || k == rebound.KindOverloaded || k == rebound.KindCanceled
+}
+
+// failure describes a failed call for the model, and returns the verdict
+// on it. doubt says that some attempt, if not the last, ended without
+// saying whether it took effect.
+func (e *entry) failure(call Call, err error, v rebound.Verdict, attempts int, doubt bool) (*Failure, rebound.Kind) {
 	var gu *rebound.GiveUpError
 	if errors.As(err, &gu) {
 		v, attempts = gu.Verdict, gu.Attempts
@@ -467,11 +550,12 @@ func (e *entry) failure(call Call, err error, v rebound.Verdict, attempts int) *
 		}
 	}
 	f := &Failure{Tool: call.Name, CallID: call.ID, Verdict: v.Kind.String(), Attempts: attempts, Error: clip(err.Error())}
-	unknownOutcome := v.Kind == rebound.KindTransient || v.Kind == rebound.KindOverloaded || v.Kind == rebound.KindCanceled
 	switch {
 	// An idempotent call too: the model's next call has a new ID, and so a
-	// new key that its server will not recognise.
-	case e.spec.Kind != ReadOnly && unknownOutcome:
+	// new key that its server will not recognise. So too when only an
+	// earlier attempt was in doubt: a rate limit on the retry does not
+	// undo it. But a call never attempted (an open breaker) did nothing.
+	case e.spec.Kind != ReadOnly && attempts > 0 && (doubt || unknownOutcome(v.Kind)):
 		f.MayHaveTakenEffect = true
 		f.Advice = "The call failed without a clear answer and may still have taken effect. Check whether it did before calling it again."
 	case v.Kind == rebound.KindPermanent:
@@ -485,7 +569,7 @@ func (e *entry) failure(call Call, err error, v rebound.Verdict, attempts int) *
 	default:
 		f.Advice = "The tool is failing for now; retrying it at once is unlikely to help. Continue without it or try later."
 	}
-	return f
+	return f, v.Kind
 }
 
 type keyKey struct{}
