@@ -12,7 +12,7 @@ import (
 
 // replicas returns n Records sharing cfg's Redis and prefix, each on a
 // Store of its own, as n replicas of a service have.
-func replicas(t *testing.T, cfg Config, n int) []*Records {
+func recordReplicas(t *testing.T, cfg Config, n int) []*Records {
 	t.Helper()
 	rs := make([]*Records, n)
 	for i := range rs {
@@ -29,7 +29,7 @@ func replicas(t *testing.T, cfg Config, n int) []*Records {
 
 func TestRecordsClaimAndComplete(t *testing.T) {
 	cfg := testConfig(t, redisURL())
-	rs := replicas(t, cfg, 2)
+	rs := recordReplicas(t, cfg, 2)
 	a, b := rs[0], rs[1]
 	ctx := context.Background()
 	c, err := a.Claim(ctx, "k", time.Minute)
@@ -79,7 +79,7 @@ func TestRecordsClaimAndComplete(t *testing.T) {
 // is told that the first run's outcome is unknown, until a record says
 // otherwise.
 func TestRecordsLeaseExpiry(t *testing.T) {
-	rs := replicas(t, testConfig(t, redisURL()), 2)
+	rs := recordReplicas(t, testConfig(t, redisURL()), 2)
 	a, b := rs[0], rs[1]
 	ctx := context.Background()
 	dead, _ := a.Claim(ctx, "k", 100*time.Millisecond)
@@ -115,7 +115,7 @@ func TestRecordsWhileRedisIsAway(t *testing.T) {
 	srv := startRedis(t)
 	cfg := testConfig(t, srv.URL())
 	cfg.Timeout, cfg.RetryEvery = 50*time.Millisecond, 100*time.Millisecond
-	rs := replicas(t, cfg, 2)
+	rs := recordReplicas(t, cfg, 2)
 	a, b := rs[0], rs[1]
 	ctx := context.Background()
 
@@ -179,7 +179,7 @@ func TestRecordsWhileRedisIsAway(t *testing.T) {
 // TestRecordsWithARegistry: a call made on one replica is answered from
 // its record on another, and never made there.
 func TestRecordsWithARegistry(t *testing.T) {
-	rs := replicas(t, testConfig(t, redisURL()), 2)
+	rs := recordReplicas(t, testConfig(t, redisURL()), 2)
 	calls := 0
 	registries := make([]*tool.Registry, len(rs))
 	for i, r := range rs {
