@@ -1,0 +1,138 @@
+package reboundredis
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/breaker"
+	"github.com/rebound-go/rebound/tool"
+)
+
+// TestRedisKilledMidRun runs every shared part on a Redis that is killed
+// mid-run and started again: no caller sees an error that local state
+// would not give, no decision waits for Redis longer than the timeout, and
+// shared decisions resume within a second of Redis's return.
+func TestRedisKilledMidRun(t *testing.T) {
+	srv := startRedis(t)
+	cfg := testConfig(t, srv.URL())
+	// The timeout is wider than the 5 ms default: under the race detector
+	// on a shared machine a live Redis's answer takes that long at times,
+	// and this test must tell a slow answer from a dead server's.
+	cfg.Timeout, cfg.RetryEvery = 25*time.Millisecond, 100*time.Millisecond
+	var back atomic.Int64 // when (Unix ns) OnChange heard Redis come back
+	var changes atomic.Int32
+	cfg.OnChange = func(up bool, err error) {
+		changes.Add(1)
+		if up {
+			back.Store(time.Now().UnixNano())
+		}
+	}
+	store, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	brk := NewBreaker(store, "outage", breaker.Config{})
+	cool := NewCooldowns(store)
+	records, err := NewRecords(store, RecordsConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := &tool.Registry{Records: records}
+	var actions atomic.Int64
+	tools.Register("act", tool.Spec{Kind: tool.SideEffect}, func(ctx context.Context, c tool.Call) (string, error) {
+		actions.Add(1)
+		return "done", nil
+	})
+
+	const workers = 4
+	var (
+		mu      sync.Mutex // guards slowest and errs
+		slowest time.Duration
+		errs    []string
+	)
+	decide := func(what string, f func() error) {
+		start := time.Now()
+		err := f()
+		d := time.Since(start)
+		mu.Lock()
+		defer mu.Unlock()
+		slowest = max(slowest, d)
+		if err != nil && len(errs) < 10 {
+			errs = append(errs, what+": "+err.Error())
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var calls atomic.Int64
+	for w := range workers {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				calls.Add(1)
+				ctx := context.Background()
+				decide("breaker", func() error {
+					p, err := brk.Allow()
+					if err == nil {
+						brk.Done(p, rebound.OutcomeSuccess)
+					}
+					return err
+				})
+				decide("cool-down", func() error {
+					if cool.Cooling(ctx, "outage-target", time.Now()) {
+						return fmt.Errorf("a target no one put in cool-down is cooling")
+					}
+					return nil
+				})
+				decide("records", func() error {
+					res := tools.Execute(ctx, tool.Call{ID: fmt.Sprintf("call-%d-%d", w, i), Name: "act", Arguments: []byte(`{}`)})
+					if res.Failure != nil {
+						return fmt.Errorf("%s", res.Failure.Error)
+					}
+					return nil
+				})
+			}
+		})
+	}
+	// Real time: the test is about a real server going away and coming
+	// back while calls run.
+	time.Sleep(500 * time.Millisecond)
+	srv.Stop()
+	time.Sleep(time.Second)
+	srv.Start()
+	started := time.Now()
+	time.Sleep(1500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	for _, e := range errs {
+		t.Errorf("a caller saw %s", e)
+	}
+	if int(actions.Load()) != int(calls.Load()) {
+		t.Errorf("%d calls made %d actions", calls.Load(), actions.Load())
+	}
+	// A decision may also wait for the scheduler on a busy machine; what
+	// it must not do is wait for Redis past the timeout more than once.
+	if limit := 2*cfg.Timeout + 50*time.Millisecond; slowest > limit {
+		t.Errorf("the slowest decision took %v, beyond %v", slowest, limit)
+	}
+	if changes.Load() != 2 || back.Load() == 0 {
+		t.Fatalf("OnChange heard %d changes, want Redis gone and back", changes.Load())
+	}
+	// Redis answers a little before Start returns, and a decision may
+	// find it then: a resumption "before" started is one at once.
+	resumed := max(time.Unix(0, back.Load()).Sub(started), 0)
+	if resumed > time.Second {
+		t.Errorf("shared decisions resumed %v after Redis came back, want within 1 s", resumed)
+	}
+	t.Logf("%d rounds of decisions by %d workers; the slowest decision took %v; shared again %v after Redis's return",
+		calls.Load(), workers, slowest, resumed.Round(time.Millisecond))
+}
