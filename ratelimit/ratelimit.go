@@ -18,14 +18,15 @@
 // fuel of metastable failure.
 //
 // Transport puts both under rebound.Transport (or any http.Client), so
-// every attempt waits its turn.
+// every attempt waits its turn. Its Limiter is a Pacer: this package's
+// Limiter, or one shared by the replicas of a service (reboundredis's, on
+// Redis).
 package ratelimit
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -34,6 +35,7 @@ import (
 
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/internal/header"
+	"github.com/rebound-go/rebound/internal/pace"
 )
 
 // ErrDeadline is the error of a call that would have to wait past its
@@ -44,10 +46,17 @@ var ErrDeadline = errors.New("ratelimit: the wait would pass the deadline")
 type Config struct {
 	// RequestsPerMinute and TokensPerMinute are the limits; zero means
 	// none. No 60 s window ever sees more than a limit: requests may come
-	// in bursts of a second's worth and tokens of ten seconds' worth, and
-	// the steady pace leaves room for them. A call of more tokens than ten
-	// seconds' worth is charged ten seconds' worth.
+	// in bursts of a second's worth and tokens of TokenBurst, and the
+	// steady pace leaves room for them. A call of more tokens than the
+	// burst is charged the burst.
 	RequestsPerMinute, TokensPerMinute float64
+	// TokenBurst is the most tokens that may go at once. Zero means ten
+	// seconds' worth (TokensPerMinute/6); more than half the limit is cut
+	// to half. The pace after a burst is (TokensPerMinute − TokenBurst) a
+	// minute, so a smaller burst uses more of the limit over a long run:
+	// two minutes of steady calls see 2·TokensPerMinute − TokenBurst
+	// tokens. Set it to the largest call's tokens to keep the pace high.
+	TokenBurst int
 	// Clock is the time the limiter goes by: its pace, when a learned
 	// quota resets, and what Wait sleeps on. Nil means the real clock,
 	// and Wait then sleeps by its context's clock (rebound.WithClock), as
@@ -60,11 +69,12 @@ type Config struct {
 type Limiter struct {
 	now   func() time.Time // clock.Now, or time.Now
 	clock rebound.Clock    // nil: Wait sleeps by its context's clock
+	// requestsPace and tokensPace are the configured limits' paces.
+	requestsPace, tokensPace pace.Pace
 
 	mu       sync.Mutex    // guards the fields below
 	requests *rate.Limiter // nil: no limit
 	tokens   *rate.Limiter // nil: no limit
-	cfg      Config
 	// restoreAt is when a pace learned from headers ends and the
 	// configured limits apply again; learnedAt is when it was last
 	// learned.
@@ -73,32 +83,29 @@ type Limiter struct {
 
 // New returns a Limiter for cfg.
 func New(cfg Config) *Limiter {
-	l := &Limiter{now: time.Now, clock: cfg.Clock, cfg: cfg}
+	l := &Limiter{now: time.Now, clock: cfg.Clock,
+		requestsPace: pace.Requests(cfg.RequestsPerMinute, time.Minute),
+		tokensPace:   pace.Tokens(cfg.TokensPerMinute, cfg.TokenBurst, time.Minute),
+	}
 	if cfg.Clock != nil {
 		l.now = cfg.Clock.Now
 	}
-	l.requests = requestsPerMinute(cfg.RequestsPerMinute)
-	l.tokens = tokensPerMinute(cfg.TokensPerMinute)
+	l.requests, l.tokens = l.configured()
 	return l
 }
 
-// perMinute makes a limiter that never lets more than n through in any 60
-// s window: a burst of b at once, then (n − b) a minute, so that burst and
-// refill together stay within n; nil for no limit.
-func perMinute(n float64, b int) *rate.Limiter {
-	if n <= 0 {
-		return nil
-	}
-	b = max(min(b, int(n)), 1)
-	r := (n - float64(b)) / 60
-	if r <= 0 {
-		r = n / 60
-	}
-	return rate.NewLimiter(rate.Limit(r), b)
+// configured returns limiters of the configured paces, which never let
+// more than a limit through in any 60 s window; nil for no limit.
+func (l *Limiter) configured() (requests, tokens *rate.Limiter) {
+	return limiter(l.requestsPace), limiter(l.tokensPace)
 }
 
-func requestsPerMinute(n float64) *rate.Limiter { return perMinute(n, int(math.Ceil(n/60))) }
-func tokensPerMinute(n float64) *rate.Limiter   { return perMinute(n, int(math.Ceil(n/6))) }
+func limiter(p pace.Pace) *rate.Limiter {
+	if p.Rate == 0 {
+		return nil
+	}
+	return rate.NewLimiter(rate.Limit(p.Rate), p.Burst)
+}
 
 // Reservation is a Limiter's promise of one call of some tokens.
 type Reservation struct {
@@ -234,30 +241,30 @@ func (l *Limiter) Learn(h http.Header) {
 	if !ok {
 		return
 	}
-	l.requests = pace(l.requests, rl.Requests, l.cfg.RequestsPerMinute, now, &l.restoreAt)
-	l.tokens = pace(l.tokens, rl.Tokens, l.cfg.TokensPerMinute, now, &l.restoreAt)
+	l.requests = learn(l.requests, rl.Requests, l.requestsPace, now, &l.restoreAt)
+	l.tokens = learn(l.tokens, rl.Tokens, l.tokensPace, now, &l.restoreAt)
 	l.learnedAt = now
 }
 
-// pace slows lim so that q.Remaining lasts until q.Reset.
-func pace(lim *rate.Limiter, q header.Quota, configured float64, now time.Time, restoreAt *time.Time) *rate.Limiter {
-	if q.Remaining < 0 || !q.HasReset || q.Reset <= 0 {
+// learn slows lim so that q.Remaining lasts until q.Reset.
+func learn(lim *rate.Limiter, q header.Quota, configured pace.Pace, now time.Time, restoreAt *time.Time) *rate.Limiter {
+	p, ok := pace.Learned(q, configured)
+	if !ok {
 		return lim
 	}
-	r := rate.Limit(float64(q.Remaining) / q.Reset.Seconds())
-	if configured > 0 {
-		r = min(r, rate.Limit(configured/60))
-	}
-	if lim == nil {
-		lim = rate.NewLimiter(r, max(int(q.Remaining), 1))
-	}
-	if q.Remaining == 0 {
+	switch {
+	case p.Rate == 0:
 		// Nothing left: wait for the reset.
+		if lim == nil {
+			lim = rate.NewLimiter(0, 1)
+		}
 		lim.SetLimitAt(now, rate.Limit(1/q.Reset.Seconds()))
 		lim.SetBurstAt(now, 1)
 		lim.ReserveN(now, lim.Burst())
-	} else {
-		lim.SetLimitAt(now, r)
+	case lim == nil:
+		lim = limiter(p)
+	default:
+		lim.SetLimitAt(now, rate.Limit(p.Rate))
 	}
 	if until := now.Add(q.Reset); until.After(*restoreAt) {
 		*restoreAt = until
@@ -273,6 +280,5 @@ func (l *Limiter) restoreIfDue(now time.Time) {
 		return
 	}
 	l.restoreAt = time.Time{}
-	l.requests = requestsPerMinute(l.cfg.RequestsPerMinute)
-	l.tokens = tokensPerMinute(l.cfg.TokensPerMinute)
+	l.requests, l.tokens = l.configured()
 }

@@ -116,6 +116,76 @@ func TestDropsACallThatWouldMissItsDeadline(t *testing.T) {
 	})
 }
 
+// TestTokenBurst: a smaller token burst leaves the pace more of the limit,
+// and still no 60 s window sees more than the limit.
+func TestTokenBurst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const tpm = 60000
+		for _, c := range []struct{ burst, want int }{
+			{0, tpm / 6},   // ten seconds' worth
+			{1000, 1000},   // as set
+			{tpm, tpm / 2}, // cut to half the limit
+		} {
+			l := New(Config{TokensPerMinute: tpm, TokenBurst: c.burst})
+			if !l.Allow(c.want) || l.Allow(1) {
+				t.Fatalf("TokenBurst %d: the burst is not %d tokens", c.burst, c.want)
+			}
+			// Two minutes of calls of 100 tokens, from a full burst.
+			start := time.Now()
+			got := c.want
+			var at []time.Duration
+			for {
+				if err := l.Wait(t.Context(), 100); err != nil {
+					t.Fatal(err)
+				}
+				if time.Since(start) >= 2*time.Minute {
+					break
+				}
+				got += 100
+				at = append(at, time.Since(start))
+			}
+			if want := 2*tpm - c.want; got < want-100 || got > want {
+				t.Fatalf("TokenBurst %d: %d tokens in two minutes, want 2·limit − burst = %d", c.burst, got, want)
+			}
+			// The window from the start holds the burst and a minute of pace.
+			n := c.want
+			for _, a := range at {
+				if a < time.Minute {
+					n += 100
+				}
+			}
+			if n > tpm {
+				t.Fatalf("TokenBurst %d: %d tokens in the first minute", c.burst, n)
+			}
+		}
+	})
+}
+
+// TestLearnedPaceNeverFaster: headers saying plenty is left do not speed
+// the Limiter beyond its configured pace, which leaves room for the burst.
+func TestLearnedPaceNeverFaster(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := New(Config{RequestsPerMinute: 600})
+		h := http.Header{}
+		h.Set("X-Ratelimit-Remaining-Requests", "100000")
+		h.Set("X-Ratelimit-Reset-Requests", "1m")
+		start := time.Now()
+		n := 0
+		for time.Since(start) < time.Minute {
+			l.Learn(h)
+			if err := l.Wait(t.Context(), 1); err != nil {
+				t.Fatal(err)
+			}
+			if time.Since(start) < time.Minute {
+				n++
+			}
+		}
+		if n > 600 {
+			t.Fatalf("%d calls in the first minute at 600 a minute", n)
+		}
+	})
+}
+
 func TestAdaptiveCutsAndRecovers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := NewAdaptive(AdaptiveConfig{Initial: 20})

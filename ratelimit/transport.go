@@ -8,6 +8,17 @@ import (
 	"sync"
 )
 
+// Pacer paces calls to a provider's rate limits: Wait waits until one call
+// of tokens may go (or returns ErrDeadline at once if that would be after
+// ctx's deadline), and Learn reads each response's rate-limit headers.
+// *Limiter is the in-memory Pacer; a Pacer kept elsewhere (reboundredis's
+// Limiter shares one pace among the replicas of a service on Redis) fits
+// the Transport the same way.
+type Pacer interface {
+	Wait(ctx context.Context, tokens int) error
+	Learn(h http.Header)
+}
+
 // Transport makes every request wait its turn: a slot of the Adaptive
 // limit, then the Limiter's pace. Put it under rebound.Transport, so that
 // every attempt waits, retries included:
@@ -27,8 +38,9 @@ import (
 type Transport struct {
 	// Base sends the requests. Nil means http.DefaultTransport.
 	Base http.RoundTripper
-	// Limiter and Adaptive are optional; nil means no such limit.
-	Limiter  *Limiter
+	// Limiter and Adaptive are optional; nil (a nil *Limiter included)
+	// means no such limit.
+	Limiter  Pacer
 	Adaptive *Adaptive
 	// Tokens estimates a request's token cost for the Limiter. Nil means
 	// a cost of 1 per request (requests-per-minute only).
@@ -53,12 +65,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}()
 	}
-	if t.Limiter != nil {
+	limiter := t.Limiter
+	if l, ok := limiter.(*Limiter); ok && l == nil {
+		limiter = nil // as it was when the field was a *Limiter
+	}
+	if limiter != nil {
 		tokens := 1
 		if t.Tokens != nil {
 			tokens = t.Tokens(req)
 		}
-		if err := t.Limiter.Wait(ctx, tokens); err != nil {
+		if err := limiter.Wait(ctx, tokens); err != nil {
 			closeBody(req)
 			return nil, err
 		}
@@ -75,8 +91,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	if t.Limiter != nil {
-		t.Limiter.Learn(resp.Header)
+	if limiter != nil {
+		limiter.Learn(resp.Header)
 	}
 	if t.Adaptive != nil {
 		held = false

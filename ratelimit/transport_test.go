@@ -65,6 +65,35 @@ func TestTransportDropsBeforeSending(t *testing.T) {
 	})
 }
 
+// pacer is a Pacer that counts what the Transport asks of it.
+type pacer struct{ waits, lessons int }
+
+func (p *pacer) Wait(ctx context.Context, tokens int) error { p.waits += tokens; return nil }
+func (p *pacer) Learn(http.Header)                          { p.lessons++ }
+
+func TestTransportTakesAnyPacer(t *testing.T) {
+	base := &statusTransport{}
+	base.status.Store(200)
+	p := &pacer{}
+	client := &http.Client{Transport: &Transport{Base: base, Limiter: p, Tokens: func(*http.Request) int { return 7 }}}
+	resp, err := client.Get("http://provider.test/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if p.waits != 7 || p.lessons != 1 {
+		t.Fatalf("%d tokens waited for, %d lessons: want 7 and 1", p.waits, p.lessons)
+	}
+	// A nil *Limiter is no limit, as when the field was a *Limiter.
+	var none *Limiter
+	client = &http.Client{Transport: &Transport{Base: base, Limiter: none}}
+	resp, err = client.Get("http://provider.test/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+}
+
 // hangingTransport answers only when the request's context ends.
 type hangingTransport struct{}
 
