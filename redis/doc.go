@@ -11,7 +11,8 @@
 // replicas' clocks may disagree), bounded by Config.Timeout, a few
 // milliseconds by default.
 //
-// A call is never held hostage by the store. When Redis does not answer in
+// A call is never held hostage by the store: no decision waits for Redis
+// longer than Config.Timeout. When Redis does not answer in
 // time, the part decides on local, in-memory state, exactly as the
 // in-memory part would; Config.OnChange hears once that Redis went away and
 // once that it is back. While it is away, decisions stay local without

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,11 +52,10 @@ type Store struct {
 	retryEvery time.Duration
 	onChange   func(bool, error)
 
-	down    atomic.Bool  // Redis did not answer the last decision
+	down    atomic.Bool  // Redis did not answer the last decision; changed under mu
 	retryAt atomic.Int64 // while down: when (unix ns) a decision may try it again
 
-	mu           sync.Mutex // guards reportedDown
-	reportedDown bool       // the last change reported was "down"
+	mu sync.Mutex // serialises changes of down and their reports
 }
 
 // Open connects to the Redis at url (redis://host:port/db) with options
@@ -76,8 +76,8 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("reboundredis: Config.Client is nil")
 	}
-	if c, ok := cfg.Client.(*redis.Client); ok && !c.Options().ContextTimeoutEnabled {
-		return nil, errors.New("reboundredis: the client does not bound commands by their context (set redis.Options.ContextTimeoutEnabled)")
+	if !boundsByContext(cfg.Client) {
+		return nil, errors.New("reboundredis: the client does not bound commands by their context (set ContextTimeoutEnabled in its options)")
 	}
 	if cfg.Timeout < 0 || cfg.RetryEvery < 0 {
 		return nil, fmt.Errorf("reboundredis: negative Timeout (%v) or RetryEvery (%v)", cfg.Timeout, cfg.RetryEvery)
@@ -93,6 +93,21 @@ func New(cfg Config) (*Store, error) {
 		s.retryEvery = DefaultRetryEvery
 	}
 	return s, nil
+}
+
+// boundsByContext reports whether c ends a command at its context's
+// deadline. A client of a kind this package does not know is taken at its
+// word.
+func boundsByContext(c redis.UniversalClient) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
 }
 
 // key returns the key of name under the store's prefix.
@@ -130,37 +145,57 @@ func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, ar
 	return res, err
 }
 
-// isAnswer reports whether err came from Redis itself rather than from
-// failing to reach it.
+// isAnswer reports whether err is Redis's answer to the script, rather
+// than a failure to reach it or a Redis that cannot serve: a Redis out of
+// memory, read-only, busy with another script or loading its data is away
+// for this decision, as a dead one is.
 func isAnswer(err error) bool {
 	if err == redis.Nil {
 		return true
 	}
 	var re redis.Error
-	return errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded)
+	if !errors.As(err, &re) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	msg := re.Error()
+	for _, prefix := range cannotServe {
+		if strings.HasPrefix(msg, prefix) {
+			return false
+		}
+	}
+	return true
 }
 
+// cannotServe are the prefixes of the errors of a Redis that is up but
+// cannot serve a script that writes.
+var cannotServe = []string{"OOM", "READONLY", "BUSY", "LOADING", "MASTERDOWN", "NOREPLICAS", "CLUSTERDOWN", "TRYAGAIN", "MISCONF"}
+
+// wentAway and cameBack move the store between "Redis answers" and
+// "Redis is away"; the move and its report happen under mu, so that
+// OnChange's last word is always the store's state.
 func (s *Store) wentAway(err error) {
 	s.retryAt.Store(time.Now().Add(s.retryEvery).UnixNano())
-	if s.down.Swap(true) {
-		return
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.down.Swap(true) {
+		s.report(false, err)
 	}
-	s.report(false, err)
 }
 
 func (s *Store) cameBack() {
+	if !s.down.Load() {
+		return // the common case, without the lock
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.down.Swap(false) {
 		s.report(true, nil)
 	}
 }
 
-// report tells OnChange of a change, once per change.
+// report tells OnChange of a change; mu is held.
 func (s *Store) report(up bool, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.onChange == nil || s.reportedDown == !up {
-		return
+	if s.onChange != nil {
+		s.onChange(up, err)
 	}
-	s.reportedDown = !up
-	s.onChange(up, err)
 }

@@ -3,7 +3,9 @@ package reboundredis
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,7 +67,110 @@ func TestNewRefusesUnboundedClients(t *testing.T) {
 	if _, err := New(Config{Client: c}); err == nil {
 		t.Error("a client that ignores its context's deadline was accepted")
 	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer cc.Close()
+	if _, err := New(Config{Client: cc}); err == nil {
+		t.Error("a cluster client that ignores its context's deadline was accepted")
+	}
+	r := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer r.Close()
+	if _, err := New(Config{Client: r}); err == nil {
+		t.Error("a ring that ignores its context's deadline was accepted")
+	}
 	if _, err := New(Config{}); err == nil {
 		t.Error("no client was accepted")
+	}
+}
+
+var write = redis.NewScript(`return redis.call('SET', KEYS[1], ARGV[1])`)
+
+// TestRedisThatCannotServeIsAway: a Redis out of memory answers, but a
+// decision that writes cannot be made there: it is away, as a dead one is.
+func TestRedisThatCannotServeIsAway(t *testing.T) {
+	srv := startRedis(t)
+	cfg := testConfig(t, srv.URL())
+	var downs atomic.Int32
+	cfg.OnChange = func(up bool, err error) {
+		if !up {
+			downs.Add(1)
+		}
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := cfg.Client.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Client.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.run(ctx, write, []string{s.key("k")}, "v"); !errors.Is(err, ErrUnavailable) || downs.Load() != 1 {
+		t.Errorf("a Redis out of memory: %v, %d reports of it gone", err, downs.Load())
+	}
+}
+
+// flapping answers every command itself, without a server: with an error
+// that is not Redis's own half the time, at random, while flap is set.
+type flapping struct{ flap *atomic.Bool }
+
+func (f flapping) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f flapping) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (f flapping) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if f.flap.Load() && rand.IntN(2) == 0 {
+			err := errors.New("i/o timeout (simulated)")
+			cmd.SetErr(err)
+			return err
+		}
+		if c, ok := cmd.(*redis.Cmd); ok {
+			c.SetVal("x")
+		}
+		return nil
+	}
+}
+
+// TestOnChangeEndsOnTheTruth: under a Redis that flaps while decisions
+// run, OnChange's last word is the Store's state once Redis is steady.
+func TestOnChangeEndsOnTheTruth(t *testing.T) {
+	for round := range 2000 {
+		var flap atomic.Bool
+		flap.Store(true)
+		c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+		c.AddHook(flapping{&flap})
+		var mu sync.Mutex
+		var last *bool
+		s, err := New(Config{Client: c, RetryEvery: time.Nanosecond, OnChange: func(up bool, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			last = &up
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for range 3 {
+					s.run(context.Background(), echo, nil, "x")
+				}
+			})
+		}
+		wg.Wait()
+		flap.Store(false)
+		for range 3 {
+			if _, err := s.run(context.Background(), echo, nil, "x"); err != nil {
+				t.Fatalf("round %d: a steady Redis: %v", round, err)
+			}
+		}
+		c.Close()
+		mu.Lock()
+		if last != nil && !*last {
+			t.Fatalf("round %d: Redis answers, but the last word OnChange heard was that it is away", round)
+		}
+		mu.Unlock()
 	}
 }
