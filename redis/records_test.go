@@ -29,8 +29,8 @@ func recordReplicas(t *testing.T, cfg Config, n int) []*Records {
 
 func TestRecordsClaimAndComplete(t *testing.T) {
 	cfg := testConfig(t, redisURL())
-	rs := recordReplicas(t, cfg, 2)
-	a, b := rs[0], rs[1]
+	rs := recordReplicas(t, cfg, 3)
+	a, b, stranger := rs[0], rs[1], rs[2]
 	ctx := context.Background()
 	c, err := a.Claim(ctx, "k", time.Minute)
 	if err != nil || !strings.HasPrefix(c.Token, sharedToken) || c.PriorRunUnknown || c.Record != nil {
@@ -41,7 +41,8 @@ func TestRecordsClaimAndComplete(t *testing.T) {
 			t.Fatalf("a held key: %+v %v", c, err)
 		}
 	}
-	if err := b.Complete(ctx, "k", sharedToken+"stranger", tool.Record{Output: "forged"}); !errors.Is(err, errNotHeld) {
+	// A record that is not the holder's is kept only where it was made.
+	if err := stranger.Complete(ctx, "k", sharedToken+"stranger", tool.Record{Output: "forged"}); !errors.Is(err, errNotHeld) {
 		t.Fatalf("a stranger completed the claim: %v", err)
 	}
 	if err := a.Extend(ctx, "k", c.Token, time.Minute); err != nil {
@@ -94,15 +95,20 @@ func TestRecordsLeaseExpiry(t *testing.T) {
 	if err := a.Complete(ctx, "k", dead.Token, tool.Record{Output: "late"}); !errors.Is(err, errNotHeld) {
 		t.Fatalf("the dead holder recorded over the new one: %v", err)
 	}
+	// The late run is still answered from on the replica that made it.
+	if c, _ := a.Claim(ctx, "k", time.Minute); c.Record == nil || c.Record.Output != "late" {
+		t.Fatalf("the dead holder's replica forgot its run: %+v", c)
+	}
 	if err := b.Release(ctx, "k", c.Token); err != nil {
 		t.Fatal(err)
 	}
-	c, _ = a.Claim(ctx, "k", time.Minute)
+	c, _ = b.Claim(ctx, "k", time.Minute)
 	if c.Token == "" || !c.PriorRunUnknown {
 		t.Fatalf("a release forgot the first run's doubt: %+v", c)
 	}
-	a.Complete(ctx, "k", c.Token, tool.Record{Output: "done"})
-	if c, _ := b.Claim(ctx, "k", time.Minute); c.Record == nil || c.Record.Output != "done" {
+	b.Complete(ctx, "k", c.Token, tool.Record{Output: "done"})
+	// The record keeps the doubt: a repeat answered from it is told.
+	if c, _ := b.Claim(ctx, "k", time.Minute); c.Record == nil || c.Record.Output != "done" || !c.PriorRunUnknown {
 		t.Fatalf("%+v", c)
 	}
 }

@@ -128,13 +128,19 @@ func (s *Store) key(parts ...string) string {
 // marks it back. Errors of the script itself (redis.Nil included) are
 // answers.
 func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	return s.runFor(ctx, s.timeout, script, keys, args...)
+}
+
+// runFor is run with its own timeout, for a round trip that carries more
+// than a decision's few bytes.
+func (s *Store) runFor(ctx context.Context, timeout time.Duration, script *redis.Script, keys []string, args ...any) (any, error) {
 	if s.down.Load() {
 		at := s.retryAt.Load()
 		if time.Now().UnixNano() < at || !s.retryAt.CompareAndSwap(at, time.Now().Add(s.retryEvery).UnixNano()) {
 			return nil, ErrUnavailable
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	res, err := script.Run(ctx, s.client, keys, args...).Result()
 	if err != nil && !isAnswer(err) {

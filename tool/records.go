@@ -54,7 +54,8 @@ type Claim struct {
 	Token string
 	// PriorRunUnknown is set with a Token when the key was claimed before
 	// and its holder's lease ran out without a record: that run may or may
-	// not have taken effect.
+	// not have taken effect. It is set with a Record when the run that the
+	// record is of was such a claimant's.
 	PriorRunUnknown bool
 }
 
@@ -125,7 +126,7 @@ func (r *Registry) recorded(ctx context.Context, e *entry, call Call, records Re
 		return refusal(call, fmt.Errorf("tool: checking the call's record: %w", err), rebound.KindTransient,
 			"The call was not made: its record could not be checked. Try again later.")
 	case c.Record != nil:
-		res := Result{Call: call, Output: c.Record.Output, Failure: c.Record.Failure, Recorded: true}
+		res := Result{Call: call, Output: c.Record.Output, Failure: c.Record.Failure, Recorded: true, PriorRunUnknown: c.PriorRunUnknown}
 		if res.Failure != nil {
 			res.Err = fmt.Errorf("%w: %s", ErrRecorded, res.Failure.Error)
 		}
@@ -253,7 +254,7 @@ func (m *MemoryRecords) Claim(ctx context.Context, key string, lease time.Durati
 		r = &memRecord{}
 		m.keys[key] = r
 	case r.rec != nil:
-		return Claim{Record: r.rec.clone()}, nil
+		return Claim{Record: r.rec.clone(), PriorRunUnknown: r.doubtful}, nil
 	case r.token != "" && now.Before(r.until):
 		return Claim{}, nil
 	case r.token != "":

@@ -276,9 +276,10 @@ type Result struct {
 	// Recorded is set when the outcome is an earlier run's, answered from
 	// the Registry's Records: the call was not made again.
 	Recorded bool
-	// PriorRunUnknown is set when the call was made after an earlier run
-	// of it, claimed by a holder that died, ended without a record: that
-	// run may have taken effect too.
+	// PriorRunUnknown is set when the call was made, or the run a
+	// Recorded outcome is of was made, after an earlier run of it, claimed
+	// by a holder that died, ended without a record: that run may have
+	// taken effect too.
 	PriorRunUnknown bool
 }
 
