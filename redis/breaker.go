@@ -2,8 +2,12 @@ package reboundredis
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,6 +39,11 @@ import (
 //     Config.ProbeTimeout, so that a replica that dies holding one frees it.
 //     Config.Successes probe successes close the breaker for all; one
 //     failure opens it again.
+//   - An open or half-open breaker is remembered for a day past its
+//     cooldown and its probes' leases, so that one no replica asks about
+//     for a while is still open, or half-open, when asked: only probes go
+//     first. A closed one's count of failures in a row is forgotten after
+//     Cooldown+ProbeTimeout without a failure.
 //
 // A permit says whether it is a probe and which, or the generation of the
 // state it was issued under, so that a permit from an earlier state or an
@@ -49,6 +58,15 @@ import (
 // outcome that cannot reach Redis is lost, and a probe's slot it would have
 // freed waits for its lease to end. Config.OnStateChange hears the changes
 // this replica makes, shared or local, not those it learns of.
+//
+// An Allow whose answer does not come in time may still run on Redis
+// later (a Redis that stalled and resumed, a reply slower than the
+// timeout), and take a probe's slot that no one holds. So a probe's ticket
+// is made here, not on Redis: the Breaker remembers the tickets of the
+// last few Allows whose answer was lost, and its next round trip that
+// reaches Redis releases their leases, if they were taken, before it
+// decides. Until then, or if a lost Allow reaches Redis after that, such
+// a lease lasts until it ends.
 type Breaker struct {
 	store *Store
 	name  string
@@ -60,7 +78,14 @@ type Breaker struct {
 	// openUntil is when, measured from born on the monotonic clock, the
 	// shared breaker is known to be open until; zero if it is not known.
 	openUntil atomic.Int64
+
+	mu      sync.Mutex // guards orphans
+	orphans []uint64   // tickets of Allows whose answer was lost, oldest first
 }
+
+// maxOrphans bounds the tickets a Breaker keeps to release: more Allows
+// lost at once than this are a Redis away, whose leases end by themselves.
+const maxOrphans = 8
 
 // A permit's lowest two bits say what it is; the rest is the generation of
 // the closed state, a probe's ticket, or the local breaker's permit.
@@ -73,11 +98,22 @@ const (
 
 // NewBreaker returns a Breaker named name on s, by the rules of cfg, whose
 // zero value is breaker's defaults. Every replica should give the same
-// name the same cfg: each goes by its own.
+// name the same cfg: each goes by its own. It panics if s is nil, a
+// mistake in the program rather than a state of Redis.
 func NewBreaker(s *Store, name string, cfg breaker.Config) *Breaker {
+	if s == nil {
+		panic("reboundredis: NewBreaker: the Store is nil")
+	}
 	local := breaker.New(name, cfg)
 	cfg = local.Config()
-	tag := "{" + name + "}" // one hash slot for the three keys, in a cluster
+	// The three keys share a hash tag, so that a cluster keeps them in one
+	// slot. An empty name's tag would be {}, which a cluster does not take
+	// for a tag; its keys take a form no name's keys have (those go on
+	// with a brace).
+	tag := "{" + name + "}"
+	if name == "" {
+		tag = "-{-}"
+	}
 	ms := func(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 	return &Breaker{
 		store: s, name: name, cfg: cfg, local: local, born: time.Now(),
@@ -86,10 +122,11 @@ func NewBreaker(s *Store, name string, cfg breaker.Config) *Breaker {
 			ms(cfg.Cooldown), cfg.Probes, ms(cfg.ProbeTimeout),
 			max(cfg.ConsecutiveFailures, 0), strconv.FormatFloat(max(cfg.FailureRate, 0), 'g', -1, 64),
 			cfg.MinCalls, ms(cfg.Window), cfg.Successes,
-			// An open or half-open state lives through its cooldown and
-			// its probes' leases; a closed one's count of failures in a
-			// row as long, for want of a failure to renew it.
-			ms(cfg.Cooldown + cfg.ProbeTimeout),
+			// A closed state's count of failures in a row lives through a
+			// cooldown and a probe's lease, for want of a failure to renew
+			// it; an open or half-open state a day longer, so that a quiet
+			// spell does not close it.
+			ms(cfg.Cooldown + cfg.ProbeTimeout), ms(cfg.Cooldown + cfg.ProbeTimeout + 24*time.Hour),
 		},
 	}
 }
@@ -104,7 +141,13 @@ func (b *Breaker) Allow() (rebound.Permit, error) {
 	if until := time.Duration(b.openUntil.Load()); until > now.Sub(b.born) {
 		return 0, &breaker.OpenError{Name: b.name, State: breaker.Open, Until: b.born.Add(until)}
 	}
-	res, err := b.store.run(context.Background(), allowScript, b.keys, b.args...)
+	ticket := newTicket()
+	res, err := b.run(allowScript, ticket)
+	if errors.Is(err, ErrUnavailable) && err != ErrUnavailable {
+		// Sent, but not answered (run returns ErrUnavailable bare when it
+		// did not try Redis): the script may yet run and lease a slot.
+		b.keep([]uint64{ticket})
+	}
 	r, ok := ints(res, 1)
 	if err != nil || !ok {
 		return b.allowLocal()
@@ -121,11 +164,11 @@ func (b *Breaker) Allow() (rebound.Permit, error) {
 	case r[0] == allowOpen && len(r) == 2:
 		until := b.knownOpen(now, time.Duration(r[1])*time.Millisecond)
 		return 0, &breaker.OpenError{Name: b.name, State: breaker.Open, Until: until}
-	case r[0] == allowProbe && len(r) == 3:
-		if r[2] == 1 {
+	case r[0] == allowProbe && len(r) == 2:
+		if r[1] == 1 {
 			b.notify(breaker.Open, breaker.HalfOpen, "cooldown over")
 		}
-		return rebound.Permit(uint64(r[1])<<2 | permitProbe), nil
+		return rebound.Permit(ticket<<2 | permitProbe), nil
 	}
 	return b.allowLocal() // an answer this version cannot read
 }
@@ -162,8 +205,7 @@ func (b *Breaker) Done(p rebound.Permit, o rebound.Outcome) {
 	case rebound.OutcomeFailure:
 		outcome = "failure"
 	}
-	args := append(b.args[:len(b.args):len(b.args)], kind, id, outcome)
-	res, err := b.store.run(context.Background(), doneScript, b.keys, args...)
+	res, err := b.run(doneScript, kind, id, outcome)
 	r, ok := ints(res, 1)
 	if err != nil || !ok {
 		return
@@ -182,6 +224,49 @@ func (b *Breaker) Done(p rebound.Permit, o rebound.Outcome) {
 	case r[0] == doneClosed:
 		b.notify(breaker.HalfOpen, breaker.Closed, fmt.Sprintf("%d probes succeeded", b.cfg.Successes))
 	}
+}
+
+// run runs script with the config's arguments, then args, then the
+// tickets of lost Allows, whose leases the script releases. Those tickets
+// are kept for the next round trip if this one does not reach Redis.
+func (b *Breaker) run(script *redis.Script, args ...any) (any, error) {
+	b.mu.Lock()
+	orphans := b.orphans
+	b.orphans = nil
+	b.mu.Unlock()
+	all := make([]any, 0, len(b.args)+len(args)+len(orphans))
+	all = append(append(all, b.args...), args...)
+	for _, o := range orphans {
+		all = append(all, o)
+	}
+	res, err := b.store.run(context.Background(), script, b.keys, all...)
+	if errors.Is(err, ErrUnavailable) {
+		b.keep(orphans)
+	}
+	return res, err
+}
+
+// keep adds tickets to those to release, forgetting the oldest beyond
+// maxOrphans.
+func (b *Breaker) keep(tickets []uint64) {
+	if len(tickets) == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.orphans = append(b.orphans, tickets...)
+	if n := len(b.orphans) - maxOrphans; n > 0 {
+		b.orphans = append(b.orphans[:0], b.orphans[n:]...)
+	}
+}
+
+// newTicket returns a probe's ticket: random, so that neither a ticket of
+// another replica nor one issued before the state last expired is ever
+// the same; 62 bits, to fit in a permit.
+func newTicket() uint64 {
+	var buf [8]byte
+	rand.Read(buf[:])
+	return binary.LittleEndian.Uint64(buf[:]) >> 2
 }
 
 // knownOpen records that the shared breaker is open for left from now,
@@ -223,7 +308,7 @@ const (
 	allowClosed       = 0 // {0, generation, failures in a row}
 	allowOpen         = 1 // {1, ms of cooldown left}
 	allowFull         = 2 // {2}: half-open, every probe slot leased
-	allowProbe        = 3 // {3, ticket, 1 if this call ended the cooldown}
+	allowProbe        = 3 // {3, 1 if this call ended the cooldown}: a probe with the ticket given
 	doneTripped       = 1 // {1, failures in a row}
 	doneTrippedByRate = 2 // {2, failures, calls}
 	doneProbeFailed   = 3 // {3}
@@ -234,25 +319,33 @@ const (
 // server's time, and the two ways they change the state.
 //
 // KEYS: the state (a hash: st, 0 closed, 1 open, 2 half-open; gen, the
-// state's generation; seq, the last generation or ticket issued; fails,
+// state's generation; seq, the last generation issued; fails,
 // failures in a row; opened, when it opened, in ms; succ, probe
 // successes), the window (a hash of ten buckets: e<i> the stretch of time
 // bucket i holds, c<i> its calls, f<i> its failures) and the probes'
 // leases (a sorted set of tickets by when their lease ends, in ms).
+// ARGV[1] to ARGV[10] are the config; each script's own arguments follow,
+// then the tickets of lost Allows, whose leases release ends.
 const breakerLib = `
 local state, window, leases = KEYS[1], KEYS[2], KEYS[3]
 local cooldown, probes, probeTimeout = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local consecutive, rate, minCalls = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local windowMs, successes, ttl = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local windowMs, successes = tonumber(ARGV[7]), tonumber(ARGV[8])
+local closedTTL, openTTL = tonumber(ARGV[9]), tonumber(ARGV[10])
 local buckets = 10
 local width = math.max(math.floor(windowMs / buckets), 1)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
--- move moves the breaker to st in a new generation. Generations and
--- tickets are numbered on from the server's time in microseconds when the
--- state is new, so that a permit issued before it last expired matches
--- nothing after.
+-- release ends the leases of the tickets in ARGV from first on.
+local function release(first)
+  for i = first, #ARGV do redis.call('ZREM', leases, ARGV[i]) end
+end
+
+-- move moves the breaker to st in a new generation. Generations are
+-- numbered on from the server's time in microseconds when the state is
+-- new, so that a permit issued before it last expired matches nothing
+-- after.
 local function move(st)
   redis.call('HSETNX', state, 'seq', tonumber(t[1]) * 1000000 + tonumber(t[2]))
   local gen = redis.call('HINCRBY', state, 'seq', 1)
@@ -263,7 +356,11 @@ local function move(st)
     redis.call('HSET', state, 'fails', 0)
     redis.call('DEL', window)
   end
-  redis.call('PEXPIRE', state, ttl)
+  if st == 0 then
+    redis.call('PEXPIRE', state, closedTTL)
+  else
+    redis.call('PEXPIRE', state, openTTL)
+  end
 end
 
 -- count adds one to field ('c' or 'f') of the window's current bucket,
@@ -279,8 +376,10 @@ local function count(field)
 end
 `
 
-// allowScript decides an Allow.
+// allowScript decides an Allow: ARGV[11] is the ticket its probe would
+// have.
 var allowScript = redis.NewScript(breakerLib + `
+release(12)
 local h = redis.call('HMGET', state, 'st', 'gen', 'fails', 'opened')
 local st = tonumber(h[1]) or 0
 if st == 0 then
@@ -302,19 +401,19 @@ if st == 1 then
 end
 redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 if redis.call('ZCARD', leases) >= probes then return {2} end
-local ticket = redis.call('HINCRBY', state, 'seq', 1)
-redis.call('ZADD', leases, now + probeTimeout, ticket)
+redis.call('ZADD', leases, now + probeTimeout, ARGV[11])
 redis.call('PEXPIRE', leases, probeTimeout)
-redis.call('PEXPIRE', state, ttl)
-return {3, ticket, entered}
+redis.call('PEXPIRE', state, openTTL)
+return {3, entered}
 `)
 
-// doneScript records an outcome: ARGV[10] is the permit's kind ("closed"
-// or "probe"), ARGV[11] its generation or ticket (compared as text: Lua's
-// numbers would round a ticket made from the time), ARGV[12] the outcome
-// ("success", "failure" or "ignored").
+// doneScript records an outcome: ARGV[11] is the permit's kind ("closed"
+// or "probe"), ARGV[12] its generation or ticket (compared as text: Lua's
+// numbers would round them), ARGV[13] the outcome ("success", "failure" or
+// "ignored").
 var doneScript = redis.NewScript(breakerLib + `
-local kind, id, outcome = ARGV[10], ARGV[11], ARGV[12]
+release(14)
+local kind, id, outcome = ARGV[11], ARGV[12], ARGV[13]
 local h = redis.call('HMGET', state, 'st', 'gen')
 local st, gen = tonumber(h[1]) or 0, h[2] or '0'
 if kind == 'probe' then
@@ -331,12 +430,14 @@ if kind == 'probe' then
 end
 if st ~= 0 or gen ~= id then return {0} end
 if outcome == 'success' then
-  redis.call('HSET', state, 'fails', 0)
+  -- A state that expired holds no failures to reset: writing it again
+  -- would make a key without an expiry.
+  if redis.call('EXISTS', state) == 1 then redis.call('HSET', state, 'fails', 0) end
   return {0}
 end
 if outcome ~= 'failure' then return {0} end
 local n = redis.call('HINCRBY', state, 'fails', 1)
-redis.call('PEXPIRE', state, ttl)
+redis.call('PEXPIRE', state, closedTTL)
 if consecutive > 0 and n >= consecutive then
   move(1)
   return {1, n}

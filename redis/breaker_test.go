@@ -2,7 +2,10 @@ package reboundredis
 
 import (
 	"errors"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -345,6 +348,137 @@ func TestBreakerIgnoresWhatSaysNothing(t *testing.T) {
 	if r[0].Name() != "gpt-x:summarise" {
 		t.Errorf("Name() = %q", r[0].Name())
 	}
+}
+
+// An open breaker no replica asks about for longer than its cooldown and
+// a probe's lease is still open when asked: the fleet lets through as many
+// calls as a local breaker would, its probes, not every call.
+func TestBreakerRemembersOpenThroughAQuietSpell(t *testing.T) {
+	cfg := breaker.Config{ConsecutiveFailures: 1, Cooldown: 150 * time.Millisecond, ProbeTimeout: 150 * time.Millisecond, Probes: 1, Successes: 1}
+	r := replicas(t, 4, cfg)
+	local := breaker.New("local", cfg)
+	fail(r[0])
+	if p, err := local.Allow(); err == nil {
+		local.Done(p, rebound.OutcomeFailure)
+	}
+	refusal(t, r[1])
+	time.Sleep(500 * time.Millisecond) // real time: the keys expire by Redis's clock
+
+	localAllowed := 0
+	for range 8 {
+		if _, err := local.Allow(); err == nil {
+			localAllowed++
+		}
+	}
+	var allowed atomic.Int32
+	var wg sync.WaitGroup
+	for _, b := range r {
+		for range 2 {
+			wg.Go(func() {
+				if _, err := b.Allow(); err == nil {
+					allowed.Add(1)
+				} else if !errors.Is(err, breaker.ErrOpen) {
+					t.Error(err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if allowed.Load() != int32(localAllowed) {
+		t.Errorf("after a quiet spell, %d of 8 calls in the fleet went through an open breaker; a local breaker lets %d (its probes) through", allowed.Load(), localAllowed)
+	}
+}
+
+// A success reported after the state expired writes nothing: every key
+// expires by itself.
+func TestBreakerStateKeyAlwaysExpires(t *testing.T) {
+	cfg := breaker.Config{ConsecutiveFailures: 5, Cooldown: 50 * time.Millisecond, ProbeTimeout: 50 * time.Millisecond}
+	b := replicas(t, 1, cfg)[0]
+	fail(b) // one failure in a row: the state lives 100 ms
+	p, err := b.Allow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(250 * time.Millisecond) // real time: a long call, the state expires meanwhile
+	b.Done(p, rebound.OutcomeSuccess)
+	ttl, err := b.store.client.PTTL(t.Context(), b.keys[0]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl == -1 {
+		t.Errorf("the breaker's state key %q exists with no expiry", b.keys[0])
+	}
+}
+
+// An Allow whose answer was lost while Redis stalled still runs when
+// Redis resumes, and may lease the fleet's only probe slot for no one:
+// the replica's next round trip releases it.
+func TestBreakerReleasesLostProbe(t *testing.T) {
+	srv := startRedis(t)
+	cfg := testConfig(t, srv.URL())
+	cfg.Timeout, cfg.RetryEvery = 25*time.Millisecond, 50*time.Millisecond
+	bcfg := breaker.Config{ConsecutiveFailures: 1, Cooldown: 100 * time.Millisecond, Probes: 1, Successes: 1}
+	var bs []*Breaker
+	for range 2 {
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs = append(bs, NewBreaker(s, "wedge", bcfg))
+	}
+	fail(bs[0])
+	time.Sleep(150 * time.Millisecond) // real time: the cooldown ends by Redis's clock
+	if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	p, err := bs[0].Allow() // times out: the local breaker lets it through
+	if err := srv.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || p&3 != permitLocal {
+		t.Fatalf("with Redis stalled: %x %v; want a local permit", p, err)
+	}
+	bs[0].Done(p, rebound.OutcomeSuccess)
+	time.Sleep(200 * time.Millisecond) // real time: Redis ran the lost Allow; RetryEvery passed
+	leases, err := cfg.Client.ZCard(t.Context(), bs[0].keys[2]).Result()
+	if err != nil || leases != 1 {
+		t.Fatalf("the lost Allow left %d leases (%v); want the one it took", leases, err)
+	}
+	refusal(t, bs[1]) // the other replica cannot know the lease is lost
+
+	probe, err := bs[0].Allow()
+	if err != nil || probe&3 != permitProbe {
+		t.Fatalf("the next round trip: %x %v; want the probe slot the lost Allow held", probe, err)
+	}
+	bs[0].Done(probe, rebound.OutcomeSuccess)
+	succeed(t, bs[1])
+}
+
+// An empty name's keys still share a hash tag, so one cluster slot.
+func TestBreakerEmptyNameOneSlot(t *testing.T) {
+	b := NewBreaker(testStore(t), "", breaker.Config{})
+	named := NewBreaker(b.store, "-", breaker.Config{})
+	for i, k := range b.keys {
+		open := strings.IndexByte(k, '{')
+		end := strings.IndexByte(k[open+1:], '}')
+		if open < 0 || end <= 0 || k[open+1:open+1+end] != "-" {
+			t.Errorf("key %q: want the hash tag {-}", k)
+		}
+		if k == named.keys[i] {
+			t.Errorf("the empty name and %q share the key %q", named.name, k)
+		}
+	}
+	fail(b)
+	succeed(t, b)
+}
+
+func TestNewBreakerNilStore(t *testing.T) {
+	defer func() {
+		if r := recover(); r != "reboundredis: NewBreaker: the Store is nil" {
+			t.Errorf("recovered %v", r)
+		}
+	}()
+	NewBreaker(nil, "gpt-x", breaker.Config{})
 }
 
 // A closed breaker's Allow and Done (one round trip), alone and from

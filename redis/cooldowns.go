@@ -23,8 +23,14 @@ type Cooldowns struct {
 	known fallback.MemoryCooldowns // started here or learnt from Redis
 }
 
-// NewCooldowns returns Cooldowns on s.
-func NewCooldowns(s *Store) *Cooldowns { return &Cooldowns{store: s} }
+// NewCooldowns returns Cooldowns on s. It panics if s is nil, a mistake in
+// the program rather than a state of Redis.
+func NewCooldowns(s *Store) *Cooldowns {
+	if s == nil {
+		panic("reboundredis: NewCooldowns: the Store is nil")
+	}
+	return &Cooldowns{store: s}
+}
 
 var (
 	startCooldown = redis.NewScript(`return redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])`)

@@ -155,3 +155,12 @@ func TestCooldownsAcrossProcesses(t *testing.T) {
 		t.Errorf("requests: %v; want a once, b twice", seen)
 	}
 }
+
+func TestNewCooldownsNilStore(t *testing.T) {
+	defer func() {
+		if r := recover(); r != "reboundredis: NewCooldowns: the Store is nil" {
+			t.Errorf("recovered %v", r)
+		}
+	}()
+	NewCooldowns(nil)
+}
