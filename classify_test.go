@@ -184,6 +184,10 @@ func TestWhatOutweighsTheStatus(t *testing.T) {
 		{"max_tokens alone beyond the window", 400, nil, `{"object":"error","message":"'max_tokens' or 'max_completion_tokens' is too large: 8000. This model's maximum context length is 4096 tokens and your request has 2778 input tokens","type":"BadRequestError","code":400}`, KindPermanent},
 		{"a busy server", 503, nil, `{"error":"The server is busy. Please try again later."}`, KindOverloaded},
 		{"limit numbers outside a rate limit", 503, nil, `{"error":{"message":"concurrency limit 4 reached; requested 6"}}`, KindTransient},
+		{"a plain-text daily cap", 429, nil, `Too many tokens per day, please wait before trying again.`, KindQuotaExhausted},
+		{"a JSON string of spent credits", 429, nil, `"Your team has either used all available credits or reached its monthly spending limit."`, KindQuotaExhausted},
+		{"an HTML page says nothing", 502, nil, `<html><body>Please try again in 5 days. Daily limit.</body></html>`, KindTransient},
+		{"a capacity notice", 429, nil, `{"error":{"code":429,"message":"Unable to submit request because the service is temporarily out of capacity. Try again later.","status":"RESOURCE_EXHAUSTED"}}`, KindOverloaded},
 	} {
 		if v := ClassifyResponse(tc.status, tc.h, []byte(tc.body)); v.Kind != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, v.Kind, tc.want)

@@ -87,6 +87,8 @@ var contextWords = []string{
 	"prompt exceeds max length",            // Zhipu
 	"range of input length",                // DashScope
 	"model token limit",                    // Moonshot
+	"expected maxlength:",                  // Bedrock's Titan and Cohere: the input text's length
+	"value at 'body' failed to satisfy constraint: member must have length", // Bedrock: the request body
 }
 
 // unservableWords say a server cannot serve a request as sent.
@@ -101,6 +103,7 @@ var overloadedWords = []string{
 	"overloaded", "over capacity", "at capacity", "capacity exceeded",
 	"server busy", "maximum pending requests", // Ollama's full queue
 	"queue full", "queuefull", "no capacity available", "server is busy",
+	"out of capacity", "high demand",
 }
 
 // rateWords word a rate limit in messages that also say "too many tokens".

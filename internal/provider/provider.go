@@ -111,10 +111,16 @@ type detailJSON struct {
 }
 
 // Read reads an error response: its body in any of the shapes, and the
-// x-amzn-ErrorType header Bedrock names its errors in. It reports false
-// when neither says anything.
+// x-amzn-ErrorType header Bedrock names its errors in. A body that is not
+// JSON (a gateway's or a local server's plain words: "Too many tokens per
+// day, please wait before trying again.") is read as a message, as is a
+// body that is one JSON string. It reports false when nothing says
+// anything.
 func Read(h http.Header, body []byte) (Error, bool) {
 	pe, ok := Parse(body)
+	if !ok {
+		pe.Message, ok = plainMessage(body)
+	}
 	pe.headerWait = h.Get("Retry-After") != "" || h.Get("Retry-After-Ms") != ""
 	if t := amznType(h.Get("X-Amzn-Errortype")); t != "" {
 		if pe.Type == "" {
@@ -123,6 +129,24 @@ func Read(h http.Header, body []byte) (Error, bool) {
 		ok = true
 	}
 	return pe, ok
+}
+
+// plainMessage is the message of a body in no JSON shape: its text, or the
+// string it holds. An HTML page is no message: its words are the page's,
+// not the error's.
+func plainMessage(body []byte) (string, bool) {
+	body = bytes.TrimSpace(body)
+	switch {
+	case len(body) == 0, body[0] == '{', body[0] == '[', body[0] == '<':
+		return "", false
+	case body[0] == '"':
+		msg := text(body)
+		return msg, msg != ""
+	}
+	if !utf8.Valid(body) {
+		return "", false
+	}
+	return string(body), true
 }
 
 // amznType is the error type in an x-amzn-ErrorType header:

@@ -35,6 +35,23 @@ func TestParseShapes(t *testing.T) {
 	}
 }
 
+func TestReadPlainBodies(t *testing.T) {
+	for body, want := range map[string]string{
+		"Too many tokens per day, please wait before trying again.":       "Too many tokens per day, please wait before trying again.",
+		`"Tokens per minute limit exceeded - too many tokens processed."`: "Tokens per minute limit exceeded - too many tokens processed.",
+		"  Insufficient Balance\n":                                        "Insufficient Balance",
+	} {
+		if pe, ok := Read(http.Header{}, []byte(body)); !ok || pe.Message != want {
+			t.Errorf("%q: %q %v", body, pe.Message, ok)
+		}
+	}
+	for _, body := range []string{"", "<html><body>502 Bad Gateway: try again in 5s, daily</body></html>", "\xff\xfe", `""`, "{broken"} {
+		if pe, ok := Read(http.Header{}, []byte(body)); ok {
+			t.Errorf("%q: read as %+v", body, pe)
+		}
+	}
+}
+
 func TestReadBedrockHeader(t *testing.T) {
 	h := http.Header{"X-Amzn-Errortype": {"ThrottlingException:http://internal.amazon.com/coral/com.amazon.bedrock/"}}
 	pe, ok := Read(h, []byte(`{"message":"Too many tokens, please wait before trying again."}`))
