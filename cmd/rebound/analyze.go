@@ -98,7 +98,7 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	priceOut := fs.Float64("price-out", 0, "US `dollars` per million output tokens")
 	generate := fs.Int("generate", 0, "write `N` synthetic log lines to stdout instead of analysing")
 	seed := fs.Uint64("seed", 1, "seed of --generate")
-	files, code, done := analyzeParse(fs, args, stdout, stderr)
+	files, code, done := parseInterleaved(fs, args, analyzeUsage, withStdout(stderr, stdout))
 	if done {
 		return code
 	}
@@ -226,33 +226,6 @@ func analyzeFile(ctx context.Context, a *analyze.Analyzer, name string) (analyze
 		err = fmt.Errorf("%s: %w", name, err)
 	}
 	return file, err
-}
-
-// analyzeParse parses args, in which flags and files may be interleaved as
-// "rebound analyze log.jsonl --json" invites; "--" ends the flags. done
-// says the command should return code at once, as parseFlags does, after
-// the help asked for on stdout or a one-line reason on stderr.
-func analyzeParse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (files []string, code int, done bool) {
-	fs.SetOutput(io.Discard)
-	for {
-		err := fs.Parse(args)
-		switch {
-		case errors.Is(err, flag.ErrHelp):
-			printHelp(fs, analyzeUsage, stdout)
-			return nil, 0, true
-		case err != nil:
-			return nil, analyzeBadUsage(stderr, err.Error()), true
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return files, 0, false
-		}
-		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
-			return append(files, rest...), 0, false
-		}
-		files = append(files, rest[0])
-		args = rest[1:]
-	}
 }
 
 func analyzeBadUsage(stderr io.Writer, reason string) int {

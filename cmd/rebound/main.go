@@ -4,6 +4,8 @@
 //
 //	rebound analyze [--json] [--price-in USD --price-out USD] FILE...
 //	                                    report where the retries in call logs went
+//	rebound batch INPUT.jsonl --out OUTPUT.jsonl [flags]
+//	                                    send a file of requests, resumably
 //	rebound bench [--json] [--seed N]   reproduce the 429 article's experiments
 //	rebound chaos [flags]               serve the fault-injecting chaos server
 //	rebound sim [--scenario occ] [--json] [flags]
@@ -35,6 +37,7 @@ const usage = `usage: rebound <command> [flags]
 
 commands:
   analyze read call logs (JSON lines) and report the retries wasted, by error
+  batch   send a file of requests in the OpenAI Batch format, resuming where it stopped
   bench   reproduce the 429 article's retry experiments against the chaos server
   chaos   serve the fault-injecting chaos server
   sim     simulate a scenario (occ: Brooker's backoff experiment) in virtual time
@@ -68,6 +71,7 @@ type command func(ctx context.Context, args []string, stdout, stderr io.Writer) 
 func commands() map[string]command {
 	return map[string]command{
 		"analyze": runAnalyze,
+		"batch":   runBatch,
 		"bench":   runBench,
 		"chaos":   runChaos,
 		"sim":     runSim,
@@ -76,7 +80,7 @@ func commands() map[string]command {
 	}
 }
 
-const commandNames = "analyze, bench, chaos, sim, help or version"
+const commandNames = "analyze, batch, bench, chaos, sim, help or version"
 
 // run dispatches to a subcommand and returns the process's exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -217,6 +221,34 @@ func parseFlags(fs *flag.FlagSet, args []string, usage string, stderr io.Writer)
 		return 2, true
 	}
 	return 0, false
+}
+
+// parseInterleaved is parseFlags for a command that also takes arguments,
+// which may come before, between or after its flags, as
+// "rebound analyze log.jsonl --json" invites; "--" ends the flags. It
+// returns the arguments in order.
+func parseInterleaved(fs *flag.FlagSet, args []string, usage string, stderr io.Writer) (rest []string, code int, done bool) {
+	fs.SetOutput(io.Discard)
+	for {
+		err := fs.Parse(args)
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			printHelp(fs, usage, helpOutput(stderr))
+			return nil, 0, true
+		case err != nil:
+			fmt.Fprintf(stderr, "rebound %s: %v\n", fs.Name(), err)
+			return nil, 2, true
+		}
+		left := fs.Args()
+		if len(left) == 0 {
+			return rest, 0, false
+		}
+		if n := len(args) - len(left); n > 0 && args[n-1] == "--" {
+			return append(rest, left...), 0, false
+		}
+		rest = append(rest, left[0])
+		args = left[1:]
+	}
 }
 
 // printHelp prints a command's usage and the flags of fs to w.
