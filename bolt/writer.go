@@ -316,12 +316,18 @@ func (j *Journal) prepare(r *request) error {
 				return err
 			}
 			items.FillPercent = 1 // keys come in order: fill the pages
-			var buf []byte
+			// bbolt keeps the values it is given until the commit:
+			// they share one buffer that nothing reuses.
+			size := 0
+			for _, id := range ids {
+				size += 2 + len(id)
+			}
+			buf := make([]byte, 0, size)
+			var key [4]byte
 			for i, id := range ids {
-				buf = buf[:0]
-				buf = putKey(buf, uint32(i))
+				start := len(buf)
 				buf = appendItem(buf, batch.Pending, 0, id)
-				if err := items.Put(buf[:4], buf[4:]); err != nil {
+				if err := items.Put(putKey(key[:0], uint32(i)), buf[start:]); err != nil {
 					return err
 				}
 			}
