@@ -112,7 +112,10 @@ func Open(path string, cfg Config) (*Journal, error) {
 	if err != nil {
 		switch {
 		case errors.Is(err, berrors.ErrTimeout):
-			return nil, fmt.Errorf("reboundbolt: %s: %w (its lock was still held after %v)", path, ErrInUse, cfg.lockWait(timeout))
+			if cfg.LockTimeout < 0 {
+				return nil, fmt.Errorf("reboundbolt: %s: %w (it holds the file's lock)", path, ErrInUse)
+			}
+			return nil, fmt.Errorf("reboundbolt: %s: %w (it held the file's lock for %v)", path, ErrInUse, timeout)
 		case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrChecksum):
 			return nil, fmt.Errorf("reboundbolt: %s: %w (%v)", path, ErrNotJournal, err)
 		}
@@ -129,13 +132,6 @@ func Open(path string, cfg Config) (*Journal, error) {
 		go j.write()
 	}
 	return j, nil
-}
-
-func (c Config) lockWait(timeout time.Duration) time.Duration {
-	if c.LockTimeout < 0 {
-		return 0
-	}
-	return timeout
 }
 
 // init checks that the file is a journal this build reads, and makes an
@@ -319,6 +315,11 @@ func (j *Journal) Counts(ctx context.Context) (batch.Counts, error) {
 		return c, nil
 	}
 	j.mu.Unlock()
+	return j.scanCounts(ctx)
+}
+
+// scanCounts counts the items' states as the file has them.
+func (j *Journal) scanCounts(ctx context.Context) (batch.Counts, error) {
 	var c batch.Counts
 	err := j.view(func(tx *bolt.Tx) error {
 		items := tx.Bucket(itemsBucket)
