@@ -32,7 +32,10 @@ func benchJournal(b *testing.B, cfg Config) {
 	body := []byte(`{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"` +
 		strings.Repeat("lorem ipsum ", 40) + `"},"finish_reason":"stop"}]}`) // ~600 bytes
 	b.ReportAllocs()
-	var elapsed time.Duration
+	var (
+		elapsed time.Duration
+		commits int
+	)
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
 		j, err := Open(filepath.Join(b.TempDir(), fmt.Sprintf("%d.journal", i)), cfg)
@@ -80,7 +83,9 @@ func benchJournal(b *testing.B, cfg Config) {
 		if err := j.Close(); err != nil {
 			b.Fatal(err)
 		}
+		commits += j.w.commits // the writer has returned
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(items*b.N)/elapsed.Seconds(), "items/s")
+	b.ReportMetric(float64(items*b.N)/float64(commits), "items/commit")
 }

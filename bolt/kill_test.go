@@ -100,7 +100,7 @@ func TestSurvivesKill(t *testing.T) {
 	for i, id := range in.IDs {
 		index[id] = i
 	}
-	kills := 0
+	kills, totalAcks, totalUnacked, totalUnseen := 0, 0, 0, 0
 	for round := 1; round <= killRounds; round++ {
 		target := 1 + rng.IntN(200)
 		events, killed := runChild(t, path, round, target)
@@ -125,7 +125,14 @@ func TestSurvivesKill(t *testing.T) {
 			}
 			it.state, it.resent, it.run = e.state, false, round
 		}
-		checkJournal(t, path, round, m)
+		unacked, unseen := checkJournal(t, path, round, m)
+		acks := 0
+		for _, e := range events {
+			if !e.claim {
+				acks++
+			}
+		}
+		totalAcks, totalUnacked, totalUnseen = totalAcks+acks, totalUnacked+unacked, totalUnseen+unseen
 		// What the next Prepare does to the claims of a dead run.
 		for i := range m {
 			if m[i].state == batch.InFlight {
@@ -133,6 +140,7 @@ func TestSurvivesKill(t *testing.T) {
 			}
 		}
 	}
+	t.Logf("%d kills; %d outcomes acknowledged, all found; %d recorded but killed before acknowledged; %d claims made but killed before printed", kills, totalAcks, totalUnacked, totalUnseen)
 	if kills < 20 {
 		t.Errorf("%d kills in %d rounds, want at least 20: the child ran out of work", kills, killRounds)
 	}
@@ -318,7 +326,7 @@ func killChild(t *testing.T, path string, round int) {
 // with what the child printed (m), adopting what the child did but could
 // not print before it died: an outcome recorded but not acknowledged, and
 // one claim whose items it had not printed.
-func checkJournal(t *testing.T, path string, round int, m []item) {
+func checkJournal(t *testing.T, path string, round int, m []item) (unacked, unseen int) {
 	t.Helper()
 	j, err := Open(path, Config{ReadOnly: true, LockTimeout: 10 * time.Second})
 	if err != nil {
@@ -326,7 +334,6 @@ func checkJournal(t *testing.T, path string, round int, m []item) {
 	}
 	defer j.Close()
 	var want batch.Counts
-	unseen := 0
 	err = j.db.View(func(tx *bolt.Tx) error {
 		items, outcomes := tx.Bucket(itemsBucket), tx.Bucket(outcomesBucket)
 		for pos := range m {
@@ -348,6 +355,7 @@ func checkJournal(t *testing.T, path string, round int, m []item) {
 			case s == it.state && resent == it.resent:
 			case it.state == batch.InFlight && it.claimed == round && s != batch.InFlight:
 				// Recorded, and killed before it said so.
+				unacked++
 				if want := killOutcome(it.id, round); s != want.State {
 					return fmt.Errorf("%s, claimed in round %d, is %v; that round records %v", it.id, round, s, want.State)
 				}
@@ -390,6 +398,7 @@ func checkJournal(t *testing.T, path string, round int, m []item) {
 	if err != nil || n != want.Succeeded+want.Failed+want.FailedPermanent {
 		t.Fatalf("round %d: Outcomes gave %d, %v", round, n, err)
 	}
+	return unacked, unseen
 }
 
 func equal(a, b batch.Outcome) bool {
