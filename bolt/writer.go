@@ -3,8 +3,8 @@ package reboundbolt
 import (
 	"container/heap"
 	"encoding/binary"
-	"runtime"
 	"fmt"
+	"runtime"
 	"slices"
 
 	bolt "go.etcd.io/bbolt"
