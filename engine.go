@@ -177,13 +177,8 @@ func (e *engine) classify(err error, timedOut bool) Verdict {
 		return Verdict{Kind: KindCanceled}
 	case timedOut:
 		return Verdict{Kind: KindTransient}
-	case e.policy.Classifier != nil:
-		if v, ok := ruleVerdict(err, e.clock.Now, e.policy.Rules); ok {
-			return v
-		}
-		return e.policy.Classifier(err)
 	}
-	return classify(err, e.clock.Now, e.policy.Rules)
+	return e.policy.classify(err, e.clock.Now)
 }
 
 // next asks the Loop, and then the retry budget, if any; the clock is read

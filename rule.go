@@ -255,3 +255,21 @@ func rulesValue(v json.RawMessage) ([]Rule, error) {
 	}
 	return rules, nil
 }
+
+// Classify returns the verdict p gives a failed attempt's error, as its
+// retries judge it: the first of its Rules that matches, else its
+// Classifier, else Classify. A caller handed the final failure of a
+// Transport (a response with status 400 or above, as an *HTTPError, or a
+// *GiveUpError) learns from it what to do with the request next.
+func (p *Policy) Classify(err error) Verdict { return p.classify(err, time.Now) }
+
+// classify is Classify by the clock now.
+func (p *Policy) classify(err error, now func() time.Time) Verdict {
+	if p.Classifier != nil {
+		if v, ok := ruleVerdict(err, now, p.Rules); ok {
+			return v
+		}
+		return p.Classifier(err)
+	}
+	return classify(err, now, p.Rules)
+}

@@ -1,0 +1,454 @@
+package batch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/scrub"
+	"github.com/rebound-go/rebound/ratelimit"
+)
+
+// MaxResponse is the largest response body a run keeps, in bytes; a
+// larger one fails its request permanently.
+const MaxResponse = 64 << 20
+
+// DefaultConcurrency is how many requests a Runner keeps in flight when
+// its Concurrency is zero.
+const DefaultConcurrency = 16
+
+// Runner sends a batch's requests through rebound.Transport and records
+// each outcome in a journal as it comes. The zero Runner needs only a
+// BaseURL.
+type Runner struct {
+	// BaseURL is where the requests go: a line's url is appended to its
+	// path, once: a BaseURL ending in /v1 and a url starting with /v1/
+	// make one /v1. Required.
+	BaseURL string
+
+	// Header is added to every request: the provider's key and version
+	// headers.
+	Header http.Header
+
+	// Concurrency bounds the requests in flight, and so how many a run
+	// that is killed may leave unrecorded. Zero means DefaultConcurrency.
+	Concurrency int
+
+	// Policy retries each request, as rebound.Transport's Policy. Its
+	// Observer, if any, hears every event. The zero Policy is the
+	// recommended one.
+	Policy rebound.Policy
+
+	// Limiter paces the requests and learns the provider's limits from
+	// its rate-limit headers. Nil means a ratelimit.Limiter with no limits
+	// of its own, which paces by the headers alone.
+	Limiter ratelimit.Pacer
+
+	// Base sends each attempt. Nil means a clone of http.DefaultTransport
+	// that keeps Concurrency idle connections to the host.
+	Base http.RoundTripper
+
+	// Options are the run's choices that the journal applies.
+	Options Options
+
+	// Progress, if set, is called after every outcome is recorded, one
+	// call at a time. It must return quickly.
+	Progress func(Progress)
+
+	// Poll is how often a run that has nothing to claim, while other runs
+	// sharing its journal hold items, asks again: they may die and leave
+	// their items to it. Zero means one second.
+	Poll time.Duration
+}
+
+// Progress is a run's progress, as Runner.Progress hears it.
+type Progress struct {
+	// Todo is how many items the run found to send when it began.
+	Todo int
+	// Succeeded, Failed and FailedPermanent count the run's outcomes so
+	// far.
+	Succeeded, Failed, FailedPermanent int
+	// InFlight is how many requests are being sent, Retrying how many of
+	// them wait to be tried again.
+	InFlight, Retrying int
+	// Elapsed is the time since the run began.
+	Elapsed time.Duration
+}
+
+// Finished is how many of the run's items have an outcome.
+func (p Progress) Finished() int { return p.Succeeded + p.Failed + p.FailedPermanent }
+
+// Summary is what a run did.
+type Summary struct {
+	Progress
+	// Sent is how many items the run sent, Resent how many of those an
+	// earlier run had sent and never recorded (it stopped with them in
+	// flight): those may have been answered before, and paid for twice.
+	Sent, Resent int
+	// Attempts is how many HTTP requests the run made, retries included;
+	// Retries how many retries its policy scheduled.
+	Attempts, Retries int
+	// Interrupted reports that the run stopped before its end, with the
+	// items in flight given back unanswered.
+	Interrupted bool
+}
+
+// Run sends the requests of f that j has not seen succeed, records each
+// outcome in j, and returns what it did. It stops early, giving back the
+// items in flight, when ctx is done; the error is then ctx's, with the
+// summary of what was done. An error of the journal stops the run too.
+func (r *Runner) Run(ctx context.Context, f *File, j Journal) (Summary, error) {
+	start := time.Now()
+	if r.BaseURL == "" {
+		return Summary{}, errors.New("batch: Runner.BaseURL is empty")
+	}
+	if err := j.Prepare(ctx, f.Input(), r.Options); err != nil {
+		return Summary{}, err
+	}
+	counts, err := j.Counts(ctx)
+	if err != nil {
+		return Summary{}, err
+	}
+	s := &state{
+		runner:   r,
+		journal:  j,
+		requests: make(map[string]*Request, len(f.Requests)),
+		progress: Progress{Todo: counts.Pending + counts.Failed + counts.InFlight},
+		start:    start,
+	}
+	if r.Options.RetryFailed {
+		s.progress.Todo += counts.FailedPermanent
+	}
+	for i := range f.Requests {
+		s.requests[f.Requests[i].CustomID] = &f.Requests[i]
+	}
+	s.client = r.client(s)
+	err = s.dispatch(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.summary.Progress = s.progress
+	s.summary.Progress.Elapsed = time.Since(start)
+	s.summary.Attempts = int(s.attempts.Load())
+	s.summary.Retries = int(s.retries.Load())
+	return s.summary, err
+}
+
+// state is one run's.
+type state struct {
+	runner   *Runner
+	journal  Journal
+	requests map[string]*Request
+	client   *http.Client
+	start    time.Time
+
+	attempts, retries, retrying atomic.Int64
+
+	mu       sync.Mutex // guards progress and summary
+	progress Progress
+	summary  Summary
+}
+
+// client returns the http.Client a run sends with: rebound.Transport over
+// ratelimit.Transport over Base, each attempt counted, redirects not
+// followed (a provider does not redirect an API call; a redirect to
+// another host would carry the key there).
+func (r *Runner) client(s *state) *http.Client {
+	base := r.Base
+	if base == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = r.concurrency()
+		base = t
+	}
+	limiter := r.Limiter
+	if limiter == nil {
+		limiter = ratelimit.New(ratelimit.Config{})
+	}
+	policy := r.Policy
+	user := policy.Observer
+	policy.Observer = rebound.ObserverFunc(func(e rebound.Event) {
+		switch {
+		case e.Type == rebound.EventRetry:
+			s.retries.Add(1)
+			s.retrying.Add(1)
+		case e.Type == rebound.EventAttempt && e.Attempt > 1:
+			s.retrying.Add(-1)
+		}
+		if user != nil {
+			user.Observe(e)
+		}
+	})
+	adaptive := ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{Initial: r.concurrency(), Max: r.concurrency()})
+	return &http.Client{
+		Transport: &rebound.Transport{
+			Base:   &ratelimit.Transport{Base: countAttempts{base, &s.attempts}, Limiter: limiter, Adaptive: adaptive},
+			Policy: policy,
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+func (r *Runner) concurrency() int {
+	if r.Concurrency > 0 {
+		return r.Concurrency
+	}
+	return DefaultConcurrency
+}
+
+// attemptsKey is the context key of a request's attempt count.
+type attemptsKey struct{}
+
+// countAttempts counts the attempts under the retries: all of them, and
+// those of the request whose context carries a count.
+type countAttempts struct {
+	base http.RoundTripper
+	all  *atomic.Int64
+}
+
+func (c countAttempts) RoundTrip(req *http.Request) (*http.Response, error) {
+	c.all.Add(1)
+	if n, ok := req.Context().Value(attemptsKey{}).(*atomic.Int64); ok {
+		n.Add(1)
+	}
+	return c.base.RoundTrip(req)
+}
+
+// dispatch claims items and hands them to Concurrency senders, never more
+// claimed and unrecorded than that, until the journal has nothing more or
+// ctx is done.
+func (s *state) dispatch(ctx context.Context) error {
+	n := s.runner.concurrency()
+	work := make(chan Claim, n)
+	done := make(chan error, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for c := range work {
+				done <- s.handle(ctx, c)
+			}
+		})
+	}
+	defer func() {
+		close(work)
+		wg.Wait()
+	}()
+
+	free := n // slots neither claimed nor sending
+	refill := max(1, n/4)
+	poll := s.runner.Poll
+	if poll <= 0 {
+		poll = time.Second
+	}
+	var (
+		exhausted bool
+		wait      <-chan time.Time
+		firstErr  error
+	)
+	for {
+		if firstErr == nil && ctx.Err() == nil && !exhausted && free > 0 && (free >= refill || free == n) {
+			claims, err := s.journal.Claim(ctx, free)
+			switch {
+			case err != nil:
+				firstErr = fmt.Errorf("batch: claiming work: %w", err)
+			case len(claims) == 0:
+				exhausted = true
+			default:
+				s.claimed(claims)
+				free -= len(claims)
+				for _, c := range claims {
+					work <- c
+				}
+			}
+		}
+		if free == n { // nothing of ours in flight
+			if firstErr != nil {
+				return firstErr
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if exhausted {
+				c, err := s.journal.Counts(ctx)
+				if err != nil {
+					return fmt.Errorf("batch: reading the journal: %w", err)
+				}
+				if c.InFlight == 0 {
+					return nil
+				}
+				// Other runs hold items: wait, in case they die.
+				wait = time.After(poll)
+			}
+		}
+		select {
+		case err := <-done:
+			free++
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+		case <-wait:
+			wait, exhausted = nil, false
+		case <-ctx.Done():
+			if free == n {
+				return ctx.Err()
+			}
+			// The senders see it too, and give their items back.
+			err := <-done
+			free++
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+}
+
+// claimed notes claims handed to the run.
+func (s *state) claimed(claims []Claim) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range claims {
+		s.summary.Sent++
+		if c.Resent {
+			s.summary.Resent++
+		}
+	}
+	s.progress.InFlight += len(claims)
+}
+
+// handle sends one claimed item and records its outcome.
+func (s *state) handle(ctx context.Context, c Claim) error {
+	o := s.send(ctx, c)
+	// The outcome is recorded even when ctx is done: what came is kept,
+	// and an item stopped midway is given back.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	err := s.journal.Record(rctx, []Outcome{o})
+	s.mu.Lock()
+	s.progress.InFlight--
+	switch {
+	case err != nil:
+	case o.State == Succeeded:
+		s.progress.Succeeded++
+	case o.State == Failed:
+		s.progress.Failed++
+	case o.State == FailedPermanent:
+		s.progress.FailedPermanent++
+	case o.State == Pending:
+		s.summary.Interrupted = true
+	}
+	p := s.progress
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("batch: recording %q: %w", c.ID, err)
+	}
+	if s.runner.Progress != nil && o.State != Pending {
+		p.Retrying = int(max(0, s.retrying.Load()))
+		p.Elapsed = time.Since(s.start)
+		s.reportProgress(p)
+	}
+	return nil
+}
+
+// reportProgress calls Runner.Progress, one call at a time.
+func (s *state) reportProgress(p Progress) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.runner.Progress(p)
+}
+
+// requestIDHeaders name the provider's id of a request, the first found
+// winning: OpenAI's and most others', Anthropic's, Bedrock's, Azure's.
+var requestIDHeaders = []string{"x-request-id", "request-id", "x-amzn-requestid", "apim-request-id"}
+
+// send sends the item of claim c, retries and all, and says what came of
+// it.
+func (s *state) send(ctx context.Context, c Claim) Outcome {
+	o := Outcome{ID: c.ID}
+	r, ok := s.requests[c.ID]
+	if !ok { // the journal's input digest matched, so this cannot be
+		o.State, o.ErrorCode, o.ErrorMessage = FailedPermanent, "unknown_custom_id", "the journal handed out a custom_id the input does not have"
+		return o
+	}
+	attempts := new(atomic.Int64)
+	req, err := http.NewRequestWithContext(context.WithValue(ctx, attemptsKey{}, attempts), http.MethodPost, joinURL(s.runner.BaseURL, r.URL), bytes.NewReader(r.Body))
+	if err != nil {
+		o.State, o.ErrorCode, o.ErrorMessage = FailedPermanent, "invalid_request", err.Error()
+		return o
+	}
+	for k, v := range s.runner.Header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.client.Do(req)
+	o.Attempts = int(attempts.Load())
+	if err != nil {
+		return s.failed(ctx, o, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponse+1))
+	o.StatusCode = resp.StatusCode
+	for _, h := range requestIDHeaders {
+		if id := resp.Header.Get(h); id != "" {
+			o.RequestID = id
+			break
+		}
+	}
+	switch {
+	case err != nil:
+		return s.failed(ctx, o, err)
+	case len(body) > MaxResponse:
+		o.State, o.ErrorCode, o.ErrorMessage = FailedPermanent, "response_too_large", fmt.Sprintf("the response body is larger than %d MiB", MaxResponse>>20)
+		return o
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		o.State, o.Body = Succeeded, body
+		return o
+	}
+	o.Body = scrub.Of(req).Bytes(body)
+	return s.failed(ctx, o, &rebound.HTTPError{StatusCode: resp.StatusCode, Header: resp.Header, Body: o.Body})
+}
+
+// failed completes o for a request that failed with err: Failed when a
+// later run may cure it, FailedPermanent when none will, Pending when the
+// run was stopped first.
+func (s *state) failed(ctx context.Context, o Outcome, err error) Outcome {
+	if ctx.Err() != nil {
+		return Outcome{ID: o.ID, State: Pending}
+	}
+	var v rebound.Verdict
+	var gu *rebound.GiveUpError
+	if errors.As(err, &gu) {
+		v = gu.Verdict
+	} else {
+		v = s.runner.Policy.Classify(err)
+	}
+	o.State = Failed
+	if v.Kind == rebound.KindPermanent || v.Kind == rebound.KindContextOverflow {
+		o.State = FailedPermanent
+	}
+	if o.StatusCode >= 300 && o.StatusCode < 400 {
+		o.State = FailedPermanent
+		v.Kind = rebound.KindPermanent
+	}
+	o.ErrorCode = v.Kind.String()
+	o.ErrorMessage = scrub.Text(err.Error())
+	return o
+}
+
+// joinURL appends path to base's path, once: a base that ends with the
+// path's first segment ("…/v1" and "/v1/chat/completions") does not
+// repeat it.
+func joinURL(base, path string) string {
+	base = strings.TrimRight(base, "/")
+	if i := strings.IndexByte(path[1:], '/'); i >= 0 {
+		if first := path[:i+1]; strings.HasSuffix(base, first) {
+			path = path[i+1:]
+		}
+	}
+	return base + path
+}
