@@ -45,7 +45,8 @@ func (s State) String() string {
 }
 
 // Input identifies a batch to its journal: its requests' custom_ids in
-// input order, and a digest of everything that was asked (see Digest).
+// input order, each once (a journal refuses an input whose custom_ids
+// repeat), and a digest of everything that was asked (File.Input).
 type Input struct {
 	Digest string
 	IDs    []string
@@ -74,7 +75,10 @@ type Outcome struct {
 	// ID is the item's custom_id.
 	ID string
 	// State is Succeeded, Failed or FailedPermanent; Pending gives the
-	// claim back unanswered (the run was stopped before an answer came).
+	// claim back unsent (the run was stopped before it sent it). A claim
+	// that was sent and got no answer is left unrecorded instead: Close,
+	// or the next run's Prepare, hands it out again with Resent set. An
+	// item given back keeps the Resent it had.
 	State State
 	// StatusCode is the final response's status; 0 when none came.
 	StatusCode int
@@ -137,7 +141,9 @@ type Journal interface {
 
 	// Outcomes calls fn with the outcome of every item recorded
 	// Succeeded, Failed or FailedPermanent, in input order, and stops at
-	// the first error fn returns, returning it.
+	// the first error fn returns, returning it. fn must not call the
+	// journal: it may be called inside a read that a write would wait
+	// for.
 	Outcomes(ctx context.Context, fn func(Outcome) error) error
 
 	// Counts returns how many items stand in each state.

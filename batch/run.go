@@ -325,10 +325,15 @@ func (s *state) claimed(claims []Claim) {
 func (s *state) handle(ctx context.Context, c Claim) error {
 	o := s.send(ctx, c)
 	// The outcome is recorded even when ctx is done: what came is kept,
-	// and an item stopped midway is given back.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	err := s.journal.Record(rctx, []Outcome{o})
+	// and an item never sent is given back. One that was sent and not
+	// answered is left to the journal's Close, which hands it out again
+	// as resent: the server may have done its work.
+	var err error
+	if o.State != Pending || o.Attempts == 0 {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		err = s.journal.Record(rctx, []Outcome{o})
+		cancel()
+	}
 	s.mu.Lock()
 	s.progress.InFlight--
 	switch {
@@ -418,7 +423,7 @@ func (s *state) send(ctx context.Context, c Claim) Outcome {
 // run was stopped first.
 func (s *state) failed(ctx context.Context, o Outcome, err error) Outcome {
 	if ctx.Err() != nil {
-		return Outcome{ID: o.ID, State: Pending}
+		return Outcome{ID: o.ID, State: Pending, Attempts: o.Attempts}
 	}
 	var v rebound.Verdict
 	var gu *rebound.GiveUpError
