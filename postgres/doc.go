@@ -1,0 +1,2 @@
+// Package reboundpg is a placeholder.
+package reboundpg
