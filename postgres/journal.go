@@ -182,6 +182,7 @@ func (j *Journal) Prepare(ctx context.Context, in batch.Input, opt batch.Options
 		return ErrClosed
 	}
 	var since time.Time
+	filled := false
 	err := pgx.BeginFunc(ctx, j.pool, func(tx pgx.Tx) error {
 		// A second worker's insert waits here for the first one's
 		// transaction, then finds its row: one fills, the others compare.
@@ -197,6 +198,7 @@ func (j *Journal) Prepare(ctx context.Context, in batch.Input, opt batch.Options
 			if _, err := tx.CopyFrom(ctx, j.sql.items, []string{"batch", "seq", "id"}, pgx.CopyFromRows(rows)); err != nil {
 				return err
 			}
+			filled = true
 		} else {
 			var digest string
 			if err := tx.QueryRow(ctx, j.sql.digest, j.batch).Scan(&digest); err != nil {
@@ -213,6 +215,16 @@ func (j *Journal) Prepare(ctx context.Context, in batch.Input, opt batch.Options
 			return err
 		}
 		return j.fail("Prepare", err)
+	}
+	if filled {
+		// Without statistics on the rows just added, the planner takes
+		// the claims' partial index for nearly empty and sorts the whole
+		// batch at every claim instead of reading the index in order. A
+		// worker that does not own the table gets a warning, not an
+		// error, and the statistics of autovacuum's next pass.
+		if _, err := j.pool.Exec(ctx, j.sql.analyze); err != nil {
+			return j.fail("Prepare", err)
+		}
 	}
 	j.mu.Lock()
 	j.prepared, j.since, j.retry, j.failFrom = true, since, opt.RetryFailed, -1

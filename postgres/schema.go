@@ -19,7 +19,7 @@ const (
 type statements struct {
 	items                                            pgx.Identifier
 	ready, create                                    string
-	insertBatch, digest                              string
+	insertBatch, digest, analyze                     string
 	claim, record, giveBack, renew, counts, outcomes string
 }
 
@@ -65,6 +65,7 @@ CREATE INDEX IF NOT EXISTS items_failed ON S.items (batch, seq) WHERE state IN (
 `)
 
 	s.insertBatch = r.Replace(`INSERT INTO S.batches (name, digest, items) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING`)
+	s.analyze = r.Replace(`ANALYZE S.items`)
 	s.digest = r.Replace(`SELECT digest FROM S.batches WHERE name = $1`)
 
 	// claim takes the first n claimable rows of each kind, skipping those
