@@ -74,6 +74,8 @@ type Journal struct {
 
 	wake     chan struct{} // tells the writer that the queue has work
 	stop     chan struct{} // closed by Close: the writer drains the queue and returns, the renewer returns
+	renewCtx context.Context
+	cancel   context.CancelFunc // ends renewCtx, at Close
 	done     sync.WaitGroup
 	closeErr error
 	once     sync.Once
@@ -134,7 +136,9 @@ func Open(ctx context.Context, url string, cfg Config) (*Journal, error) {
 		stop:   make(chan struct{}),
 		held:   make(map[string]struct{}),
 	}
+	j.renewCtx, j.cancel = context.WithCancel(context.Background())
 	if err := j.createSchema(ctx, cfg.Schema); err != nil {
+		j.cancel()
 		pool.Close()
 		return nil, err
 	}
@@ -364,6 +368,7 @@ func (j *Journal) Close() error {
 		j.closed = true
 		j.mu.Unlock()
 		close(j.stop)
+		j.cancel()
 		j.done.Wait()
 
 		j.mu.Lock()
@@ -402,14 +407,8 @@ func (j *Journal) renewer() {
 		if len(ids) == 0 {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), j.lease/3)
-		go func() { // Close must not wait a lease for a renewal it stops
-			select {
-			case <-j.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
+		// Close cancels a renewal under way rather than wait for it.
+		ctx, cancel := context.WithTimeout(j.renewCtx, j.lease/3)
 		j.pool.Exec(ctx, j.sql.renew, j.batch, ids, j.holder, j.lease.Microseconds())
 		cancel()
 	}
