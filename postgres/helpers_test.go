@@ -2,6 +2,7 @@ package reboundpg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -24,6 +25,11 @@ func postgresURL() string {
 		return u
 	}
 	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}
+
+// shown is url as a message may show it: without its password.
+func shown(url string) string {
+	return redactor(url)(errors.New(url)).Error()
 }
 
 // runID keeps this run's schemas apart from any other run's on the same
@@ -58,7 +64,7 @@ func freshSchema(t testing.TB) string {
 	defer cancel()
 	conn, err := pgx.Connect(ctx, postgresURL())
 	if err != nil {
-		t.Fatalf("these tests need a PostgreSQL server at %s (set REBOUND_POSTGRES_URL to use another): %v", postgresURL(), err)
+		t.Fatalf("these tests need a PostgreSQL server at %s (set REBOUND_POSTGRES_URL to use another): %v", shown(postgresURL()), redactor(postgresURL())(err))
 	}
 	conn.Close(ctx)
 	t.Cleanup(func() {
