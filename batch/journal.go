@@ -130,8 +130,15 @@ type Journal interface {
 	// Prepare and, with Options.RetryFailed, those recorded
 	// FailedPermanent before it. It never hands out an item that is
 	// InFlight under a live claim, or one this run has recorded, except
-	// one given back as Pending. An empty result means nothing is
-	// claimable now.
+	// one given back as Pending. With runs that share a journal, "this
+	// run's Prepare" is each run's own: a run that starts later retries
+	// the failures recorded before it started.
+	//
+	// An empty result means nothing is claimable now. A journal that runs
+	// share may still have items InFlight under other runs' leases
+	// (Counts.InFlight): they come back if their run stops, so a run that
+	// wants the batch finished claims again, every so often, until Counts
+	// reports nothing InFlight (Runner.Poll).
 	Claim(ctx context.Context, n int) ([]Claim, error)
 
 	// Record writes outcomes of claimed items, all of them or, on error,

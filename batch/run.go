@@ -59,8 +59,9 @@ type Runner struct {
 	// Options are the run's choices that the journal applies.
 	Options Options
 
-	// Progress, if set, is called after every outcome is recorded, one
-	// call at a time. It must return quickly.
+	// Progress, if set, is called once the run knows what it has to do,
+	// and then after every outcome is recorded, one call at a time. It
+	// must return quickly.
 	Progress func(Progress)
 
 	// Poll is how often a run that has nothing to claim, while other runs
@@ -131,6 +132,9 @@ func (r *Runner) Run(ctx context.Context, f *File, j Journal) (Summary, error) {
 		s.requests[f.Requests[i].CustomID] = &f.Requests[i]
 	}
 	s.client = r.client(s)
+	if r.Progress != nil {
+		s.reportProgress(s.progress)
+	}
 	err = s.dispatch(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()

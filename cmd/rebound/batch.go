@@ -106,7 +106,7 @@ type batchRun struct {
 
 // batchFlags are the flags of "rebound batch".
 type batchFlags struct {
-	out, errs, journal, baseURL, dialect, keyEnv, policy, redis, name string
+	out, errs, journal, baseURL, dialect, keyEnv, policy, redis, name, schema string
 	concurrency, maxAttempts                                         int
 	rpm                                                              float64
 	lease                                                            time.Duration
@@ -131,6 +131,7 @@ func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.Float64Var(&f.rpm, "rpm", 0, "requests per minute the provider allows (default: learnt from its headers)")
 	fs.StringVar(&f.redis, "redis", "", "share the rate limits with other processes on the Redis at `URL`")
 	fs.StringVar(&f.name, "batch-name", "", "name of the batch in a postgres journal (default the input's file name)")
+	fs.StringVar(&f.schema, "schema", "", "schema of a postgres journal's tables (default rebound)")
 	fs.DurationVar(&f.lease, "lease", 0, "how long a postgres worker holds a request it does not renew (default 30s)")
 	fs.BoolVar(&f.retryFailed, "retry-failed", false, "send again the requests that failed permanently in earlier runs")
 	fs.BoolVar(&f.strict, "strict", false, "send nothing if any input line is malformed")
@@ -236,17 +237,17 @@ func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 					fmt.Fprintln(stderr, "rebound batch: redis is back")
 				}
 			}
+			defer cfg.Client.Close()
 			store, err := reboundredis.New(cfg)
 			if err != nil {
 				return fail("--redis: %v", err)
 			}
-			defer store.Close()
 			u, _ := url.Parse(f.baseURL)
 			r.Limiter = reboundredis.NewLimiter(store, u.Host, limits)
 		}
 	}
 
-	j, err := openJournal(ctx, f.journal, f.name, f.lease)
+	j, err := openJournal(ctx, f.journal, reboundpg.Config{Batch: f.name, Schema: f.schema, Lease: f.lease}, false)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -357,16 +358,16 @@ func readBatchInput(path string, stderr io.Writer) (*batch.File, error) {
 }
 
 // openJournal opens the journal at where: PostgreSQL for a postgres://
-// or postgresql:// URL, else the file.
-func openJournal(ctx context.Context, where, name string, lease time.Duration) (batch.Journal, error) {
+// or postgresql:// URL, with pg, else the file, read only if readOnly.
+func openJournal(ctx context.Context, where string, pg reboundpg.Config, readOnly bool) (batch.Journal, error) {
 	if strings.HasPrefix(where, "postgres://") || strings.HasPrefix(where, "postgresql://") {
-		j, err := reboundpg.Open(ctx, where, reboundpg.Config{Batch: name, Lease: lease})
+		j, err := reboundpg.Open(ctx, where, pg)
 		if err != nil {
 			return nil, errors.New(redactURL(err.Error(), where))
 		}
 		return j, nil
 	}
-	return reboundbolt.Open(where, reboundbolt.Config{})
+	return reboundbolt.Open(where, reboundbolt.Config{ReadOnly: readOnly})
 }
 
 // redactURL returns s with the password of the URL u, if any, replaced.
@@ -433,7 +434,7 @@ func printBatch(w io.Writer, r batchReport, written batch.Written) {
 	}
 }
 
-const batchStatusUsage = `usage: rebound batch status --journal PATH [--batch-name NAME] [--json]
+const batchStatusUsage = `usage: rebound batch status --journal PATH|URL [--batch-name NAME] [--json]
 
 Print how many requests of the batch a journal records as succeeded,
 failed, failed permanently, in flight and not yet sent.
@@ -444,7 +445,8 @@ flags:
 func runBatchStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("batch status", flag.ContinueOnError)
 	journal := fs.String("journal", "", "journal `PATH` or postgres:// URL (required)")
-	name := fs.String("batch-name", "", "name of the batch in a postgres journal (default: the only one there)")
+	name := fs.String("batch-name", "", "name of the batch in a postgres journal (required with one)")
+	schema := fs.String("schema", "", "schema of a postgres journal's tables (default rebound)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	if code, done := parseFlags(fs, args, batchStatusUsage, withStdout(stderr, stdout)); done {
 		return code
@@ -457,7 +459,7 @@ func runBatchStatus(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(stderr, "rebound batch status: %v\n", err)
 		return 1
 	}
-	j, err := openJournal(ctx, *journal, *name, 0)
+	j, err := openJournal(ctx, *journal, reboundpg.Config{Batch: *name, Schema: *schema}, true)
 	if err != nil {
 		fmt.Fprintf(stderr, "rebound batch status: %v\n", err)
 		return 1

@@ -389,7 +389,7 @@ func TestBatchSurvivesSIGKILL(t *testing.T) {
 	killed := 0
 	for killed < kills {
 		k := 1 + rng.IntN(120)
-		cmd := command(t, args...)
+		cmd := commandProcess(t, args...)
 		var stderr lockedBuffer
 		cmd.Stderr = &stderr
 		reached := arrived.after(k)

@@ -30,8 +30,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// command returns the command "rebound args..." as a process of its own.
-func command(t *testing.T, args ...string) *exec.Cmd {
+// commandProcess returns the command "rebound args..." as a process of its own.
+func commandProcess(t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
 	a, _ := json.Marshal(args)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")

@@ -2,8 +2,31 @@ module github.com/rebound-go/rebound/cmd/rebound
 
 go 1.26.0
 
-require github.com/rebound-go/rebound v0.0.0
+require (
+	github.com/rebound-go/rebound v0.0.0
+	github.com/rebound-go/rebound/bolt v0.0.0
+	github.com/rebound-go/rebound/postgres v0.0.0
+	github.com/rebound-go/rebound/redis v0.0.0
+)
 
-require golang.org/x/time v0.16.0 // indirect
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/pgx/v5 v5.12.0 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	go.etcd.io/bbolt v1.5.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sync v0.22.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
+)
 
-replace github.com/rebound-go/rebound => ../..
+replace (
+	github.com/rebound-go/rebound => ../..
+	github.com/rebound-go/rebound/bolt => ../../bolt
+	github.com/rebound-go/rebound/postgres => ../../postgres
+	github.com/rebound-go/rebound/redis => ../../redis
+)
