@@ -107,10 +107,10 @@ type batchRun struct {
 // batchFlags are the flags of "rebound batch".
 type batchFlags struct {
 	out, errs, journal, baseURL, dialect, keyEnv, policy, redis, name, schema string
-	concurrency, maxAttempts                                         int
-	rpm                                                              float64
-	lease                                                            time.Duration
-	retryFailed, strict, asJSON                                      bool
+	concurrency, maxAttempts                                                  int
+	rpm                                                                       float64
+	lease                                                                     time.Duration
+	retryFailed, strict, asJSON                                               bool
 }
 
 func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {

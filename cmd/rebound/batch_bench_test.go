@@ -125,4 +125,3 @@ func BenchmarkBatch(b *testing.B) {
 		})
 	}
 }
-
