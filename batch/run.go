@@ -25,6 +25,11 @@ const MaxResponse = 64 << 20
 // its Concurrency is zero.
 const DefaultConcurrency = 16
 
+// DefaultAttemptTimeout bounds each attempt of a run whose Policy sets no
+// AttemptTimeout: long enough for a model that thinks for minutes, short
+// enough that a server that never answers cannot hold a run for ever.
+const DefaultAttemptTimeout = 10 * time.Minute
+
 // Runner sends a batch's requests through rebound.Transport and records
 // each outcome in a journal as it comes. The zero Runner needs only a
 // BaseURL.
@@ -44,7 +49,7 @@ type Runner struct {
 
 	// Policy retries each request, as rebound.Transport's Policy. Its
 	// Observer, if any, hears every event. The zero Policy is the
-	// recommended one.
+	// recommended one, with an AttemptTimeout of DefaultAttemptTimeout.
 	Policy rebound.Policy
 
 	// Limiter paces the requests and learns the provider's limits from
@@ -176,6 +181,9 @@ func (r *Runner) client(s *state) *http.Client {
 		limiter = ratelimit.New(ratelimit.Config{})
 	}
 	policy := r.Policy
+	if policy.AttemptTimeout == 0 {
+		policy.AttemptTimeout = DefaultAttemptTimeout
+	}
 	user := policy.Observer
 	policy.Observer = rebound.ObserverFunc(func(e rebound.Event) {
 		switch {

@@ -297,3 +297,40 @@ func TestJoinURL(t *testing.T) {
 		}
 	})
 }
+
+// endless answers 200 and a body that sends a byte now and then and never
+// ends, until the request's context is done.
+type endless struct{}
+
+func (endless) RoundTrip(req *http.Request) (*http.Response, error) {
+	pr, pw := io.Pipe()
+	go func() {
+		for {
+			select {
+			case <-req.Context().Done():
+				pw.CloseWithError(req.Context().Err())
+				return
+			case <-time.After(time.Second):
+				pw.Write([]byte(" "))
+			}
+		}
+	}()
+	return &http.Response{StatusCode: 200, Header: http.Header{}, Body: pr, Request: req}, nil
+}
+
+// TestAnEndlessAnswerDoesNotHoldTheRun: a success whose body never ends is
+// cut at the attempt timeout (DefaultAttemptTimeout unless the policy sets
+// one), and the item fails, to be sent again by the next run.
+func TestAnEndlessAnswerDoesNotHoldTheRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := &memoryStore{}
+		start := time.Now()
+		s := run(t, &batch.Runner{BaseURL: "http://up", Base: endless{}, Policy: rebound.Policy{MaxAttempts: 1}}, input(t, 2), m)
+		if took := time.Since(start); s.Failed != 2 || took != batch.DefaultAttemptTimeout {
+			t.Errorf("endless bodies: %+v after %v; want both failed after %v", s, took, batch.DefaultAttemptTimeout)
+		}
+		if o := m.recorded[0]; o.State != batch.Failed || o.ErrorCode != "transient" {
+			t.Errorf("recorded %+v", o)
+		}
+	})
+}

@@ -260,9 +260,9 @@ func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	stopProgress()
 	if runErr != nil && !errors.Is(runErr, context.Canceled) && !errors.Is(runErr, context.DeadlineExceeded) {
 		if summary.Sent == 0 {
-			return fail("%v", redactURL(runErr.Error(), f.journal))
+			return fail("%v", runErr)
 		}
-		fmt.Fprintf(stderr, "rebound batch: %v\n", redactURL(runErr.Error(), f.journal))
+		fmt.Fprintf(stderr, "rebound batch: %v\n", runErr)
 	}
 	// The output is written whatever stopped the run, from what the
 	// journal holds.
@@ -274,10 +274,10 @@ func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	counts, err := j.Counts(wctx)
 	if err != nil {
-		return fail("reading the journal: %v", redactURL(err.Error(), f.journal))
+		return fail("reading the journal: %v", err)
 	}
 	report := batchReport{
-		Input: input, Output: f.out, Errors: f.errs, Journal: redactURL(f.journal, f.journal),
+		Input: input, Output: f.out, Errors: f.errs, Journal: shownJournal(f.journal),
 		Malformed: len(file.Malformed), Journaled: counts,
 		Run: batchRun{
 			Todo: summary.Todo, Sent: summary.Sent, Resent: summary.Resent,
@@ -361,26 +361,18 @@ func readBatchInput(path string, stderr io.Writer) (*batch.File, error) {
 // or postgresql:// URL, with pg, else the file, read only if readOnly.
 func openJournal(ctx context.Context, where string, pg reboundpg.Config, readOnly bool) (batch.Journal, error) {
 	if strings.HasPrefix(where, "postgres://") || strings.HasPrefix(where, "postgresql://") {
-		j, err := reboundpg.Open(ctx, where, pg)
-		if err != nil {
-			return nil, errors.New(redactURL(err.Error(), where))
-		}
-		return j, nil
+		return reboundpg.Open(ctx, where, pg) // its errors never show the password
 	}
 	return reboundbolt.Open(where, reboundbolt.Config{ReadOnly: readOnly})
 }
 
-// redactURL returns s with the password of the URL u, if any, replaced.
-func redactURL(s, u string) string {
-	parsed, err := url.Parse(u)
-	if err != nil || parsed.User == nil {
-		return s
+// shownJournal is where, as a report may show it: a URL without its
+// password.
+func shownJournal(where string) string {
+	if u, err := url.Parse(where); err == nil && u.User != nil {
+		return u.Redacted()
 	}
-	if pw, ok := parsed.User.Password(); ok && pw != "" {
-		s = strings.ReplaceAll(s, u, parsed.Redacted())
-		s = strings.ReplaceAll(s, pw, "xxxxx")
-	}
-	return s
+	return where
 }
 
 // writeBatchOutput writes the output and errors files afresh from j, each
@@ -467,7 +459,7 @@ func runBatchStatus(ctx context.Context, args []string, stdout, stderr io.Writer
 	defer j.Close()
 	c, err := j.Counts(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "rebound batch status: %v\n", redactURL(err.Error(), *journal))
+		fmt.Fprintf(stderr, "rebound batch status: %v\n", err)
 		return 1
 	}
 	if *asJSON {
