@@ -402,10 +402,11 @@ func (s *state) send(ctx context.Context, c Claim) Outcome {
 		req.Header[k] = v
 	}
 	req.Header.Set("Content-Type", "application/json")
+	secrets := scrub.Of(req)
 	resp, err := s.client.Do(req)
 	o.Attempts = int(attempts.Load())
 	if err != nil {
-		return s.failed(ctx, o, err)
+		return s.failed(ctx, o, err, secrets)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponse+1))
@@ -418,7 +419,7 @@ func (s *state) send(ctx context.Context, c Claim) Outcome {
 	}
 	switch {
 	case err != nil:
-		return s.failed(ctx, o, err)
+		return s.failed(ctx, o, err, secrets)
 	case len(body) > MaxResponse:
 		o.State, o.ErrorCode, o.ErrorMessage = FailedPermanent, "response_too_large", fmt.Sprintf("the response body is larger than %d MiB", MaxResponse>>20)
 		return o
@@ -426,14 +427,14 @@ func (s *state) send(ctx context.Context, c Claim) Outcome {
 		o.State, o.Body = Succeeded, body
 		return o
 	}
-	o.Body = scrub.Of(req).Bytes(body)
-	return s.failed(ctx, o, &rebound.HTTPError{StatusCode: resp.StatusCode, Header: resp.Header, Body: o.Body})
+	o.Body = secrets.Bytes(body)
+	return s.failed(ctx, o, &rebound.HTTPError{StatusCode: resp.StatusCode, Header: secrets.Header(resp.Header), Body: o.Body}, secrets)
 }
 
 // failed completes o for a request that failed with err: Failed when a
 // later run may cure it, FailedPermanent when none will, Pending when the
-// run was stopped first.
-func (s *state) failed(ctx context.Context, o Outcome, err error) Outcome {
+// run was stopped first. Its message keeps none of the request's secrets.
+func (s *state) failed(ctx context.Context, o Outcome, err error, secrets scrub.Secrets) Outcome {
 	if ctx.Err() != nil {
 		return Outcome{ID: o.ID, State: Pending, Attempts: o.Attempts}
 	}
@@ -453,7 +454,7 @@ func (s *state) failed(ctx context.Context, o Outcome, err error) Outcome {
 		v.Kind = rebound.KindPermanent
 	}
 	o.ErrorCode = v.Kind.String()
-	o.ErrorMessage = scrub.Text(err.Error())
+	o.ErrorMessage = secrets.String(err.Error())
 	return o
 }
 

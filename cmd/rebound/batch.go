@@ -196,6 +196,13 @@ func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "rebound batch: "+format+"\n", a...)
 		return 1
 	}
+	// The output is written at the end: a place it cannot go is found
+	// before anything is sent.
+	for _, out := range []string{f.out, f.errs} {
+		if err := writable(out); err != nil {
+			return fail("%v", err)
+		}
+	}
 	file, err := readBatchInput(input, stderr)
 	if err != nil {
 		return fail("%v", err)
@@ -373,6 +380,16 @@ func shownJournal(where string) string {
 		return u.Redacted()
 	}
 	return where
+}
+
+// writable returns an error if a file cannot be written beside path.
+func writable(path string) error {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }
 
 // writeBatchOutput writes the output and errors files afresh from j, each

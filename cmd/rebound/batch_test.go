@@ -341,6 +341,12 @@ func (a *arrivals) arrived() {
 	}
 }
 
+func (a *arrivals) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.n
+}
+
 // after returns a channel closed once k more requests have arrived.
 func (a *arrivals) after(k int) <-chan struct{} {
 	a.mu.Lock()
@@ -472,4 +478,73 @@ func testSeed(t *testing.T) uint64 {
 	}
 	t.Logf("seed %d (REBOUND_TEST_SEED)", seed)
 	return seed
+}
+
+// TestBatchOutputNowhere: an output that cannot be written is found before
+// anything is sent, not after the batch has been paid for.
+func TestBatchOutputNowhere(t *testing.T) {
+	up := &upstream{h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{}`)) })}
+	hs := httptest.NewServer(up)
+	defer hs.Close()
+	dir := t.TempDir()
+	in := writeInput(t, dir, 3)
+	code, _, stderr := runCmd("batch", in, "--out", filepath.Join(dir, "no-such-dir", "out.jsonl"), "--base-url", hs.URL)
+	if code != 1 || up.requests() != 0 || !strings.Contains(stderr, "no-such-dir") {
+		t.Errorf("exit %d, %d requests, stderr %q; want 1, none sent, and the path", code, up.requests(), stderr)
+	}
+}
+
+// TestBatchInterrupted: SIGINT stops a run cleanly: the answers so far are
+// written, the exit code is 1, and the next run sends the rest, the
+// requests cut short reported as resent.
+func TestBatchInterrupted(t *testing.T) {
+	const items = 200
+	arrived := &arrivals{}
+	var (
+		mu   sync.Mutex // guards hold
+		hold = true
+	)
+	up := &upstream{h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived.arrived()
+		mu.Lock()
+		h := hold
+		mu.Unlock()
+		if h && arrived.count() > 50 { // the rest hang until the client goes away
+			<-r.Context().Done()
+			return
+		}
+		w.Write([]byte(`{"ok":true}`))
+	})}
+	hs := httptest.NewServer(up)
+	defer hs.Close()
+	dir := t.TempDir()
+	in, out := writeInput(t, dir, items), filepath.Join(dir, "out.jsonl")
+	args := []string{"batch", in, "--out", out, "--base-url", hs.URL, "--concurrency", "8", "--json"}
+	cmd := commandProcess(t, args...)
+	var stdout, stderr lockedBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	reached := arrived.after(58) // 50 answered, 8 hanging
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	<-reached
+	cmd.Process.Signal(os.Interrupt)
+	err := cmd.Wait()
+	var report batchReport
+	json.Unmarshal([]byte(stdout.String()), &report)
+	if cmd.ProcessState.ExitCode() != 1 || !report.Run.Interrupted || !strings.Contains(stderr.String(), "stopped before the end") {
+		t.Fatalf("interrupted: %v, %+v; stderr %s", err, report.Run, stderr.String())
+	}
+	if got := outputLines(t, out); len(got) != report.Run.Succeeded || len(got) < 50 {
+		t.Errorf("the output has %d lines; the run says %d succeeded", len(got), report.Run.Succeeded)
+	}
+	first := up.take()
+	mu.Lock()
+	hold = false
+	mu.Unlock()
+	code, next, stderrText := batchJSON(t, args[1:]...)
+	if code != 0 || next.Run.Sent != items-report.Run.Succeeded || next.Run.Resent != len(first)-report.Run.Succeeded {
+		t.Errorf("the next run: exit %d, %+v; want the %d unanswered sent, the %d cut short among them resent; stderr %s",
+			code, next.Run, items-report.Run.Succeeded, len(first)-report.Run.Succeeded, stderrText)
+	}
 }
