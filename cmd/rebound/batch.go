@@ -237,6 +237,9 @@ func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			if err != nil {
 				return fail("--redis: %v", err)
 			}
+			// A batch waits on the network anyway: a decision may take a
+			// few round trips' worth before it is made alone.
+			cfg.Timeout = 50 * time.Millisecond
 			cfg.OnChange = func(up bool, err error) {
 				if !up {
 					fmt.Fprintf(stderr, "rebound batch: redis is away (%v); pacing alone until it is back\n", err)
@@ -245,6 +248,13 @@ func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 				}
 			}
 			defer cfg.Client.Close()
+			// A first connection takes longer than a decision may wait:
+			// made now, it is not taken for Redis being away.
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			if err := cfg.Client.Ping(pctx).Err(); err != nil {
+				fmt.Fprintf(stderr, "rebound batch: --redis: %v; pacing alone until it answers\n", err)
+			}
+			cancel()
 			store, err := reboundredis.New(cfg)
 			if err != nil {
 				return fail("--redis: %v", err)
@@ -367,10 +377,15 @@ func readBatchInput(path string, stderr io.Writer) (*batch.File, error) {
 // openJournal opens the journal at where: PostgreSQL for a postgres://
 // or postgresql:// URL, with pg, else the file, read only if readOnly.
 func openJournal(ctx context.Context, where string, pg reboundpg.Config, readOnly bool) (batch.Journal, error) {
-	if strings.HasPrefix(where, "postgres://") || strings.HasPrefix(where, "postgresql://") {
+	if isPostgres(where) {
 		return reboundpg.Open(ctx, where, pg) // its errors never show the password
 	}
 	return reboundbolt.Open(where, reboundbolt.Config{ReadOnly: readOnly})
+}
+
+// isPostgres reports whether the journal at where is PostgreSQL's.
+func isPostgres(where string) bool {
+	return strings.HasPrefix(where, "postgres://") || strings.HasPrefix(where, "postgresql://")
 }
 
 // shownJournal is where, as a report may show it: a URL without its
@@ -460,11 +475,15 @@ func runBatchStatus(ctx context.Context, args []string, stdout, stderr io.Writer
 	if code, done := parseFlags(fs, args, batchStatusUsage, withStdout(stderr, stdout)); done {
 		return code
 	}
-	if *journal == "" {
+	switch {
+	case *journal == "":
 		fmt.Fprintln(stderr, "rebound batch status: --journal is required")
 		return 2
+	case isPostgres(*journal) && *name == "":
+		fmt.Fprintln(stderr, "rebound batch status: --batch-name is required with a postgres journal")
+		return 2
 	}
-	if _, err := os.Stat(*journal); err != nil && !strings.Contains(*journal, "://") {
+	if _, err := os.Stat(*journal); err != nil && !isPostgres(*journal) {
 		fmt.Fprintf(stderr, "rebound batch status: %v\n", err)
 		return 1
 	}
