@@ -136,7 +136,9 @@ func (r *Runner) Run(ctx context.Context, f *File, j Journal) (Summary, error) {
 	for i := range f.Requests {
 		s.requests[f.Requests[i].CustomID] = &f.Requests[i]
 	}
-	s.client = r.client(s)
+	var closeIdle func()
+	s.client, closeIdle = r.client(s)
+	defer closeIdle()
 	if r.Progress != nil {
 		s.reportProgress(s.progress)
 	}
@@ -168,13 +170,15 @@ type state struct {
 // client returns the http.Client a run sends with: rebound.Transport over
 // ratelimit.Transport over Base, each attempt counted, redirects not
 // followed (a provider does not redirect an API call; a redirect to
-// another host would carry the key there).
-func (r *Runner) client(s *state) *http.Client {
+// another host would carry the key there). closeIdle closes the
+// connections of a Base made for the run, so that none outlives it.
+func (r *Runner) client(s *state) (c *http.Client, closeIdle func()) {
 	base := r.Base
+	closeIdle = func() {}
 	if base == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = r.concurrency()
-		base = t
+		base, closeIdle = t, t.CloseIdleConnections
 	}
 	limiter := r.Limiter
 	if limiter == nil {
@@ -204,7 +208,7 @@ func (r *Runner) client(s *state) *http.Client {
 			Policy: policy,
 		},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+	}, closeIdle
 }
 
 func (r *Runner) concurrency() int {

@@ -337,3 +337,18 @@ func TestAnEndlessAnswerDoesNotHoldTheRun(t *testing.T) {
 		}
 	})
 }
+
+// TestRunOverLoopback runs a batch against a real server, with the
+// Runner's own connections: they are closed when the run ends.
+func TestRunOverLoopback(t *testing.T) {
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("x-request-id", "req_"+r.URL.Path)
+		w.Write([]byte(`{"ok":true}`))
+	}))
+	defer hs.Close()
+	m := &memoryStore{}
+	s := run(t, &batch.Runner{BaseURL: hs.URL, Concurrency: 4}, input(t, 20), m)
+	if s.Succeeded != 20 || m.recorded[0].RequestID != "req_/v1/chat/completions" {
+		t.Errorf("%+v, %+v", s, m.recorded[0])
+	}
+}
