@@ -75,7 +75,8 @@ type Outcome struct {
 	// ID is the item's custom_id.
 	ID string
 	// State is Succeeded, Failed or FailedPermanent; Pending gives the
-	// claim back unsent (the run was stopped before it sent it). A claim
+	// claim back unsent (the run was stopped before it sent it), and
+	// leaves the item's last outcome, if it has one, as it was. A claim
 	// that was sent and got no answer is left unrecorded instead: Close,
 	// or the next run's Prepare, hands it out again with Resent set. An
 	// item given back keeps the Resent it had.
@@ -146,11 +147,15 @@ type Journal interface {
 	// first success stands.
 	Record(ctx context.Context, outcomes []Outcome) error
 
-	// Outcomes calls fn with the outcome of every item recorded
-	// Succeeded, Failed or FailedPermanent, in input order, and stops at
-	// the first error fn returns, returning it. fn must not call the
-	// journal: it may be called inside a read that a write would wait
-	// for.
+	// Outcomes calls fn with the last outcome recorded for every item
+	// that has one (Succeeded, Failed or FailedPermanent), in input
+	// order, and stops at the first error fn returns, returning it. An
+	// item claimed again keeps its last outcome until a new one is
+	// recorded, so that output written while a run resends it (or after
+	// that run stopped) still answers it; a Pending give-back records no
+	// outcome. (Counts goes by current state: such an item counts
+	// InFlight, or Pending.) fn must not call the journal: it may be
+	// called inside a read that a write would wait for.
 	Outcomes(ctx context.Context, fn func(Outcome) error) error
 
 	// Counts returns how many items stand in each state.

@@ -26,9 +26,9 @@ type memoryStore struct {
 
 type memoryItem struct {
 	state   batch.State
-	outcome batch.Outcome
-	run     int  // the run that last recorded it, or holds it
-	resend  bool // claimed and never recorded by a run that stopped
+	outcome batch.Outcome // the last recorded, kept while the item is claimed again
+	run     int           // the run that last recorded it, or holds it
+	resend  bool          // claimed and never recorded by a run that stopped
 }
 
 func (m *memoryStore) open() (batch.Journal, error) {
@@ -109,7 +109,7 @@ func (j *memoryJournal) Outcomes(_ context.Context, fn func(batch.Outcome) error
 	m.mu.Lock()
 	var all []batch.Outcome
 	for _, id := range m.ids {
-		if it := m.items[id]; it.state >= batch.Succeeded {
+		if it := m.items[id]; it.outcome.State >= batch.Succeeded { // recorded once, whatever its state now
 			all = append(all, it.outcome)
 		}
 	}

@@ -29,8 +29,9 @@
 // Three buckets: "rebound-journal" holds the format version, the input's
 // digest and its number of items; "items" holds, for each item keyed by
 // its input position (4 bytes, big-endian, so that a cursor walks input
-// order), its state, a Resent flag and its custom_id; "outcomes" holds the
-// outcomes, under the same keys, body last. Prepare and Counts read only
+// order), its state, a Resent flag and its custom_id; "outcomes" holds
+// each item's last outcome, under the same keys, body last; it stays while
+// the item is sent again, until a new one replaces it. Prepare and Counts read only
 // the small "items" entries. A file of a newer format is refused
 // (ErrNewerFormat) rather than misread; a file that is not a journal
 // (ErrNotJournal) and a record that cannot be read (ErrCorrupt) are told

@@ -22,9 +22,15 @@ import (
 //
 // key(pos) is the item's input position as 4 big-endian bytes, so that a
 // cursor walks the items in input order. An item has an entry in
-// "outcomes" exactly when its state is Succeeded, Failed or
-// FailedPermanent: the small "items" entries are what Prepare and Counts
-// read, and the bodies stay out of their way.
+// "outcomes", its last outcome, from its first recorded outcome on: always
+// when its state is Succeeded, Failed or FailedPermanent (the entry's
+// state is then the item's), and also while it is claimed again or given
+// back, until a new outcome replaces the entry. The small "items" entries
+// are what Prepare and Counts read, and the bodies stay out of their way.
+//
+// (Early builds deleted a failure's entry when the item was claimed again.
+// Either build reads the other's files right, since an entry means the
+// same in both, so the version stayed 1.)
 const formatVersion = 1
 
 var (

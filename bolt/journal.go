@@ -255,10 +255,11 @@ func (j *Journal) Record(ctx context.Context, outcomes []batch.Outcome) error {
 	return j.submit(ctx, r)
 }
 
-// Outcomes implements batch.Journal. It reads in one read transaction,
-// which sees the journal as it was when Outcomes began; fn must not wait
-// for a Record of the same journal, which may be waiting for that
-// transaction to end.
+// Outcomes implements batch.Journal: an item has an outcome while it has
+// an entry in "outcomes", whatever its state. It reads in one read
+// transaction, which sees the journal as it was when Outcomes began; fn
+// must not wait for a Record of the same journal, which may be waiting
+// for that transaction to end.
 func (j *Journal) Outcomes(ctx context.Context, fn func(batch.Outcome) error) error {
 	return j.view(func(tx *bolt.Tx) error {
 		out := tx.Bucket(outcomesBucket)
@@ -278,18 +279,20 @@ func (j *Journal) Outcomes(ctx context.Context, fn func(batch.Outcome) error) er
 			if err != nil {
 				return j.corrupt("item %d: %v", pos, err)
 			}
-			if s < batch.Succeeded {
-				continue
-			}
+			// An item Pending or InFlight may hold the outcome it had
+			// before it was claimed again; a recorded one must.
 			ov := out.Get(k)
 			if ov == nil {
-				return j.corrupt("item %d (%q) is %v and has no outcome", pos, id, s)
+				if s >= batch.Succeeded {
+					return j.corrupt("item %d (%q) is %v and has no outcome", pos, id, s)
+				}
+				continue
 			}
 			o := batch.Outcome{ID: string(id)}
 			if err := decodeOutcome(ov, &o); err != nil {
 				return j.corrupt("item %d (%q): %v", pos, id, err)
 			}
-			if o.State != s {
+			if s >= batch.Succeeded && o.State != s {
 				return j.corrupt("item %d (%q) is %v and its outcome %v", pos, id, s, o.State)
 			}
 			if err := fn(o); err != nil {

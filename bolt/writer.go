@@ -167,7 +167,7 @@ func (j *Journal) update(group []*request) error {
 	items, outcomes := tx.Bucket(itemsBucket), tx.Bucket(outcomesBucket)
 	for _, r := range group {
 		if r.kind == kindClaim {
-			err = j.applyClaim(items, outcomes, r)
+			err = j.applyClaim(items, r)
 		} else {
 			err = j.applyRecord(items, outcomes, r)
 		}
@@ -236,7 +236,7 @@ func (j *Journal) key(pos uint32) []byte {
 	return w.buf[start:len(w.buf):len(w.buf)]
 }
 
-func (j *Journal) applyClaim(items, outcomes *bolt.Bucket, r *request) error {
+func (j *Journal) applyClaim(items *bolt.Bucket, r *request) error {
 	w := &j.w
 	r.claims = make([]batch.Claim, 0, min(r.n, w.queue.Len()))
 	for len(r.claims) < r.n && w.queue.Len() > 0 {
@@ -245,12 +245,8 @@ func (j *Journal) applyClaim(items, outcomes *bolt.Bucket, r *request) error {
 		if flags&flagQueued == 0 {
 			continue
 		}
-		if s := w.states[pos]; s == batch.Failed || s == batch.FailedPermanent {
-			// Its earlier failure is no longer its outcome.
-			if err := outcomes.Delete(j.key(pos)); err != nil {
-				return err
-			}
-		}
+		// An earlier failure stays in "outcomes": it is the item's last
+		// outcome until a new one is recorded.
 		if err := j.set(items, pos, batch.InFlight, flags&^flagQueued); err != nil {
 			return err
 		}
@@ -271,13 +267,8 @@ func (j *Journal) applyRecord(items, outcomes *bolt.Bucket, r *request) error {
 			if from == batch.Pending && flags&flagQueued != 0 {
 				continue
 			}
-			if from == batch.Failed || from == batch.FailedPermanent {
-				if err := outcomes.Delete(j.key(pos)); err != nil {
-					return err
-				}
-			}
-			// A claim given back keeps its Resent: whatever made it
-			// resent is still true.
+			// A claim given back keeps its Resent (whatever made it
+			// resent is still true) and its last outcome, if any.
 			if err := j.set(items, pos, batch.Pending, flags|flagQueued); err != nil {
 				return err
 			}

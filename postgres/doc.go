@@ -16,8 +16,9 @@
 // seq is the item's place in the input, and unique on (batch, id): its
 // state (the number of its batch.State), the lease that holds it (worker,
 // a mark of the Journal value, lease_until), and its last outcome
-// (recorded_at, status_code, request_id, body as bytea, error_code,
-// error_message, attempts). Two partial indexes on (batch, seq) hold only
+// (outcome, that outcome's state, null until one is recorded; recorded_at,
+// status_code, request_id, body as bytea, error_code, error_message,
+// attempts), which a claim leaves in place until the next outcome. Two partial indexes on (batch, seq) hold only
 // the rows a claim may take, the Pending and InFlight ones and the failed
 // ones, so that a claim reads a few index entries however much of the
 // batch is done. To remove a batch, delete its rows from both tables.

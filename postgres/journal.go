@@ -317,8 +317,9 @@ func (j *Journal) Counts(ctx context.Context) (batch.Counts, error) {
 // caller's writing.
 const outcomesPage = 500
 
-// Outcomes streams the recorded outcomes in input order, a page of rows
-// at a time.
+// Outcomes streams each item's last recorded outcome in input order, a
+// page of rows at a time: an item claimed again, or given back, keeps the
+// one it had until its next.
 func (j *Journal) Outcomes(ctx context.Context, fn func(batch.Outcome) error) error {
 	if j.isClosed() {
 		return ErrClosed

@@ -57,6 +57,7 @@ CREATE TABLE IF NOT EXISTS S.items (
 	error_code    text,
 	error_message text,
 	attempts      integer,
+	outcome       smallint,
 	PRIMARY KEY (batch, seq),
 	UNIQUE (batch, id)
 );
@@ -95,7 +96,8 @@ RETURNING i.seq::bigint, i.id, pick.src, (SELECT count(*) FROM failed)`)
 	// record writes a group of outcomes, one per id. A success stands
 	// (state 2 is never written over); a give-back (state 0) applies only
 	// to a row this journal holds, and leaves the row's last outcome as it
-	// was.
+	// was. outcome is the state of the row's last outcome, which a claim
+	// leaves alone: Outcomes lists a row claimed again by it.
 	//
 	// $1 batch, $2 holder, then the outcomes' columns as arrays.
 	s.record = r.Replace(`
@@ -108,7 +110,8 @@ UPDATE S.items i SET
 	body          = CASE WHEN u.state = 0 THEN i.body ELSE u.body END,
 	error_code    = CASE WHEN u.state = 0 THEN i.error_code ELSE u.error_code END,
 	error_message = CASE WHEN u.state = 0 THEN i.error_message ELSE u.error_message END,
-	attempts      = CASE WHEN u.state = 0 THEN i.attempts ELSE u.attempts END
+	attempts      = CASE WHEN u.state = 0 THEN i.attempts ELSE u.attempts END,
+	outcome       = CASE WHEN u.state = 0 THEN i.outcome ELSE u.state END
 FROM unnest($3::text[], $4::smallint[], $5::integer[], $6::text[], $7::bytea[], $8::text[], $9::text[], $10::integer[])
 	AS u(id, state, status_code, request_id, body, error_code, error_message, attempts)
 WHERE i.batch = $1 AND i.id = u.id AND i.state <> 2 AND (u.state <> 0 OR (i.state = 1 AND i.holder = $2))`)
@@ -128,9 +131,9 @@ SELECT count(*),
 FROM S.items WHERE batch = $1`)
 
 	s.outcomes = r.Replace(`
-SELECT seq::bigint, id, state, coalesce(status_code, 0), coalesce(request_id, ''), body,
+SELECT seq::bigint, id, outcome, coalesce(status_code, 0), coalesce(request_id, ''), body,
 	coalesce(error_code, ''), coalesce(error_message, ''), coalesce(attempts, 0)
-FROM S.items WHERE batch = $1 AND seq > $2 AND state IN (2, 3, 4)
+FROM S.items WHERE batch = $1 AND seq > $2 AND outcome IS NOT NULL
 ORDER BY seq LIMIT $3`)
 	return s
 }

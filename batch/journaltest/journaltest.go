@@ -1,8 +1,8 @@
 // Package journaltest checks that a batch.Journal keeps the contract that
 // rebound batch relies on: items handed out once, outcomes that survive the
-// journal being closed and opened again, a run that stopped resumed without
-// sending again what succeeded, and an input that is not the journal's
-// refused. Each journal's own tests call Run with a way to open it.
+// journal being closed and opened again and the item being claimed again,
+// a run that stopped resumed without sending again what succeeded, and an
+// input that is not the journal's refused. Each journal's own tests call Run with a way to open it.
 package journaltest
 
 import (
@@ -35,6 +35,7 @@ func Run(t *testing.T, fresh func(t *testing.T) Opener) {
 		{"RecordsWhatCame", testRecord},
 		{"ARunEnds", testRunEnds},
 		{"ResumesWhereARunStopped", testResume},
+		{"KeepsTheLastOutcome", testLastOutcome},
 		{"RetryFailedSendsPermanentFailuresAgain", testRetryFailed},
 		{"CloseGivesBackClaims", testCloseGivesBack},
 		{"FirstSuccessStands", testFirstSuccess},
@@ -295,9 +296,43 @@ func testResume(t *testing.T, o Opener) {
 	if !slices.Equal(got, want) {
 		t.Errorf("the next run claimed %+v, want %+v", got, want)
 	}
-	// id-001 is in flight again: only id-000 and id-002 have outcomes.
-	if got := outcomes(t, next); len(got) != 2 || got[0].State != batch.Succeeded || got[1].State != batch.FailedPermanent {
-		t.Errorf("the next run sees %d outcomes, want id-000 succeeded and id-002 failed permanently", len(got))
+	// id-001 is in flight again, and keeps its failure until a new
+	// outcome comes.
+	last := []batch.Outcome{ok("id-000"), failed("id-001", batch.Failed), failed("id-002", batch.FailedPermanent)}
+	if got := outcomes(t, next); !slices.EqualFunc(got, last, equal) {
+		t.Errorf("the next run sees %d outcomes, want id-000 succeeded, id-001 failed and id-002 failed permanently", len(got))
+	}
+}
+
+// testLastOutcome checks that an item claimed again keeps its last
+// outcome, through a give-back and a Close, until a new one is recorded.
+func testLastOutcome(t *testing.T, o Opener) {
+	in := input(2, "d1")
+	j := open(t, o, in, batch.Options{})
+	claim(t, j, 2)
+	record(t, j, failed("id-000", batch.Failed), failed("id-001", batch.Failed))
+	j.Close()
+
+	next := open(t, o, in, batch.Options{})
+	claimAll(t, next)
+	if got, want := counts(t, next), (batch.Counts{Total: 2, InFlight: 2}); got != want {
+		t.Errorf("counts with both claimed again: %+v, want %+v", got, want)
+	}
+	record(t, next, batch.Outcome{ID: "id-000", State: batch.Pending})
+	want := []batch.Outcome{failed("id-000", batch.Failed), failed("id-001", batch.Failed)}
+	if got := outcomes(t, next); !slices.EqualFunc(got, want, equal) {
+		t.Errorf("claimed again, one given back: %d outcomes, want both failures", len(got))
+	}
+	claim(t, next, 1)
+	record(t, next, ok("id-000"))
+	want[0] = ok("id-000")
+	if got := outcomes(t, next); !slices.EqualFunc(got, want, equal) {
+		t.Errorf("after a success: %d outcomes, want id-000's success and id-001's failure", len(got))
+	}
+	// id-001 is still unrecorded when the run ends.
+	next.Close()
+	if got := outcomes(t, open(t, o, in, batch.Options{})); !slices.EqualFunc(got, want, equal) {
+		t.Errorf("after reopening: %d outcomes, want id-000's success and id-001's failure", len(got))
 	}
 }
 
