@@ -137,9 +137,10 @@ type Journal interface {
 	//
 	// An empty result means nothing is claimable now. A journal that runs
 	// share may still have items InFlight under other runs' leases
-	// (Counts.InFlight): they come back if their run stops, so a run that
-	// wants the batch finished claims again, every so often, until Counts
-	// reports nothing InFlight (Runner.Poll).
+	// (Counts.InFlight), or Pending ones that another run is claiming at
+	// that moment: they come back if that run stops, so a run that wants
+	// the batch finished claims again, every so often, until Counts
+	// reports nothing InFlight or Pending (Runner.Poll).
 	Claim(ctx context.Context, n int) ([]Claim, error)
 
 	// Record writes outcomes of claimed items, all of them or, on error,

@@ -295,10 +295,12 @@ func (s *state) dispatch(ctx context.Context) error {
 				if err != nil {
 					return fmt.Errorf("batch: reading the journal: %w", err)
 				}
-				if c.InFlight == 0 {
+				if c.InFlight == 0 && c.Pending == 0 {
 					return nil
 				}
-				// Other runs hold items: wait, in case they die.
+				// Other runs hold items, or are taking them (a shared
+				// journal skips the rows another run's claim has locked,
+				// which still read as Pending): wait, in case they die.
 				wait = time.After(poll)
 			}
 		}
