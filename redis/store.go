@@ -95,6 +95,83 @@ func New(cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// Warm makes the client ready for decisions: it opens the client's
+// connections, up to its pool size, and loads this package's scripts.
+// Call it once before the first decisions, with a context that gives a
+// few connections' time (a second or two). Without it, each of the first
+// concurrent decisions opens its own connection (a dial and a handshake of
+// several round trips) within its Timeout, and a script's first run sends
+// it whole: twenty at once on an idle local Redis take longer than the
+// default 5 ms, and the store would take Redis for away. A Ping warms one
+// connection only.
+//
+// An error says that Redis did not answer; the store then decides as
+// usual, and finds out for itself when Redis is back.
+func (s *Store) Warm(ctx context.Context) error {
+	var clients []*redis.Client
+	var mu sync.Mutex // guards clients while a cluster or ring lists its shards
+	collect := func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		clients = append(clients, c)
+		return nil
+	}
+	switch c := s.client.(type) {
+	case *redis.Client:
+		clients = append(clients, c)
+	case *redis.ClusterClient:
+		if err := c.ForEachShard(ctx, collect); err != nil {
+			return fmt.Errorf("reboundredis: warming the connections: %w", err)
+		}
+	case *redis.Ring:
+		if err := c.ForEachShard(ctx, collect); err != nil {
+			return fmt.Errorf("reboundredis: warming the connections: %w", err)
+		}
+	default:
+		// A client of a kind this package does not know: its pool is its
+		// own business, the scripts are still worth loading.
+	}
+	// All at once: each connection is borrowed, pinged and held until
+	// every other one is open, so that the pool dials anew for each rather
+	// than lending the same one again.
+	var conns []*redis.Conn
+	for _, c := range clients {
+		for range c.Options().PoolSize {
+			conns = append(conns, c.Conn())
+		}
+	}
+	errs := make(chan error, 1)
+	var wg sync.WaitGroup
+	for _, cn := range conns {
+		wg.Go(func() {
+			if err := cn.Ping(ctx).Err(); err != nil {
+				select {
+				case errs <- err:
+				default:
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, cn := range conns {
+		cn.Close() // back to the pool, open
+	}
+	select {
+	case err := <-errs:
+		return fmt.Errorf("reboundredis: warming the connections: %w", err)
+	default:
+	}
+	for _, script := range scripts {
+		if err := script.Load(ctx, s.client).Err(); err != nil {
+			return fmt.Errorf("reboundredis: loading a script: %w", err)
+		}
+	}
+	return nil
+}
+
+// scripts are the package's scripts, which Warm loads.
+var scripts = []*redis.Script{limitScript, allowScript, doneScript, startCooldown, cooldownLeft, claimScript, readScript, extendScript, completeScript, releaseScript, timeScript}
+
 // boundsByContext reports whether c ends a command at its context's
 // deadline. A client of a kind this package does not know is taken at its
 // word.

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rebound-go/rebound/ratelimit"
 )
 
 var echo = redis.NewScript(`return ARGV[1]`)
@@ -172,5 +174,52 @@ func TestOnChangeEndsOnTheTruth(t *testing.T) {
 			t.Fatalf("round %d: Redis answers, but the last word OnChange heard was that it is away", round)
 		}
 		mu.Unlock()
+	}
+}
+
+// TestWarmReadiesTheFirstDecisions starts as a batch does: the pool's worth
+// of workers make their first decisions at once, on a store just opened
+// and pinged. Without Warm, each of them dials and shakes hands with
+// Redis within its decision's Timeout, and Redis, local and idle, is
+// taken for away.
+func TestWarmReadiesTheFirstDecisions(t *testing.T) {
+	for run := range 5 {
+		cfg := testConfig(t, redisURL()) // has pinged: one connection is open
+		cfg.Timeout = 15 * time.Millisecond
+		var away atomic.Pointer[error]
+		cfg.OnChange = func(up bool, err error) {
+			if !up {
+				away.CompareAndSwap(nil, &err)
+			}
+		}
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = s.Warm(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		size := cfg.Client.(*redis.Client).Options().PoolSize
+		dials := cfg.Client.PoolStats().Misses
+		l := NewLimiter(s, "first", ratelimit.Config{RequestsPerMinute: 6000})
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for range size {
+			wg.Go(func() {
+				<-start
+				l.decide(context.Background(), "wait", 1, -1)
+			})
+		}
+		close(start)
+		wg.Wait()
+		if n := cfg.Client.PoolStats().Misses - dials; n > 0 {
+			t.Errorf("run %d: %d of %d first decisions opened a connection", run, n, size)
+		}
+		if err := away.Load(); err != nil {
+			t.Fatalf("run %d: a first decision took Redis for away: %v", run, *err)
+		}
 	}
 }

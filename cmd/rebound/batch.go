@@ -248,17 +248,19 @@ func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 				}
 			}
 			defer cfg.Client.Close()
-			// A first connection takes longer than a decision may wait:
-			// made now, it is not taken for Redis being away.
-			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			if err := cfg.Client.Ping(pctx).Err(); err != nil {
-				fmt.Fprintf(stderr, "rebound batch: --redis: %v; pacing alone until it answers\n", err)
-			}
-			cancel()
 			store, err := reboundredis.New(cfg)
 			if err != nil {
 				return fail("--redis: %v", err)
 			}
+			// A first connection takes longer than a decision may wait,
+			// and the workers' first decisions come all at once: the
+			// pool's connections, made now, are not taken for Redis being
+			// away.
+			wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			if err := store.Warm(wctx); err != nil {
+				fmt.Fprintf(stderr, "rebound batch: --redis: %v; pacing alone until it answers\n", err)
+			}
+			cancel()
 			u, _ := url.Parse(f.baseURL)
 			r.Limiter = reboundredis.NewLimiter(store, u.Host, limits)
 		}
