@@ -220,12 +220,13 @@ const (
 	ModeContext    = "context"    // prompt too long: 400 (413 in the plain profile)
 	ModeStreamCut  = "stream-cut" // a stream breaks off with probability FailRate
 	ModeLostReply  = "lost-reply" // perform an action, then lose the reply with probability FailRate
+	ModeText       = "text"       // a seeded answer to the prompt, streamed in pieces, cut, delayed or continued as asked
 )
 
 // modes lists every mode, in the order an unknown-mode error names them.
 var modes = []string{
 	ModeOK, ModeRandom, ModeDown, ModeBadRequest, ModeRetryAfter, ModeSlow, ModeReset,
-	ModeOverload, ModeQuota, ModeContext, ModeStreamCut, ModeLostReply,
+	ModeOverload, ModeQuota, ModeContext, ModeStreamCut, ModeLostReply, ModeText,
 }
 
 // Profiles a [Server] can answer in, as named in [Config.Profile] and the
@@ -261,6 +262,21 @@ const (
 	// mode, names the action a request asks for, so that a retry with the
 	// same key does not perform it again.
 	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderCutAt is the request header that cuts, in text mode, a stream
+	// after the piece of text that brings the text delivered to its value,
+	// a whole number of bytes counted from the start of the full answer.
+	HeaderCutAt = "X-Chaos-Cut-At"
+	// HeaderCutHow is the request header that says, in text mode, how a
+	// stream is cut: abort (the default), close or error.
+	HeaderCutHow = "X-Chaos-Cut-How"
+	// HeaderFirstTokenDelay is the request header that makes, in text mode,
+	// a stream wait its value, a duration such as 300ms, between the
+	// events that open it and its first piece of text.
+	HeaderFirstTokenDelay = "X-Chaos-First-Token-Delay"
+	// HeaderStall is the request header that makes, in text mode, a stream
+	// wait D after the piece of text that brings the text delivered to N
+	// bytes of the full answer; its value is N:D, such as 120:2s.
+	HeaderStall = "X-Chaos-Stall"
 	// StatsPath is the control endpoint that reports [Stats] (GET).
 	StatsPath = "/chaos/stats"
 	// ResetPath is the control endpoint that calls [Server.Reset] (POST).
@@ -317,7 +333,7 @@ type Server struct {
 	retryAfter int64  // RetryAfter in whole seconds, rounded up
 
 	// mu guards next, requests, byStatus, streams, actions, duplicates,
-	// keys and keyOrder.
+	// keys, keyOrder and continuations.
 	mu         sync.Mutex
 	next       uint64              // sequence number of the next request
 	requests   int                 // requests served since the last Reset
@@ -327,6 +343,8 @@ type Server struct {
 	duplicates int                 // as in Stats.Duplicates
 	keys       map[[32]byte]uint64 // action recorded for each remembered key, by its SHA-256
 	keyOrder   [][32]byte          // the keys in keys, oldest first
+
+	continuations int // as in Stats.Continuations
 }
 
 // MaxRetryAfter is the longest Config.RetryAfter: a year, the longest wait
@@ -368,6 +386,10 @@ type Stats struct {
 	// record of an earlier request with the same idempotency key.
 	Actions    int `json:"actions,omitempty"`
 	Duplicates int `json:"duplicates,omitempty"`
+
+	// Continuations is the number of requests in text mode that continued
+	// an answer from a prefix of it (see Text mode).
+	Continuations int `json:"continuations,omitempty"`
 }
 
 // New returns a server for cfg, or an error if cfg names an unknown mode or
@@ -452,6 +474,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case c.mode == ModeSlow && !s.wait(r.Context()):
 		return
+	case c.mode == ModeText:
+		c.planText(r)
 	}
 	c.answer(w, r)
 }
@@ -460,7 +484,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the server does not know, it returns the rejection to answer with and a
 // call good enough to answer it in.
 func (s *Server) newCall(r *http.Request) (*call, *rejection) {
-	c := &call{srv: s, profile: plain, wait: noHint}
+	c := &call{srv: s, ctx: r.Context(), profile: plain, wait: noHint}
 	name := r.Header.Get(HeaderProfile)
 	if name == "" {
 		name = s.cfg.Profile
@@ -502,6 +526,11 @@ func (s *Server) newCall(r *http.Request) (*call, *rejection) {
 				return c, &rejection{"chaos_bad_cut_after", v, msg}
 			}
 			c.cutAfter = int(min(k, uint64(len(successChunks))))
+		}
+	}
+	if c.mode == ModeText {
+		if rej := c.readTextHeaders(r); rej != nil {
+			return c, rej
 		}
 	}
 	return c, nil
@@ -590,6 +619,7 @@ var modeFaults = map[string]fault{
 	ModeOverload:   faultOverload,
 	ModeQuota:      faultQuota,
 	ModeContext:    faultContext,
+	ModeText:       faultNone,
 }
 
 // randomFaults maps the statuses of random mode to their faults.
@@ -631,14 +661,7 @@ func (s *Server) randomStatus(n uint64) int {
 // wait waits for the slow-mode delay and reports whether it elapsed before
 // ctx was done.
 func (s *Server) wait(ctx context.Context) bool {
-	t := time.NewTimer(s.cfg.SlowDelay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return sleep(ctx, s.cfg.SlowDelay)
 }
 
 // act answers c, a request in lost-reply mode: it performs the request's
@@ -725,6 +748,7 @@ func (s *Server) Stats() Stats {
 		StreamsCutAbort:  s.streams[mishapAbort],
 		Actions:          int(s.actions),
 		Duplicates:       s.duplicates,
+		Continuations:    s.continuations,
 	}
 	for k, v := range s.byStatus {
 		st.ByStatus[k] = v
@@ -746,6 +770,7 @@ func (s *Server) Reset() {
 	s.duplicates = 0
 	clear(s.keys)
 	s.keyOrder = nil
+	s.continuations = 0
 }
 
 // allow reports whether r uses method, answering 405 if it does not.
@@ -762,6 +787,7 @@ func allow(w http.ResponseWriter, r *http.Request, method string) bool {
 type okBody struct {
 	OK      bool   `json:"ok"`
 	Request uint64 `json:"request"`
+	Text    string `json:"text,omitempty"` // text mode only
 }
 
 type actionBody struct {
