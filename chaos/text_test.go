@@ -76,7 +76,9 @@ func textBody(t *testing.T, ts textStream, prompt, prefill string) string {
 		}
 		body["messages"], body["max_tokens"] = msgs, 1024
 	case "gemini":
-		turn := func(role, text string) any { return map[string]any{"role": role, "parts": []any{map[string]any{"text": text}}} }
+		turn := func(role, text string) any {
+			return map[string]any{"role": role, "parts": []any{map[string]any{"text": text}}}
+		}
 		contents := []any{turn("user", prompt)}
 		if prefill != "" {
 			contents = append(contents, turn("model", prefill))
@@ -270,8 +272,10 @@ func TestTextNoStream(t *testing.T) {
 	var g generated
 	decode(t, []byte(text(ProfileGemini, "/v1beta/models/g:generateContent", `{"contents":[{"parts":[{"text":`+strconv.Quote(prompt)+`}]}]}`)), &g)
 	var b struct {
-		Output struct{ Message struct{ Content []struct{ Text string } } }
-		Usage  struct{ OutputTokens int }
+		Output struct {
+			Message struct{ Content []struct{ Text string } }
+		}
+		Usage struct{ OutputTokens int }
 	}
 	decode(t, []byte(text(ProfileBedrock, "/model/x/converse", chatBody+"\n")), &b)
 
