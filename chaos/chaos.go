@@ -167,8 +167,9 @@
 // {"ok":true,"request":n,"text":…}. Output token counts are the number of
 // words. The bedrock profile never streams.
 //
-// Four request headers shape a stream; other modes ignore them, as does a
-// request that asks for no stream, and a malformed value gets 400. Offsets
+// Four request headers shape a stream. Other modes ignore them; in text
+// mode a malformed value gets 400, stream or not, and a request that asks
+// for no stream otherwise ignores them. Offsets
 // N are whole numbers of bytes counted from the start of the full answer,
 // whatever part of it the stream carries.
 //
