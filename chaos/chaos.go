@@ -7,7 +7,8 @@
 // request, rate-limit with a wait hint, answer slowly, drop the connection,
 // fail the way a model provider does when it is overloaded, out of quota or
 // given too long a prompt, break off a stream midway, or lose the reply to a
-// call that has done its work. rebound's benchmark and tests serve it with
+// call that has done its work; or answer a prompt with a text of its own,
+// delivered, delayed, cut and continued as the request asks. rebound's benchmark and tests serve it with
 // [net/http/httptest] or a plain [http.Server] and point a client at it.
 //
 // # Modes
@@ -35,6 +36,10 @@
 //     end (see Broken streams). Any other request is answered as in ok mode.
 //   - [ModeLostReply]: every request performs an action, and with
 //     probability [Config.FailRate] its reply is lost (see Lost replies).
+//   - [ModeText]: 200 with an answer that depends only on the seed and the
+//     prompt, streamed in pieces if the request asks for a stream, which
+//     the request's headers can delay, stall and cut, and which a later
+//     request can continue (see Text mode).
 //
 // A request uses [Config.Mode] unless it names a mode of its own, in the
 // [HeaderMode] header or, failing that, the [QueryMode] query parameter. A
@@ -130,6 +135,81 @@
 //	# gemini
 //	data: {"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}
 //
+// # Text mode
+//
+// Text mode is for testing what a client does with a stream's text: how it
+// joins a stream cut after some content with a second one that continues
+// it, and how it guards against a stream that is slow to start or stalls.
+//
+// The answer is [AnswerText] of [Config.Seed] and the text of the
+// request's first user message: 40 to 80 words of plain ASCII text in
+// sentences, mostly separated by single spaces, some by two spaces or a
+// newline. It depends on nothing else, not on the sequence number, so a
+// retry or a continuation gets the same answer. The message is found in
+// the request body's "messages" (chat completions, Anthropic and plain),
+// "input" (the Responses API, a string or a list of messages) or
+// "contents" (Gemini, where the role "model" is the assistant); a
+// message's content is a string or a list of parts whose text parts are
+// joined. A request with no user message is answered as if it had an
+// empty one.
+//
+// A request that asks for a stream, by the rules of stream-cut mode (see
+// Broken streams), gets 200 and a stream in its profile's format: the
+// events that open it, then one content event per piece of text, a piece
+// being one to three words, then the events that end it (the finish
+// reason, usage and [DONE] of a chat completion; the content_block_stop,
+// message_delta with end_turn and message_stop of Anthropic; and so on;
+// in gemini the last piece carries the finish reason and usage). Each
+// piece starts with the whitespace before its first word and ends with
+// its last word and any punctuation, so a stream cut after a piece has
+// delivered text without trailing whitespace. Any other request gets the
+// text whole as the profile's success; in the plain profile that is
+// {"ok":true,"request":n,"text":…}. Output token counts are the number of
+// words. The bedrock profile never streams.
+//
+// Four request headers shape a stream. Other modes ignore them; in text
+// mode a malformed value gets 400, stream or not, and a request that asks
+// for no stream otherwise ignores them. Offsets
+// N are whole numbers of bytes counted from the start of the full answer,
+// whatever part of it the stream carries.
+//
+//   - [HeaderCutAt]: N cuts the stream after the piece of text that brings
+//     the text delivered to N bytes or more; N = 0 cuts it before its
+//     first piece, and N beyond the answer never cuts it.
+//   - [HeaderCutHow]: how the stream is cut: abort (the default) aborts
+//     the connection, as stream-cut mode does, so that the client sees the
+//     body end unexpectedly; close ends the body cleanly but without any of
+//     the events that end the stream, a silent truncation; error sends the
+//     profile's in-band error event (see Broken streams), then ends the
+//     body.
+//   - [HeaderFirstTokenDelay]: a duration such as 300ms to wait between
+//     the opening events and the first piece of text.
+//   - [HeaderStall]: N:D, such as 120:2s, waits D after the piece of text
+//     that brings the text delivered to N bytes or more (before the first
+//     piece if N is 0), then goes on. A stall at the piece a cut comes
+//     after comes before the cut.
+//
+// Waits use timers, so they run in virtual time in a testing/synctest
+// bubble whose client calls the server in memory, and end early, with the
+// handler, if the client goes away.
+//
+// A request continues the answer if the last assistant message of its
+// conversation, wherever it is (OpenAI clients follow it with a user
+// message asking to continue), has a text that, with trailing whitespace
+// trimmed, is a non-empty prefix of the answer. The trimming follows
+// Anthropic, which refuses an assistant prefill ending in whitespace. Such
+// a request is answered with the rest of the answer: everything after the
+// trimmed prefix, in a stream with its full opening and end. So the
+// trimmed prefix followed by the rest is the answer, byte for byte; if the
+// prefill had trailing whitespace, the rest begins with the whitespace the
+// trimming removed, and the untrimmed prefill followed by the rest is not
+// the answer. The rest is sent in the answer's own pieces, the first cut
+// short if the prefix ends within one, so offsets mean the same as in the
+// first request: a continuation that starts before N is cut, or stalled,
+// at the same place as the stream it continues, and one that starts at N
+// or beyond is neither. [Stats.Continuations] counts continuations; an
+// assistant message that is no prefix of the answer is just conversation.
+//
 // # Lost replies
 //
 // Lost-reply mode stands for a tool endpoint with side effects. Every
@@ -220,12 +300,13 @@ const (
 	ModeContext    = "context"    // prompt too long: 400 (413 in the plain profile)
 	ModeStreamCut  = "stream-cut" // a stream breaks off with probability FailRate
 	ModeLostReply  = "lost-reply" // perform an action, then lose the reply with probability FailRate
+	ModeText       = "text"       // a seeded answer to the prompt, streamed in pieces, cut, delayed or continued as asked
 )
 
 // modes lists every mode, in the order an unknown-mode error names them.
 var modes = []string{
 	ModeOK, ModeRandom, ModeDown, ModeBadRequest, ModeRetryAfter, ModeSlow, ModeReset,
-	ModeOverload, ModeQuota, ModeContext, ModeStreamCut, ModeLostReply,
+	ModeOverload, ModeQuota, ModeContext, ModeStreamCut, ModeLostReply, ModeText,
 }
 
 // Profiles a [Server] can answer in, as named in [Config.Profile] and the
@@ -261,6 +342,21 @@ const (
 	// mode, names the action a request asks for, so that a retry with the
 	// same key does not perform it again.
 	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderCutAt is the request header that cuts, in text mode, a stream
+	// after the piece of text that brings the text delivered to its value,
+	// a whole number of bytes counted from the start of the full answer.
+	HeaderCutAt = "X-Chaos-Cut-At"
+	// HeaderCutHow is the request header that says, in text mode, how a
+	// stream is cut: abort (the default), close or error.
+	HeaderCutHow = "X-Chaos-Cut-How"
+	// HeaderFirstTokenDelay is the request header that makes, in text mode,
+	// a stream wait its value, a duration such as 300ms, between the
+	// events that open it and its first piece of text.
+	HeaderFirstTokenDelay = "X-Chaos-First-Token-Delay"
+	// HeaderStall is the request header that makes, in text mode, a stream
+	// wait D after the piece of text that brings the text delivered to N
+	// bytes of the full answer; its value is N:D, such as 120:2s.
+	HeaderStall = "X-Chaos-Stall"
 	// StatsPath is the control endpoint that reports [Stats] (GET).
 	StatsPath = "/chaos/stats"
 	// ResetPath is the control endpoint that calls [Server.Reset] (POST).
@@ -317,7 +413,7 @@ type Server struct {
 	retryAfter int64  // RetryAfter in whole seconds, rounded up
 
 	// mu guards next, requests, byStatus, streams, actions, duplicates,
-	// keys and keyOrder.
+	// keys, keyOrder and continuations.
 	mu         sync.Mutex
 	next       uint64              // sequence number of the next request
 	requests   int                 // requests served since the last Reset
@@ -327,6 +423,8 @@ type Server struct {
 	duplicates int                 // as in Stats.Duplicates
 	keys       map[[32]byte]uint64 // action recorded for each remembered key, by its SHA-256
 	keyOrder   [][32]byte          // the keys in keys, oldest first
+
+	continuations int // as in Stats.Continuations
 }
 
 // MaxRetryAfter is the longest Config.RetryAfter: a year, the longest wait
@@ -341,9 +439,9 @@ const maxKeys = 16384
 // Stats counts the requests a [Server] has served since it was created or
 // last reset. A request is counted, under the outcome chosen for it, when it
 // arrives; a slow request whose client goes away is still counted as 200.
-// The counts of stream-cut and lost-reply mode are left out of the JSON
-// while zero, so a server that never runs those modes reports only requests
-// and by_status.
+// The counts of stream-cut, lost-reply and text mode are left out of the
+// JSON while zero, so a server that never runs those modes reports only
+// requests and by_status.
 type Stats struct {
 	// Requests is the number of requests served, control requests excluded.
 	Requests int `json:"requests"`
@@ -368,6 +466,10 @@ type Stats struct {
 	// record of an earlier request with the same idempotency key.
 	Actions    int `json:"actions,omitempty"`
 	Duplicates int `json:"duplicates,omitempty"`
+
+	// Continuations is the number of requests in text mode that continued
+	// an answer from a prefix of it (see Text mode).
+	Continuations int `json:"continuations,omitempty"`
 }
 
 // New returns a server for cfg, or an error if cfg names an unknown mode or
@@ -452,6 +554,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case c.mode == ModeSlow && !s.wait(r.Context()):
 		return
+	case c.mode == ModeText:
+		c.planText(r)
 	}
 	c.answer(w, r)
 }
@@ -460,7 +564,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the server does not know, it returns the rejection to answer with and a
 // call good enough to answer it in.
 func (s *Server) newCall(r *http.Request) (*call, *rejection) {
-	c := &call{srv: s, profile: plain, wait: noHint}
+	c := &call{srv: s, ctx: r.Context(), profile: plain, wait: noHint}
 	name := r.Header.Get(HeaderProfile)
 	if name == "" {
 		name = s.cfg.Profile
@@ -502,6 +606,11 @@ func (s *Server) newCall(r *http.Request) (*call, *rejection) {
 				return c, &rejection{"chaos_bad_cut_after", v, msg}
 			}
 			c.cutAfter = int(min(k, uint64(len(successChunks))))
+		}
+	}
+	if c.mode == ModeText {
+		if rej := c.readTextHeaders(r); rej != nil {
+			return c, rej
 		}
 	}
 	return c, nil
@@ -590,6 +699,7 @@ var modeFaults = map[string]fault{
 	ModeOverload:   faultOverload,
 	ModeQuota:      faultQuota,
 	ModeContext:    faultContext,
+	ModeText:       faultNone,
 }
 
 // randomFaults maps the statuses of random mode to their faults.
@@ -631,14 +741,7 @@ func (s *Server) randomStatus(n uint64) int {
 // wait waits for the slow-mode delay and reports whether it elapsed before
 // ctx was done.
 func (s *Server) wait(ctx context.Context) bool {
-	t := time.NewTimer(s.cfg.SlowDelay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return sleep(ctx, s.cfg.SlowDelay)
 }
 
 // act answers c, a request in lost-reply mode: it performs the request's
@@ -725,6 +828,7 @@ func (s *Server) Stats() Stats {
 		StreamsCutAbort:  s.streams[mishapAbort],
 		Actions:          int(s.actions),
 		Duplicates:       s.duplicates,
+		Continuations:    s.continuations,
 	}
 	for k, v := range s.byStatus {
 		st.ByStatus[k] = v
@@ -746,6 +850,7 @@ func (s *Server) Reset() {
 	s.duplicates = 0
 	clear(s.keys)
 	s.keyOrder = nil
+	s.continuations = 0
 }
 
 // allow reports whether r uses method, answering 405 if it does not.
@@ -762,6 +867,7 @@ func allow(w http.ResponseWriter, r *http.Request, method string) bool {
 type okBody struct {
 	OK      bool   `json:"ok"`
 	Request uint64 `json:"request"`
+	Text    string `json:"text,omitempty"` // text mode only
 }
 
 type actionBody struct {

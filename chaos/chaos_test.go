@@ -240,7 +240,7 @@ func TestNew(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{Mode: "x"}, `chaos: unknown mode "x" (want ok, random, down, badreq, retryafter, slow, reset, overload, quota, context, stream-cut, lost-reply)`},
+		{Config{Mode: "x"}, `chaos: unknown mode "x" (want ok, random, down, badreq, retryafter, slow, reset, overload, quota, context, stream-cut, lost-reply, text)`},
 		{Config{Profile: "cohere"}, `chaos: unknown profile "cohere" (want plain, openai, anthropic, gemini, azure, bedrock, local)`},
 		{Config{FailRate: -0.1}, "chaos: fail rate -0.1 outside [0, 1]"},
 		{Config{FailRate: 1.5}, "chaos: fail rate 1.5 outside [0, 1]"},

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -60,14 +61,17 @@ type rejection struct {
 
 // A call is one request being answered.
 type call struct {
-	srv      *Server // the server answering it
-	n        uint64  // sequence number
+	srv      *Server         // the server answering it
+	ctx      context.Context // the request's, done when its client goes away
+	n        uint64          // sequence number
 	mode     string
 	profile  *profile
 	fault    fault
 	mishap   mishap
-	wait     int64 // seconds of the wait hint a failure carries, or noHint
-	cutAfter int   // stream-cut mode: pieces of text a breaking stream sends, at most len(successChunks)
+	wait     int64     // seconds of the wait hint a failure carries, or noHint
+	cutAfter int       // stream-cut mode: pieces of text a breaking stream sends, at most len(successChunks)
+	text     *textPlan // text mode's answer and its delivery; nil in other modes
+	req      *request  // the request body, once read by request
 }
 
 // noHint is call.wait for a failure that carries no wait hint.
@@ -167,6 +171,33 @@ const (
 
 var successChunks = []string{"Hello", " from", " chaos."}
 
+// reply returns the text of c's success: the text mode serves, or
+// successText.
+func (c *call) reply() string {
+	if c.text != nil {
+		return c.text.rest()
+	}
+	return successText
+}
+
+// outputTokens returns the output tokens c's success reports: in text mode
+// a word a token, otherwise outputTokens.
+func (c *call) outputTokens() int {
+	if c.text != nil {
+		return len(strings.Fields(c.text.rest()))
+	}
+	return outputTokens
+}
+
+// request returns the body of r, read by readRequest the first time.
+func (c *call) request(r *http.Request) request {
+	if c.req == nil {
+		req := readRequest(r)
+		c.req = &req
+	}
+	return *c.req
+}
+
 // A request is what the openai and anthropic profiles read from a request
 // body.
 type request struct {
@@ -175,6 +206,11 @@ type request struct {
 	StreamOptions struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+
+	// The conversation, which only text mode reads (see request.turns).
+	Messages json.RawMessage `json:"messages"` // chat completions, Anthropic, plain
+	Input    json.RawMessage `json:"input"`    // the Responses API
+	Contents json.RawMessage `json:"contents"` // Gemini
 }
 
 // maxBody is how much of a request body readRequest looks at.
@@ -213,11 +249,14 @@ var plain = &profile{
 	},
 	hint: retryAfterHint,
 	success: func(w http.ResponseWriter, r *http.Request, c *call) {
-		if c.mode == ModeStreamCut && readRequest(r).Stream {
+		switch {
+		case c.mode == ModeText && c.text.stream, c.mode == ModeStreamCut && c.request(r).Stream:
 			streamPlain(w, c)
-			return
+		case c.mode == ModeText:
+			writeJSON(w, http.StatusOK, okBody{OK: true, Request: c.n, Text: c.reply()})
+		default:
+			writeJSON(w, http.StatusOK, okBody{OK: true, Request: c.n})
 		}
-		writeJSON(w, http.StatusOK, okBody{OK: true, Request: c.n})
 	},
 }
 
@@ -267,13 +306,13 @@ var openAI = &profile{
 		h.Set("x-ratelimit-reset-tokens", reset.String())
 	},
 	success: func(w http.ResponseWriter, r *http.Request, c *call) {
-		req := readRequest(r)
+		req := c.request(r)
 		model := cmp.Or(req.Model, c.profile.model)
 		switch {
 		case strings.HasSuffix(r.URL.Path, "/responses") && req.Stream:
 			streamResponse(w, c, model)
 		case strings.HasSuffix(r.URL.Path, "/responses"):
-			writeJSON(w, http.StatusOK, openAIResponse(c, model, "completed", []any{openAIMessage(c, "completed", successText)}))
+			writeJSON(w, http.StatusOK, openAIResponse(c, model, "completed", []any{openAIMessage(c, "completed", c.reply())}))
 		case req.Stream:
 			streamChat(w, c, model, req.StreamOptions.IncludeUsage)
 		default:
@@ -309,20 +348,21 @@ func openAIChat(c *call, model string) object {
 		"model":   model,
 		"choices": []object{{
 			"index":         0,
-			"message":       object{"role": "assistant", "content": successText, "refusal": nil, "annotations": []any{}},
+			"message":       object{"role": "assistant", "content": c.reply(), "refusal": nil, "annotations": []any{}},
 			"logprobs":      nil,
 			"finish_reason": "stop",
 		}},
-		"usage":        openAIChatUsage(),
+		"usage":        openAIChatUsage(c),
 		"service_tier": "default",
 	}
 }
 
-func openAIChatUsage() object {
+func openAIChatUsage(c *call) object {
+	out := c.outputTokens()
 	return object{
 		"prompt_tokens":             inputTokens,
-		"completion_tokens":         outputTokens,
-		"total_tokens":              inputTokens + outputTokens,
+		"completion_tokens":         out,
+		"total_tokens":              inputTokens + out,
 		"prompt_tokens_details":     object{"cached_tokens": 0},
 		"completion_tokens_details": object{"reasoning_tokens": 0},
 	}
@@ -333,12 +373,13 @@ func openAIChatUsage() object {
 func openAIResponse(c *call, model, status string, output []any) object {
 	var usage any
 	if status == "completed" {
+		out := c.outputTokens()
 		usage = object{
 			"input_tokens":          inputTokens,
 			"input_tokens_details":  object{"cached_tokens": 0},
-			"output_tokens":         outputTokens,
+			"output_tokens":         out,
 			"output_tokens_details": object{"reasoning_tokens": 0},
-			"total_tokens":          inputTokens + outputTokens,
+			"total_tokens":          inputTokens + out,
 		}
 	}
 	return object{
@@ -424,14 +465,14 @@ var anthropic = &profile{
 		h.Set("anthropic-ratelimit-tokens-reset", at)
 	},
 	success: func(w http.ResponseWriter, r *http.Request, c *call) {
-		req := readRequest(r)
+		req := c.request(r)
 		model := cmp.Or(req.Model, c.profile.model)
 		if req.Stream {
 			streamMessage(w, c, model)
 			return
 		}
-		content := []any{object{"type": "text", "text": successText}}
-		writeJSON(w, http.StatusOK, anthropicMessage(c, model, content, "end_turn", outputTokens))
+		content := []any{object{"type": "text", "text": c.reply()}}
+		writeJSON(w, http.StatusOK, anthropicMessage(c, model, content, "end_turn", c.outputTokens()))
 	},
 }
 
@@ -511,7 +552,7 @@ var gemini = &profile{
 			streamGemini(w, c, model)
 			return
 		}
-		writeJSON(w, http.StatusOK, geminiResponse(c, model, successText, true))
+		writeJSON(w, http.StatusOK, geminiResponse(c, model, c.reply(), true))
 	},
 }
 
@@ -551,10 +592,11 @@ func geminiResponse(c *call, model, text string, last bool) object {
 	}
 	if last {
 		candidate["finishReason"] = "STOP"
+		out := c.outputTokens()
 		resp["usageMetadata"] = object{
 			"promptTokenCount":     inputTokens,
-			"candidatesTokenCount": outputTokens,
-			"totalTokenCount":      inputTokens + outputTokens,
+			"candidatesTokenCount": out,
+			"totalTokenCount":      inputTokens + out,
 		}
 	}
 	return resp

@@ -75,6 +75,31 @@ func (c *call) breakOff(s *eventStream, name, data string) {
 	s.sendRaw(name, data)
 }
 
+// sendPieces sends the pieces of text of c's stream s with emit, which is
+// told whether a piece is the last before the stream's normal end. It
+// reports whether the stream goes on to its end events; if not, the stream
+// has been broken off, with the in-band error event errName (none if "")
+// and errData() where it ends with one, or its client has gone away.
+func (c *call) sendPieces(s *eventStream, emit func(piece string, last bool), errName string, errData func() string) bool {
+	if c.text != nil {
+		return c.deliverText(s, emit, errName, errData)
+	}
+	pieces, broken := c.content()
+	for i, piece := range pieces {
+		emit(piece, !broken && i == len(pieces)-1)
+	}
+	if broken {
+		c.breakOff(s, errName, errData())
+		return false
+	}
+	return true
+}
+
+// inBand returns errData for an in-band error event that never changes.
+func inBand(data string) func() string {
+	return func() string { return data }
+}
+
 // completed counts c's stream, which ran to its end, if c is in stream-cut
 // mode.
 func (c *call) completed() {
@@ -87,12 +112,8 @@ func (c *call) completed() {
 // piece of text, then [DONE].
 func streamPlain(w http.ResponseWriter, c *call) {
 	s := startStream(w)
-	pieces, broken := c.content()
-	for _, piece := range pieces {
-		s.send("", object{"delta": piece})
-	}
-	if broken {
-		c.breakOff(s, "", plainStreamError)
+	emit := func(piece string, _ bool) { s.send("", object{"delta": piece}) }
+	if !c.sendPieces(s, emit, "", inBand(plainStreamError)) {
 		return
 	}
 	s.sendRaw("", "[DONE]")
@@ -118,18 +139,14 @@ func streamChat(w http.ResponseWriter, c *call, model string, usage bool) {
 		return []object{{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": finish}}
 	}
 	s.send("", chunk(choice(object{"role": "assistant", "content": ""}, nil)))
-	pieces, broken := c.content()
-	for _, piece := range pieces {
-		s.send("", chunk(choice(object{"content": piece}, nil)))
-	}
-	if broken {
-		c.breakOff(s, "", chatStreamError)
+	emit := func(piece string, _ bool) { s.send("", chunk(choice(object{"content": piece}, nil))) }
+	if !c.sendPieces(s, emit, "", inBand(chatStreamError)) {
 		return
 	}
 	s.send("", chunk(choice(object{}, "stop")))
 	if usage {
 		last := chunk([]object{})
-		last["usage"] = openAIChatUsage()
+		last["usage"] = openAIChatUsage(c)
 		s.send("", last)
 	}
 	s.sendRaw("", "[DONE]")
@@ -159,17 +176,16 @@ func streamResponse(w http.ResponseWriter, c *call, model string) {
 	emit("response.in_progress", object{"response": openAIResponse(c, model, "in_progress", []any{})})
 	emit("response.output_item.added", object{"output_index": 0, "item": openAIMessage(c, "in_progress", "")})
 	emit("response.content_part.added", inPart(object{"part": openAIOutputText("")}))
-	pieces, broken := c.content()
-	for _, piece := range pieces {
+	delta := func(piece string, _ bool) {
 		emit("response.output_text.delta", inPart(object{"delta": piece, "logprobs": []any{}}))
 	}
-	if broken {
-		c.breakOff(s, "error", fmt.Sprintf(responseStreamError, seq))
+	if !c.sendPieces(s, delta, "error", func() string { return fmt.Sprintf(responseStreamError, seq) }) {
 		return
 	}
-	emit("response.output_text.done", inPart(object{"text": successText, "logprobs": []any{}}))
-	emit("response.content_part.done", inPart(object{"part": openAIOutputText(successText)}))
-	done := openAIMessage(c, "completed", successText)
+	text := c.reply()
+	emit("response.output_text.done", inPart(object{"text": text, "logprobs": []any{}}))
+	emit("response.content_part.done", inPart(object{"part": openAIOutputText(text)}))
+	done := openAIMessage(c, "completed", text)
 	emit("response.output_item.done", object{"output_index": 0, "item": done})
 	emit("response.completed", object{"response": openAIResponse(c, model, "completed", []any{done})})
 	c.completed()
@@ -186,18 +202,16 @@ func streamMessage(w http.ResponseWriter, c *call, model string) {
 	emit("message_start", object{"message": anthropicMessage(c, model, []any{}, "", 1)})
 	emit("content_block_start", object{"index": 0, "content_block": object{"type": "text", "text": ""}})
 	emit("ping", object{})
-	pieces, broken := c.content()
-	for _, piece := range pieces {
+	delta := func(piece string, _ bool) {
 		emit("content_block_delta", object{"index": 0, "delta": object{"type": "text_delta", "text": piece}})
 	}
-	if broken {
-		c.breakOff(s, "error", anthropicStreamError)
+	if !c.sendPieces(s, delta, "error", inBand(anthropicStreamError)) {
 		return
 	}
 	emit("content_block_stop", object{"index": 0})
 	emit("message_delta", object{
 		"delta": object{"stop_reason": "end_turn", "stop_sequence": nil},
-		"usage": object{"output_tokens": outputTokens},
+		"usage": object{"output_tokens": c.outputTokens()},
 	})
 	emit("message_stop", object{})
 	c.completed()
@@ -205,16 +219,20 @@ func streamMessage(w http.ResponseWriter, c *call, model string) {
 
 // streamGemini streams a Gemini answer as one GenerateContentResponse per
 // piece of text, the last with the finish reason and usage. In a broken
-// stream none has them.
+// stream none has them. An answer without text, as a continuation from the
+// whole of it, is one response with an empty text.
 func streamGemini(w http.ResponseWriter, c *call, model string) {
 	s := startStream(w)
-	pieces, broken := c.content()
-	for i, piece := range pieces {
-		s.send("", geminiResponse(c, model, piece, !broken && i == len(pieces)-1))
+	ended := false
+	emit := func(piece string, last bool) {
+		s.send("", geminiResponse(c, model, piece, last))
+		ended = last
 	}
-	if broken {
-		c.breakOff(s, "", geminiStreamError)
+	if !c.sendPieces(s, emit, "", inBand(geminiStreamError)) {
 		return
+	}
+	if !ended {
+		s.send("", geminiResponse(c, model, "", true))
 	}
 	c.completed()
 }

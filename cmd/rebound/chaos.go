@@ -20,21 +20,26 @@ const chaosUsage = `usage: rebound chaos [flags]
 
 Serve a fault-injecting HTTP server until interrupted. Every request is
 answered according to a mode (ok, random, down, badreq, retryafter, slow,
-reset, overload, quota, context, stream-cut, lost-reply); a request can pick
-its own with the X-Chaos-Mode header or the chaos_mode query parameter. In
-stream-cut mode a streaming request's stream breaks off, with probability
+reset, overload, quota, context, stream-cut, lost-reply, text); a request can
+pick its own with the X-Chaos-Mode header or the chaos_mode query parameter.
+In stream-cut mode a streaming request's stream breaks off, with probability
 --fail-rate, after --cut-after pieces of text (or as many as an
 X-Chaos-Cut-After: N header asks for). In lost-reply mode every request
 performs an action, counted once per Idempotency-Key, and its reply is lost
 with probability --fail-rate, by a dropped connection or an answer delayed
-by --slow. Answers follow a
-profile: plain, or the wire format of openai, anthropic or gemini, which
-their SDKs parse; a request can pick its own with the X-Chaos-Profile
-header. A failure carries a wait hint in retryafter mode, on every failure
-if --retry-after is given, and when the request asks with an
-X-Chaos-Retry-After: SECONDS header. GET /chaos/stats reports counts by
-status, of broken streams and of actions, and POST /chaos/reset zeroes them,
-forgets idempotency keys and restarts the seeded outcome sequence.
+by --slow. In text mode a request gets an answer that depends only on --seed
+and its first user message, streamed in pieces if it asks for a stream;
+X-Chaos-Cut-At: BYTES with X-Chaos-Cut-How: abort|close|error cuts the
+stream, X-Chaos-First-Token-Delay: DURATION and X-Chaos-Stall: BYTES:DURATION
+slow it, and a request whose last assistant message is a prefix of the
+answer gets the rest of it. Answers follow a profile: plain, or the wire
+format of openai, anthropic or gemini, which their SDKs parse; a request can
+pick its own with the X-Chaos-Profile header. A failure carries a wait hint
+in retryafter mode, on every failure if --retry-after is given, and when the
+request asks with an X-Chaos-Retry-After: SECONDS header. GET /chaos/stats
+reports counts by status, of broken streams, of actions and of
+continuations, and POST /chaos/reset zeroes them, forgets idempotency keys
+and restarts the seeded outcome sequence.
 
 The first line on stdout is "listening on http://HOST:PORT".
 
@@ -48,7 +53,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8787", "listen on `host:port` (port 0 picks a free port)")
 	mode := fs.String("mode", chaos.ModeRandom, "default `mode` of requests that name none")
-	seed := fs.Uint64("seed", 1, "seed of the outcome sequence of random, stream-cut and lost-reply mode")
+	seed := fs.Uint64("seed", 1, "seed of the outcome sequence of random, stream-cut and lost-reply mode, and of text mode's answers")
 	failRate := fs.Float64("fail-rate", 0.35, "failure probability in random, stream-cut and lost-reply mode, in (0, 1]")
 	retryAfter := fs.Int("retry-after", 1, "wait hint `seconds` sent in retryafter mode, at most a year (31536000); if given, with every failure")
 	slow := fs.Duration("slow", time.Second, "response `delay` in slow mode and of late replies in lost-reply mode")
