@@ -20,7 +20,7 @@ const (
 	// timeout).
 	defaultStreamStall      = 2 * time.Minute
 	defaultStreamRateWindow = 30 * time.Second
-	streamReadSize          = 32 << 10
+	streamReadSize          = 4 << 10 // the least room for a read; the store grows past it for long events
 )
 
 // errStreamCut is the end of a stream the watch cut.
@@ -64,7 +64,7 @@ func (t *Transport) newStreamBody(read []byte, body io.ReadCloser, cancel func()
 		return b
 	}
 	b.tr, b.src = tr, body
-	b.store = make([]byte, max(streamReadSize, 2*len(read)))
+	b.store = make([]byte, max(streamReadSize, len(read)+streamReadSize))
 	b.hi = copy(b.store, read)
 	b.w = t.newWatch(body)
 	return b
@@ -109,12 +109,12 @@ func (b *streamBody) fill() {
 	switch {
 	case b.lo == b.hi:
 		b.lo, b.hi = 0, 0
-	case len(b.store)-b.hi < streamReadSize/4: // room for a read: move the partial event down, or grow
+	case len(b.store)-b.hi < streamReadSize/2: // room for a read: move the partial event down, or grow
 		if b.lo > 0 {
 			b.hi = copy(b.store, b.store[b.lo:b.hi])
 			b.lo = 0
 		}
-		if len(b.store)-b.hi < streamReadSize/4 {
+		if len(b.store)-b.hi < streamReadSize/2 {
 			b.store = append(b.store[:b.hi], make([]byte, len(b.store))...)
 			b.store = b.store[:cap(b.store)]
 		}
@@ -123,9 +123,6 @@ func (b *streamBody) fill() {
 	b.tr.Write(b.store[b.hi : b.hi+n])
 	b.hi += n
 	switch {
-	case err == io.EOF:
-		b.tr.Flush()
-		b.err = err
 	case err != nil:
 		b.err = err
 	case b.w.tooSlow(b.tr.Events()):

@@ -65,7 +65,7 @@ type Tracker struct {
 	data          []byte
 	hasData       bool
 	afterCR       bool // the last byte fed was a CR: an LF next belongs to it
-	blankCR       bool // that CR ended a blank line: the event ends after its LF, if one comes
+	blankCR       bool // that CR ended a blank line, and an event: its LF, if it comes, goes with it
 }
 
 // Write feeds the tracker the next bytes of the stream. It never fails.
@@ -73,19 +73,16 @@ func (t *Tracker) Write(p []byte) (int, error) {
 	for i := 0; i < len(p); {
 		if t.afterCR {
 			t.afterCR = false
-			if p[i] == '\n' {
+			if p[i] == '\n' { // the LF of a CRLF
 				i++
 				t.fed++
-				if t.blankCR {
-					t.blankCR = false
-					t.dispatch()
+				if t.blankCR { // the event ended at the CR: it takes its LF along
+					t.complete = t.fed
 				}
+				t.blankCR = false
 				continue
 			}
-			if t.blankCR {
-				t.blankCR = false
-				t.dispatch()
-			}
+			t.blankCR = false
 		}
 		j := bytes.IndexAny(p[i:], "\r\n")
 		if j < 0 {
@@ -94,32 +91,17 @@ func (t *Tracker) Write(p []byte) (int, error) {
 			break
 		}
 		t.line = append(t.line, p[i:i+j]...)
-		cr := p[i+j] == '\r'
+		t.afterCR = p[i+j] == '\r'
 		i += j + 1
 		t.fed += int64(j + 1)
-		blank := len(t.line) == 0
-		t.takeLine()
-		if !blank {
-			t.afterCR = cr
+		if len(t.line) > 0 {
+			t.takeLine()
 			continue
 		}
-		if cr { // the event ends after the LF that may follow
-			t.afterCR, t.blankCR = true, true
-			continue
-		}
+		t.blankCR = t.afterCR
 		t.dispatch()
 	}
 	return len(p), nil
-}
-
-// Flush ends a blank line left at a bare CR when the stream ends: an event
-// it closes is complete. (An event without its blank line is not: the
-// specification drops it, and so does the count.)
-func (t *Tracker) Flush() {
-	if t.blankCR {
-		t.afterCR, t.blankCR = false, false
-		t.dispatch()
-	}
 }
 
 // takeLine takes in the line just read, without its end.
