@@ -41,7 +41,20 @@ const (
 // unchanged, and nothing after the first content event is ever retried.
 // Preamble (OpenAI chunks with only a role, response.created, Anthropic's
 // message_start, ping and empty content_block_start) is safe to retry
-// after.
+// after. FirstTokenTimeout (fixed, or adaptive) bounds the wait for that
+// first content event.
+//
+// A stream handed over in a dialect Transport recognises (OpenAI Chat
+// Completions and Responses, Anthropic Messages, Gemini, and plain
+// {"delta": …} events ending in [DONE]) ends honestly: it is handed over
+// whole events at a time, and ends either with its end marker ([DONE],
+// response.completed, message_stop, a finishReason; for Chat Completions,
+// a finish_reason too) and then io.EOF, or with an *IncompleteStreamError
+// from Read, after every complete event that came and never half of
+// one: when it broke, ended without its end marker or on an error event,
+// or was cut by StreamStall (default 2 minutes) or StreamMinRate. The
+// breaker is told such a stream failed. A stream in another dialect, or
+// encoded (gzip, deflate), passes through as it comes.
 //
 // When Transport gives up on a failed response, it returns that response,
 // body intact, so that the SDK reports the provider's own error; the reason

@@ -296,11 +296,11 @@ func TestTransportCutsATrickle(t *testing.T) {
 // (passed through as before).
 func BenchmarkStreamRead(b *testing.B) {
 	const events = 1000
-	for _, tc := range []struct{ name, event string }{
-		{"tracked", dialectStreams[0].content},
-		{"passthrough", "data: " + strings.Repeat("x", len(dialectStreams[0].content)-8) + "\n\n"},
+	for _, tc := range []struct{ name, preamble, event string }{
+		{"tracked", openaiRole, dialectStreams[0].content},
+		{"passthrough", "", "data: " + strings.Repeat("x", len(dialectStreams[0].content)-8) + "\n\n"},
 	} {
-		stream := openaiRole + strings.Repeat(tc.event, events) + "data: [DONE]\n\n"
+		stream := tc.preamble + strings.Repeat(tc.event, events) + "data: [DONE]\n\n"
 		b.Run(tc.name, func(b *testing.B) {
 			tr := &Transport{Base: &sseTransport{streams: []string{stream}}}
 			buf := make([]byte, 4096)
