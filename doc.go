@@ -39,6 +39,15 @@
 // A call whose context is marked WithSideEffects is attempted exactly
 // once: a timeout does not mean the message was not sent.
 //
+// # Streams
+//
+// Stream retries a stream while nothing has reached the caller; after the
+// first event, the stream is the caller's and is never replayed.
+// StreamWith adds an honest end: given the event that ends a whole answer,
+// a stream that ends or breaks before it yields an *IncompleteStreamError,
+// never a clean end; and a bound on silence. Transport does the same for
+// the event streams of the providers' HTTP APIs.
+//
 // # The decisions are a pure step
 //
 // All of the above is decided by a Loop, a state machine that never sleeps

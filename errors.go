@@ -151,3 +151,59 @@ func (e *GiveUpError) Unwrap() []error {
 	}
 	return []error{e.Err}
 }
+
+// IncompleteReason says how an event stream handed to the caller ended
+// before its end marker.
+type IncompleteReason uint8
+
+const (
+	// IncompleteCut: the stream broke (a read error) mid-answer.
+	IncompleteCut IncompleteReason = iota + 1
+	// IncompleteStalled: the stream sent nothing for Transport.StreamStall
+	// and was closed.
+	IncompleteStalled
+	// IncompleteTooSlow: the stream sent fewer content events than
+	// Transport.StreamMinRate over a StreamRateWindow and was closed.
+	IncompleteTooSlow
+	// IncompleteNoEnd: the stream ended cleanly without its end marker.
+	IncompleteNoEnd
+	// IncompleteErrorEvent: the stream ended on an in-band error
+	// (an error event, OpenAI's response.failed or response.incomplete).
+	IncompleteErrorEvent
+)
+
+var incompleteNames = [...]string{"", "cut", "stalled", "too slow", "ended without its end marker", "error event"}
+
+func (r IncompleteReason) String() string {
+	if int(r) < len(incompleteNames) && r > 0 {
+		return incompleteNames[r]
+	}
+	return fmt.Sprintf("IncompleteReason(%d)", r)
+}
+
+// IncompleteStreamError is how a stream handed to the caller ends when its
+// answer is not whole: Read returns it in place of io.EOF or the bare read
+// error, after every complete event that came, so that a half answer is
+// never mistaken for a whole one. Transport returns it for streams whose
+// dialect it recognises; StreamUntil for streams with a Done event.
+type IncompleteStreamError struct {
+	// Reason is how the stream ended.
+	Reason IncompleteReason
+	// Events is how many content events reached the caller.
+	Events int
+	// Text is how many bytes of text they carried.
+	Text int
+	// Err is the read error that broke the stream, if one did.
+	Err error
+}
+
+func (e *IncompleteStreamError) Error() string {
+	msg := fmt.Sprintf("rebound: event stream incomplete (%v) after %d content events, %d bytes of text", e.Reason, e.Events, e.Text)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Unwrap returns the read error that broke the stream, if any.
+func (e *IncompleteStreamError) Unwrap() error { return e.Err }

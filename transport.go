@@ -1,9 +1,7 @@
 package rebound
 
 import (
-	"bytes"
 	"errors"
-	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -43,7 +41,20 @@ const (
 // unchanged, and nothing after the first content event is ever retried.
 // Preamble (OpenAI chunks with only a role, response.created, Anthropic's
 // message_start, ping and empty content_block_start) is safe to retry
-// after.
+// after. FirstTokenTimeout (fixed, or adaptive) bounds the wait for that
+// first content event.
+//
+// A stream handed over in a dialect Transport recognises (OpenAI Chat
+// Completions and Responses, Anthropic Messages, Gemini, and plain
+// {"delta": …} events ending in [DONE]) ends honestly: it is handed over
+// whole events at a time, and ends either with its end marker ([DONE],
+// response.completed, message_stop, a finishReason; for Chat Completions,
+// a finish_reason too) and then io.EOF, or with an *IncompleteStreamError
+// from Read, after every complete event that came and never half of
+// one: when it broke, ended without its end marker or on an error event,
+// or was cut by StreamStall (default 2 minutes) or StreamMinRate. The
+// breaker is told such a stream failed. A stream in another dialect, or
+// encoded (gzip, deflate), passes through as it comes.
 //
 // When Transport gives up on a failed response, it returns that response,
 // body intact, so that the SDK reports the provider's own error; the reason
@@ -97,6 +108,44 @@ type Transport struct {
 	// over as it is. Zero means 64 KiB.
 	StreamLookaheadBytes int
 
+	// FirstTokenTimeout bounds how long an event stream may take, from
+	// its response headers, to its first content event, keep-alives and
+	// preamble or not; past it the attempt is closed and retried as a
+	// transient failure (nothing has reached the caller yet). Zero means
+	// no bound but StreamLookahead's on silence.
+	FirstTokenTimeout time.Duration
+
+	// FirstTokenAdaptive raises the first-token bound to 3 times the
+	// 90th percentile of the last 64 first-token times of the request's
+	// target (WithTarget) or else its host, once 16 are known: a stream
+	// far slower to start than its peers is retried, whatever the model's
+	// usual pace. FirstTokenTimeout, if set, is the least bound; without
+	// it and before 16 samples there is none. The Transport keeps samples
+	// for at most 1024 targets.
+	FirstTokenAdaptive bool
+
+	// StreamStall bounds how long an event stream already handed over,
+	// after its first content event, may keep a read waiting without a
+	// byte; one silent longer is closed, and the caller's Read returns an
+	// *IncompleteStreamError (IncompleteStalled). Time the caller spends
+	// between reads does not count. Zero means 2 minutes, as
+	// StreamLookahead: a provider mid-answer sends tokens or keep-alives
+	// far more often, and a dead connection would otherwise hold the
+	// caller for ever. Negative means no bound.
+	StreamStall time.Duration
+
+	// StreamMinRate, in content events a second, is the least pace of an
+	// event stream handed over, judged over each StreamRateWindow of time
+	// spent waiting for it (time the caller spends between reads does not
+	// count), when its bytes arrive; a slower stream is closed and the
+	// caller's Read returns an *IncompleteStreamError
+	// (IncompleteTooSlow). Zero means no floor.
+	StreamMinRate float64
+
+	// StreamRateWindow is the span StreamMinRate is judged over. Zero
+	// means 30 seconds.
+	StreamRateWindow time.Duration
+
 	// ErrorBodyTimeout bounds how long the body of a failed response
 	// (status 400 or above) is read to judge it: a server that sends
 	// part of an error body and holds the connection open does not hold
@@ -112,8 +161,9 @@ type Transport struct {
 	// else the one used least recently.
 	DisableRetryBudget bool
 
-	mu      sync.Mutex             // guards budgets, and serialises draws from Policy.Rand
-	budgets map[string]*hostBudget // per host, at most maxHostBudgets
+	mu          sync.Mutex             // guards budgets and firstTokens, and serialises draws from Policy.Rand
+	budgets     map[string]*hostBudget // per host, at most maxHostBudgets
+	firstTokens map[string]*tokenTimes // per target or host, at most maxHostBudgets
 }
 
 // maxHostBudgets bounds how many hosts' retry budgets a Transport keeps.
@@ -190,6 +240,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		p.Budget = t.hostBudget(req.URL.Host, ClockFrom(ctx).Now())
 	}
 	e := newEngine(ctx, p, req.URL.Host)
+	key := TargetFrom(ctx)
+	if key == "" {
+		key = req.URL.Host
+	}
 	e.sideEffects = HasSideEffects(ctx) && req.Header.Get("Idempotency-Key") == ""
 	if body.once {
 		e.once = StopUnreplayableBody
@@ -207,13 +261,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		last.discard()
 		resp, err := base.RoundTrip(areq)
+		headers := time.Now()
 		timedOut := areq != req && attemptTimedOut(ctx, areq.Context(), err)
 		cur := failedAttempt{cancel: cancel}
 		switch {
 		case err != nil:
 			cur.err = redactError(err, scrub.Of(req))
 		case resp.StatusCode == http.StatusOK && isEventStream(resp):
-			read, failed := t.lookahead(resp)
+			read, failed := t.lookahead(resp, t.firstTokenBound(key))
 			if failed != nil {
 				cur.resp, cur.body.raw, cur.err = resp, read, failed
 				if se, ok := failed.(*StreamError); ok {
@@ -225,8 +280,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				cur.dead = errors.Is(failed, ErrStreamStalled)
 				break // a failed attempt, like any other
 			}
+			t.firstTokenTook(key, time.Since(headers))
 			// The stream hands the permit back when it ends.
-			resp.Body = &streamBody{Reader: io.MultiReader(bytes.NewReader(read), resp.Body), body: resp.Body, cancel: cancel, held: e.handOver()}
+			encoded := !resp.Uncompressed && resp.Header.Get("Content-Encoding") != ""
+			resp.Body = t.newStreamBody(read, resp.Body, cancel, e.handOver(), encoded)
 			ok = resp
 			return outcome{}
 		case resp.StatusCode < http.StatusBadRequest:

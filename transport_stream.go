@@ -9,7 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"sync"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -44,15 +44,21 @@ func peekStream(body io.Reader, limit int) ([]byte, error) {
 	return read, err
 }
 
+// errFirstToken is the failure of an event stream whose first content
+// event took longer than the Transport's first-token bound. It is a stall,
+// and transient.
+var errFirstToken = fmt.Errorf("rebound: no content within the first-token timeout: %w", ErrStreamStalled)
+
 // lookahead peeks into an event-stream response before the Transport
 // hands it over: it returns the bytes read, as they came, and the stream's
 // failure, if it failed before any content. A stream silent for the
 // Transport's StreamLookahead before its first content event (not a byte,
 // not a keep-alive) has its body closed and fails with ErrStreamStalled;
-// one that keeps sending, however slow to its answer, is not stalled. A
-// gzip or deflate stream (as a request that set Accept-Encoding itself
+// one that keeps sending, however slow to its answer, is not stalled,
+// unless its first content takes longer than firstToken (zero: no bound).
+// A gzip or deflate stream (as a request that set Accept-Encoding itself
 // gets) is decoded to be looked into, and handed over encoded.
-func (t *Transport) lookahead(resp *http.Response) ([]byte, error) {
+func (t *Transport) lookahead(resp *http.Response, firstToken time.Duration) ([]byte, error) {
 	limit, wait := t.StreamLookaheadBytes, t.StreamLookahead
 	if limit <= 0 {
 		limit = defaultStreamLookaheadBytes
@@ -60,12 +66,13 @@ func (t *Transport) lookahead(resp *http.Response) ([]byte, error) {
 	if wait <= 0 {
 		wait = defaultStreamLookahead
 	}
-	// One state decides the race between the timer and the look ahead:
+	// One state decides the race between the timers and the look ahead:
 	// whoever moves it first wins, so a body handed over is never closed.
 	const (
 		looking int32 = iota
 		done
 		stalled
+		late
 	)
 	var state atomic.Int32
 	body := &heardBody{r: resp.Body, start: time.Now()}
@@ -80,8 +87,19 @@ func (t *Transport) lookahead(resp *http.Response) ([]byte, error) {
 		}
 	})
 	defer timer.Stop()
+	if firstToken > 0 {
+		deadline := time.AfterFunc(firstToken, func() {
+			if state.CompareAndSwap(looking, late) {
+				resp.Body.Close()
+			}
+		})
+		defer deadline.Stop()
+	}
 	read, err := t.peek(resp, body, limit)
 	if !state.CompareAndSwap(looking, done) {
+		if state.Load() == late {
+			return read, errFirstToken
+		}
 		return read, ErrStreamStalled
 	}
 	return read, err
@@ -130,38 +148,64 @@ func (b *heardBody) silence() time.Duration {
 	return time.Since(b.start) - time.Duration(b.heard.Load())
 }
 
-// streamBody is an event stream handed to the caller: the bytes the look
-// ahead read, then the rest. It holds the breaker's permit, if any, and
-// hands it back once, when the stream ends: success at its end, failure if
-// it broke, nothing learned if the caller closed it early.
-type streamBody struct {
-	io.Reader
-	body   io.ReadCloser
-	cancel func()
-	held   lease
-	once   sync.Once
+// The adaptive first-token bound: factor × the percentile of the last
+// tokenSamples first-token times, once minTokenSamples are known.
+const (
+	tokenSamples    = 64
+	minTokenSamples = 16
+	tokenPercentile = 0.9
+	tokenFactor     = 3
+)
+
+// tokenTimes is a ring of recent first-token times.
+type tokenTimes struct {
+	times [tokenSamples]time.Duration
+	n     int // samples taken, ever
 }
 
-func (b *streamBody) Read(p []byte) (int, error) {
-	n, err := b.Reader.Read(p)
-	switch {
-	case err == io.EOF:
-		b.finish(OutcomeSuccess)
-	case err != nil:
-		b.finish(OutcomeFailure)
+// firstTokenBound is the first-token bound of a request to key (its target
+// or host): zero for none.
+func (t *Transport) firstTokenBound(key string) time.Duration {
+	bound := t.FirstTokenTimeout
+	if !t.FirstTokenAdaptive {
+		return bound
 	}
-	return n, err
+	t.mu.Lock()
+	s := t.firstTokens[key]
+	var times []time.Duration
+	if s != nil && s.n >= minTokenSamples {
+		times = slices.Clone(s.times[:min(s.n, tokenSamples)])
+	}
+	t.mu.Unlock()
+	if times == nil {
+		return bound
+	}
+	slices.Sort(times)
+	p := times[int(float64(len(times)-1)*tokenPercentile)]
+	return max(bound, tokenFactor*p)
 }
 
-func (b *streamBody) Close() error {
-	err := b.body.Close()
-	b.finish(OutcomeIgnored)
-	return err
-}
-
-func (b *streamBody) finish(o Outcome) {
-	b.once.Do(func() {
-		b.held.done(o)
-		b.cancel()
-	})
+// firstTokenTook notes how long a stream to key took to its first content.
+func (t *Transport) firstTokenTook(key string, d time.Duration) {
+	if !t.FirstTokenAdaptive {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.firstTokens[key]
+	if s == nil {
+		if t.firstTokens == nil {
+			t.firstTokens = map[string]*tokenTimes{}
+		}
+		if len(t.firstTokens) >= maxHostBudgets {
+			for k := range t.firstTokens { // any one: a sample is cheap to learn again
+				delete(t.firstTokens, k)
+				break
+			}
+		}
+		s = &tokenTimes{}
+		t.firstTokens[key] = s
+	}
+	s.times[s.n%tokenSamples] = d
+	s.n++
 }

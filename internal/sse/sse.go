@@ -5,6 +5,11 @@
 // before any content is a failed attempt; from the first content event on,
 // the stream is the caller's.
 //
+// After the hand-over, a Tracker follows the stream as the caller reads
+// it: its dialect, where its last complete event ends, whether its end
+// marker came, and the content and text delivered, so that the stream is
+// handed on whole events at a time and its end judged honestly.
+//
 // Preamble (OpenAI chunks with only a role, response.created and the like,
 // Anthropic's message_start, ping and empty content_block_start) is safe
 // to retry after. Lines may end in CRLF, LF or a bare CR, as the

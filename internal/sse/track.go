@@ -1,0 +1,372 @@
+package sse
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+)
+
+// Dialect is the provider's stream format, as a Tracker recognised it.
+type Dialect uint8
+
+const (
+	Unknown   Dialect = iota // not recognised (yet): the stream is never judged
+	Chat                     // OpenAI Chat Completions chunks
+	Responses                // OpenAI Responses API events
+	Anthropic                // Anthropic Messages events
+	Gemini                   // Gemini streamGenerateContent chunks
+	Plain                    // data: {"delta": …} events ending in [DONE]
+)
+
+var dialectNames = [...]string{"unknown", "openai-chat", "openai-responses", "anthropic", "gemini", "plain"}
+
+func (d Dialect) String() string { return dialectNames[d] }
+
+// Kind is what one event means to a stream: its preamble, its answer, its
+// normal end or an in-band error.
+type Kind uint8
+
+const (
+	Preamble Kind = iota // before the answer, or beside it (ping, keep-alive)
+	Content              // part of the answer
+	End                  // the stream's normal end
+	Error                // an in-band error, or an end that says the answer is not whole
+)
+
+// MaxText bounds how much text a Tracker keeps; past it Text is no longer
+// kept (TextKept reports false), though TextBytes goes on counting.
+const MaxText = 1 << 20
+
+// Tracker follows an event stream as it is read, fed the bytes in any
+// split, and tells where its last complete event ends, so that whoever
+// hands the stream on can hand over whole events only. It recognises the
+// dialect from the events themselves and counts what was delivered.
+//
+// A Tracker is not safe for concurrent use.
+type Tracker struct {
+	// Each, if set, is called at the end of every complete event with
+	// the offset just past it (counted from the first byte fed) and its
+	// kind: enough to cut a stream into events and drop its preamble.
+	Each func(end int64, k Kind)
+
+	dialect  Dialect
+	ended    bool // the end marker was seen
+	errored  bool // an error event, or an end that says the answer is not whole
+	finished bool // a chunk said why the answer finished (finish_reason)
+	events   int  // content events
+	textN    int
+	text     []byte
+	cut      bool // text passed MaxText and is no longer kept
+	notText  bool // some content was not text
+
+	fed, complete int64
+	line          []byte
+	name          string
+	data          []byte
+	hasData       bool
+	afterCR       bool // the last byte fed was a CR: an LF next belongs to it
+	blankCR       bool // that CR ended a blank line, and an event: its LF, if it comes, goes with it
+}
+
+// Write feeds the tracker the next bytes of the stream. It never fails.
+func (t *Tracker) Write(p []byte) (int, error) {
+	for i := 0; i < len(p); {
+		if t.afterCR {
+			t.afterCR = false
+			if p[i] == '\n' { // the LF of a CRLF
+				i++
+				t.fed++
+				if t.blankCR { // the event ended at the CR: it takes its LF along
+					t.complete = t.fed
+				}
+				t.blankCR = false
+				continue
+			}
+			t.blankCR = false
+		}
+		j := bytes.IndexAny(p[i:], "\r\n")
+		if j < 0 {
+			t.line = append(t.line, p[i:]...)
+			t.fed += int64(len(p) - i)
+			break
+		}
+		t.line = append(t.line, p[i:i+j]...)
+		t.afterCR = p[i+j] == '\r'
+		i += j + 1
+		t.fed += int64(j + 1)
+		if len(t.line) > 0 {
+			t.takeLine()
+			continue
+		}
+		t.blankCR = t.afterCR
+		t.dispatch()
+	}
+	return len(p), nil
+}
+
+// takeLine takes in the line just read, without its end.
+func (t *Tracker) takeLine() {
+	line := t.line
+	t.line = t.line[:0]
+	switch {
+	case bytes.HasPrefix(line, []byte("event:")):
+		t.name = string(bytes.TrimSpace(line[len("event:"):]))
+	case bytes.HasPrefix(line, []byte("data:")):
+		if t.hasData {
+			t.data = append(t.data, '\n')
+		}
+		t.data = append(t.data, bytes.TrimPrefix(line[len("data:"):], []byte(" "))...)
+		t.hasData = true
+	}
+}
+
+// dispatch ends the event read so far: the bytes fed are complete up to
+// here.
+func (t *Tracker) dispatch() {
+	t.complete = t.fed
+	if !t.hasData && t.name == "" {
+		return // a comment or a stray blank line
+	}
+	k := t.observe(t.name, t.data)
+	t.name, t.data, t.hasData = "", t.data[:0], false
+	if t.Each != nil {
+		t.Each(t.complete, k)
+	}
+}
+
+// Complete is the offset just past the last complete event fed: what may
+// be handed on without giving half an event.
+func (t *Tracker) Complete() int64 { return t.complete }
+
+// Dialect is the stream's dialect, once recognised.
+func (t *Tracker) Dialect() Dialect { return t.dialect }
+
+// Ended reports whether the stream's end marker was seen ([DONE],
+// response.completed, message_stop, a Gemini candidate's finishReason),
+// and no error event or incomplete end came with it.
+func (t *Tracker) Ended() bool { return t.ended && !t.errored }
+
+// Finished reports whether a chunk said why the answer finished (OpenAI's
+// finish_reason): the answer is whole, though what follows it (usage,
+// [DONE]) may not have come.
+func (t *Tracker) Finished() bool { return t.finished && !t.errored }
+
+// Errored reports whether an error event, response.failed or
+// response.incomplete came.
+func (t *Tracker) Errored() bool { return t.errored }
+
+// Events is how many content events came.
+func (t *Tracker) Events() int { return t.events }
+
+// TextBytes is how many bytes of text the content events carried.
+func (t *Tracker) TextBytes() int { return t.textN }
+
+// Text is the text delivered so far, if kept (see TextKept). It is valid
+// until the next Write.
+func (t *Tracker) Text() []byte { return t.text }
+
+// TextKept reports whether Text holds all the text delivered: false once
+// it passed MaxText.
+func (t *Tracker) TextKept() bool { return !t.cut }
+
+// TextOnly reports whether all content so far was text: no tool call,
+// function call, tool input or refusal.
+func (t *Tracker) TextOnly() bool { return !t.notText }
+
+// chunk is the union of the providers' stream chunks, as far as tracking
+// needs.
+type chunk struct {
+	Type    string          `json:"type"`
+	Error   json.RawMessage `json:"error"`
+	Delta   json.RawMessage `json:"delta"`
+	Choices *[]struct {
+		Delta struct {
+			Content      string          `json:"content"`
+			ToolCalls    json.RawMessage `json:"tool_calls"`
+			Refusal      string          `json:"refusal"`
+			FunctionCall json.RawMessage `json:"function_call"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Candidates *[]struct {
+		Content struct {
+			Parts []struct {
+				Text         string          `json:"text"`
+				FunctionCall json.RawMessage `json:"functionCall"`
+			} `json:"parts"`
+		} `json:"content"`
+		FinishReason string `json:"finishReason"`
+	} `json:"candidates"`
+}
+
+// anthropicDelta is the delta of a content_block_delta.
+type anthropicDelta struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+// observe takes in one complete event and says what it was.
+func (t *Tracker) observe(name string, data []byte) Kind {
+	trimmed := bytes.TrimSpace(data)
+	if string(trimmed) == "[DONE]" {
+		if t.dialect == Unknown {
+			return End // the end of a stream never recognised
+		}
+		t.ended = true
+		return End
+	}
+	var c chunk
+	if name == "error" {
+		t.errored = true
+		return Error
+	}
+	if json.Unmarshal(trimmed, &c) != nil {
+		return Preamble // not JSON: nothing a tracked dialect sends
+	}
+	if nonEmpty(c.Error) || c.Type == "error" {
+		t.errored = true
+		return Error
+	}
+	switch {
+	case c.Choices != nil:
+		return t.chat(&c)
+	case c.Candidates != nil:
+		return t.gemini(&c)
+	case strings.HasPrefix(c.Type, "response."):
+		return t.responses(&c)
+	case c.Type != "":
+		return t.anthropic(&c)
+	case nonEmpty(c.Delta):
+		t.recognise(Plain)
+		var s string
+		if json.Unmarshal(c.Delta, &s) == nil {
+			t.addText(s)
+		} else {
+			t.notText = true
+		}
+		t.events++
+		return Content
+	}
+	return Preamble
+}
+
+func (t *Tracker) recognise(d Dialect) {
+	if t.dialect == Unknown {
+		t.dialect = d
+	}
+}
+
+func (t *Tracker) chat(c *chunk) Kind {
+	t.recognise(Chat)
+	k := Preamble
+	for _, ch := range *c.Choices {
+		d := ch.Delta
+		if d.Content != "" {
+			t.addText(d.Content)
+			k = Content
+		}
+		if d.Refusal != "" || nonEmpty(d.ToolCalls) || nonEmpty(d.FunctionCall) {
+			t.notText = true
+			k = Content
+		}
+		if ch.FinishReason != nil && *ch.FinishReason != "" {
+			t.finished = true
+		}
+	}
+	if k == Content {
+		t.events++
+	}
+	return k
+}
+
+func (t *Tracker) gemini(c *chunk) Kind {
+	t.recognise(Gemini)
+	k := Preamble
+	for _, cand := range *c.Candidates {
+		for _, p := range cand.Content.Parts {
+			if p.Text != "" {
+				t.addText(p.Text)
+				k = Content
+			}
+			if nonEmpty(p.FunctionCall) {
+				t.notText = true
+				k = Content
+			}
+		}
+		if cand.FinishReason != "" {
+			t.ended = true
+			if k != Content {
+				k = End
+			}
+		}
+	}
+	if k == Content {
+		t.events++
+	}
+	return k
+}
+
+func (t *Tracker) responses(c *chunk) Kind {
+	t.recognise(Responses)
+	switch c.Type {
+	case "response.completed":
+		t.ended = true
+		return End
+	case "response.failed", "response.incomplete":
+		t.ended, t.errored = true, true
+		return Error
+	}
+	if !strings.HasSuffix(c.Type, ".delta") || !nonEmpty(c.Delta) {
+		return Preamble
+	}
+	switch c.Type {
+	case "response.output_text.delta":
+		var s string
+		json.Unmarshal(c.Delta, &s)
+		t.addText(s)
+	case "response.reasoning_text.delta", "response.reasoning_summary_text.delta":
+		// thinking: content, though not the answer's text
+	default: // function call arguments, refusals, tool input
+		t.notText = true
+	}
+	t.events++
+	return Content
+}
+
+func (t *Tracker) anthropic(c *chunk) Kind {
+	switch c.Type {
+	case "message_start", "message_delta", "content_block_start", "content_block_stop", "ping":
+		t.recognise(Anthropic)
+		return Preamble
+	case "message_stop":
+		t.recognise(Anthropic)
+		t.ended = true
+		return End
+	case "content_block_delta":
+		t.recognise(Anthropic)
+		var d anthropicDelta
+		json.Unmarshal(c.Delta, &d)
+		switch d.Type {
+		case "text_delta":
+			t.addText(d.Text)
+		case "thinking_delta", "signature_delta":
+		default: // input_json_delta, citations
+			t.notText = true
+		}
+		t.events++
+		return Content
+	}
+	return Preamble
+}
+
+func (t *Tracker) addText(s string) {
+	t.textN += len(s)
+	if t.cut {
+		return
+	}
+	if len(t.text)+len(s) > MaxText {
+		t.cut, t.text = true, nil
+		return
+	}
+	t.text = append(t.text, s...)
+}
