@@ -42,28 +42,42 @@ type streamBody struct {
 	held   lease
 	once   sync.Once
 
-	tr     *sse.Tracker // nil: passed through as it comes
-	w      *watch       // the guards after content; nil when tr is
-	store  []byte       // store[lo:hi] read and tracked, not yet given
-	lo, hi int
-	base   int64 // the stream offset of store[lo]
-	err    error // src's error, once it came
-	ended  error // what Read returns once the stream is given out
+	tr   *sse.Tracker // nil: passed through as it comes
+	w    *watch       // the guards after content; nil when tr is
+	more *continuer   // continues a text answer cut after content; nil: none
+	// With a continuer, an error event after content is held back, from
+	// errAt (a stream offset; -1: none), until it is known that the answer
+	// will not be continued: the SDK must not see an error in the middle
+	// of an answer that goes on.
+	errAt, lastEnd int64
+	release        bool
+	store          []byte // store[lo:hi] read and tracked, not yet given
+	lo, hi         int
+	base           int64 // the stream offset of store[lo]
+	err            error // src's error, once it came
+	ended          error // what Read returns once the stream is given out
 }
 
-// newStreamBody hands over resp's stream, read bytes put back in front.
-// A stream whose dialect read does not show is passed through.
-func (t *Transport) newStreamBody(read []byte, body io.ReadCloser, cancel func(), held lease, encoded bool) *streamBody {
-	b := &streamBody{src: io.MultiReader(bytes.NewReader(read), body), body: body, cancel: cancel, held: held}
+// newStreamBody hands over resp's stream, read bytes put back in front,
+// to be continued by more if it is cut (nil: never). A stream whose
+// dialect read does not show is passed through.
+func (t *Transport) newStreamBody(read []byte, body io.ReadCloser, cancel func(), held lease, encoded bool, more *continuer) *streamBody {
+	b := &streamBody{src: io.MultiReader(bytes.NewReader(read), body), body: body, cancel: cancel, held: held, errAt: -1}
 	if encoded {
 		return b
 	}
 	tr := &sse.Tracker{}
+	b.tr = tr
+	if more != nil {
+		b.more = more
+		b.holdErrors()
+	}
 	tr.Write(read)
 	if tr.Dialect() == sse.Unknown {
+		b.tr, b.more = nil, nil
 		return b
 	}
-	b.tr, b.src = tr, body
+	b.src = body
 	b.store = make([]byte, max(streamReadSize, len(read)+streamReadSize))
 	b.hi = copy(b.store, read)
 	b.w = t.newWatch(body)
@@ -82,7 +96,11 @@ func (b *streamBody) Read(p []byte) (int, error) {
 		return n, err
 	}
 	for {
-		if ready := int(b.tr.Complete() - b.base); ready > 0 {
+		limit := b.tr.Complete()
+		if b.errAt >= 0 && !b.release {
+			limit = b.errAt
+		}
+		if ready := int(limit - b.base); ready > 0 {
 			n := copy(p, b.store[b.lo:b.lo+ready])
 			b.lo += n
 			b.base += int64(n)
@@ -93,12 +111,17 @@ func (b *streamBody) Read(p []byte) (int, error) {
 		}
 		if b.err != nil {
 			b.ended = b.end(b.err)
+			if b.ended != io.EOF && b.resume(b.ended) {
+				b.ended, b.err = nil, nil
+				continue
+			}
+			b.release = true // not continued: a held-back error event goes on after all
 			if b.ended == io.EOF {
 				b.finish(OutcomeSuccess)
 			} else {
 				b.finish(OutcomeFailure)
 			}
-			return 0, b.ended
+			continue
 		}
 		b.fill()
 	}

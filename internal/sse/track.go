@@ -134,6 +134,17 @@ func (t *Tracker) dispatch() {
 	}
 }
 
+// Rewind forgets what was fed past offset to, the end of a complete
+// event: the stream is to go on from there with another stream's events.
+// The end, error or finish seen past it are forgotten with it; what it
+// delivered before is kept.
+func (t *Tracker) Rewind(to int64) {
+	t.fed, t.complete = to, to
+	t.line, t.name, t.data = t.line[:0], "", t.data[:0]
+	t.hasData, t.afterCR, t.blankCR = false, false, false
+	t.ended, t.errored, t.finished = false, false, false
+}
+
 // Complete is the offset just past the last complete event fed: what may
 // be handed on without giving half an event.
 func (t *Tracker) Complete() int64 { return t.complete }
