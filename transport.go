@@ -299,7 +299,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			t.firstTokenTook(key, time.Since(headers))
 			// The stream hands the permit back when it ends.
 			encoded := !resp.Uncompressed && resp.Header.Get("Content-Encoding") != ""
-			resp.Body = t.newStreamBody(read, resp.Body, cancel, e.handOver(), encoded, t.continuer(req, body, key))
+			resp.Body = t.newStreamBody(read, resp.Body, cancel, e.handOver(), encoded, t.continuer(req, body, key), scrub.Of(req))
 			ok = resp
 			return outcome{}
 		case resp.StatusCode < http.StatusBadRequest:

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rebound-go/rebound/internal/scrub"
 	"github.com/rebound-go/rebound/internal/sse"
 )
 
@@ -45,12 +46,12 @@ type streamBody struct {
 	tr   *sse.Tracker // nil: passed through as it comes
 	w    *watch       // the guards after content; nil when tr is
 	more *continuer   // continues a text answer cut after content; nil: none
-	// With a continuer, an error event after content is held back, from
-	// errAt (a stream offset; -1: none), until it is known that the answer
-	// will not be continued: the SDK must not see an error in the middle
-	// of an answer that goes on.
+	// An error event after content is never handed on: the stream ends
+	// before it, where errAt says (a stream offset; -1: none), with an
+	// *IncompleteStreamError that carries it, or a continuation takes
+	// over from there.
 	errAt, lastEnd int64
-	release        bool
+	secrets        scrub.Secrets
 	store          []byte // store[lo:hi] read and tracked, not yet given
 	lo, hi         int
 	base           int64 // the stream offset of store[lo]
@@ -59,19 +60,17 @@ type streamBody struct {
 }
 
 // newStreamBody hands over resp's stream, read bytes put back in front,
-// to be continued by more if it is cut (nil: never). A stream whose
-// dialect read does not show is passed through.
-func (t *Transport) newStreamBody(read []byte, body io.ReadCloser, cancel func(), held lease, encoded bool, more *continuer) *streamBody {
+// to be continued by more if it is cut (nil: never); secrets are the
+// request's, kept out of an error event's data. A stream whose dialect
+// read does not show is passed through.
+func (t *Transport) newStreamBody(read []byte, body io.ReadCloser, cancel func(), held lease, encoded bool, more *continuer, secrets scrub.Secrets) *streamBody {
 	b := &streamBody{src: io.MultiReader(bytes.NewReader(read), body), body: body, cancel: cancel, held: held, errAt: -1}
 	if encoded {
 		return b
 	}
 	tr := &sse.Tracker{}
-	b.tr = tr
-	if more != nil {
-		b.more = more
-		b.holdErrors()
-	}
+	b.tr, b.more, b.secrets = tr, more, secrets
+	b.holdErrors()
 	tr.Write(read)
 	if tr.Dialect() == sse.Unknown {
 		b.tr, b.more = nil, nil
@@ -97,7 +96,7 @@ func (b *streamBody) Read(p []byte) (int, error) {
 	}
 	for {
 		limit := b.tr.Complete()
-		if b.errAt >= 0 && !b.release {
+		if b.errAt >= 0 {
 			limit = b.errAt
 		}
 		if ready := int(limit - b.base); ready > 0 {
@@ -115,7 +114,6 @@ func (b *streamBody) Read(p []byte) (int, error) {
 				b.ended, b.err = nil, nil
 				continue
 			}
-			b.release = true // not continued: a held-back error event goes on after all
 			if b.ended == io.EOF {
 				b.finish(OutcomeSuccess)
 			} else {
@@ -165,7 +163,11 @@ func (b *streamBody) end(err error) error {
 	case b.tr.Ended(), b.tr.Finished():
 		return io.EOF
 	case b.tr.Errored():
-		return b.incomplete(IncompleteErrorEvent, nil)
+		var ev error
+		if name, data, ok := b.tr.ErrorEvent(); ok {
+			ev = &StreamError{Event: name, Data: b.secrets.CutBytes(data, MaxErrorBody)}
+		}
+		return b.incomplete(IncompleteErrorEvent, ev)
 	case err == io.EOF:
 		return b.incomplete(IncompleteNoEnd, nil)
 	}
