@@ -28,9 +28,13 @@ const (
 	EventRetry
 	// EventGiveUp: the call stopped without success, for Reason.
 	EventGiveUp
+	// EventContinue: an event stream cut after content is continued by a
+	// new request (Transport.Continuations); Attempt is the
+	// continuation's number, from 1, and Err the cut.
+	EventContinue
 )
 
-var eventNames = [...]string{EventAttempt: "attempt", EventRetry: "retry", EventGiveUp: "give_up"}
+var eventNames = [...]string{EventAttempt: "attempt", EventRetry: "retry", EventGiveUp: "give_up", EventContinue: "continue"}
 
 func (t EventType) String() string { return enumString(eventNames[:], int(t), "event") }
 

@@ -146,6 +146,22 @@ type Transport struct {
 	// means 30 seconds.
 	StreamRateWindow time.Duration
 
+	// Continuations is how many times a text answer whose stream was cut
+	// after content (broken, stalled, too slow, ended without its end
+	// marker or with an error event) is continued: the Transport sends a
+	// new request that gives the model the text delivered so far, and
+	// splices the new stream's content onto the old, so that the caller
+	// reads one answer. Anthropic's Messages API continues the text as a
+	// prefill; OpenAI's Chat Completions API, and the servers that speak
+	// it, get it as an assistant message and a request to continue. Only
+	// plain text is continued: never tool calls, structured output
+	// (response_format), several choices, or other APIs; those, and a
+	// continuation that fails, end with the *IncompleteStreamError. Each
+	// continuation is a call of its own, retried under Policy, and is
+	// reported to Policy.Observer as an EventContinue. Zero (the default)
+	// means never: a continuation is paid for again as input.
+	Continuations int
+
 	// ErrorBodyTimeout bounds how long the body of a failed response
 	// (status 400 or above) is read to judge it: a server that sends
 	// part of an error body and holds the connection open does not hold
@@ -283,7 +299,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			t.firstTokenTook(key, time.Since(headers))
 			// The stream hands the permit back when it ends.
 			encoded := !resp.Uncompressed && resp.Header.Get("Content-Encoding") != ""
-			resp.Body = t.newStreamBody(read, resp.Body, cancel, e.handOver(), encoded)
+			resp.Body = t.newStreamBody(read, resp.Body, cancel, e.handOver(), encoded, t.continuer(req, body, key), scrub.Of(req))
 			ok = resp
 			return outcome{}
 		case resp.StatusCode < http.StatusBadRequest:

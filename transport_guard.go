@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rebound-go/rebound/internal/scrub"
 	"github.com/rebound-go/rebound/internal/sse"
 )
 
@@ -42,28 +43,40 @@ type streamBody struct {
 	held   lease
 	once   sync.Once
 
-	tr     *sse.Tracker // nil: passed through as it comes
-	w      *watch       // the guards after content; nil when tr is
-	store  []byte       // store[lo:hi] read and tracked, not yet given
-	lo, hi int
-	base   int64 // the stream offset of store[lo]
-	err    error // src's error, once it came
-	ended  error // what Read returns once the stream is given out
+	tr   *sse.Tracker // nil: passed through as it comes
+	w    *watch       // the guards after content; nil when tr is
+	more *continuer   // continues a text answer cut after content; nil: none
+	// An error event after content is never handed on: the stream ends
+	// before it, where errAt says (a stream offset; -1: none), with an
+	// *IncompleteStreamError that carries it, or a continuation takes
+	// over from there.
+	errAt, lastEnd int64
+	secrets        scrub.Secrets
+	store          []byte // store[lo:hi] read and tracked, not yet given
+	lo, hi         int
+	base           int64 // the stream offset of store[lo]
+	err            error // src's error, once it came
+	ended          error // what Read returns once the stream is given out
 }
 
-// newStreamBody hands over resp's stream, read bytes put back in front.
-// A stream whose dialect read does not show is passed through.
-func (t *Transport) newStreamBody(read []byte, body io.ReadCloser, cancel func(), held lease, encoded bool) *streamBody {
-	b := &streamBody{src: io.MultiReader(bytes.NewReader(read), body), body: body, cancel: cancel, held: held}
+// newStreamBody hands over resp's stream, read bytes put back in front,
+// to be continued by more if it is cut (nil: never); secrets are the
+// request's, kept out of an error event's data. A stream whose dialect
+// read does not show is passed through.
+func (t *Transport) newStreamBody(read []byte, body io.ReadCloser, cancel func(), held lease, encoded bool, more *continuer, secrets scrub.Secrets) *streamBody {
+	b := &streamBody{src: io.MultiReader(bytes.NewReader(read), body), body: body, cancel: cancel, held: held, errAt: -1}
 	if encoded {
 		return b
 	}
 	tr := &sse.Tracker{}
+	b.tr, b.more, b.secrets = tr, more, secrets
+	b.holdErrors()
 	tr.Write(read)
 	if tr.Dialect() == sse.Unknown {
+		b.tr, b.more = nil, nil
 		return b
 	}
-	b.tr, b.src = tr, body
+	b.src = body
 	b.store = make([]byte, max(streamReadSize, len(read)+streamReadSize))
 	b.hi = copy(b.store, read)
 	b.w = t.newWatch(body)
@@ -82,7 +95,11 @@ func (b *streamBody) Read(p []byte) (int, error) {
 		return n, err
 	}
 	for {
-		if ready := int(b.tr.Complete() - b.base); ready > 0 {
+		limit := b.tr.Complete()
+		if b.errAt >= 0 {
+			limit = b.errAt
+		}
+		if ready := int(limit - b.base); ready > 0 {
 			n := copy(p, b.store[b.lo:b.lo+ready])
 			b.lo += n
 			b.base += int64(n)
@@ -93,12 +110,16 @@ func (b *streamBody) Read(p []byte) (int, error) {
 		}
 		if b.err != nil {
 			b.ended = b.end(b.err)
+			if b.ended != io.EOF && b.resume(b.ended) {
+				b.ended, b.err = nil, nil
+				continue
+			}
 			if b.ended == io.EOF {
 				b.finish(OutcomeSuccess)
 			} else {
 				b.finish(OutcomeFailure)
 			}
-			return 0, b.ended
+			continue
 		}
 		b.fill()
 	}
@@ -142,7 +163,11 @@ func (b *streamBody) end(err error) error {
 	case b.tr.Ended(), b.tr.Finished():
 		return io.EOF
 	case b.tr.Errored():
-		return b.incomplete(IncompleteErrorEvent, nil)
+		var ev error
+		if name, data, ok := b.tr.ErrorEvent(); ok {
+			ev = &StreamError{Event: name, Data: b.secrets.CutBytes(data, MaxErrorBody)}
+		}
+		return b.incomplete(IncompleteErrorEvent, ev)
 	case err == io.EOF:
 		return b.incomplete(IncompleteNoEnd, nil)
 	}

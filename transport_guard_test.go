@@ -81,10 +81,12 @@ func TestTransportFinishReasonEndsAChatStream(t *testing.T) {
 }
 
 func TestTransportStreamEndingOnAnErrorIsIncomplete(t *testing.T) {
-	s := anthropicStart + dialectStreams[2].content + anthropicOverload
-	_, got, err := streamOnce(t, &Transport{Base: &sseTransport{streams: []string{s}}})
+	// The error event is not handed on; the error carries it.
+	s := anthropicStart + dialectStreams[2].content
+	_, got, err := streamOnce(t, &Transport{Base: &sseTransport{streams: []string{s + anthropicOverload}}})
 	var ie *IncompleteStreamError
-	if got != s || !errors.As(err, &ie) || ie.Reason != IncompleteErrorEvent {
+	var se *StreamError
+	if got != s || !errors.As(err, &ie) || ie.Reason != IncompleteErrorEvent || !errors.As(err, &se) || !strings.Contains(string(se.Data), "overloaded_error") {
 		t.Fatalf("%v after %q", err, got)
 	}
 }

@@ -58,6 +58,8 @@ type Tracker struct {
 	text     []byte
 	cut      bool // text passed MaxText and is no longer kept
 	notText  bool // some content was not text
+	errName  string
+	errData  []byte // the first error event's, while errored
 
 	fed, complete int64
 	line          []byte
@@ -132,6 +134,37 @@ func (t *Tracker) dispatch() {
 	if t.Each != nil {
 		t.Each(t.complete, k)
 	}
+}
+
+// maxErrorData bounds the data kept of an error event.
+const maxErrorData = 64 << 10
+
+// errorEvent notes an in-band error event, the first one's name and data
+// kept.
+func (t *Tracker) errorEvent(name string, data []byte) Kind {
+	if !t.errored {
+		t.errName, t.errData = name, bytes.Clone(data[:min(len(data), maxErrorData)])
+	}
+	t.errored = true
+	return Error
+}
+
+// ErrorEvent returns the name and data (at most 64 KiB) of the first
+// in-band error event, if one came.
+func (t *Tracker) ErrorEvent() (name string, data []byte, ok bool) {
+	return t.errName, t.errData, t.errored && t.errData != nil
+}
+
+// Rewind forgets what was fed past offset to, the end of a complete
+// event: the stream is to go on from there with another stream's events.
+// The end, error or finish seen past it are forgotten with it; what it
+// delivered before is kept.
+func (t *Tracker) Rewind(to int64) {
+	t.fed, t.complete = to, to
+	t.line, t.name, t.data = t.line[:0], "", t.data[:0]
+	t.hasData, t.afterCR, t.blankCR = false, false, false
+	t.ended, t.errored, t.finished = false, false, false
+	t.errName, t.errData = "", nil
 }
 
 // Complete is the offset just past the last complete event fed: what may
@@ -217,15 +250,13 @@ func (t *Tracker) observe(name string, data []byte) Kind {
 	}
 	var c chunk
 	if name == "error" {
-		t.errored = true
-		return Error
+		return t.errorEvent(name, trimmed)
 	}
 	if json.Unmarshal(trimmed, &c) != nil {
 		return Preamble // not JSON: nothing a tracked dialect sends
 	}
 	if nonEmpty(c.Error) || c.Type == "error" {
-		t.errored = true
-		return Error
+		return t.errorEvent(name, trimmed)
 	}
 	switch {
 	case c.Choices != nil:
