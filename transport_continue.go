@@ -114,11 +114,19 @@ func (b *streamBody) resume(ended error) bool {
 	}
 	// What the caller has not had of the cut stream (half an event, an
 	// error event held back) is dropped.
+	b.mu.Lock()
+	if b.closed { // the caller has gone: so does the continuation
+		b.mu.Unlock()
+		next.Close()
+		return false
+	}
+	old := b.body
+	b.body = next
+	b.mu.Unlock()
+	old.Close()
 	b.tr.Rewind(b.base)
 	b.hi = b.lo
 	b.errAt, b.lastEnd = -1, b.base
-	b.body.Close()
-	b.body = next
 	b.src = &splice{r: next, trim: trim}
 	b.w.stop()
 	b.w = b.more.t.newWatch(next)

@@ -52,11 +52,16 @@ type streamBody struct {
 	// over from there.
 	errAt, lastEnd int64
 	secrets        scrub.Secrets
-	store          []byte // store[lo:hi] read and tracked, not yet given
-	lo, hi         int
-	base           int64 // the stream offset of store[lo]
-	err            error // src's error, once it came
-	ended          error // what Read returns once the stream is given out
+
+	// Close may come from another goroutine while Read continues the
+	// stream on a new body.
+	mu     sync.Mutex // guards body (once the stream is continued) and closed
+	closed bool
+	store  []byte // store[lo:hi] read and tracked, not yet given
+	lo, hi int
+	base   int64 // the stream offset of store[lo]
+	err    error // src's error, once it came
+	ended  error // what Read returns once the stream is given out
 }
 
 // newStreamBody hands over resp's stream, read bytes put back in front,
@@ -184,7 +189,11 @@ func (b *streamBody) incomplete(r IncompleteReason, err error) error {
 }
 
 func (b *streamBody) Close() error {
-	err := b.body.Close()
+	b.mu.Lock()
+	b.closed = true
+	body := b.body
+	b.mu.Unlock()
+	err := body.Close()
 	b.finish(OutcomeIgnored)
 	return err
 }
