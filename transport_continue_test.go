@@ -67,3 +67,29 @@ func TestTransportContinuesACutAnswer(t *testing.T) {
 		}
 	})
 }
+
+// TestTransportContinuationClosedMidway closes a stream from another
+// goroutine while its reader continues it: no race, no continuation left
+// open, and the reader stops.
+func TestTransportContinuationClosedMidway(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, _ := chaos.New(chaos.Config{Mode: chaos.ModeText, Seed: 7, Profile: chaos.ProfileAnthropic})
+		for at := 5; at < 200; at += 37 {
+			tr := &rebound.Transport{Base: &handlerTransport{h: srv}, Continuations: 3}
+			req, _ := http.NewRequest(http.MethodPost, "http://chaos.test/v1/messages", strings.NewReader(`{"model":"m","max_tokens":500,"stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+			req.Header.Set(chaos.HeaderCutAt, strconv.Itoa(at))
+			req.Header.Set(chaos.HeaderCutHow, "close")
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error)
+			go func() {
+				_, err := io.Copy(io.Discard, resp.Body)
+				done <- err
+			}()
+			resp.Body.Close()
+			<-done // whatever it read, it ends
+		}
+	})
+}
