@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxLine is the longest input line Read takes, in bytes: a request with
@@ -68,6 +69,11 @@ func Read(r io.Reader) (*File, error) {
 	f := &File{}
 	seen := map[string]int{}
 	br := bufio.NewReaderSize(r, 64<<10)
+	// A byte order mark, as some editors write, is not part of the
+	// first line.
+	if bom, _ := br.Peek(3); bytes.Equal(bom, []byte("\xef\xbb\xbf")) {
+		br.Discard(3)
+	}
 	for n := 1; ; n++ {
 		line, tooLong, err := readLine(br)
 		if err != nil && !errors.Is(err, io.EOF) {
@@ -144,6 +150,11 @@ func parseLine(line []byte) (Request, error) {
 		}
 		if *f.to == "" {
 			return Request{}, fmt.Errorf("%s is empty", f.name)
+		}
+		// Invalid UTF-8 would be decoded to U+FFFD, making two ids one;
+		// a NUL no database keeps in text.
+		if !utf8.Valid(*f.raw) || strings.ContainsRune(*f.to, 0) || strings.ContainsRune(*f.to, utf8.RuneError) {
+			return Request{}, fmt.Errorf("%s is not valid UTF-8 text", f.name)
 		}
 	}
 	if req.Method != "POST" {

@@ -127,3 +127,17 @@ func ExampleWriteOutput() {
 	// {"id":"batch_req_c75de8c1b7c3ae5252091267","custom_id":"q1","response":{"status_code":200,"request_id":"req_1","body":{"choices":[]}},"error":null}
 	// {"id":"batch_req_bee98bf120e8906382754c6b","custom_id":"q2","response":{"status_code":400,"request_id":"","body":{"error":{"message":"bad"}}},"error":{"code":"permanent","message":"400 Bad Request"}}
 }
+
+// TestReadBOMAndOddIDs: a byte order mark is not part of the first line;
+// a custom_id that is not valid UTF-8 text (which would decode to U+FFFD,
+// making two ids one) or holds a NUL is malformed.
+func TestReadBOMAndOddIDs(t *testing.T) {
+	in := "\xef\xbb\xbf" + `{"custom_id":"a","method":"POST","url":"/v1/x","body":{}}` + "\n" +
+		"{\"custom_id\":\"b\xff\",\"method\":\"POST\",\"url\":\"/v1/x\",\"body\":{}}\n" +
+		`{"custom_id":"c\u0000","method":"POST","url":"/v1/x","body":{}}` + "\n"
+	f, err := batch.Read(strings.NewReader(in))
+	if err != nil || len(f.Requests) != 1 || f.Requests[0].CustomID != "a" || len(f.Malformed) != 2 ||
+		!strings.Contains(f.Malformed[0].Error(), "line 2: custom_id is not valid UTF-8") || f.Malformed[1].Line != 3 {
+		t.Fatalf("Read: %v, %+v, %v", err, f.Requests, f.Malformed)
+	}
+}

@@ -2,12 +2,14 @@ package batch
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"unicode/utf8"
 )
 
 // Line is one line of an output or errors file, in the OpenAI Batch API's
@@ -78,7 +80,10 @@ func bodyJSON(body []byte) json.RawMessage {
 	switch {
 	case len(body) == 0:
 		return json.RawMessage("null")
-	case json.Valid(body):
+	case !utf8.Valid(body): // encoding/json lets it through; a reader of the file would not
+		body = bytes.ToValidUTF8(body, []byte("\uFFFD"))
+	}
+	if json.Valid(body) {
 		return body
 	}
 	s, _ := json.Marshal(string(body)) // invalid UTF-8 becomes U+FFFD

@@ -330,12 +330,6 @@ func (s *state) dispatch(ctx context.Context) error {
 func (s *state) claimed(claims []Claim) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, c := range claims {
-		s.summary.Sent++
-		if c.Resent {
-			s.summary.Resent++
-		}
-	}
 	s.progress.InFlight += len(claims)
 }
 
@@ -354,6 +348,12 @@ func (s *state) handle(ctx context.Context, c Claim) error {
 	}
 	s.mu.Lock()
 	s.progress.InFlight--
+	if o.State != Pending || o.Attempts > 0 { // sent, or judged: not given back unsent
+		s.summary.Sent++
+		if c.Resent {
+			s.summary.Resent++
+		}
+	}
 	switch {
 	case err != nil:
 	case o.State == Succeeded:
@@ -419,7 +419,7 @@ func (s *state) send(ctx context.Context, c Claim) Outcome {
 	o.StatusCode = resp.StatusCode
 	for _, h := range requestIDHeaders {
 		if id := resp.Header.Get(h); id != "" {
-			o.RequestID = id
+			o.RequestID = secrets.String(id)
 			break
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,7 +64,14 @@ type Store struct {
 func Open(url string) (Config, error) {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
-		return Config{}, fmt.Errorf("reboundredis: %w", err)
+		// go-redis quotes the URL, password and all.
+		msg := err.Error()
+		if u, perr := neturl.Parse(url); perr == nil && u.User != nil {
+			if pw, ok := u.User.Password(); ok && pw != "" {
+				msg = strings.ReplaceAll(msg, pw, "xxxxx")
+			}
+		}
+		return Config{}, errors.New("reboundredis: " + msg)
 	}
 	opt.ContextTimeoutEnabled = true
 	opt.DialTimeout = 100 * time.Millisecond

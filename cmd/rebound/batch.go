@@ -54,8 +54,9 @@ journal made from another input, stops the run before anything is sent.
 
 "rebound batch status" prints the journal's counts.
 
-Exit 0 when every request has succeeded, 1 when some failed or the run was
-stopped (run again to go on), 2 on bad usage.
+Exit 0 when every request has succeeded, 1 when some failed, were not sent
+(malformed lines) or the run was stopped (run again to go on), 2 on bad
+usage.
 
 flags:
 `
@@ -172,10 +173,14 @@ func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if f.baseURL == "" {
 		f.baseURL = d.baseURL
 	}
-	if u, err := url.Parse(f.baseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return usageErr("--base-url %q: want http:// or https:// and a host", f.baseURL)
+	if u, err := url.Parse(f.baseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return usageErr("--base-url %q: want http:// or https://, a host and at most a path", f.baseURL)
 	}
-	if f.out == f.errs || f.out == input || f.errs == input || f.journal == f.out || f.journal == input {
+	files := []string{input, f.out, f.errs}
+	if !isPostgres(f.journal) {
+		files = append(files, f.journal)
+	}
+	if sameFiles(files...) {
 		return usageErr("the input, --out, --errors and --journal must be different files")
 	}
 	policy := rebound.Policy{}
@@ -318,6 +323,9 @@ func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 1
 	case counts.Succeeded != counts.Total:
 		return 1
+	case len(file.Malformed) > 0:
+		fmt.Fprintf(stderr, "rebound batch: %d malformed lines of %s were not sent\n", len(file.Malformed), input)
+		return 1
 	}
 	return 0
 }
@@ -385,22 +393,52 @@ func openJournal(ctx context.Context, where string, pg reboundpg.Config, readOnl
 	return reboundbolt.Open(where, reboundbolt.Config{ReadOnly: readOnly})
 }
 
+// sameFiles reports whether two of paths name one file: the same path
+// however spelt, or the same existing file under two names.
+func sameFiles(paths ...string) bool {
+	for i, a := range paths {
+		for _, b := range paths[i+1:] {
+			aa, err1 := filepath.Abs(a)
+			bb, err2 := filepath.Abs(b)
+			if err1 == nil && err2 == nil && aa == bb {
+				return true
+			}
+			sa, err1 := os.Stat(a)
+			sb, err2 := os.Stat(b)
+			if err1 == nil && err2 == nil && os.SameFile(sa, sb) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // isPostgres reports whether the journal at where is PostgreSQL's.
 func isPostgres(where string) bool {
 	return strings.HasPrefix(where, "postgres://") || strings.HasPrefix(where, "postgresql://")
 }
 
 // shownJournal is where, as a report may show it: a URL without its
-// password.
+// password, in its user part or its query.
 func shownJournal(where string) string {
-	if u, err := url.Parse(where); err == nil && u.User != nil {
-		return u.Redacted()
+	u, err := url.Parse(where)
+	if err != nil || u.Scheme == "" {
+		return where
 	}
-	return where
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
 }
 
-// writable returns an error if a file cannot be written beside path.
+// writable returns an error if path cannot be written as a file
+// replaced whole: it is not a regular file, or nothing can be written
+// beside it.
 func writable(path string) error {
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", path)
+	}
 	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return err
@@ -429,6 +467,9 @@ func writeBatchOutput(ctx context.Context, j batch.Journal, out, errs string) (b
 		return w, err
 	}
 	for _, f := range []*os.File{o, e} {
+		if err := f.Chmod(0o644); err != nil { // CreateTemp makes it 0600
+			return w, err
+		}
 		if err := f.Close(); err != nil {
 			return w, err
 		}
