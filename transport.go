@@ -284,7 +284,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		case err != nil:
 			cur.err = redactError(err, scrub.Of(req))
 		case resp.StatusCode == http.StatusOK && isEventStream(resp):
-			read, failed := t.lookahead(resp, t.firstTokenBound(key))
+			bound := t.firstTokenBound(key)
+			read, failed := t.lookahead(resp, bound)
+			if failed == errFirstToken {
+				// A stream cut at the bound took at least that long: noted,
+				// so that a provider that has slowed for good raises the
+				// bound rather than being cut for ever.
+				t.firstTokenTook(key, bound)
+			}
 			if failed != nil {
 				cur.resp, cur.body.raw, cur.err = resp, read, failed
 				if se, ok := failed.(*StreamError); ok {

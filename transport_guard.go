@@ -24,6 +24,14 @@ const (
 	streamReadSize          = 4 << 10 // the least room for a read; the store grows past it for long events
 )
 
+// maxStreamEvent bounds one event of a stream handed over: an SDK's own
+// reader refuses longer lines (openai-go's at 32 MiB), and a server that
+// never ends one must not take the memory it likes.
+const maxStreamEvent = 32 << 20
+
+// errEventTooLong is the end of a stream whose event passed maxStreamEvent.
+var errEventTooLong = errors.New("rebound: an event of the stream is longer than 32 MiB")
+
 // errStreamCut is the end of a stream the watch cut.
 var errStreamCut = errors.New("rebound: event stream cut")
 
@@ -55,13 +63,14 @@ type streamBody struct {
 
 	// Close may come from another goroutine while Read continues the
 	// stream on a new body.
-	mu     sync.Mutex // guards body (once the stream is continued) and closed
-	closed bool
-	store  []byte // store[lo:hi] read and tracked, not yet given
-	lo, hi int
-	base   int64 // the stream offset of store[lo]
-	err    error // src's error, once it came
-	ended  error // what Read returns once the stream is given out
+	mu       sync.Mutex // guards body, w and stopCont (once the stream is continued) and closed
+	closed   bool
+	stopCont func() // ends the continuation under way or spliced on; nil: none
+	store    []byte // store[lo:hi] read and tracked, not yet given
+	lo, hi   int
+	base     int64 // the stream offset of store[lo]
+	err      error // src's error, once it came
+	ended    error // what Read returns once the stream is given out
 }
 
 // newStreamBody hands over resp's stream, read bytes put back in front,
@@ -141,7 +150,13 @@ func (b *streamBody) fill() {
 			b.lo = 0
 		}
 		if len(b.store)-b.hi < streamReadSize/2 {
-			b.store = append(b.store[:b.hi], make([]byte, len(b.store))...)
+			if b.hi >= maxStreamEvent { // one event that never ends
+				b.w.cut(IncompleteCut)
+				b.err = errEventTooLong
+				return
+			}
+			grow := min(len(b.store), maxStreamEvent+streamReadSize-len(b.store))
+			b.store = append(b.store[:b.hi], make([]byte, grow)...)
 			b.store = b.store[:cap(b.store)]
 		}
 	}
@@ -164,6 +179,10 @@ func (b *streamBody) end(err error) error {
 	if r := b.w.cutBy(); r != 0 {
 		return b.incomplete(r, nil)
 	}
+	var inner *IncompleteStreamError
+	if errors.As(err, &inner) { // a continuation's own end says why
+		return b.incomplete(inner.Reason, inner.Err)
+	}
 	switch {
 	case b.tr.Ended(), b.tr.Finished():
 		return io.EOF
@@ -176,7 +195,7 @@ func (b *streamBody) end(err error) error {
 	case err == io.EOF:
 		return b.incomplete(IncompleteNoEnd, nil)
 	}
-	return b.incomplete(IncompleteCut, err)
+	return b.incomplete(IncompleteCut, redactError(err, b.secrets))
 }
 
 // incomplete is the error of a stream handed over that ended before its
@@ -200,7 +219,13 @@ func (b *streamBody) Close() error {
 
 func (b *streamBody) finish(o Outcome) {
 	b.once.Do(func() {
-		b.w.stop()
+		b.mu.Lock()
+		w, stopCont := b.w, b.stopCont
+		b.mu.Unlock()
+		if stopCont != nil {
+			stopCont()
+		}
+		w.stop()
 		b.held.done(o)
 		b.cancel()
 	})

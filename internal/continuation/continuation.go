@@ -86,8 +86,13 @@ func Continue(d Dialect, body []byte, delivered string) (Request, error) {
 		if n := bytes.TrimSpace(req["n"]); len(n) > 0 && string(n) != "1" && string(n) != "null" {
 			return Request{}, ErrUnsupported
 		}
-		if rf := bytes.TrimSpace(req["response_format"]); len(rf) > 0 && string(rf) != "null" && !bytes.Contains(rf, []byte(`"text"`)) {
-			return Request{}, ErrUnsupported
+		if rf := bytes.TrimSpace(req["response_format"]); len(rf) > 0 && string(rf) != "null" {
+			var format struct {
+				Type string `json:"type"`
+			}
+			if json.Unmarshal(rf, &format) != nil || format.Type != "text" {
+				return Request{}, ErrUnsupported
+			}
 		}
 		messages = append(messages, message("assistant", delivered), message("user", Ask))
 	case AnthropicMessages:

@@ -49,17 +49,20 @@ type Tracker struct {
 	// kind: enough to cut a stream into events and drop its preamble.
 	Each func(end int64, k Kind)
 
-	dialect  Dialect
-	ended    bool // the end marker was seen
-	errored  bool // an error event, or an end that says the answer is not whole
-	finished bool // a chunk said why the answer finished (finish_reason)
-	events   int  // content events
-	textN    int
-	text     []byte
-	cut      bool // text passed MaxText and is no longer kept
-	notText  bool // some content was not text
-	errName  string
-	errData  []byte // the first error event's, while errored
+	dialect     Dialect
+	ended       bool // the end marker was seen
+	errored     bool // an error event, or an end that says the answer is not whole
+	finished    bool // a chunk said why the answer finished (finish_reason)
+	events      int  // content events
+	textN       int
+	text        []byte
+	cut         bool         // text passed MaxText and is no longer kept
+	notText     bool         // some content was not text
+	choices     map[int]bool // a chat stream's choices by index: finished or not
+	chatID      string
+	chatCreated json.RawMessage
+	errName     string
+	errData     []byte // the first error event's, while errored
 
 	fed, complete int64
 	line          []byte
@@ -209,10 +212,16 @@ func (t *Tracker) TextOnly() bool { return !t.notText }
 // chunk is the union of the providers' stream chunks, as far as tracking
 // needs.
 type chunk struct {
-	Type    string          `json:"type"`
-	Error   json.RawMessage `json:"error"`
-	Delta   json.RawMessage `json:"delta"`
+	Type         string          `json:"type"`
+	Error        json.RawMessage `json:"error"`
+	Delta        json.RawMessage `json:"delta"`
+	ID           string          `json:"id"`
+	Created      json.RawMessage `json:"created"`
+	ContentBlock struct {
+		Type string `json:"type"`
+	} `json:"content_block"`
 	Choices *[]struct {
+		Index int `json:"index"`
 		Delta struct {
 			Content      string          `json:"content"`
 			ToolCalls    json.RawMessage `json:"tool_calls"`
@@ -289,26 +298,45 @@ func (t *Tracker) recognise(d Dialect) {
 
 func (t *Tracker) chat(c *chunk) Kind {
 	t.recognise(Chat)
+	if t.chatID == "" && c.ID != "" {
+		t.chatID, t.chatCreated = c.ID, bytes.Clone(c.Created)
+	}
+	if t.choices == nil {
+		t.choices = map[int]bool{}
+	}
 	k := Preamble
 	for _, ch := range *c.Choices {
 		d := ch.Delta
+		content := false
 		if d.Content != "" {
 			t.addText(d.Content)
-			k = Content
+			content = true
 		}
 		if d.Refusal != "" || nonEmpty(d.ToolCalls) || nonEmpty(d.FunctionCall) {
 			t.notText = true
+			content = true
+		}
+		if content {
 			k = Content
 		}
-		if ch.FinishReason != nil && *ch.FinishReason != "" {
-			t.finished = true
-		}
+		// A choice is finished by its finish_reason, and open again if
+		// content follows it.
+		t.choices[ch.Index] = ch.FinishReason != nil && *ch.FinishReason != "" || t.choices[ch.Index] && !content
+	}
+	t.finished = len(t.choices) > 0
+	for _, done := range t.choices {
+		t.finished = t.finished && done
 	}
 	if k == Content {
 		t.events++
 	}
 	return k
 }
+
+// ChatID returns the id and created time of an OpenAI chat stream's first
+// chunk: a continuation's chunks are given them, since an SDK accumulates
+// only the chunks of one completion.
+func (t *Tracker) ChatID() (id string, created json.RawMessage) { return t.chatID, t.chatCreated }
 
 func (t *Tracker) gemini(c *chunk) Kind {
 	t.recognise(Gemini)
@@ -366,7 +394,13 @@ func (t *Tracker) responses(c *chunk) Kind {
 
 func (t *Tracker) anthropic(c *chunk) Kind {
 	switch c.Type {
-	case "message_start", "message_delta", "content_block_start", "content_block_stop", "ping":
+	case "content_block_start":
+		t.recognise(Anthropic)
+		if b := c.ContentBlock.Type; b != "" && b != "text" {
+			t.notText = true // a tool_use, a thinking block: not text to continue
+		}
+		return Preamble
+	case "message_start", "message_delta", "content_block_stop", "ping":
 		t.recognise(Anthropic)
 		return Preamble
 	case "message_stop":

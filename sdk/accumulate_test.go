@@ -1,0 +1,88 @@
+package sdk_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	anthropic "github.com/anthropics/anthropic-sdk-go/v2"
+	anthropicoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/openai/openai-go/v3"
+	openaioption "github.com/openai/openai-go/v3/option"
+
+	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/chaos"
+)
+
+func reviewServer(t *testing.T, profile string, at int) *httptest.Server {
+	srv, err := chaos.New(chaos.Config{Mode: chaos.ModeText, Seed: 3, Profile: profile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Set(chaos.HeaderCutAt, strconv.Itoa(at))
+		r.Header.Set(chaos.HeaderCutHow, "abort")
+		srv.ServeHTTP(w, r)
+	}))
+}
+
+// The SDKs' own accumulators over a continued stream.
+func TestSDKAccumulatorsOverAContinuation(t *testing.T) {
+	answer := chaos.AnswerText(3, "hi")
+	at := len(answer) / 2
+	hc := &http.Client{Transport: &rebound.Transport{Continuations: 2, Policy: rebound.Policy{BaseDelay: time.Millisecond}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	ts := reviewServer(t, chaos.ProfileOpenAI, at)
+	defer ts.Close()
+	oc := openai.NewClient(openaioption.WithBaseURL(ts.URL+"/v1/"), openaioption.WithAPIKey("sk-test"), openaioption.WithHTTPClient(hc), openaioption.WithMaxRetries(0))
+	s := oc.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: "gpt-test", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
+	acc := openai.ChatCompletionAccumulator{}
+	rejected := 0
+	for s.Next() {
+		if !acc.AddChunk(s.Current()) {
+			rejected++
+		}
+	}
+	s.Close()
+	got := ""
+	if len(acc.Choices) > 0 {
+		got = acc.Choices[0].Message.Content
+	}
+	t.Logf("openai: err %v, %d chunks rejected by the accumulator, finish_reason %q, content %d of %d bytes", s.Err(), rejected, finish(acc), len(got), len(answer))
+	if got != answer {
+		t.Errorf("openai-go ChatCompletionAccumulator over a continued stream: %d of %d bytes", len(got), len(answer))
+	}
+
+	ta := reviewServer(t, chaos.ProfileAnthropic, at)
+	defer ta.Close()
+	ac := anthropic.NewClient(anthropicoption.WithBaseURL(ta.URL), anthropicoption.WithAPIKey("sk-ant-test"), anthropicoption.WithHTTPClient(hc), anthropicoption.WithMaxRetries(0))
+	as := ac.Messages.NewStreaming(ctx, anthropic.MessageNewParams{Model: "claude-test", MaxTokens: 64, Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}})
+	msg := anthropic.Message{}
+	var accErr error
+	for as.Next() {
+		if err := msg.Accumulate(as.Current()); err != nil && accErr == nil {
+			accErr = err
+		}
+	}
+	as.Close()
+	text := ""
+	if len(msg.Content) > 0 {
+		text = msg.Content[0].Text
+	}
+	t.Logf("anthropic: err %v, accumulate %v, stop_reason %q, output_tokens %d, text %d of %d bytes", as.Err(), accErr, msg.StopReason, msg.Usage.OutputTokens, len(text), len(answer))
+	if text != answer || msg.StopReason == "" {
+		t.Errorf("anthropic Message.Accumulate over a continued stream: stop_reason %q, text ok %v", msg.StopReason, text == answer)
+	}
+}
+
+func finish(acc openai.ChatCompletionAccumulator) string {
+	if len(acc.Choices) == 0 {
+		return ""
+	}
+	return string(acc.Choices[0].FinishReason)
+}
