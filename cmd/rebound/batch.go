@@ -541,6 +541,10 @@ func runBatchStatus(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(stderr, "rebound batch status: %v\n", err)
 		return 1
 	}
+	if c.Total == 0 && isPostgres(*journal) {
+		fmt.Fprintf(stderr, "rebound batch status: no batch %q in that database (check --batch-name and --schema)\n", *name)
+		return 1
+	}
 	if *asJSON {
 		return printJSON(stdout, stderr, c)
 	}

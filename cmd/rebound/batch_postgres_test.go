@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,6 +132,13 @@ func TestBatchWorkersShareAPostgresJournal(t *testing.T) {
 	}
 	if len(sent) != items || again > concurrency {
 		t.Errorf("%d ids sent, %d of them again; want %d, and no more again than the killed worker's %d in flight", len(sent), again, items, concurrency)
+	}
+	code, out, _ := runCmd("batch", "status", "--journal", postgresURL(), "--schema", schema, "--batch-name", "evals")
+	if code != 0 || !strings.HasPrefix(out, fmt.Sprintf("%d requests: %d succeeded", items, items)) {
+		t.Errorf("status: exit %d, %q", code, out)
+	}
+	if code, _, stderr := runCmd("batch", "status", "--journal", postgresURL(), "--schema", schema, "--batch-name", "no-such"); code != 1 || !strings.Contains(stderr, `no batch "no-such"`) {
+		t.Errorf("status of a batch that is not there: exit %d, %q", code, stderr)
 	}
 	var reports []string
 	for _, w := range workers[1:] {
