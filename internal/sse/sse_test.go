@@ -1,17 +1,23 @@
 package sse
 
 import (
-	"bufio"
-	"bytes"
-	"slices"
+	"errors"
+	"strings"
 	"testing"
-	"testing/iotest"
 )
 
+// TestKindOfEvent holds the Tracker to what each event of each dialect
+// means before content, as the look ahead asks it.
 func TestKindOfEvent(t *testing.T) {
+	const (
+		eventPreamble = Preamble
+		eventContent  = Content
+		eventError    = Error
+		eventEnd      = End
+	)
 	for _, tc := range []struct {
 		name, event, data string
-		want              eventKind
+		want              Kind
 	}{
 		{"openai role chunk", "", `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`, eventPreamble},
 		{"openai empty delta", "", `{"choices":[{"index":0,"delta":{}}]}`, eventPreamble},
@@ -41,54 +47,34 @@ func TestKindOfEvent(t *testing.T) {
 		{"gemini function call", "", `{"candidates":[{"content":{"parts":[{"functionCall":{"name":"f"}}]}}]}`, eventContent},
 		{"gemini error", "", `{"error":{"code":503,"message":"The model is overloaded.","status":"UNAVAILABLE"}}`, eventError},
 		{"plain delta", "", `{"delta":"Hel"}`, eventContent},
-		{"not json", "", `hello`, eventContent},
+		{"not json", "", `hello`, eventPreamble}, // of no dialect: Peek passes it on
 	} {
-		if got := kindOfEvent(tc.event, []byte(tc.data)); got != tc.want {
+		var tr Tracker
+		got := Kind(255)
+		tr.Each = func(_ int64, k Kind) { got = k }
+		ev := "data: " + tc.data + "\n\n"
+		if tc.event != "" {
+			ev = "event: " + tc.event + "\n" + ev
+		}
+		tr.Write([]byte(ev))
+		if got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
 
-// FuzzLineReader checks the event-stream line reader against the
-// specification's rule, written the simple way: a line ends at CRLF, LF or
-// a bare CR, read through a buffer of any size.
-func FuzzLineReader(f *testing.F) {
-	f.Add([]byte("data: a\r\n\r\ndata: b\rdata: c\n\n"), uint8(1))
-	f.Add([]byte("\r\r\n\n\r"), uint8(3))
-	f.Fuzz(func(t *testing.T, in []byte, size uint8) {
-		var want []string
-		line := []byte{}
-		for i := 0; i < len(in); i++ {
-			switch in[i] {
-			case '\r':
-				if i+1 < len(in) && in[i+1] == '\n' {
-					i++
-				}
-				fallthrough
-			case '\n':
-				want = append(want, string(line))
-				line = line[:0]
-			default:
-				line = append(line, in[i])
-			}
+// TestPeekPassesOnWhatNoDialectHas: a stream nobody recognises is handed
+// over at its first event, not read to its end and retried.
+func TestPeekPassesOnWhatNoDialectHas(t *testing.T) {
+	for _, s := range []string{"data: hello\n\n", "data: {\"foo\":1}\n\n", "event: x\ndata: 1\n\n"} {
+		read, err := Peek(strings.NewReader(s+"data: more\n\n"), 1<<16, 1<<10)
+		if err != nil || !strings.HasPrefix(string(read), s) {
+			t.Errorf("%q: %v after %q", s, err, read)
 		}
-		if len(line) > 0 {
-			want = append(want, string(line))
-		}
-		r := lineReader{r: bufio.NewReaderSize(iotest.OneByteReader(bytes.NewReader(in)), 16+int(size))}
-		var got []string
-		for {
-			l, err := r.next()
-			if err != nil && len(l) == 0 {
-				break
-			}
-			got = append(got, string(l))
-			if err != nil {
-				break
-			}
-		}
-		if !slices.Equal(got, want) {
-			t.Fatalf("%q: got %q, want %q", in, got, want)
-		}
-	})
+	}
+	_, err := Peek(strings.NewReader("event: response.failed\ndata: {\"type\":\"response.failed\"}\n\n"), 1<<16, 1<<10)
+	var ev *ErrorEvent
+	if !errors.As(err, &ev) || !strings.Contains(string(ev.Data), "response.failed") {
+		t.Errorf("response.failed before content: %v", err)
+	}
 }

@@ -144,12 +144,11 @@ const maxErrorData = 64 << 10
 
 // errorEvent notes an in-band error event, the first one's name and data
 // kept.
-func (t *Tracker) errorEvent(name string, data []byte) Kind {
+func (t *Tracker) errorEvent(name string, data []byte) {
 	if !t.errored {
 		t.errName, t.errData = name, bytes.Clone(data[:min(len(data), maxErrorData)])
 	}
 	t.errored = true
-	return Error
 }
 
 // ErrorEvent returns the name and data (at most 64 KiB) of the first
@@ -250,6 +249,15 @@ type anthropicDelta struct {
 // observe takes in one complete event and says what it was.
 func (t *Tracker) observe(name string, data []byte) Kind {
 	trimmed := bytes.TrimSpace(data)
+	k := t.kind(name, trimmed)
+	if k == Error {
+		t.errorEvent(name, trimmed)
+	}
+	return k
+}
+
+// kind says what one complete event was, and takes in what it delivered.
+func (t *Tracker) kind(name string, trimmed []byte) Kind {
 	if string(trimmed) == "[DONE]" {
 		if t.dialect == Unknown {
 			return End // the end of a stream never recognised
@@ -259,13 +267,13 @@ func (t *Tracker) observe(name string, data []byte) Kind {
 	}
 	var c chunk
 	if name == "error" {
-		return t.errorEvent(name, trimmed)
+		return Error
 	}
 	if json.Unmarshal(trimmed, &c) != nil {
 		return Preamble // not JSON: nothing a tracked dialect sends
 	}
 	if nonEmpty(c.Error) || c.Type == "error" {
-		return t.errorEvent(name, trimmed)
+		return Error
 	}
 	switch {
 	case c.Choices != nil:
@@ -372,7 +380,7 @@ func (t *Tracker) responses(c *chunk) Kind {
 		t.ended = true
 		return End
 	case "response.failed", "response.incomplete":
-		t.ended, t.errored = true, true
+		t.ended = true
 		return Error
 	}
 	if !strings.HasSuffix(c.Type, ".delta") || !nonEmpty(c.Delta) {
