@@ -96,19 +96,6 @@ func (c *continuer) next(ctx context.Context, cancel func(), cut error, d sse.Di
 	return resp.Body, cont.Trimmed, nil
 }
 
-// holdErrors makes b hold back an error event after content, so that a
-// continuation can take over from before it: the caller must not see an
-// error in the middle of an answer that goes on.
-func (b *streamBody) holdErrors() {
-	b.lastEnd = b.tr.Complete()
-	b.tr.Each = func(end int64, k sse.Kind) {
-		if k == sse.Error && b.errAt < 0 {
-			b.errAt = b.lastEnd
-		}
-		b.lastEnd = end
-	}
-}
-
 // resume carries on a stream cut after content with its continuation,
 // if it has one: the caller, who has had every complete event of the cut
 // stream, reads the continuation's content events next. It reports

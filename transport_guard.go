@@ -198,11 +198,22 @@ func (b *streamBody) end(err error) error {
 	return b.incomplete(IncompleteCut, redactError(err, b.secrets))
 }
 
+// holdErrors makes b hold back an error event after content: the stream
+// ends before it, with an *IncompleteStreamError that carries it, or a
+// continuation takes over from there (the caller must not see an error in
+// the middle of an answer that goes on).
+func (b *streamBody) holdErrors() {
+	b.lastEnd = b.tr.Complete()
+	b.tr.Each = func(end int64, k sse.Kind) {
+		if k == sse.Error && b.errAt < 0 {
+			b.errAt = b.lastEnd
+		}
+		b.lastEnd = end
+	}
+}
+
 // incomplete is the error of a stream handed over that ended before its
-// answer was whole. It is the one place a continuation would take over:
-// the tracker knows the dialect, the text delivered and whether it was
-// text only, and the caller has had every complete event and nothing
-// more, so a second stream's content could be spliced on here.
+// answer was whole (resume may yet continue it).
 func (b *streamBody) incomplete(r IncompleteReason, err error) error {
 	return &IncompleteStreamError{Reason: r, Events: b.tr.Events(), Text: b.tr.TextBytes(), Err: err}
 }
