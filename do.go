@@ -28,7 +28,7 @@ func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error
 		v     T
 		first *outcome
 	)
-	if p.Breaker == nil && p.Budget == nil && p.Observer == nil {
+	if p.Breaker == nil && p.Budget == nil && p.Observer == nil && p.Hedge == nil {
 		// The first attempt is made with nothing set up, so that a call
 		// that succeeds at once costs one function call.
 		var o outcome
@@ -44,9 +44,13 @@ func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error
 	}
 	e := newEngine(ctx, p, "")
 	e.sideEffects = HasSideEffects(ctx)
-	stopped := e.run(first, func(int) outcome {
+	stopped := e.run(first, func(n int) outcome {
 		var o outcome
-		v, o.err, o.timedOut = call(ctx, p.AttemptTimeout, fn)
+		if p.Hedge == nil {
+			v, o.err, o.timedOut = call(ctx, p.AttemptTimeout, fn)
+		} else {
+			v, o = hedgedCall(&e, n, p.AttemptTimeout, fn)
+		}
 		return o
 	})
 	if stopped != nil {
@@ -60,6 +64,21 @@ func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error
 func Run(ctx context.Context, p Policy, fn func(context.Context) error) error {
 	_, err := Do(ctx, p, func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) })
 	return err
+}
+
+// hedgedCall makes attempt n of e's call to fn under e's Hedge. It is a
+// function of its own so that a Do that does not hedge keeps its
+// variables on the stack.
+func hedgedCall[T any](e *engine, n int, timeout time.Duration, fn func(context.Context) (T, error)) (T, outcome) {
+	return hedged(e, n, TargetFrom(e.ctx), func(ctx context.Context, end func(), _ bool) (T, outcome) {
+		defer end()
+		var (
+			v T
+			o outcome
+		)
+		v, o.err, o.timedOut = call(ctx, timeout, fn)
+		return v, o
+	}, nil)
 }
 
 // call makes one attempt, under its own timeout if there is one.

@@ -126,19 +126,27 @@ func (e *engine) run(first *outcome, attempt func(n int) outcome) *GiveUpError {
 }
 
 // permit asks the policy's breaker, if any, to let an attempt through; the
-// permit it gives is held until the attempt's outcome is known. This is
-// the one place that asks.
+// permit it gives is held until the attempt's outcome is known.
 func (e *engine) permit() error {
+	l, refused := e.allow()
+	if refused == nil {
+		e.held = l
+	}
+	return refused
+}
+
+// allow asks the policy's breaker, if any, for a permit: an attempt's or a
+// hedge's. This is the one place that asks.
+func (e *engine) allow() (lease, error) {
 	b := e.policy.Breaker
 	if b == nil {
-		return nil
+		return lease{}, nil
 	}
 	permit, refused := b.Allow()
 	if refused != nil {
-		return refused
+		return lease{}, refused
 	}
-	e.held = lease{b: b, permit: permit}
-	return nil
+	return lease{b: b, permit: permit}, nil
 }
 
 // handOver gives the breaker's permit, if one is held, to the adapter,

@@ -32,9 +32,12 @@ const (
 	// new request (Transport.Continuations); Attempt is the
 	// continuation's number, from 1, and Err the cut.
 	EventContinue
+	// EventHedge: attempt Attempt, slow to its first token, has a hedge:
+	// a second attempt beside it (see Hedge).
+	EventHedge
 )
 
-var eventNames = [...]string{EventAttempt: "attempt", EventRetry: "retry", EventGiveUp: "give_up", EventContinue: "continue"}
+var eventNames = [...]string{EventAttempt: "attempt", EventRetry: "retry", EventGiveUp: "give_up", EventContinue: "continue", EventHedge: "hedge"}
 
 func (t EventType) String() string { return enumString(eventNames[:], int(t), "event") }
 

@@ -141,6 +141,11 @@ type Policy struct {
 	// nil.
 	Budget Budget
 
+	// Hedge, if set, starts a second attempt beside one that is slow to
+	// its first token, for calls that are safe to repeat (see Hedge). Nil
+	// means never: a hedge is an upstream request more.
+	Hedge *Hedge
+
 	// Rand is the source of jitter. Nil means math/rand/v2's global
 	// generator, which is safe for concurrent use. A seeded *rand.Rand
 	// makes delays reproducible but is not safe for concurrent use: give
@@ -283,6 +288,11 @@ func (p Policy) Validate() error {
 	}
 	if p.Shape == ShapeCustom && p.Schedule == nil {
 		return policyErr("shape", "custom needs a Schedule function")
+	}
+	if p.Hedge != nil {
+		if err := p.Hedge.validate(); err != nil {
+			return err
+		}
 	}
 	if int(p.ServerWait) >= len(serverWaitNames) {
 		return policyErr("server_wait", "unknown value %d", p.ServerWait)

@@ -68,7 +68,8 @@ func TestPackageShape(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go doc: %v", err)
 	}
-	if n := bytes.Count(out, []byte("\n")); n > 61 {
-		t.Errorf("%d lines of go doc -short: keep the public face to 61", n)
+	// 61 until hedging (Hedge, its Delay and Observe, ErrHedgeLost, EventHedge) came.
+	if n := bytes.Count(out, []byte("\n")); n > 63 {
+		t.Errorf("%d lines of go doc -short: keep the public face to 63", n)
 	}
 }

@@ -1,7 +1,7 @@
 package rebound
 
 import (
-	"errors"
+	"context"
 	"net/http"
 	"sync"
 	"time"
@@ -177,9 +177,10 @@ type Transport struct {
 	// else the one used least recently.
 	DisableRetryBudget bool
 
-	mu          sync.Mutex             // guards budgets and firstTokens, and serialises draws from Policy.Rand
-	budgets     map[string]*hostBudget // per host, at most maxHostBudgets
-	firstTokens map[string]*tokenTimes // per target or host, at most maxHostBudgets
+	mu      sync.Mutex             // guards budgets, and serialises draws from Policy.Rand
+	budgets map[string]*hostBudget // per host, at most maxHostBudgets
+
+	firstTokens firstTokens // per target or host, for FirstTokenAdaptive
 }
 
 // maxHostBudgets bounds how many hosts' retry budgets a Transport keeps.
@@ -245,7 +246,6 @@ func (t *Transport) CloseIdleConnections() {
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	base := t.base()
 	ctx := req.Context()
 	body, err := t.replayableBody(req)
 	if err != nil {
@@ -271,57 +271,32 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var last failedAttempt
 	var ok *http.Response
 	stopped := e.run(nil, func(n int) outcome {
-		areq, cancel, bodyErr := attemptRequest(req, body, n, p.AttemptTimeout)
-		if bodyErr != nil {
-			return outcome{err: bodyErr, unsent: true}
-		}
-		last.discard()
-		resp, err := base.RoundTrip(areq)
-		headers := time.Now()
-		timedOut := areq != req && attemptTimedOut(ctx, areq.Context(), err)
-		cur := failedAttempt{cancel: cancel}
+		r, o := hedged(&e, n, key, func(actx context.Context, end func(), hedge bool) (roundTrip, outcome) {
+			areq, cancel, bodyErr := attemptRequest(actx, req, body, n > 1 || hedge, p.AttemptTimeout)
+			if bodyErr != nil {
+				end()
+				return roundTrip{}, outcome{err: bodyErr, unsent: true}
+			}
+			if actx != ctx { // a hedged attempt's context ends with it
+				cancel = stack(cancel, end)
+			}
+			if !hedge {
+				last.discard() // the next attempt is surely made
+			}
+			return t.try(actx, req, areq, cancel, key)
+		}, roundTrip.discard)
 		switch {
-		case err != nil:
-			cur.err = redactError(err, scrub.Of(req))
-		case resp.StatusCode == http.StatusOK && isEventStream(resp):
-			bound := t.firstTokenBound(key)
-			read, failed := t.lookahead(resp, bound)
-			if failed == errFirstToken {
-				// A stream cut at the bound took at least that long: noted,
-				// so that a provider that has slowed for good raises the
-				// bound rather than being cut for ever.
-				t.firstTokenTook(key, bound)
-			}
-			if failed != nil {
-				cur.resp, cur.body.raw, cur.err = resp, read, failed
-				if se, ok := failed.(*StreamError); ok {
-					se.Data = scrub.Of(req).CutBytes(se.Data, MaxErrorBody)
-				} else {
-					cur.err = redactError(failed, scrub.Of(req))
-				}
-				// A stalled stream's body is closed: nothing to give back.
-				cur.dead = errors.Is(failed, ErrStreamStalled)
-				break // a failed attempt, like any other
-			}
-			t.firstTokenTook(key, time.Since(headers))
+		case r.stream != nil:
 			// The stream hands the permit back when it ends.
-			encoded := !resp.Uncompressed && resp.Header.Get("Content-Encoding") != ""
-			resp.Body = t.newStreamBody(read, resp.Body, cancel, e.handOver(), encoded, t.continuer(req, body, key), scrub.Of(req))
-			ok = resp
-			return outcome{}
-		case resp.StatusCode < http.StatusBadRequest:
-			if areq.Context() != ctx { // a per-attempt timeout runs until the body is read
-				resp.Body = &attemptBody{ReadCloser: resp.Body, cancel: cancel}
-			}
-			ok = resp
-			return outcome{}
-		default:
-			cur.resp = resp
-			cur.body = readErrorBody(resp, t.errorBodyTimeout())
-			cur.err = httpError(resp, cur.body, scrub.Of(req))
+			s := r.stream
+			r.ok.Body = t.newStreamBody(s.read, r.ok.Body, s.cancel, e.handOver(), s.encoded, t.continuer(req, body, key), scrub.Of(req))
+			ok = r.ok
+		case r.ok != nil:
+			ok = r.ok
+		case !o.unsent: // unsent, the latest attempt is still the one before
+			last = r.failed
 		}
-		last = cur
-		return outcome{err: cur.err, timedOut: timedOut}
+		return o
 	})
 	switch {
 	case stopped == nil:

@@ -3,6 +3,7 @@ package rebound
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,85 @@ import (
 
 	"github.com/rebound-go/rebound/internal/scrub"
 )
+
+// roundTrip is what one attempt of RoundTrip got: a response to hand
+// over, or a failure.
+type roundTrip struct {
+	ok     *http.Response
+	stream *lookedInto // ok is an event stream, looked into up to its first content
+	failed failedAttempt
+}
+
+// lookedInto is an event stream read up to its first content, to be
+// handed over.
+type lookedInto struct {
+	read    []byte // the bytes read, as they came
+	encoded bool   // gzip or deflate, passed through as it comes
+	cancel  context.CancelFunc
+}
+
+// discard frees what r holds: a hedged race's loser.
+func (r roundTrip) discard() {
+	if r.ok != nil {
+		r.ok.Body.Close()
+	}
+	if r.stream != nil {
+		r.stream.cancel()
+	}
+	r.failed.discard()
+}
+
+// try makes one attempt with areq, whose context is actx's (or a
+// per-attempt timeout's within it, ended by cancel), and judges its
+// response; key names its target for first-token times.
+func (t *Transport) try(actx context.Context, req, areq *http.Request, cancel context.CancelFunc, key string) (roundTrip, outcome) {
+	resp, err := t.base().RoundTrip(areq)
+	headers := time.Now()
+	timedOut := areq != req && attemptTimedOut(actx, areq.Context(), err)
+	cur := failedAttempt{cancel: cancel}
+	switch {
+	case err != nil:
+		cur.err = redactError(err, scrub.Of(req))
+	case resp.StatusCode == http.StatusOK && isEventStream(resp):
+		bound := t.firstTokenBound(key)
+		read, failed := t.lookahead(resp, bound)
+		if failed == errFirstToken {
+			// A stream cut at the bound took at least that long: noted,
+			// so that a provider that has slowed for good raises the
+			// bound rather than being cut for ever.
+			t.firstTokenTook(key, bound)
+		}
+		if failed != nil {
+			cur.resp, cur.body.raw, cur.err = resp, read, failed
+			if se, ok := failed.(*StreamError); ok {
+				se.Data = scrub.Of(req).CutBytes(se.Data, MaxErrorBody)
+			} else {
+				cur.err = redactError(failed, scrub.Of(req))
+			}
+			// A stalled stream's body is closed: nothing to give back.
+			cur.dead = errors.Is(failed, ErrStreamStalled)
+			break // a failed attempt, like any other
+		}
+		t.firstTokenTook(key, time.Since(headers))
+		encoded := !resp.Uncompressed && resp.Header.Get("Content-Encoding") != ""
+		return roundTrip{ok: resp, stream: &lookedInto{read: read, encoded: encoded, cancel: cancel}}, outcome{}
+	case resp.StatusCode < http.StatusBadRequest:
+		if areq.Context() != req.Context() { // a per-attempt timeout runs until the body is read
+			resp.Body = &attemptBody{ReadCloser: resp.Body, cancel: cancel}
+		}
+		return roundTrip{ok: resp}, outcome{}
+	default:
+		cur.resp = resp
+		cur.body = readErrorBody(resp, t.errorBodyTimeout())
+		cur.err = httpError(resp, cur.body, scrub.Of(req))
+	}
+	return roundTrip{failed: cur}, outcome{err: cur.err, timedOut: timedOut}
+}
+
+// stack returns a function that calls first and then second.
+func stack(first, second func()) context.CancelFunc {
+	return func() { first(); second() }
+}
 
 // failedAttempt is an attempt that failed: with a response (status 400 or
 // above) or a transport error.
@@ -114,17 +194,17 @@ func (t *Transport) replayableBody(req *http.Request) (requestBody, error) {
 	return requestBody{closed: true, get: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }}, nil
 }
 
-// attemptRequest returns the request of one attempt: req itself when it
-// can go as it is, else a copy with a fresh body and, with a per-attempt
-// timeout, a context of its own. A protocol upgrade gets no per-attempt
-// timeout: the connection it returns outlives any body. The error is
-// GetBody's.
-func attemptRequest(req *http.Request, body requestBody, attempt int, timeout time.Duration) (*http.Request, context.CancelFunc, error) {
+// attemptRequest returns the request of one attempt under ctx: req itself
+// when it can go as it is, else a copy with a fresh body (for a request
+// sent again) and a context of its own (ctx, under a per-attempt timeout if
+// there is one). A protocol upgrade gets no per-attempt timeout: the
+// connection it returns outlives any body. The error is GetBody's.
+func attemptRequest(ctx context.Context, req *http.Request, body requestBody, again bool, timeout time.Duration) (*http.Request, context.CancelFunc, error) {
 	if req.Header.Get("Upgrade") != "" {
 		timeout = 0
 	}
-	fresh := body.get != nil && (attempt > 1 || req.GetBody == nil)
-	if !fresh && timeout <= 0 {
+	fresh := body.get != nil && (again || req.GetBody == nil)
+	if !fresh && timeout <= 0 && ctx == req.Context() {
 		return req, noCancel, nil
 	}
 	var b io.ReadCloser
@@ -134,7 +214,7 @@ func attemptRequest(req *http.Request, body requestBody, attempt int, timeout ti
 			return nil, nil, fmt.Errorf("rebound: getting the request body again: %w", err)
 		}
 	}
-	ctx, cancel := req.Context(), context.CancelFunc(noCancel)
+	cancel := context.CancelFunc(noCancel)
 	if timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 	}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -157,12 +156,6 @@ const (
 	tokenFactor     = 3
 )
 
-// tokenTimes is a ring of recent first-token times.
-type tokenTimes struct {
-	times [tokenSamples]time.Duration
-	n     int // samples taken, ever
-}
-
 // firstTokenBound is the first-token bound of a request to key (its target
 // or host): zero for none.
 func (t *Transport) firstTokenBound(key string) time.Duration {
@@ -170,42 +163,16 @@ func (t *Transport) firstTokenBound(key string) time.Duration {
 	if !t.FirstTokenAdaptive {
 		return bound
 	}
-	t.mu.Lock()
-	s := t.firstTokens[key]
-	var times []time.Duration
-	if s != nil && s.n >= minTokenSamples {
-		times = slices.Clone(s.times[:min(s.n, tokenSamples)])
-	}
-	t.mu.Unlock()
-	if times == nil {
+	p, ok := t.firstTokens.percentile(key, tokenPercentile, tokenSamples, minTokenSamples)
+	if !ok {
 		return bound
 	}
-	slices.Sort(times)
-	p := times[int(float64(len(times)-1)*tokenPercentile)]
 	return max(bound, tokenFactor*p)
 }
 
 // firstTokenTook notes how long a stream to key took to its first content.
 func (t *Transport) firstTokenTook(key string, d time.Duration) {
-	if !t.FirstTokenAdaptive {
-		return
+	if t.FirstTokenAdaptive {
+		t.firstTokens.add(key, d, tokenSamples)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.firstTokens[key]
-	if s == nil {
-		if t.firstTokens == nil {
-			t.firstTokens = map[string]*tokenTimes{}
-		}
-		if len(t.firstTokens) >= maxHostBudgets {
-			for k := range t.firstTokens { // any one: a sample is cheap to learn again
-				delete(t.firstTokens, k)
-				break
-			}
-		}
-		s = &tokenTimes{}
-		t.firstTokens[key] = s
-	}
-	s.times[s.n%tokenSamples] = d
-	s.n++
 }
