@@ -145,6 +145,12 @@ type Step struct {
 	Verdict rebound.Verdict
 	// Usage is what the attempt reported with cost.Report.
 	Usage cost.Usage
+	// Hedge marks an attempt started beside a slower one of the same
+	// call (the target's Policy.Hedge); it costs what it reported, won or
+	// lost.
+	Hedge bool
+	// Answered marks the attempt whose answer is the Result's.
+	Answered bool
 }
 
 // Result is what a Chain did with a request.
@@ -160,12 +166,11 @@ type Result[Resp any] struct {
 // Task returns the result as a cost.Task, for a cost.Ledger.
 func (r Result[Resp]) Task() cost.Task {
 	t := cost.Task{Succeeded: r.Target != ""}
-	for i, s := range r.Trail {
+	for _, s := range r.Trail {
 		if s.Attempt == 0 {
 			continue
 		}
-		t.Attempts = append(t.Attempts, cost.Attempt{Target: s.Target, Usage: s.Usage,
-			Answered: t.Succeeded && i == len(r.Trail)-1})
+		t.Attempts = append(t.Attempts, cost.Attempt{Target: s.Target, Usage: s.Usage, Answered: s.Answered})
 	}
 	return t
 }
@@ -216,9 +221,10 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Result[Resp], error
 		}
 		compacted := false
 		for {
-			v, err := c.try(ctx, t, req, &res)
+			v, answered, err := c.try(ctx, t, req, &res)
 			if err == nil {
 				res.Value, res.Target = v, t.Name
+				res.Trail[answered].Answered = true
 				return res, nil
 			}
 			var gu *rebound.GiveUpError
@@ -256,8 +262,10 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Result[Resp], error
 	return res, &ChainError{Trail: res.Trail, Err: last}
 }
 
-// try runs req on t under its policy, recording each attempt in res.
-func (c *Chain[Req, Resp]) try(ctx context.Context, t *Target[Req, Resp], req Req, res *Result[Resp]) (Resp, error) {
+// try runs req on t under its policy, recording each attempt in res, and
+// returns the answer and the index of its step in res.Trail. Under a
+// hedging policy two attempts may run at once.
+func (c *Chain[Req, Resp]) try(ctx context.Context, t *Target[Req, Resp], req Req, res *Result[Resp]) (Resp, int, error) {
 	p := t.Policy
 	if !t.RetryOverloaded {
 		// One overloaded answer is enough to move on: the next target is
@@ -270,13 +278,25 @@ func (c *Chain[Req, Resp]) try(ctx context.Context, t *Target[Req, Resp], req Re
 		o.MaxAttempts = 1
 		p.PerKind[rebound.KindOverloaded] = o
 	}
-	first := len(res.Trail)
-	// The trail's verdicts come from the events; the caller's observer
-	// still sees them all (a CallObserver its calls too).
+	var (
+		mu        sync.Mutex // guards res.Trail, attempt, hedgeNext and ended while the call runs
+		attempt   int
+		hedgeNext bool // the next attempt to start is a hedge
+		ended     = -1 // the step of the attempt that ended last
+	)
+	// The trail's verdicts and hedges come from the events; the caller's
+	// observer still sees them all (a CallObserver its calls too).
 	p.Observer = observe.Multi(rebound.ObserverFunc(func(e rebound.Event) {
-		if e.Type == rebound.EventRetry || e.Type == rebound.EventGiveUp {
-			if n := len(res.Trail); n > first && res.Trail[n-1].Attempt == e.Attempt {
-				res.Trail[n-1].Verdict = e.Verdict
+		mu.Lock()
+		defer mu.Unlock()
+		switch e.Type {
+		case rebound.EventHedge:
+			hedgeNext = true
+		case rebound.EventRetry, rebound.EventGiveUp:
+			// The verdict is on the attempt that ended last: a hedged
+			// race is over by then.
+			if ended >= 0 {
+				res.Trail[ended].Verdict = e.Verdict
 			}
 		}
 	}), p.Observer)
@@ -287,14 +307,27 @@ func (c *Chain[Req, Resp]) try(ctx context.Context, t *Target[Req, Resp], req Re
 		target += ":" + task
 	}
 	ctx = rebound.WithTarget(ctx, target)
-	attempt := 0
-	return rebound.Do(ctx, p, func(ctx context.Context) (Resp, error) {
+	type answer struct {
+		v    Resp
+		step int
+	}
+	a, err := rebound.Do(ctx, p, func(ctx context.Context) (answer, error) {
+		// The step is taken when the attempt starts, so that the trail
+		// is in the order attempts started, and filled in when it ends.
+		mu.Lock()
 		attempt++
+		step := len(res.Trail)
+		res.Trail = append(res.Trail, Step{Target: t.Name, Attempt: attempt, Hedge: hedgeNext})
+		hedgeNext = false
+		mu.Unlock()
 		var usage cost.Recorder
 		v, err := t.Call(cost.WithRecorder(ctx, &usage), req)
-		res.Trail = append(res.Trail, Step{Target: t.Name, Attempt: attempt, Err: err, Usage: usage.Usage()})
-		return v, err
+		mu.Lock()
+		defer mu.Unlock()
+		res.Trail[step].Err, res.Trail[step].Usage, ended = err, usage.Usage(), step
+		return answer{v, step}, err
 	})
+	return a.v, a.step, err
 }
 
 // coolDown starts the cool-down of the target name, out of quota at now.

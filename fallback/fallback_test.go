@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -293,4 +295,46 @@ func ExampleRecommended() {
 	// gpt-mini: hello <nil>
 	// claude-x attempt 1 overloaded
 	// gpt-mini attempt 1 answered
+}
+
+// TestHedgedTarget: a target whose policy hedges records both attempts in
+// the trail, the hedge marked, each with the usage it reported, and the
+// ledger pays for both but counts only the answer's as useful.
+func TestHedgedTarget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		call := func(ctx context.Context, req string) (string, error) {
+			if calls.Add(1) == 1 { // slow to answer: billed its input when cancelled
+				<-ctx.Done()
+				cost.Report(ctx, cost.Usage{InputTokens: 2000})
+				return "", ctx.Err()
+			}
+			time.Sleep(100 * time.Millisecond)
+			cost.Report(ctx, cost.Usage{InputTokens: 2000, OutputTokens: 500})
+			return "hedged answer", nil
+		}
+		chain := &fallback.Chain[string, string]{Targets: []fallback.Target[string, string]{{
+			Name: "m", Call: call, Policy: rebound.Policy{Hedge: &rebound.Hedge{After: time.Second, Percentile: -1}},
+		}}}
+		res, err := chain.Do(t.Context(), "q")
+		if err != nil || res.Value != "hedged answer" {
+			t.Fatalf("Do = %q, %v", res.Value, err)
+		}
+		if len(res.Trail) != 2 {
+			t.Fatalf("trail %+v; want the first attempt and its hedge", res.Trail)
+		}
+		slow, hedge := res.Trail[0], res.Trail[1]
+		if slow.Hedge || slow.Answered || !errors.Is(slow.Err, context.Canceled) || slow.Usage.InputTokens != 2000 {
+			t.Errorf("the slow attempt's step is %+v; want cancelled, unanswered, billed 2000 input tokens", slow)
+		}
+		if !hedge.Hedge || !hedge.Answered || hedge.Err != nil || hedge.Usage.OutputTokens != 500 {
+			t.Errorf("the hedge's step is %+v; want the answer, marked a hedge", hedge)
+		}
+		ledger := cost.Ledger{Prices: cost.Table{"m": {InputPerMillion: 3, OutputPerMillion: 15}}}
+		ledger.Add(res.Task())
+		s := ledger.Summary()
+		if want := (4000*3 + 500*15) / 1e6; s.Attempts != 2 || math.Abs(s.Spent-want) > 1e-12 || math.Abs(s.Wasted-2000*3/1e6) > 1e-12 {
+			t.Errorf("ledger %+v; want 2 attempts, $%v spent of which the loser's input wasted", s, want)
+		}
+	})
 }
