@@ -24,7 +24,8 @@ var ErrHedgeLost = errors.New("rebound: another attempt of the hedged call answe
 // token. When an attempt has produced nothing after the hedge delay, a
 // second attempt of the same call starts beside it; whichever produces
 // content first wins, and the other is cancelled (its context ends with
-// ErrHedgeLost) and waited for, its response body closed. What counts as
+// ErrHedgeLost) and waited for, its response body closed: an attempt must
+// heed its context, or the call waits for it. What counts as
 // content is the adapter's: in Do, the function's success; in Transport, a
 // response below 400 (for an event stream, its first content event); in
 // Stream, the first event past the preamble.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net/http"
 	"strings"
 	"sync"
@@ -297,6 +298,60 @@ func TestHedgeTransport(t *testing.T) {
 		}
 		if events.hedges.Load() != 1 {
 			t.Errorf("%d hedge events; want 1", events.hedges.Load())
+		}
+	})
+}
+
+// TestHedgeStream: a stream with nothing past its preamble at the delay is
+// hedged; the caller reads the hedge's events, the slow stream's preamble
+// never, and the slow stream is cancelled and has ended when the loop does.
+func TestHedgeStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var (
+			opened atomic.Int32
+			ended  atomic.Int32
+			cause  error
+		)
+		open := func(ctx context.Context) iter.Seq2[string, error] {
+			n := opened.Add(1)
+			return func(yield func(string, error) bool) {
+				defer ended.Add(1)
+				if !yield(fmt.Sprintf("preamble %d", n), nil) {
+					return
+				}
+				if n == 1 {
+					<-ctx.Done()
+					cause = context.Cause(ctx)
+					yield("", ctx.Err())
+					return
+				}
+				time.Sleep(300 * time.Millisecond)
+				for _, ev := range []string{"hello", "world", "end"} {
+					if !yield(ev, nil) {
+						return
+					}
+				}
+			}
+		}
+		p := rebound.Policy{Hedge: &rebound.Hedge{After: time.Second, Percentile: -1}}
+		o := rebound.StreamOptions[string]{Preamble: func(ev string) bool { return strings.HasPrefix(ev, "preamble") },
+			Done: func(ev string) bool { return ev == "end" }}
+		start := time.Now()
+		var got []string
+		for ev, err := range rebound.StreamWith(t.Context(), p, open, o) {
+			if err != nil {
+				t.Fatalf("stream failed: %v", err)
+			}
+			got = append(got, ev)
+		}
+		if want := "preamble 2,hello,world,end"; strings.Join(got, ",") != want {
+			t.Errorf("read %q; want %q", got, want)
+		}
+		if took := time.Since(start); took != 1300*time.Millisecond {
+			t.Errorf("took %v; want 1.3s", took)
+		}
+		if opened.Load() != 2 || ended.Load() != 2 || !errors.Is(cause, rebound.ErrHedgeLost) {
+			t.Errorf("%d opened, %d ended, slow one ended by %v; want 2, 2, ErrHedgeLost", opened.Load(), ended.Load(), cause)
 		}
 	})
 }

@@ -63,16 +63,31 @@ type StreamOptions[E any] struct {
 // StreamWith is Stream, with the honest end and the stall bound of o: a
 // stream with Done ends, after content, either with its Done event and
 // then cleanly, or with an *IncompleteStreamError.
+//
+// Under p.Hedge, an attempt that has yielded nothing past its preamble
+// after the hedge delay gets a second beside it (see Hedge): open is then
+// called from another goroutine, and the stream that reaches content
+// first is the one the caller reads.
 func StreamWith[E any](ctx context.Context, p Policy, open func(context.Context) iter.Seq2[E, error], o StreamOptions[E]) iter.Seq2[E, error] {
 	return func(yield func(E, error) bool) {
 		e := newEngine(ctx, p, "")
 		e.sideEffects = HasSideEffects(ctx)
+		key := TargetFrom(ctx)
 		var (
 			delivered, stopped bool
 			failure            error
 		)
-		gaveUp := e.run(nil, func(int) outcome {
-			delivered, stopped, failure = streamAttempt(ctx, open, o, yield, &e.held)
+		gaveUp := e.run(nil, func(n int) outcome {
+			s, head := hedged(&e, n, key, func(ctx context.Context, end func(), _ bool) (*streamTry[E], outcome) {
+				s := startStream(ctx, open, o, end)
+				return s, outcome{err: s.head()}
+			}, (*streamTry[E]).close)
+			if head.err != nil {
+				s.close()
+				delivered, stopped, failure = false, false, head.err
+				return head
+			}
+			delivered, stopped, failure = s.deliver(yield, &e.held)
 			// A failure after an event reached the caller is the caller's.
 			return outcome{err: failure, final: delivered}
 		})
@@ -87,93 +102,156 @@ func StreamWith[E any](ctx context.Context, p Policy, open func(context.Context)
 	}
 }
 
-// streamAttempt runs one attempt's stream into yield, holding preamble back
-// until the first other event. It returns whether any event reached the
-// caller, whether the caller stopped asking, and the attempt's error (nil
-// if the stream ended whole or the caller stopped). While the caller's
-// code runs, l says so.
-func streamAttempt[E any](ctx context.Context, open func(context.Context) iter.Seq2[E, error], o StreamOptions[E],
-	give func(E, error) bool, l *lease) (delivered, stopped bool, failure error) {
+// streamTry is one attempt's stream, read by pulling: up to its first
+// content event (head), perhaps in a hedged race, and then into the
+// caller's loop (deliver).
+type streamTry[E any] struct {
+	o       StreamOptions[E]
+	next    func() (E, error, bool)
+	stop    func()
+	end     func() // ends the attempt's context
+	timer   *time.Timer
+	stalled atomic.Bool
+
+	held    []E // the preamble, held back until the first other event
+	first   E   // the first content event, once head has read it
+	found   bool
+	content int  // events past the preamble
+	done    bool // the Done event came
+	// delivered says an event reached the caller.
+	delivered bool
+}
+
+// startStream opens an attempt's stream under ctx; end ends ctx.
+func startStream[E any](ctx context.Context, open func(context.Context) iter.Seq2[E, error], o StreamOptions[E], end func()) *streamTry[E] {
+	s := &streamTry[E]{o: o, end: end}
+	if o.Stall > 0 {
+		actx, cancel := context.WithCancelCause(ctx)
+		ctx = actx
+		s.end = stack(func() { cancel(nil) }, end)
+		s.timer = time.AfterFunc(o.Stall, func() {
+			s.stalled.Store(true)
+			cancel(ErrStreamStalled)
+		})
+		s.timer.Stop() // armed by each pull
+	}
+	s.next, s.stop = iter.Pull2(open(ctx))
+	return s
+}
+
+// pull returns the stream's next event, or its error, or ok false at its
+// end. The stall bound covers the wait, and only the wait: time in the
+// caller's loop body does not count.
+func (s *streamTry[E]) pull() (ev E, err error, ok bool) {
+	if s.timer != nil && !s.stalled.Load() {
+		s.timer.Reset(s.o.Stall)
+	}
+	ev, err, ok = s.next()
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	if s.stalled.Load() && ok {
+		err = ErrStreamStalled
+	}
+	return ev, err, ok
+}
+
+// head reads the stream up to its first content event, holding the
+// preamble back; nil means it came, or the stream ended cleanly where an
+// end is whole (after preamble alone, with no Done to wait for, or after
+// Done).
+func (s *streamTry[E]) head() error {
+	for {
+		ev, err, ok := s.pull()
+		switch {
+		case !ok:
+			return s.failure(nil)
+		case err != nil:
+			return s.failure(err)
+		}
+		if s.o.Done != nil && s.o.Done(ev) {
+			s.done = true
+		}
+		if s.o.Preamble == nil || !s.o.Preamble(ev) {
+			s.first, s.found = ev, true
+			return nil
+		}
+		s.held = append(s.held, ev)
+	}
+}
+
+// deliver yields the held preamble and the rest of the stream to the
+// caller, and returns whether any event reached the caller, whether the
+// caller stopped asking, and the stream's failure (nil if it ended whole
+// or the caller stopped). While the caller's code runs, l says so. It
+// closes the stream.
+func (s *streamTry[E]) deliver(give func(E, error) bool, l *lease) (delivered, stopped bool, failure error) {
+	defer s.close()
 	yield := func(e E, err error) bool {
+		s.delivered = true
 		l.caller = true
 		more := give(e, err)
 		l.caller = false
 		return more
 	}
-	var (
-		held    []E
-		content int  // events past the preamble
-		done    bool // the Done event came
-		stalled atomic.Bool
-		timer   *time.Timer
-	)
-	if o.Stall > 0 {
-		actx, cancel := context.WithCancelCause(ctx)
-		defer cancel(nil)
-		ctx = actx
-		timer = time.AfterFunc(o.Stall, func() {
-			stalled.Store(true)
-			cancel(ErrStreamStalled)
-		})
-		defer timer.Stop()
+	if s.found {
+		s.content++
 	}
-	// end is the attempt's error once its stream stops with err (nil: a
-	// clean end).
-	end := func(err error) error {
-		switch {
-		case stalled.Load() && delivered:
-			return &IncompleteStreamError{Reason: IncompleteStalled, Events: content}
-		case stalled.Load():
-			return ErrStreamStalled
-		case o.Done == nil || done:
-			return err
-		case !delivered && err == nil:
-			return errStreamEnded
-		case !delivered:
-			return err
-		case err != nil:
-			return &IncompleteStreamError{Reason: IncompleteCut, Events: content, Err: err}
-		}
-		return &IncompleteStreamError{Reason: IncompleteNoEnd, Events: content}
-	}
-	for e, err := range open(ctx) {
-		if timer != nil {
-			timer.Stop()
-		}
-		if err != nil || stalled.Load() {
-			return delivered, false, end(err)
-		}
-		if o.Done != nil && o.Done(e) {
-			done = true
-		}
-		if !delivered && o.Preamble != nil && o.Preamble(e) {
-			held = append(held, e)
-		} else {
-			content++
-			if !delivered {
-				delivered = true
-				for _, h := range held {
-					if !yield(h, nil) {
-						return true, true, nil
-					}
-				}
-				held = nil
-			}
-			if !yield(e, nil) {
-				return true, true, nil
-			}
-		}
-		if timer != nil {
-			timer.Reset(o.Stall)
-		}
-	}
-	if err := end(nil); err != nil {
-		return delivered, false, err
-	}
-	for _, h := range held {
+	for _, h := range s.held {
 		if !yield(h, nil) {
 			return true, true, nil
 		}
 	}
-	return delivered || len(held) > 0, false, nil
+	s.held = nil
+	if !s.found {
+		return s.delivered, false, nil // ended whole after preamble alone
+	}
+	if !yield(s.first, nil) {
+		return true, true, nil
+	}
+	for {
+		ev, err, ok := s.pull()
+		switch {
+		case !ok:
+			return true, false, s.failure(nil)
+		case err != nil:
+			return true, false, s.failure(err)
+		}
+		if s.o.Done != nil && s.o.Done(ev) {
+			s.done = true
+		}
+		s.content++
+		if !yield(ev, nil) {
+			return true, true, nil
+		}
+	}
+}
+
+// failure is the attempt's error once its stream stops with err (nil: a
+// clean end); nil when that end is whole.
+func (s *streamTry[E]) failure(err error) error {
+	switch {
+	case s.stalled.Load() && s.delivered:
+		return &IncompleteStreamError{Reason: IncompleteStalled, Events: s.content}
+	case s.stalled.Load():
+		return ErrStreamStalled
+	case s.o.Done == nil || s.done:
+		return err
+	case !s.delivered && err == nil:
+		return errStreamEnded
+	case !s.delivered:
+		return err
+	case err != nil:
+		return &IncompleteStreamError{Reason: IncompleteCut, Events: s.content, Err: err}
+	}
+	return &IncompleteStreamError{Reason: IncompleteNoEnd, Events: s.content}
+}
+
+// close stops the stream and ends its context; it may be called again.
+func (s *streamTry[E]) close() {
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.stop()
+	s.end()
 }
