@@ -41,15 +41,15 @@ var ErrHedgeLost = errors.New("rebound: another attempt of the hedged call answe
 // Policy judges it as any other.
 //
 // The delay is the Percentile of the target's (WithTarget; in Transport,
-// else the host) recent first-token times, once minHedgeSamples of them
+// else the host) recent first-token times, once 16 of them
 // are known; until then it is After. It is timed by the real clock, since
 // the attempts are real goroutines, whatever Clock the call's waits go by.
 // A Hedge keeps the times of at most 1024 targets and is safe for
 // concurrent use; share one among the calls to the same targets. Its zero
 // value hedges at the 90th percentile once enough times are known.
 type Hedge struct {
-	// Percentile, in (0, 1), is the share of recent first-token times an
-	// attempt may be slower than before it is hedged. Zero means 0.9:
+	// Percentile, in (0, 1], is the share of recent first-token times an
+	// attempt may be slower than before it is hedged (1: slower than all). Zero means 0.9:
 	// about one call in ten is hedged, the share of calls a RetryBudget
 	// lets retry; negative means After alone.
 	Percentile float64
@@ -63,10 +63,10 @@ type Hedge struct {
 
 // hedgeSamples is how many recent first-token times a Hedge keeps per
 // target, and minHedgeSamples how many it needs before it trusts their
-// percentile: enough that the 90th is drawn from a dozen slow ones.
+// percentile (as many as the Transport's adaptive first-token bound).
 const (
 	hedgeSamples    = 256
-	minHedgeSamples = 32
+	minHedgeSamples = minTokenSamples
 )
 
 // Delay returns how long an attempt to target may go without content
@@ -76,7 +76,7 @@ func (h *Hedge) Delay(target string) time.Duration {
 	if q == 0 {
 		q = defaultHedgePercentile
 	}
-	if !(q < 1) { // NaN too: an invalid Hedge hedges nothing (see Policy.Validate)
+	if !(q <= 1) { // NaN too: an invalid Hedge hedges nothing (see Policy.Validate)
 		return 0
 	}
 	if q > 0 {
@@ -101,8 +101,8 @@ func (h *Hedge) Observe(target string, d time.Duration) {
 
 // validate reports what is wrong with h, for Policy.Validate.
 func (h *Hedge) validate() error {
-	if q := h.Percentile; math.IsNaN(q) || q >= 1 {
-		return policyErr("hedge.percentile", "must be below 1, e.g. 0.9 for the 90th percentile (got %v)", q)
+	if q := h.Percentile; math.IsNaN(q) || q > 1 {
+		return policyErr("hedge.percentile", "must be at most 1, e.g. 0.9 for the 90th percentile (got %v)", q)
 	}
 	if h.After < 0 {
 		return policyErr("hedge.after", "must not be negative (got %v)", h.After)

@@ -130,17 +130,17 @@ func TestHedgeNotMade(t *testing.T) {
 	}
 }
 
-// TestHedgeDelayLearns: the delay is After until 32 first-token times are
+// TestHedgeDelayLearns: the delay is After until 16 first-token times are
 // known, then their 90th percentile, and it follows the target.
 func TestHedgeDelayLearns(t *testing.T) {
 	h := &rebound.Hedge{After: 3 * time.Second}
-	for i := 1; i <= 31; i++ {
+	for i := 1; i <= 15; i++ {
 		h.Observe("a", time.Duration(i)*time.Millisecond)
 	}
 	if d := h.Delay("a"); d != 3*time.Second {
-		t.Errorf("after 31 samples the delay is %v; want After", d)
+		t.Errorf("after 15 samples the delay is %v; want After", d)
 	}
-	for i := 32; i <= 100; i++ {
+	for i := 16; i <= 100; i++ {
 		h.Observe("a", time.Duration(i)*time.Millisecond)
 	}
 	if d := h.Delay("a"); d != 90*time.Millisecond {
@@ -156,7 +156,7 @@ func TestHedgeDelayLearns(t *testing.T) {
 	if d := fixed.Delay("a"); d != time.Second {
 		t.Errorf("a fixed hedge's delay is %v; want After", d)
 	}
-	if d := (&rebound.Hedge{Percentile: 1}).Delay("a"); d != 0 {
+	if d := (&rebound.Hedge{Percentile: 1.5}).Delay("a"); d != 0 {
 		t.Errorf("an invalid percentile hedges after %v; want never", d)
 	}
 	if err := (rebound.Policy{Hedge: &rebound.Hedge{Percentile: 1.5}}).Validate(); err == nil || !strings.Contains(err.Error(), "hedge.percentile") {

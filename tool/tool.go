@@ -56,8 +56,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime"
-	"slices"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -174,10 +172,10 @@ func (e *SpecError) Unwrap() error { return e.Err }
 // Hedge starts a second attempt of a read-only call when the first has not
 // answered after a delay; the first answer wins and the other attempt is
 // cancelled (and waited for: tools must heed their context). The delay is
-// the Percentile of the tool's recent latencies once there are enough of
-// them, else After. A hedge draws from the Spec's Policy.Budget like a
-// retry, and is not made when the budget is spent. The zero Hedge hedges
-// nothing.
+// the Percentile of the tool's recent latencies once 16 are known, else
+// After. It is a rebound.Hedge in the tool's Policy, kept per tool: a hedge
+// draws from the Spec's Policy.Budget like a retry, and is not made when
+// the budget is spent. The zero Hedge hedges nothing.
 //
 // A panic (or runtime.Goexit) in either attempt is raised again in the
 // caller's goroutine, with its own value, once the other attempt has been
@@ -225,25 +223,21 @@ type Registry struct {
 type entry struct {
 	spec    Spec
 	fn      Func
-	invalid *SpecError // what is wrong with spec or fn, if anything; then nothing runs
-
-	mu        sync.Mutex      // guards latencies and next
-	latencies []time.Duration // a ring of recent latencies, for Hedge.Percentile
-	next      int
+	invalid *SpecError     // what is wrong with spec or fn, if anything; then nothing runs
+	hedge   *rebound.Hedge // the tool's recent latencies and its hedge delay; nil: not hedged
 }
-
-// latencySamples is how many recent latencies a hedged tool keeps, and
-// minSamples how many it needs before it trusts their percentile.
-const (
-	latencySamples = 128
-	minSamples     = 16
-)
 
 // Register adds a tool, replacing any of the same name. A tool with a nil
 // fn or an invalid spec (see Spec.Validate) is registered all the same, so
 // that calls to it fail with a SpecError instead of being unknown.
 func (r *Registry) Register(name string, spec Spec, fn Func) {
 	e := &entry{spec: spec, fn: fn}
+	if h := spec.Hedge; spec.Kind == ReadOnly && h.enabled() {
+		e.hedge = &rebound.Hedge{After: h.After, Percentile: h.Percentile}
+		if h.Percentile == 0 {
+			e.hedge.Percentile = -1 // After alone
+		}
+	}
 	if err := spec.Validate(); err != nil {
 		e.invalid = err.(*SpecError)
 	} else if fn == nil {
@@ -388,148 +382,15 @@ func (e *entry) run(ctx context.Context, call Call, key string) (Result, rebound
 			doubt = doubt || unknownOutcome(ev.Verdict.Kind)
 		}
 	}), p.Observer)
-	fn := func(ctx context.Context) (string, error) { return e.timed(ctx, call) }
-	if e.spec.Kind == ReadOnly && e.spec.Hedge.enabled() {
-		fn = func(ctx context.Context) (string, error) { return e.hedged(ctx, call) }
+	if e.hedge != nil {
+		p.Hedge = e.hedge
 	}
-	out, err := rebound.Do(ctx, p, fn)
+	out, err := rebound.Do(ctx, p, func(ctx context.Context) (string, error) { return e.fn(ctx, call) })
 	if err == nil {
 		return Result{Call: call, Output: out}, 0
 	}
 	f, v := e.failure(call, err, lastVerdict, attempts, doubt)
 	return Result{Call: call, Err: err, Failure: f}, v
-}
-
-// timed runs one attempt and notes its latency for hedging, in real time:
-// the hedge races real goroutines on a real timer, whatever clock the
-// call's waits go by.
-func (e *entry) timed(ctx context.Context, call Call) (string, error) {
-	start := time.Now()
-	out, err := e.fn(ctx, call)
-	if err == nil && e.spec.Hedge.enabled() {
-		e.mu.Lock()
-		if len(e.latencies) < latencySamples {
-			e.latencies = append(e.latencies, time.Since(start))
-		} else {
-			e.latencies[e.next] = time.Since(start)
-			e.next = (e.next + 1) % latencySamples
-		}
-		e.mu.Unlock()
-	}
-	return out, err
-}
-
-// hedgeDelay is how long to wait before hedging.
-func (e *entry) hedgeDelay() time.Duration {
-	h := e.spec.Hedge
-	if h.Percentile > 0 {
-		e.mu.Lock()
-		sorted := slices.Clone(e.latencies)
-		e.mu.Unlock()
-		if len(sorted) >= minSamples {
-			slices.Sort(sorted)
-			return sorted[int(h.Percentile*float64(len(sorted)-1))]
-		}
-	}
-	return h.After
-}
-
-// answer is what became of one hedged attempt: its output and error, or
-// the panic or runtime.Goexit that ended it.
-type answer struct {
-	out   string
-	err   error
-	abort *abort
-}
-
-// abort is a panic or runtime.Goexit that ended an attempt in its own
-// goroutine, to be raised again in the caller's.
-type abort struct {
-	value any // the panic's value; nil for runtime.Goexit
-}
-
-func (a *abort) raise() {
-	if a.value == nil {
-		runtime.Goexit()
-	}
-	panic(a.value)
-}
-
-// hedged runs an attempt and, if it is slow, a second one beside it; the
-// first success wins and the other is cancelled and waited for. A first
-// attempt that fails before the hedge starts is returned as it is, for the
-// policy to judge. A panic in an attempt is raised again here, once no
-// attempt is left running.
-func (e *entry) hedged(ctx context.Context, call Call) (string, error) {
-	delay := e.hedgeDelay()
-	if delay <= 0 {
-		return e.timed(ctx, call)
-	}
-	clock := rebound.ClockFrom(ctx)
-	ctx, cancel := context.WithCancel(ctx)
-	answers := make(chan answer, 2)
-	var wg sync.WaitGroup
-	var aborted *abort
-	defer func() {
-		cancel()
-		wg.Wait() // no attempt outlives the call
-		close(answers)
-		for a := range answers { // a loser's late panic
-			if aborted == nil {
-				aborted = a.abort
-			}
-		}
-		if aborted != nil {
-			aborted.raise()
-		}
-	}()
-	launch := func() {
-		wg.Go(func() {
-			returned := false
-			defer func() {
-				if !returned {
-					// Since Go 1.21 a panic's recovered value is never
-					// nil (panic(nil) gives a *runtime.PanicNilError,
-					// unless GODEBUG=panicnil=1), so nil means
-					// runtime.Goexit.
-					answers <- answer{abort: &abort{value: recover()}}
-				}
-			}()
-			out, err := e.timed(ctx, call)
-			returned = true
-			answers <- answer{out: out, err: err}
-		})
-	}
-	launch()
-	timer := time.NewTimer(delay)
-	defer timer.Stop()
-	running, hedging := 1, false
-	var last answer
-	for running > 0 {
-		select {
-		case <-timer.C:
-			// A hedge is a retry as far as the provider is concerned: it
-			// draws from the policy's retry budget, if any, by the clock
-			// the call deposited by, and is not made when that is spent.
-			if b := e.spec.Policy.Budget; b != nil && !b.Withdraw(clock.Now()) {
-				continue
-			}
-			hedging = true
-			running++
-			launch()
-		case a := <-answers:
-			running--
-			if a.abort != nil {
-				aborted = a.abort
-				return "", nil
-			}
-			if a.err == nil || !hedging {
-				return a.out, a.err
-			}
-			last = a
-		}
-	}
-	return last.out, last.err
 }
 
 // unknownOutcome reports whether a failure of kind k leaves unsaid whether
