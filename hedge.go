@@ -41,10 +41,10 @@ var ErrHedgeLost = errors.New("rebound: another attempt of the hedged call answe
 // Policy judges it as any other.
 //
 // The delay is the Percentile of the target's (WithTarget; in Transport,
-// else the host) recent first-token times, once 16 of them
-// are known; until then it is After. It is timed by the real clock, since
-// the attempts are real goroutines, whatever Clock the call's waits go by.
-// A Hedge keeps the times of at most 1024 targets and is safe for
+// else the host) recent first-token times, once 16 of them are known;
+// until then it is After. It is timed by the real clock, since the
+// attempts are real goroutines, whatever Clock the call's waits go by. A
+// Hedge keeps the times of at most 1024 targets and is safe for
 // concurrent use; share one among the calls to the same targets. Its zero
 // value hedges at the 90th percentile once enough times are known.
 type Hedge struct {
