@@ -372,6 +372,7 @@ func TestRequestsYieldToInteractiveCalls(t *testing.T) {
 			return up.RoundTrip(req)
 		})
 		m := &memoryStore{}
+		f := input(t, 3)
 		j, _ := m.open()
 		defer j.Close()
 		var s batch.Summary
@@ -379,7 +380,7 @@ func TestRequestsYieldToInteractiveCalls(t *testing.T) {
 		done := make(chan struct{})
 		go func() { // t.Fatal belongs to the test's goroutine: the error is checked there
 			defer close(done)
-			s, err = (&batch.Runner{BaseURL: "http://up", Base: base, Adaptive: shared, Concurrency: 3}).Run(t.Context(), input(t, 3), j)
+			s, err = (&batch.Runner{BaseURL: "http://up", Base: base, Adaptive: shared, Concurrency: 3}).Run(t.Context(), f, j)
 		}()
 		synctest.Wait() // the run's requests wait for the slot
 		interactive := make(chan error)
