@@ -33,6 +33,12 @@ const DefaultAttemptTimeout = 10 * time.Minute
 // Runner sends a batch's requests through rebound.Transport and records
 // each outcome in a journal as it comes. The zero Runner needs only a
 // BaseURL.
+//
+// Its requests are ratelimit.Batch calls (ratelimit.WithPriority): under
+// an Adaptive limit shared with interactive calls to the same provider
+// (Runner.Adaptive, or one in Base), they take the slots the interactive
+// calls leave, and at least one in MaxPassOver+1 of those that free while
+// both wait, so the batch yields to people and still ends.
 type Runner struct {
 	// BaseURL is where the requests go: a line's url is appended to its
 	// path, once: a BaseURL ending in /v1 and a url starting with /v1/
@@ -51,6 +57,12 @@ type Runner struct {
 	// Observer, if any, hears every event. The zero Policy is the
 	// recommended one, with an AttemptTimeout of DefaultAttemptTimeout.
 	Policy rebound.Policy
+
+	// Adaptive bounds the requests in flight together with the other
+	// calls to the provider that share it, the run's requests waiting as
+	// ratelimit.Batch. Nil means a limit of the run's own, of
+	// Concurrency.
+	Adaptive *ratelimit.Adaptive
 
 	// Limiter paces the requests and learns the provider's limits from
 	// its rate-limit headers. Nil means a ratelimit.Limiter with no limits
@@ -201,7 +213,10 @@ func (r *Runner) client(s *state) (c *http.Client, closeIdle func()) {
 			user.Observe(e)
 		}
 	})
-	adaptive := ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{Initial: r.concurrency(), Max: r.concurrency()})
+	adaptive := r.Adaptive
+	if adaptive == nil {
+		adaptive = ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{Initial: r.concurrency(), Max: r.concurrency()})
+	}
 	return &http.Client{
 		Transport: &rebound.Transport{
 			Base:   &ratelimit.Transport{Base: countAttempts{base, &s.attempts}, Limiter: limiter, Adaptive: adaptive},
@@ -399,7 +414,8 @@ func (s *state) send(ctx context.Context, c Claim) Outcome {
 		return o
 	}
 	attempts := new(atomic.Int64)
-	req, err := http.NewRequestWithContext(context.WithValue(ctx, attemptsKey{}, attempts), http.MethodPost, joinURL(s.runner.BaseURL, r.URL), bytes.NewReader(r.Body))
+	ctx = ratelimit.WithPriority(context.WithValue(ctx, attemptsKey{}, attempts), ratelimit.Batch)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, joinURL(s.runner.BaseURL, r.URL), bytes.NewReader(r.Body))
 	if err != nil {
 		o.State, o.ErrorCode, o.ErrorMessage = FailedPermanent, "invalid_request", err.Error()
 		return o

@@ -17,6 +17,7 @@ import (
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/batch"
 	"github.com/rebound-go/rebound/chaos"
+	"github.com/rebound-go/rebound/ratelimit"
 )
 
 // served hands requests to a handler in memory, so that a run's waits
@@ -352,3 +353,63 @@ func TestRunOverLoopback(t *testing.T) {
 		t.Errorf("%+v, %+v", s, m.recorded[0])
 	}
 }
+
+// TestRequestsYieldToInteractiveCalls shares an Adaptive limit of one slot
+// between a run and an interactive caller: the run's requests wait as
+// ratelimit.Batch, so the interactive call that came after them is
+// granted the slot first, and the run then ends.
+func TestRequestsYieldToInteractiveCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{Initial: 1, Max: 1})
+		shared.TryAcquire() // an interactive call in flight
+		up := &served{h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") })}
+		var mu sync.Mutex
+		var priorities []ratelimit.Priority
+		base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			mu.Lock()
+			priorities = append(priorities, ratelimit.PriorityFrom(req.Context()))
+			mu.Unlock()
+			return up.RoundTrip(req)
+		})
+		m := &memoryStore{}
+		f := input(t, 3)
+		j, _ := m.open()
+		defer j.Close()
+		var s batch.Summary
+		var err error
+		done := make(chan struct{})
+		go func() { // t.Fatal belongs to the test's goroutine: the error is checked there
+			defer close(done)
+			s, err = (&batch.Runner{BaseURL: "http://up", Base: base, Adaptive: shared, Concurrency: 3}).Run(t.Context(), f, j)
+		}()
+		synctest.Wait() // the run's requests wait for the slot
+		interactive := make(chan error)
+		go func() { interactive <- shared.Acquire(t.Context()) }()
+		synctest.Wait()
+		shared.Release(ratelimit.Neutral)
+		if err := <-interactive; err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if n := len(up.take()); n != 0 {
+			t.Fatalf("%d batch requests sent before the interactive call that came after them", n)
+		}
+		shared.Release(ratelimit.Neutral)
+		<-done
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Succeeded != 3 || len(priorities) != 3 {
+			t.Fatalf("%+v, %d requests", s, len(priorities))
+		}
+		for _, p := range priorities {
+			if p != ratelimit.Batch {
+				t.Errorf("a request went as %v", p)
+			}
+		}
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

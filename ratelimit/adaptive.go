@@ -1,17 +1,31 @@
 package ratelimit
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"sync"
 	"time"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/queue"
 )
 
-// ErrQueueFull is the error of a call that found the Adaptive queue full.
+// ErrQueueFull is the error of a call that found the Adaptive queue of
+// its Priority full.
 var ErrQueueFull = errors.New("ratelimit: too many calls waiting")
+
+// DefaultMaxPassOver is AdaptiveConfig.MaxPassOver's default: a Batch
+// call waits for at most this many Interactive calls to be granted a slot
+// ahead of it, so a batch keeps at least a ninth of the slots that free
+// while both wait, and interactive calls are first until they ask for
+// about 8/9 of the limit. In rebound sim --scenario priority (interactive
+// calls at 60% of the provider's capacity, a batch of 3000 requests 64 at
+// a time on top) interactive p99 is 3.28 s with it against 3.31 s with no
+// batch, and the batch ends in 539 s (525 s with one FIFO queue, where
+// interactive p99 is 13.9 s). A bound of 1 lets a batch take every other
+// slot, more than the interactive calls leave: their p99 grows to 73 s;
+// 2 gives 3.91 s and 4 3.39 s; beyond 8 nothing changes there.
+const DefaultMaxPassOver = 8
 
 // AdaptiveConfig tunes an Adaptive limit. Its zero value is a sensible one
 // for an LLM API; each field documents its default.
@@ -22,8 +36,18 @@ type AdaptiveConfig struct {
 	// Decrease multiplies the limit on a congestion signal. Zero means
 	// 0.7 (the AWS SDK's adaptive mode cuts to 0.7 too).
 	Decrease float64
-	// QueueSize bounds how many calls may wait. Zero means 10 000.
+	// QueueSize bounds how many calls of each Priority may wait, so a
+	// batch that fills its queue never turns interactive calls away.
+	// Zero means 10 000.
 	QueueSize int
+	// MaxPassOver bounds how long a waiting Batch call can be passed
+	// over: once this many Interactive calls have been granted a slot
+	// while Batch calls wait, since the last Batch grant, the oldest
+	// Batch call goes next. Zero means DefaultMaxPassOver. The bound
+	// counts grants rather than time because only a count is a promise:
+	// no call goes until a slot frees, and a count says what share of
+	// the freed slots a batch keeps however long the calls take.
+	MaxPassOver int
 	// Clock is the time the limit goes by: how recent the fastest
 	// latency is, and how long since the last cut. Nil means the real
 	// clock; a simulation gives it a virtual one. Only Now is used: a
@@ -47,9 +71,12 @@ const (
 )
 
 // Adaptive bounds the calls in flight to a provider and adapts the bound
-// to the provider's health (AIMD). Calls beyond it wait in a FIFO queue;
-// one whose context ends while waiting (its deadline passes, or it is
-// cancelled) is dropped without ever being sent. It is safe for
+// to the provider's health (AIMD). Calls beyond it wait, first in, first
+// out within their Priority (WithPriority; unmarked calls are
+// Interactive): waiting Interactive calls go before waiting Batch calls,
+// but never more than MaxPassOver of them in a row ahead of the oldest
+// Batch call. One whose context ends while waiting (its deadline passes,
+// or it is cancelled) is dropped without ever being sent. It is safe for
 // concurrent use; the zero value is not, use NewAdaptive.
 type Adaptive struct {
 	cfg AdaptiveConfig
@@ -68,14 +95,11 @@ type Adaptive struct {
 	// cutAt is when the limit was last cut, if cut: further cuts are
 	// held back for a moment after one, so that one burst of failures
 	// counts as one signal.
-	cut     bool
-	cutAt   time.Time
-	waiting *list.List // of *waiter, oldest first
-}
-
-type waiter struct {
-	ready chan struct{} // closed when the call may go
-	done  bool          // granted or dropped
+	cut   bool
+	cutAt time.Time
+	// waiting holds the calls waiting for a slot, by Priority; each is
+	// a channel closed when its call may go.
+	waiting *queue.Queue[chan struct{}]
 }
 
 // NewAdaptive returns an Adaptive limit for cfg.
@@ -96,7 +120,11 @@ func NewAdaptive(cfg AdaptiveConfig) *Adaptive {
 	if cfg.QueueSize <= 0 {
 		cfg.QueueSize = 10000
 	}
-	a := &Adaptive{cfg: cfg, now: time.Now, limit: float64(cfg.Initial), waiting: list.New()}
+	if cfg.MaxPassOver <= 0 {
+		cfg.MaxPassOver = DefaultMaxPassOver
+	}
+	a := &Adaptive{cfg: cfg, now: time.Now, limit: float64(cfg.Initial),
+		waiting: queue.New[chan struct{}](int(Batch)+1, cfg.MaxPassOver)}
 	if cfg.Clock != nil {
 		a.now = cfg.Clock.Now
 	}
@@ -138,27 +166,30 @@ func (a *Adaptive) TryAcquire() bool {
 	return false
 }
 
-// Acquire waits for a slot, first in, first out. It returns ctx's error if
-// ctx ends first (the call is then dropped from the queue, never sent),
-// ErrDeadline if by its turn less time is left than a call typically takes
-// (see Expected), or ErrQueueFull.
+// Acquire waits for a slot, in its turn: first in, first out among calls
+// of ctx's Priority (PriorityFrom), Interactive before Batch within
+// MaxPassOver. It returns ctx's error if ctx ends first (the call is then
+// dropped from the queue, never sent), ErrDeadline if by its turn less
+// time is left than a call typically takes (see Expected), or
+// ErrQueueFull.
 func (a *Adaptive) Acquire(ctx context.Context) error {
+	class := int(PriorityFrom(ctx))
 	a.mu.Lock()
 	if a.waiting.Len() == 0 && float64(a.inFlight) < a.limit {
 		a.inFlight++
 		a.mu.Unlock()
 		return nil
 	}
-	if a.waiting.Len() >= a.cfg.QueueSize {
+	if a.waiting.LenOf(class) >= a.cfg.QueueSize {
 		a.mu.Unlock()
 		return ErrQueueFull
 	}
-	w := &waiter{ready: make(chan struct{})}
-	e := a.waiting.PushBack(w)
+	ready := make(chan struct{})
+	w := a.waiting.Push(class, ready)
 	a.mu.Unlock()
 
 	select {
-	case <-w.ready:
+	case <-ready:
 		if deadline, ok := ctx.Deadline(); ok && deadline.Sub(a.now()) < a.Expected() {
 			a.Release(Neutral) // too late to be answered in time: not sent
 			return ErrDeadline
@@ -167,12 +198,9 @@ func (a *Adaptive) Acquire(ctx context.Context) error {
 	case <-ctx.Done():
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		if w.done { // granted just as the context ended: hand it on
+		if !a.waiting.Remove(w) { // granted just as the context ended: hand it on
 			a.inFlight--
 			a.grant()
-		} else {
-			w.done = true
-			a.waiting.Remove(e)
 		}
 		return context.Cause(ctx)
 	}
@@ -241,12 +269,14 @@ func (a *Adaptive) ReleaseAfter(s Signal, latency time.Duration) {
 	a.grant()
 }
 
-// grant hands free slots to the oldest waiters. a.mu is held.
+// grant hands free slots to the waiters whose turn it is. a.mu is held.
 func (a *Adaptive) grant() {
-	for a.waiting.Len() > 0 && float64(a.inFlight) < a.limit {
-		w := a.waiting.Remove(a.waiting.Front()).(*waiter)
-		w.done = true
+	for float64(a.inFlight) < a.limit {
+		w, ok := a.waiting.Pop()
+		if !ok {
+			return
+		}
 		a.inFlight++
-		close(w.ready)
+		close(w.Value)
 	}
 }

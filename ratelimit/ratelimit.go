@@ -13,9 +13,13 @@
 // bound with the provider's health: a 429, an overload or a timeout cuts
 // it, every success raises it a little (additive increase, multiplicative
 // decrease, as TCP does). Calls beyond the bound wait in a first-in,
-// first-out queue, and a waiting call whose deadline passes is dropped
-// before it is sent: work a provider does for a caller who has left is the
-// fuel of metastable failure.
+// first-out queue per Priority, and a waiting call whose deadline passes
+// is dropped before it is sent: work a provider does for a caller who has
+// left is the fuel of metastable failure. A call's context says its
+// Priority (WithPriority): waiting Interactive calls, the default, go
+// before waiting Batch calls, so a batch sharing the provider's quota
+// takes what interactive users leave, and never fewer than one in
+// MaxPassOver+1 of the slots that free while both wait, so it still ends.
 //
 // Transport puts both under rebound.Transport (or any http.Client), so
 // every attempt waits its turn. Its Limiter is a Pacer: this package's

@@ -34,7 +34,8 @@ type Pacer interface {
 // latency follows the length of its answer, so a slow answer is not a
 // sign of a queue there (the simulator's provider, whose work is uniform,
 // does report them). A request whose deadline would pass while it waits fails at once
-// with ErrDeadline, never sent.
+// with ErrDeadline, never sent. A request waits for its Adaptive slot as
+// the Priority of its context (WithPriority; Interactive if unmarked).
 type Transport struct {
 	// Base sends the requests. Nil means http.DefaultTransport.
 	Base http.RoundTripper

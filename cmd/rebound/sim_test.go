@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound/cmd/rebound/internal/sim"
+	"github.com/rebound-go/rebound/ratelimit"
 )
 
 func runSimCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -153,6 +155,12 @@ func TestSimBadUsage(t *testing.T) {
 		{[]string{"--scenario", "overload", "--cells", "0.5x3601"}, "up to 3600"},
 		{[]string{"--scenario", "overload", "--cells", "0.5x1e-12"}, "--cells 0.5x1e-12: want"},
 		{[]string{"--scenario", "overload", "--strategies", "none,panic"}, "panic"},
+		{[]string{"--scenario", "priority", "--strategies", "lifo"}, `unknown priority strategy "lifo"`},
+		{[]string{"--scenario", "priority", "--cells", "0"}, "--cells 0: want MaxPassOver values from 1 to"},
+		{[]string{"--scenario", "priority", "--cells", "8,x"}, `"x" is not a whole number`},
+		{[]string{"--scenario", "priority", "--cells", "99999999999"}, "--cells 99999999999: want"},
+		{[]string{"--scenario", "priority", "--trials", "2"}, "--trials does not apply to the priority scenario"},
+		{[]string{"--scenario", "priority", "--clients", "8"}, "--clients does not apply to the priority scenario"},
 	} {
 		code, stdout, stderr := runSimCmd(t, tc.args...)
 		if code != 2 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, tc.want) ||
@@ -177,7 +185,7 @@ func TestSimBadUsage(t *testing.T) {
 func TestSimCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	for _, scenario := range []string{"occ", "iid", "overload"} {
+	for _, scenario := range []string{"occ", "iid", "overload", "priority"} {
 		var out, errOut bytes.Buffer
 		if code := run(ctx, []string{"sim", "--json", "--scenario", scenario}, &out, &errOut); code != 1 || out.Len() != 0 {
 			t.Errorf("%s canceled: exit %d, stdout %q", scenario, code, out.String())
@@ -324,7 +332,7 @@ func TestSimHTML(t *testing.T) {
 func TestSimHTMLCheckedFirst(t *testing.T) {
 	dir := t.TempDir()
 	for _, path := range []string{filepath.Join(dir, "no", "such", "dir.html"), dir} {
-		for _, scenario := range []string{"occ", "iid", "overload"} {
+		for _, scenario := range []string{"occ", "iid", "overload", "priority"} {
 			code, stdout, stderr := runSimCmd(t, "--scenario", scenario, "--html", path)
 			if code != 1 || stdout != "" || !strings.HasPrefix(stderr, "rebound sim: --html: ") || strings.Count(stderr, "\n") != 1 {
 				t.Errorf("%s, unwritable page %s: exit %d, stdout %q, stderr %q", scenario, path, code, stdout, stderr)
@@ -418,5 +426,65 @@ func TestSimOverload(t *testing.T) {
 		if code := run(context.Background(), args, &out, &errOut); code != 2 || strings.Count(strings.TrimSpace(errOut.String()), "\n") != 0 {
 			t.Errorf("%q: exit %d, stderr %q", args, code, errOut.String())
 		}
+	}
+}
+
+// TestSimPriority runs the priority scenario's default: one JSON object
+// with the documented keys, the default seed, interactive p99 with
+// priorities within 1.5x of its value without the batch and the batch
+// done, first in, first out at least 3x worse; the same figures again for
+// the same seed. The help names the limit's default MaxPassOver.
+func TestSimPriority(t *testing.T) {
+	code, stdout, stderr := runSimCmd(t, "--scenario", "priority", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "seed 1,") || !strings.Contains(stderr, "[3/3] priority (max pass-over 8)") {
+		t.Errorf("stderr: %q", stderr)
+	}
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	var raw map[string]json.RawMessage
+	if err := dec.Decode(&raw); err != nil || dec.More() {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout)
+	}
+	if keys := sortedKeys(raw); !slices.Equal(keys, []string{"results", "scenario", "seed"}) {
+		t.Fatalf("top-level keys %v", keys)
+	}
+	var results []map[string]json.RawMessage
+	if err := json.Unmarshal(raw["results"], &results); err != nil || len(results) != 3 {
+		t.Fatalf("results: %v, %d of them", err, len(results))
+	}
+	if keys := sortedKeys(results[0]); !slices.Equal(keys, []string{"batch_completed", "batch_done", "batch_s", "interactive_calls",
+		"interactive_p50_ms", "interactive_p99_by_window_ms", "interactive_p99_ms", "max_pass_over", "strategy"}) {
+		t.Fatalf("result keys %v", keys)
+	}
+	var r sim.PriorityReport
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatal(err)
+	}
+	calm, fifo, prio := r.Results[0], r.Results[1], r.Results[2]
+	t.Logf("seed %d: p99 %v ms alone, %v ms fifo, %v ms with priorities; batch %v s fifo, %v s with priorities",
+		r.Seed, calm.InteractiveP99MS, fifo.InteractiveP99MS, prio.InteractiveP99MS, fifo.BatchS, prio.BatchS)
+	if r.Seed != 1 || calm.Strategy != "noflood" || fifo.Strategy != "fifo" || prio.Strategy != "priority" ||
+		prio.MaxPassOver != ratelimit.DefaultMaxPassOver {
+		t.Fatalf("%+v", r)
+	}
+	if prio.InteractiveP99MS > 1.5*calm.InteractiveP99MS || !prio.BatchDone {
+		t.Errorf("priority: p99 %v ms against %v ms alone, batch done %v", prio.InteractiveP99MS, calm.InteractiveP99MS, prio.BatchDone)
+	}
+	if fifo.InteractiveP99MS < 3*calm.InteractiveP99MS {
+		t.Errorf("fifo: p99 %v ms against %v ms alone: no starvation", fifo.InteractiveP99MS, calm.InteractiveP99MS)
+	}
+	if code, again, _ := runSimCmd(t, "--scenario", "priority", "--json"); code != 0 || again != stdout {
+		t.Errorf("same seed, different output (exit %d)", code)
+	}
+	code, table, _ := runSimCmd(t, "--scenario", "priority", "--strategies", "fifo,priority", "--cells", "2,8")
+	if code != 0 || !strings.Contains(table, "priority (max pass-over 2)") || !strings.Contains(table, "3000/3000") ||
+		strings.Contains(table, "noflood") {
+		t.Errorf("table: exit %d\n%s", code, table)
+	}
+	if code, help, _ := runSimCmd(t, "-h"); code != 0 || !strings.Contains(help, "--scenario priority") ||
+		!strings.Contains(help, fmt.Sprintf("(default %d, the limit's default", ratelimit.DefaultMaxPassOver)) {
+		t.Errorf("-h: exit %d, %q", code, help)
 	}
 }

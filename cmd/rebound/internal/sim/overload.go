@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"container/heap"
-	"container/list"
 	"context"
 	"fmt"
 	"math"
@@ -186,18 +184,16 @@ type overload struct {
 	budget   *rebound.RetryBudget // nil: none
 	adaptive *ratelimit.Adaptive  // nil: none
 
-	start  time.Time
-	clock  *Clock // the simulation's now, moved event by event
-	end    time.Time
-	events eventQueue
-	seq    int
+	scheduler
+	start, end time.Time
 
 	// The provider.
 	queue []*attempt // attempts waiting, first in, first out
 	busy  bool
 
-	// The client's queue of calls waiting for a slot of the adaptive limit.
-	waiting *list.List
+	// The client's side of the adaptive limit: its calls waiting for a
+	// slot. Nil with no limit.
+	gate *gate[*ocall]
 
 	calls, succeeded, attempts int
 	goodput                    []int
@@ -221,37 +217,8 @@ type attempt struct {
 	holds    bool // it holds a slot of the adaptive limit
 }
 
-type event struct {
-	at  time.Time
-	seq int
-	fn  func()
-}
-
-type eventQueue []event
-
-func (q eventQueue) Len() int { return len(q) }
-func (q eventQueue) Less(i, j int) bool {
-	if !q[i].at.Equal(q[j].at) {
-		return q[i].at.Before(q[j].at)
-	}
-	return q[i].seq < q[j].seq
-}
-func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
-func (q *eventQueue) Pop() any {
-	old := *q
-	e := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return e
-}
-
-func (o *overload) at(t time.Time, fn func()) {
-	o.seq++
-	heap.Push(&o.events, event{at: t, seq: o.seq, fn: fn})
-}
-
 func newOverload(strategy string, cell OverloadCell, rng *rand.Rand) (*overload, error) {
-	o := &overload{strategy: strategy, cell: cell, rng: rng, waiting: list.New()}
+	o := &overload{strategy: strategy, cell: cell, rng: rng}
 	o.start = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	o.clock = NewClock(o.start)
 	o.end = o.start.Add(OverloadWarmup + cell.Duration + 10*cell.Duration)
@@ -269,6 +236,7 @@ func newOverload(strategy string, cell OverloadCell, rng *rand.Rand) (*overload,
 		o.policy = rebound.Policy{Rand: rng} // the recommended one
 		o.budget = &rebound.RetryBudget{}
 		o.adaptive = ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{Clock: o.clock})
+		o.gate = newGate[*ocall](o.adaptive, ratelimit.DefaultMaxPassOver)
 	default:
 		return nil, fmt.Errorf("sim: unknown overload strategy %q (want one of %v)", strategy, OverloadStrategies())
 	}
@@ -290,23 +258,8 @@ func (o *overload) capacity(t time.Time) float64 {
 func (o *overload) run(ctx context.Context, minute func(done time.Duration)) (OverloadResult, error) {
 	o.goodput = make([]int, int(o.end.Sub(o.start)/time.Second)) // whole seconds only
 	o.at(o.start.Add(o.interarrival()), o.arrive)
-	nextMinute := o.start.Add(time.Minute)
-	for n := 0; o.events.Len() > 0; n++ {
-		if n%4096 == 0 && ctx.Err() != nil {
-			return OverloadResult{}, context.Cause(ctx)
-		}
-		e := heap.Pop(&o.events).(event)
-		if e.at.After(o.end) {
-			break
-		}
-		if !e.at.Before(nextMinute) {
-			if minute != nil {
-				minute(e.at.Sub(o.start).Truncate(time.Minute))
-			}
-			nextMinute = o.start.Add(e.at.Sub(o.start).Truncate(time.Minute) + time.Minute)
-		}
-		o.clock.AdvanceTo(e.at) // events come in order: never back
-		e.fn()
+	if err := o.runUntil(ctx, o.start, o.end, minute); err != nil {
+		return OverloadResult{}, err
 	}
 	return o.result(), nil
 }
@@ -331,8 +284,7 @@ func (o *overload) arrive() {
 // send makes c's next attempt, or, with an adaptive limit and no free
 // slot, queues c for one.
 func (o *overload) send(c *ocall) {
-	if o.adaptive != nil && !o.adaptive.TryAcquire() {
-		o.waiting.PushBack(c)
+	if o.gate != nil && !o.gate.enter(ratelimit.Interactive, c) {
 		return
 	}
 	o.dispatch(c, o.adaptive != nil)
@@ -417,22 +369,15 @@ func (o *overload) release(a *attempt, s ratelimit.Signal) {
 	if s == ratelimit.Success {
 		latency = o.clock.Now().Sub(a.sentAt)
 	}
-	o.adaptive.ReleaseAfter(s, latency)
-	for o.waiting.Len() > 0 {
-		c := o.waiting.Front().Value.(*ocall)
+	o.gate.release(s, latency, func(c *ocall) bool {
+		// Too late to be answered in time (as Adaptive.Acquire judges):
+		// dropped, never sent.
 		if c.deadline.Sub(o.clock.Now()) < max(o.adaptive.Expected(), time.Nanosecond) {
-			// Too late to be answered in time (as Adaptive.Acquire judges):
-			// dropped, never sent.
-			o.waiting.Remove(o.waiting.Front())
 			c.done = true
-			continue
+			return true
 		}
-		if !o.adaptive.TryAcquire() {
-			return
-		}
-		o.waiting.Remove(o.waiting.Front())
-		o.dispatch(c, true)
-	}
+		return false
+	}, func(c *ocall) { o.dispatch(c, true) })
 }
 
 func (o *overload) result() OverloadResult {

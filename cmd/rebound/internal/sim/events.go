@@ -1,0 +1,121 @@
+package sim
+
+import (
+	"container/heap"
+	"context"
+	"time"
+
+	"github.com/rebound-go/rebound/internal/queue"
+	"github.com/rebound-go/rebound/ratelimit"
+)
+
+// scheduler runs a discrete-event simulation: events in order of their
+// virtual time and, at one time, of their scheduling.
+type scheduler struct {
+	clock  *Clock // the simulation's now, moved event by event
+	events eventQueue
+	seq    int
+}
+
+type event struct {
+	at  time.Time
+	seq int
+	fn  func()
+}
+
+type eventQueue []event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if !q[i].at.Equal(q[j].at) {
+		return q[i].at.Before(q[j].at)
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+// at schedules fn at t.
+func (s *scheduler) at(t time.Time, fn func()) {
+	s.seq++
+	heap.Push(&s.events, event{at: t, seq: s.seq, fn: fn})
+}
+
+// runUntil runs the events due up to end, telling minute (if set) of each
+// simulated minute done since start. It stops with ctx's cause when ctx is
+// done, checked every few thousand events.
+func (s *scheduler) runUntil(ctx context.Context, start, end time.Time, minute func(done time.Duration)) error {
+	nextMinute := start.Add(time.Minute)
+	for n := 0; s.events.Len() > 0; n++ {
+		if n%4096 == 0 && ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		e := heap.Pop(&s.events).(event)
+		if e.at.After(end) {
+			break
+		}
+		if !e.at.Before(nextMinute) {
+			if minute != nil {
+				minute(e.at.Sub(start).Truncate(time.Minute))
+			}
+			nextMinute = start.Add(e.at.Sub(start).Truncate(time.Minute) + time.Minute)
+		}
+		s.clock.AdvanceTo(e.at) // events come in order: never back
+		e.fn()
+	}
+	return nil
+}
+
+// gate is the client side of an Adaptive limit in a simulation, where
+// calls cannot block in Acquire: a call that finds no free slot waits in
+// the limit's own queue discipline (internal/queue, as Adaptive's waiters
+// do), and each slot released goes to the call whose turn it is.
+type gate[T any] struct {
+	adaptive *ratelimit.Adaptive
+	waiting  *queue.Queue[T]
+}
+
+// newGate returns a gate of a, whose Batch calls are passed over at most
+// maxPassOver times (as a's AdaptiveConfig.MaxPassOver says).
+func newGate[T any](a *ratelimit.Adaptive, maxPassOver int) *gate[T] {
+	return &gate[T]{adaptive: a, waiting: queue.New[T](int(ratelimit.Batch)+1, maxPassOver)}
+}
+
+// enter takes a slot for c and reports true, or queues c as p and reports
+// false, as Adaptive.Acquire does.
+func (g *gate[T]) enter(p ratelimit.Priority, c T) bool {
+	if g.waiting.Len() == 0 && g.adaptive.TryAcquire() {
+		return true
+	}
+	g.waiting.Push(int(p), c)
+	return false
+}
+
+// release gives a slot back, with the signal and latency ReleaseAfter
+// takes, and hands the free slots to the waiting calls in turn: send
+// sends one. A call stale (if set) says is too late to be answered is
+// dropped when its turn comes, never sent, as Acquire's ErrDeadline.
+func (g *gate[T]) release(s ratelimit.Signal, latency time.Duration, stale func(T) bool, send func(T)) {
+	g.adaptive.ReleaseAfter(s, latency)
+	for {
+		next, ok := g.waiting.Next()
+		if !ok {
+			return
+		}
+		if stale != nil && stale(next.Value) {
+			g.waiting.Pop() // its turn, spent
+			continue
+		}
+		if !g.adaptive.TryAcquire() {
+			return
+		}
+		g.waiting.Pop()
+		send(next.Value)
+	}
+}
