@@ -71,6 +71,8 @@ const maxErrorText = 200
 //   - "rebound.retry" (Info): a retry scheduled: target, attempt, kind,
 //     status, error_type, error_code, wait_ms, waited_ms, budget_left,
 //     error.
+//   - "rebound.hedge" (Info): a hedge started beside a slow attempt:
+//     target, attempt, elapsed_ms, budget_left.
 //   - "rebound.call" (Debug if it succeeded at once, Info if it succeeded
 //     after retries, Warn if it gave up): target, attempts, succeeded,
 //     waited_ms, elapsed_ms; on failure also kind, status, error_type,
@@ -98,6 +100,12 @@ func Slog(logger *slog.Logger) rebound.Observer {
 				attrs = append(attrs, slog.Float64("budget_left", e.BudgetLeft))
 			}
 			logger.LogAttrs(ctx, slog.LevelInfo, "rebound.retry", append(attrs, failure(e.Err)...)...)
+		case e.Type == rebound.EventHedge:
+			attrs := []slog.Attr{slog.String("target", e.Target), slog.Int("attempt", e.Attempt), ms("elapsed_ms", e.Elapsed)}
+			if e.BudgetLeft >= 0 {
+				attrs = append(attrs, slog.Float64("budget_left", e.BudgetLeft))
+			}
+			logger.LogAttrs(ctx, slog.LevelInfo, "rebound.hedge", attrs...)
 		case e.Type == rebound.EventGiveUp:
 			attrs := []slog.Attr{slog.String("target", e.Target), slog.Int("attempts", e.Attempt), slog.Bool("succeeded", false),
 				slog.String("kind", e.Verdict.Kind.String()), slog.String("reason", e.Reason.String()),

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -42,6 +43,30 @@ func records(t *testing.T, buf *bytes.Buffer) []map[string]any {
 }
 
 var overflow = &rebound.HTTPError{StatusCode: 400, Body: []byte(`{"error":{"type":"invalid_request_error","code":"context_length_exceeded","message":"too long"}}`)}
+
+// TestSlogHedge: a hedge is a record of its own, between the call's start
+// and its end.
+func TestSlogHedge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: noTime}))
+		p := rebound.Policy{Hedge: &rebound.Hedge{After: time.Second, Percentile: -1}, Observer: observe.Slog(logger)}
+		ctx := rebound.WithTarget(t.Context(), "gpt-x")
+		var calls atomic.Int32
+		_ = rebound.Run(ctx, p, func(ctx context.Context) error {
+			if calls.Add(1) == 1 {
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			return nil
+		})
+		rs := records(t, &buf)
+		if len(rs) != 1 || rs[0]["msg"] != "rebound.hedge" || rs[0]["target"] != "gpt-x" || rs[0]["attempt"] != 1.0 ||
+			rs[0]["elapsed_ms"] != 1000.0 || rs[0]["level"] != "INFO" {
+			t.Fatalf("records %v; want one hedge at 1000 ms", rs)
+		}
+	})
+}
 
 func TestSlogRecords(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
