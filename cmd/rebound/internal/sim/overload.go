@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"container/heap"
 	"container/list"
 	"context"
 	"fmt"
@@ -186,11 +185,10 @@ type overload struct {
 	budget   *rebound.RetryBudget // nil: none
 	adaptive *ratelimit.Adaptive  // nil: none
 
-	start  time.Time
-	clock  *Clock // the simulation's now, moved event by event
-	end    time.Time
-	events eventQueue
-	seq    int
+	start time.Time
+	clock *Clock // the simulation's now, moved event by event
+	end   time.Time
+	agenda
 
 	// The provider.
 	queue []*attempt // attempts waiting, first in, first out
@@ -219,35 +217,6 @@ type attempt struct {
 	answered bool // the client got its answer
 	timedOut bool // the client stopped waiting
 	holds    bool // it holds a slot of the adaptive limit
-}
-
-type event struct {
-	at  time.Time
-	seq int
-	fn  func()
-}
-
-type eventQueue []event
-
-func (q eventQueue) Len() int { return len(q) }
-func (q eventQueue) Less(i, j int) bool {
-	if !q[i].at.Equal(q[j].at) {
-		return q[i].at.Before(q[j].at)
-	}
-	return q[i].seq < q[j].seq
-}
-func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
-func (q *eventQueue) Pop() any {
-	old := *q
-	e := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return e
-}
-
-func (o *overload) at(t time.Time, fn func()) {
-	o.seq++
-	heap.Push(&o.events, event{at: t, seq: o.seq, fn: fn})
 }
 
 func newOverload(strategy string, cell OverloadCell, rng *rand.Rand) (*overload, error) {
@@ -291,12 +260,12 @@ func (o *overload) run(ctx context.Context, minute func(done time.Duration)) (Ov
 	o.goodput = make([]int, int(o.end.Sub(o.start)/time.Second)) // whole seconds only
 	o.at(o.start.Add(o.interarrival()), o.arrive)
 	nextMinute := o.start.Add(time.Minute)
-	for n := 0; o.events.Len() > 0; n++ {
+	for n := 0; ; n++ {
 		if n%4096 == 0 && ctx.Err() != nil {
 			return OverloadResult{}, context.Cause(ctx)
 		}
-		e := heap.Pop(&o.events).(event)
-		if e.at.After(o.end) {
+		e, ok := o.next()
+		if !ok || e.at.After(o.end) {
 			break
 		}
 		if !e.at.Before(nextMinute) {
