@@ -83,6 +83,7 @@ const (
 	instWaits                 // a: kind
 	instCalls                 // a: 0 success, 1 failure
 	instBudget
+	instHedges
 )
 
 type setKey struct {
@@ -101,7 +102,8 @@ const (
 	slotCalls   = slotWaits + kinds
 	slotBudget  = slotCalls + 2
 	slotGiveUps = slotBudget + 1
-	slots       = slotGiveUps + (maxReason+1)*(kinds+1)
+	slotHedges  = slotGiveUps + (maxReason+1)*(kinds+1)
+	slots       = slotHedges + 1
 )
 
 // slot returns the slot of an instrument's attribute values, or -1.
@@ -119,6 +121,8 @@ func slot(inst, a, b uint8) int {
 		return slotCalls + int(a)
 	case inst == instBudget:
 		return slotBudget
+	case inst == instHedges:
+		return slotHedges
 	case inst == instGiveUps && a <= maxReason:
 		return slotGiveUps + int(a)*(kinds+1) + int(b)
 	}

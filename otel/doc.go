@@ -51,7 +51,8 @@
 // the attempt span. Each scheduled retry adds a "rebound.wait" event to the
 // call span, with rebound.wait.duration in seconds, the attempt it follows,
 // the failure's kind and, when the server asked for a wait,
-// rebound.server_wait.duration.
+// rebound.server_wait.duration; each hedge (rebound.Hedge) a
+// "rebound.hedge" event with the attempt it was started beside.
 //
 // Times come from the call's rebound.Clock, so a simulation's virtual time
 // gives consistent spans too.
@@ -72,6 +73,7 @@
 //	rebound.attempts                counter   {attempt}  rebound.target, rebound.outcome, rebound.verdict.kind (failures)
 //	rebound.retries                 counter   {retry}    rebound.target, rebound.verdict.kind
 //	rebound.give_ups                counter   {call}     rebound.target, rebound.stop_reason, rebound.verdict.kind
+//	rebound.hedges                  counter   {hedge}    rebound.target
 //	rebound.wait.duration           histogram s          rebound.target, rebound.verdict.kind
 //	rebound.call.duration           histogram s          rebound.target, rebound.outcome
 //	rebound.retry_budget.available  gauge     {retry}    rebound.target

@@ -43,6 +43,7 @@ type Observer struct {
 	attempts       metric.Int64Counter
 	retries        metric.Int64Counter
 	giveUps        metric.Int64Counter
+	hedges         metric.Int64Counter
 	waits          metric.Float64Histogram
 	calls          metric.Float64Histogram
 	budget         metric.Float64Gauge
@@ -92,6 +93,9 @@ func New(cfg Config) *Observer {
 	check(err)
 	o.giveUps, err = m.Int64Counter("rebound.give_ups", metric.WithUnit("{call}"),
 		metric.WithDescription("Calls that stopped without success, by reason."))
+	check(err)
+	o.hedges, err = m.Int64Counter("rebound.hedges", metric.WithUnit("{hedge}"),
+		metric.WithDescription("Hedges started beside attempts slow to their first token."))
 	check(err)
 	o.waits, err = m.Float64Histogram("rebound.wait.duration", metric.WithUnit("s"),
 		metric.WithDescription("Waits before retries."), metric.WithExplicitBucketBoundaries(waitBuckets...))
@@ -185,6 +189,8 @@ func (o *Observer) record(ctx context.Context, ta *targetAttrs, e rebound.Event)
 		o.retries.Add(ctx, 1, ta.measure(instRetries, uint8(e.Verdict.Kind), 0).add...)
 		o.waits.Record(ctx, max(e.Wait, 0).Seconds(), ta.measure(instWaits, uint8(e.Verdict.Kind), 0).rec...)
 		o.budgetLeft(ctx, ta, e)
+	case rebound.EventHedge:
+		o.hedges.Add(ctx, 1, ta.measure(instHedges, 0, 0).add...)
 	case rebound.EventGiveUp:
 		o.giveUps.Add(ctx, 1, ta.measure(instGiveUps, uint8(e.Reason), verdictOf(e)).add...)
 		o.calls.Record(ctx, e.Elapsed.Seconds(), ta.measure(instCalls, 1, 0).rec...)
@@ -279,6 +285,11 @@ func (c *call) Observe(e rebound.Event) {
 			c.span.AddEvent("rebound.wait", trace.WithTimestamp(now), trace.WithAttributes(attrs...))
 		}
 		c.attemptStart = now.Add(max(e.Wait, 0))
+	case rebound.EventHedge:
+		c.o.record(c.ctx, c.ta, e)
+		if c.span.IsRecording() {
+			c.span.AddEvent("rebound.hedge", trace.WithTimestamp(c.at(e.Elapsed)), trace.WithAttributes(keyAttempt.Int(e.Attempt)))
+		}
 	case rebound.EventGiveUp:
 		c.judged(e.Verdict.Kind, verdictOf(e) != 0)
 		c.o.record(c.ctx, c.ta, e)

@@ -9,7 +9,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -497,4 +499,41 @@ func TestTransportTarget(t *testing.T) {
 	mustValue(t, ms, "rebound.attempts", hostAttr, failure, kind("transient"))
 	mustValue(t, ms, "rebound.attempts", hostAttr, success)
 	mustValue(t, ms, "rebound.retry_budget.available", hostAttr)
+}
+
+// TestHedges: a hedge is counted per target and is an event of the call
+// span, at the time it started.
+func TestHedges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		ctx := rebound.WithTarget(t.Context(), target)
+		p := rebound.Policy{Hedge: &rebound.Hedge{After: time.Second, Percentile: -1}, Observer: h.obs}
+		var calls atomic.Int32
+		start := time.Now()
+		_, err := rebound.Do(ctx, p, func(ctx context.Context) (string, error) {
+			if calls.Add(1) == 1 {
+				<-ctx.Done()
+				return "", ctx.Err()
+			}
+			return "ok", nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := mustValue(t, h.metrics(t), "rebound.hedges", targetAttr).value; got != 1 {
+			t.Errorf("rebound.hedges = %v; want 1", got)
+		}
+		spans := h.spans.GetSpans()
+		var hedges []time.Duration
+		for _, s := range spans {
+			for _, ev := range s.Events {
+				if ev.Name == "rebound.hedge" {
+					hedges = append(hedges, ev.Time.Sub(start))
+				}
+			}
+		}
+		if len(hedges) != 1 || hedges[0] != time.Second {
+			t.Errorf("hedge events at %v; want one at 1s", hedges)
+		}
+	})
 }
