@@ -78,6 +78,15 @@ type Chain[Req, Resp any] struct {
 	// QuotaCooldown is how long a target whose quota ran out is skipped.
 	// Zero means DefaultQuotaCooldown.
 	QuotaCooldown time.Duration
+	// Hedge, if set, hedges each target with the next: when the target
+	// being tried has not answered after the hedge's delay (learnt from
+	// that target's answers, see rebound.Hedge), the target that would be
+	// tried after it starts beside it; the first answer wins and the
+	// other is cancelled. The hedge draws from its target's retry budget,
+	// if it has one. A target that ran as a hedge is not tried again; a
+	// call with side effects is never hedged. Nil means no hedging
+	// between targets (a target's Policy.Hedge still hedges within it).
+	Hedge *rebound.Hedge
 	// Cooldowns remembers which targets are cooling down. Nil means the
 	// chain's own memory; one shared between replicas (package
 	// reboundredis has one) lets a target found out of quota by one be
@@ -197,75 +206,196 @@ func (e *ChainError) Unwrap() error { return e.Err }
 // Do sends req along the chain and returns the first answer, with the
 // trail of how it got there. Without an answer the error is a *ChainError.
 func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Result[Resp], error) {
-	var (
-		res         Result[Resp]
-		last        error = ErrNoTarget
-		overflowed        = false // a context overflow happened, compaction and all
-		minWindow         = 0     // after an overflow, only larger windows
-		attempted         = false
-		clock             = rebound.ClockFrom(ctx)
-		sideEffects       = rebound.HasSideEffects(ctx)
-	)
+	d := &chainCall[Req, Resp]{c: c, ctx: ctx, task: rebound.TargetFrom(ctx), clock: rebound.ClockFrom(ctx),
+		sideEffects: rebound.HasSideEffects(ctx), last: ErrNoTarget, tried: make([]bool, len(c.Targets))}
 	for i := range c.Targets {
+		if d.tried[i] {
+			continue // it ran as a hedge
+		}
 		t := &c.Targets[i]
-		switch {
-		case c.cooldowns().Cooling(ctx, t.Name, clock.Now()):
-			res.Trail = append(res.Trail, Step{Target: t.Name, Skipped: "quota exhausted"})
+		if skip := d.skip(i); skip != "" {
+			d.trail.steps = append(d.trail.steps, Step{Target: t.Name, Skipped: skip})
 			continue
-		case overflowed && t.ContextWindow <= minWindow:
-			res.Trail = append(res.Trail, Step{Target: t.Name, Skipped: "context window too small"})
-			continue
-		case attempted && sideEffects:
+		}
+		if d.attempted && d.sideEffects {
 			// Another target would do the side effect a second time.
-			return res, &ChainError{Trail: res.Trail, Err: last}
+			return d.failed(d.last)
 		}
 		compacted := false
 		for {
-			v, answered, err := c.try(ctx, t, req, &res)
-			if err == nil {
-				res.Value, res.Target = v, t.Name
-				res.Trail[answered].Answered = true
-				return res, nil
-			}
-			var gu *rebound.GiveUpError
-			if !errors.As(err, &gu) {
-				gu = &rebound.GiveUpError{Verdict: rebound.Classify(err), Err: err}
-			}
-			if gu.Attempts == 0 {
-				// The breaker refused before any attempt.
-				res.Trail = append(res.Trail, Step{Target: t.Name, Skipped: "breaker open", Err: err})
-				if last == ErrNoTarget {
-					last = err
-				}
-				break
-			}
-			attempted, last = true, err
-			switch gu.Verdict.Kind {
-			case rebound.KindPermanent, rebound.KindCanceled:
-				return res, &ChainError{Trail: res.Trail, Err: err}
-			case rebound.KindQuotaExhausted:
-				c.coolDown(ctx, t.Name, clock.Now())
-			case rebound.KindContextOverflow:
-				if c.Compact != nil && !compacted {
-					smaller, cerr := c.Compact(ctx, req, err)
-					if cerr != nil {
-						return res, &ChainError{Trail: res.Trail, Err: fmt.Errorf("fallback: compacting the request: %w", cerr)}
+			j := d.hedgeTarget(i)
+			v, answered, errs := d.race(i, j, req)
+			if answered >= 0 {
+				for k, err := range errs { // a loser out of quota still cools down
+					if err != nil {
+						d.judge([]int{i, j}[k], err, false)
 					}
-					req, compacted = smaller, true
-					continue
 				}
-				overflowed, minWindow = true, max(minWindow, t.ContextWindow)
+				d.trail.steps[answered].Answered = true
+				return Result[Resp]{Value: v, Target: d.trail.steps[answered].Target, Trail: d.trail.steps}, nil
+			}
+			stop, again := d.judge(i, errs[0], c.Compact != nil && !compacted)
+			if stop != nil {
+				return d.failed(stop)
+			}
+			if j >= 0 {
+				if stop, _ := d.judge(j, errs[1], false); stop != nil {
+					return d.failed(stop)
+				}
+			}
+			if again {
+				smaller, cerr := c.Compact(ctx, req, errs[0])
+				if cerr != nil {
+					return d.failed(fmt.Errorf("fallback: compacting the request: %w", cerr))
+				}
+				req, compacted = smaller, true
+				continue
 			}
 			break
 		}
 	}
-	return res, &ChainError{Trail: res.Trail, Err: last}
+	return d.failed(d.last)
 }
 
-// try runs req on t under its policy, recording each attempt in res, and
-// returns the answer and the index of its step in res.Trail. Under a
-// hedging policy two attempts may run at once.
-func (c *Chain[Req, Resp]) try(ctx context.Context, t *Target[Req, Resp], req Req, res *Result[Resp]) (Resp, int, error) {
+// chainCall is the state of one Chain.Do.
+type chainCall[Req, Resp any] struct {
+	c           *Chain[Req, Resp]
+	ctx         context.Context
+	task        string // the caller's target, if any
+	clock       rebound.Clock
+	sideEffects bool
+	trail       trail
+
+	last       error  // the latest failure
+	attempted  bool   // an attempt was made
+	overflowed bool   // a context overflow happened, compaction and all
+	minWindow  int    // after an overflow, only larger windows
+	tried      []bool // targets tried as hedges, not to be tried again
+}
+
+// trail is a call's steps, added to by hedged attempts at once.
+type trail struct {
+	mu    sync.Mutex // guards steps while attempts run
+	steps []Step
+}
+
+// failed ends the call without an answer, with err.
+func (d *chainCall[Req, Resp]) failed(err error) (Result[Resp], error) {
+	return Result[Resp]{Trail: d.trail.steps}, &ChainError{Trail: d.trail.steps, Err: err}
+}
+
+// skip says why target i is not to be tried now, or "".
+func (d *chainCall[Req, Resp]) skip(i int) string {
+	t := &d.c.Targets[i]
+	switch {
+	case d.c.cooldowns().Cooling(d.ctx, t.Name, d.clock.Now()):
+		return "quota exhausted"
+	case d.overflowed && t.ContextWindow <= d.minWindow:
+		return "context window too small"
+	}
+	return ""
+}
+
+// hedgeTarget is the target that would be tried after i, to hedge i with,
+// or -1: none, or the chain does not hedge.
+func (d *chainCall[Req, Resp]) hedgeTarget(i int) int {
+	if d.c.Hedge == nil || d.sideEffects {
+		return -1
+	}
+	for j := i + 1; j < len(d.c.Targets); j++ {
+		if !d.tried[j] && d.skip(j) == "" {
+			return j
+		}
+	}
+	return -1
+}
+
+// race tries target i and, if j is not -1 and i is slow to answer, target
+// j beside it (see Chain.Hedge). It returns the answer and its step, or -1
+// and each target's failure (nil for j if it was not tried).
+func (d *chainCall[Req, Resp]) race(i, j int, req Req) (Resp, int, [2]error) {
+	var errs [2]error
+	if j < 0 {
+		v, step, err := d.c.try(d.ctx, &d.c.Targets[i], req, &d.trail, d.task)
+		if err != nil {
+			step = -1
+		}
+		errs[0] = err
+		return v, step, errs
+	}
+	type answer struct {
+		v    Resp
+		step int
+	}
+	var (
+		mu      sync.Mutex // guards errs and started
+		started int
+	)
+	p := rebound.Policy{MaxAttempts: 1, Hedge: d.c.Hedge, Budget: d.c.Targets[j].Policy.Budget}
+	ctx := rebound.WithTarget(d.ctx, d.c.Targets[i].Name) // whose first answers time the hedge
+	a, err := rebound.Do(ctx, p, func(ctx context.Context) (answer, error) {
+		mu.Lock()
+		k := started // 0: target i; 1: its hedge, target j
+		started++
+		mu.Unlock()
+		target := []int{i, j}[k]
+		v, step, err := d.c.try(ctx, &d.c.Targets[target], req, &d.trail, d.task)
+		mu.Lock()
+		errs[k] = err
+		mu.Unlock()
+		return answer{v, step}, err
+	})
+	if err == nil {
+		return a.v, a.step, errs
+	}
+	if started > 1 {
+		d.tried[j] = true
+	}
+	return a.v, -1, errs
+}
+
+// judge takes in target i's failure err (nil: not tried): it records it,
+// starts a cool-down for an exhausted quota, notes a context overflow, and
+// returns the error that stops the chain, if it does; again says that i
+// overflowed and may be tried once more with a smaller request, if
+// compact allows.
+func (d *chainCall[Req, Resp]) judge(i int, err error, compact bool) (stop error, again bool) {
+	if err == nil {
+		return nil, false
+	}
+	t := &d.c.Targets[i]
+	var gu *rebound.GiveUpError
+	if !errors.As(err, &gu) {
+		gu = &rebound.GiveUpError{Verdict: rebound.Classify(err), Err: err}
+	}
+	if gu.Attempts == 0 {
+		// The breaker refused before any attempt.
+		d.trail.steps = append(d.trail.steps, Step{Target: t.Name, Skipped: "breaker open", Err: err})
+		if d.last == ErrNoTarget {
+			d.last = err
+		}
+		return nil, false
+	}
+	d.attempted, d.last = true, err
+	switch gu.Verdict.Kind {
+	case rebound.KindPermanent, rebound.KindCanceled:
+		return err, false
+	case rebound.KindQuotaExhausted:
+		d.c.coolDown(d.ctx, t.Name, d.clock.Now())
+	case rebound.KindContextOverflow:
+		if compact {
+			return nil, true
+		}
+		d.overflowed, d.minWindow = true, max(d.minWindow, t.ContextWindow)
+	}
+	return nil, false
+}
+
+// try runs req on t under its policy, recording each attempt in tr, and
+// returns the answer and the index of its step in tr. Under a hedging
+// policy two attempts may run at once, and under a hedging chain two
+// targets. task is the caller's target, if any.
+func (c *Chain[Req, Resp]) try(ctx context.Context, t *Target[Req, Resp], req Req, tr *trail, task string) (Resp, int, error) {
 	p := t.Policy
 	if !t.RetryOverloaded {
 		// One overloaded answer is enough to move on: the next target is
@@ -279,16 +409,15 @@ func (c *Chain[Req, Resp]) try(ctx context.Context, t *Target[Req, Resp], req Re
 		p.PerKind[rebound.KindOverloaded] = o
 	}
 	var (
-		mu        sync.Mutex // guards res.Trail, attempt, hedgeNext and ended while the call runs
-		attempt   int
+		attempt   int  // guarded by tr.mu, as are the two below
 		hedgeNext bool // the next attempt to start is a hedge
 		ended     = -1 // the step of the attempt that ended last
 	)
 	// The trail's verdicts and hedges come from the events; the caller's
 	// observer still sees them all (a CallObserver its calls too).
 	p.Observer = observe.Multi(rebound.ObserverFunc(func(e rebound.Event) {
-		mu.Lock()
-		defer mu.Unlock()
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
 		switch e.Type {
 		case rebound.EventHedge:
 			hedgeNext = true
@@ -296,14 +425,14 @@ func (c *Chain[Req, Resp]) try(ctx context.Context, t *Target[Req, Resp], req Re
 			// The verdict is on the attempt that ended last: a hedged
 			// race is over by then.
 			if ended >= 0 {
-				res.Trail[ended].Verdict = e.Verdict
+				tr.steps[ended].Verdict = e.Verdict
 			}
 		}
 	}), p.Observer)
 	// Events name the target, after the caller's own target if any
 	// ("model:task").
 	target := t.Name
-	if task := rebound.TargetFrom(ctx); task != "" {
+	if task != "" {
 		target += ":" + task
 	}
 	ctx = rebound.WithTarget(ctx, target)
@@ -314,17 +443,17 @@ func (c *Chain[Req, Resp]) try(ctx context.Context, t *Target[Req, Resp], req Re
 	a, err := rebound.Do(ctx, p, func(ctx context.Context) (answer, error) {
 		// The step is taken when the attempt starts, so that the trail
 		// is in the order attempts started, and filled in when it ends.
-		mu.Lock()
+		tr.mu.Lock()
 		attempt++
-		step := len(res.Trail)
-		res.Trail = append(res.Trail, Step{Target: t.Name, Attempt: attempt, Hedge: hedgeNext})
+		step := len(tr.steps)
+		tr.steps = append(tr.steps, Step{Target: t.Name, Attempt: attempt, Hedge: hedgeNext})
 		hedgeNext = false
-		mu.Unlock()
+		tr.mu.Unlock()
 		var usage cost.Recorder
 		v, err := t.Call(cost.WithRecorder(ctx, &usage), req)
-		mu.Lock()
-		defer mu.Unlock()
-		res.Trail[step].Err, res.Trail[step].Usage, ended = err, usage.Usage(), step
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		tr.steps[step].Err, tr.steps[step].Usage, ended = err, usage.Usage(), step
 		return answer{v, step}, err
 	})
 	return a.v, a.step, err

@@ -338,3 +338,91 @@ func TestHedgedTarget(t *testing.T) {
 		}
 	})
 }
+
+// TestChainHedge: a target slow to answer is hedged with the next; the
+// first answer wins, a loser out of quota still cools down, and a target
+// that ran as a hedge is not tried again.
+func TestChainHedge(t *testing.T) {
+	slowThen := func(d time.Duration, err error) func(context.Context, string) (string, error) {
+		return func(ctx context.Context, _ string) (string, error) {
+			select {
+			case <-time.After(d):
+				if err != nil {
+					return "", err
+				}
+				return "answer", nil
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		}
+	}
+	once := rebound.Policy{MaxAttempts: 1}
+	hedge := &rebound.Hedge{After: time.Second, Percentile: -1}
+	t.Run("the hedge answers", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			chain := &fallback.Chain[string, string]{Hedge: hedge, Targets: []fallback.Target[string, string]{
+				{Name: "a", Call: slowThen(time.Hour, nil), Policy: once},
+				{Name: "b", Call: slowThen(100*time.Millisecond, nil), Policy: once},
+			}}
+			start := time.Now()
+			res, err := chain.Do(t.Context(), "q")
+			if err != nil || res.Target != "b" || time.Since(start) != 1100*time.Millisecond {
+				t.Fatalf("Do = %+v, %v after %v; want b's answer at 1.1s", res, err, time.Since(start))
+			}
+			if len(res.Trail) != 2 || res.Trail[0].Target != "a" || res.Trail[0].Answered || !errors.Is(res.Trail[0].Err, context.Canceled) ||
+				res.Trail[1].Target != "b" || !res.Trail[1].Answered {
+				t.Errorf("trail %+v; want a cancelled, b answered", res.Trail)
+			}
+		})
+	})
+	t.Run("a loser out of quota cools down", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			chain := &fallback.Chain[string, string]{Hedge: hedge, Targets: []fallback.Target[string, string]{
+				{Name: "a", Call: slowThen(1500*time.Millisecond, noQuota), Policy: once},
+				{Name: "b", Call: slowThen(time.Second, nil), Policy: once},
+			}}
+			res, err := chain.Do(t.Context(), "q")
+			if err != nil || res.Target != "b" {
+				t.Fatalf("Do = %+v, %v; want b's answer", res, err)
+			}
+			res, _ = chain.Do(t.Context(), "q")
+			if res.Trail[0].Skipped != "quota exhausted" {
+				t.Errorf("next call's trail %+v; want a skipped, cooling down", res.Trail)
+			}
+		})
+	})
+	t.Run("both fail", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			var bCalls atomic.Int32
+			b := slowThen(time.Second, &rebound.HTTPError{StatusCode: 500})
+			chain := &fallback.Chain[string, string]{Hedge: hedge, Targets: []fallback.Target[string, string]{
+				{Name: "a", Call: slowThen(1500*time.Millisecond, &rebound.HTTPError{StatusCode: 503}), Policy: once},
+				{Name: "b", Call: func(ctx context.Context, q string) (string, error) { bCalls.Add(1); return b(ctx, q) }, Policy: once},
+				{Name: "c", Call: slowThen(10*time.Millisecond, nil), Policy: once},
+			}}
+			start := time.Now()
+			res, err := chain.Do(t.Context(), "q")
+			if err != nil || res.Target != "c" || bCalls.Load() != 1 {
+				t.Fatalf("Do = %+v, %v, b called %d times; want c's answer, b once", res, err, bCalls.Load())
+			}
+			// a fails at 1.5s, b (from 1s) at 2s; c is tried then, and
+			// hedged with nothing (no target after it).
+			if took := time.Since(start); took != 2010*time.Millisecond {
+				t.Errorf("took %v; want 2.01s", took)
+			}
+		})
+	})
+	t.Run("side effects", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			var bCalls atomic.Int32
+			chain := &fallback.Chain[string, string]{Hedge: hedge, Targets: []fallback.Target[string, string]{
+				{Name: "a", Call: slowThen(3*time.Second, nil), Policy: once},
+				{Name: "b", Call: func(context.Context, string) (string, error) { bCalls.Add(1); return "b", nil }, Policy: once},
+			}}
+			res, err := chain.Do(rebound.WithSideEffects(t.Context()), "q")
+			if err != nil || res.Target != "a" || bCalls.Load() != 0 {
+				t.Errorf("Do = %+v, %v, b called %d times; want a's answer and no hedge", res, err, bCalls.Load())
+			}
+		})
+	})
+}
