@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rebound-go/rebound"
@@ -222,4 +223,25 @@ func ExampleRule() {
 	// Output:
 	// rate_limited, wait 30s
 	// rebound: policy: rules[0].kind: unknown value "slow" (want transient, rate_limited, overloaded, quota_exhausted, context_overflow or permanent)
+}
+
+// A call whose first attempt is stuck: after the hedge's delay a second
+// attempt starts beside it and answers; the stuck one is cancelled with
+// ErrHedgeLost and waited for. In use, share one Hedge with a zero value:
+// it learns each target's first-token times and hedges the slowest tenth.
+func ExampleHedge() {
+	hedge := &rebound.Hedge{After: 10 * time.Millisecond, Percentile: -1} // a fixed delay, for the example
+	var attempts atomic.Int32
+	answer, err := rebound.Do(context.Background(), rebound.Policy{Hedge: hedge}, func(ctx context.Context) (string, error) {
+		if attempts.Add(1) == 1 {
+			<-ctx.Done() // a provider that never sends its first token
+			fmt.Println("first attempt:", context.Cause(ctx))
+			return "", ctx.Err()
+		}
+		return "the hedge's answer", nil
+	})
+	fmt.Println(answer, err)
+	// Output:
+	// first attempt: rebound: another attempt of the hedged call answered first
+	// the hedge's answer <nil>
 }
