@@ -7,6 +7,7 @@ import (
 	"io"
 	"iter"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -354,4 +355,44 @@ func TestHedgeStream(t *testing.T) {
 			t.Errorf("%d opened, %d ended, slow one ended by %v; want 2, 2, ErrHedgeLost", opened.Load(), ended.Load(), cause)
 		}
 	})
+}
+
+// TestHedgeTransportLoopback: over real connections, the hedge's stream is
+// read whole, and the slow request is cancelled on the server's side too.
+func TestHedgeTransportLoopback(t *testing.T) {
+	var (
+		n         atomic.Int32
+		abandoned = make(chan struct{})
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		if n.Add(1) == 1 {
+			io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n")
+			w.(http.Flusher).Flush()
+			<-r.Context().Done() // never a token; the client goes away
+			close(abandoned)
+			return
+		}
+		io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	client := &http.Client{Transport: &rebound.Transport{Base: base,
+		Policy: rebound.Policy{Hedge: &rebound.Hedge{After: 50 * time.Millisecond, Percentile: -1}}}}
+	resp, err := client.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || !strings.HasSuffix(string(got), "data: [DONE]\n\n") {
+		t.Fatalf("read %q, %v; want the hedge's whole stream", got, err)
+	}
+	select {
+	case <-abandoned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow request was never cancelled on the server")
+	}
 }
