@@ -19,6 +19,11 @@ import (
 // call then stops with StopInvalidPolicy and the error wraps the
 // *PolicyError too.
 //
+// Under p.Hedge (see Hedge), fn may run twice at once, each attempt in a
+// goroutine of its own whose context ends when fn returns, as under
+// p.AttemptTimeout: a result that still reads from it (an HTTP response
+// body, an SDK's stream) must be read inside fn.
+//
 // An attempt that panics (or calls runtime.Goexit), or a classifier or
 // observer that does, is reported to p.Breaker as a failure, so that a
 // probe of a half-open breaker always ends; the panic then goes on

@@ -30,6 +30,7 @@ type engine struct {
 
 	// Set by an adapter before the call starts.
 	sideEffects bool        // attempted once: a retry could repeat what it did
+	noHedge     bool        // never hedged (a protocol upgrade: a second socket)
 	once        StopReason  // attempted once for this reason (a body that cannot be sent again)
 	randMu      *sync.Mutex // serialises draws from the policy's Rand, shared by concurrent calls
 }

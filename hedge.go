@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math"
 	"runtime"
-	"slices"
 	"sync"
 	"time"
 )
@@ -25,7 +24,8 @@ var ErrHedgeLost = errors.New("rebound: another attempt of the hedged call answe
 // second attempt of the same call starts beside it; whichever produces
 // content first wins, and the other is cancelled (its context ends with
 // ErrHedgeLost) and waited for, its response body closed: an attempt must
-// heed its context, or the call waits for it. What counts as
+// heed its context, or the call waits for it. Once a target has a delay,
+// each of its attempts runs in a goroutine of its own, hedged or not. What counts as
 // content is the adapter's: in Do, the function's success; in Transport, a
 // response below 400 (for an event stream, its first content event); in
 // Stream, the first event past the preamble.
@@ -110,76 +110,6 @@ func (h *Hedge) validate() error {
 	return nil
 }
 
-// firstTokens keeps recent first-token times per key (a target, or a
-// host), for the bounds and delays that learn from them. Its zero value
-// is ready to use; it is safe for concurrent use.
-type firstTokens struct {
-	mu   sync.Mutex // guards keys
-	keys map[string]*tokenRing
-}
-
-// maxTokenKeys bounds how many keys' times a firstTokens keeps.
-const maxTokenKeys = 1024
-
-// tokenRing is a ring of one key's recent first-token times, and the last
-// percentile taken of them.
-type tokenRing struct {
-	times []time.Duration
-	n     int // samples taken, ever
-	// cached is the percentile q of the times as they were after sample
-	// cachedAt: sorting on every call would cost more than the call's
-	// other bookkeeping, and a few samples move a percentile little.
-	cached   time.Duration
-	cachedQ  float64
-	cachedAt int
-}
-
-// recompute is how many samples a cached percentile outlives.
-const recompute = 8
-
-// add notes d for key, in a ring of size samples.
-func (f *firstTokens) add(key string, d time.Duration, size int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	r := f.keys[key]
-	if r == nil {
-		if f.keys == nil {
-			f.keys = map[string]*tokenRing{}
-		}
-		if len(f.keys) >= maxTokenKeys {
-			for k := range f.keys { // any one: its times are cheap to learn again
-				delete(f.keys, k)
-				break
-			}
-		}
-		r = &tokenRing{times: make([]time.Duration, 0, size)}
-		f.keys[key] = r
-	}
-	if len(r.times) < size {
-		r.times = append(r.times, d)
-	} else {
-		r.times[r.n%size] = d
-	}
-	r.n++
-}
-
-// percentile returns the q-th percentile of key's recent times, if at
-// least least of them are known.
-func (f *firstTokens) percentile(key string, q float64, size, least int) (time.Duration, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	r := f.keys[key]
-	if r == nil || r.n < least {
-		return 0, false
-	}
-	if r.cachedQ != q || r.n-r.cachedAt >= recompute {
-		sorted := slices.Clone(r.times[:min(r.n, size)])
-		slices.Sort(sorted)
-		r.cached, r.cachedQ, r.cachedAt = sorted[int(float64(len(sorted)-1)*q)], q, r.n
-	}
-	return r.cached, true
-}
-
 // racer is one attempt of a hedged race: what it returned, or the panic
 // or runtime.Goexit that ended it.
 type racer[T any] struct {
@@ -218,10 +148,12 @@ func (a *abort) raise() {
 // permit of the attempt returned is left in e.held for the engine to
 // settle, the other's is settled here (a loser's as saying nothing). A
 // panic in either attempt is raised again here, once neither is running,
-// with its own value.
+// with its own value; so is a panic in the race itself (an observer, the
+// breaker, the classifier), and either way every attempt has ended, every
+// value has gone to discard and every permit has been handed back.
 func hedged[T any](e *engine, n int, key string, attempt func(ctx context.Context, end func(), hedge bool) (T, outcome), discard func(T)) (T, outcome) {
 	h := e.policy.Hedge
-	if h == nil || e.sideEffects || e.once != 0 {
+	if h == nil || e.sideEffects || e.once != 0 || e.noHedge {
 		return attempt(e.ctx, noCancel, false)
 	}
 	delay := h.Delay(key)
@@ -233,102 +165,150 @@ func hedged[T any](e *engine, n int, key string, attempt func(ctx context.Contex
 		}
 		return v, o
 	}
-	var (
-		results = make(chan racer[T], 2)
-		cancels [2]context.CancelCauseFunc
-		leases  = [2]lease{e.handOver()}
-		ended   [2]*racer[T]
-		lost    [2]bool // cancelled before it ended
-		wg      sync.WaitGroup
-	)
-	launch := func(i int) {
-		ctx, cancel := context.WithCancelCause(e.ctx)
-		cancels[i] = cancel
-		start := time.Now()
-		wg.Go(func() {
-			r := racer[T]{i: i}
-			returned := false
-			defer func() {
-				r.took = time.Since(start)
-				if !returned {
-					// A recovered value is never nil since Go 1.21
-					// (panic(nil) gives a *runtime.PanicNilError), so nil
-					// means runtime.Goexit.
-					r.abort = &abort{value: recover()}
-				}
-				results <- r
-			}()
-			r.v, r.o = attempt(ctx, func() { cancel(nil) }, i == 1)
-			returned = true
-		})
-	}
-	launch(0)
+	r := &race[T]{results: make(chan racer[T], 2), discard: discard}
+	r.leases[0] = e.handOver()
+	defer r.unwind() // a panic anywhere below: nothing left running or held
+	r.launch(e.ctx, 0, attempt)
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
 
-	running, ret := 1, -1 // ret: the attempt whose outcome is the call's
-	for running > 0 && (ret < 0 || ended[ret].o.err != nil && ended[ret].abort == nil) {
+	ret := -1 // the attempt whose outcome is the call's
+	for r.running > 0 && (ret < 0 || r.ended[ret].o.err != nil && r.ended[ret].abort == nil) {
 		select {
 		case <-timer.C:
-			if e.startHedge(&leases[1], n) {
-				running++
-				launch(1)
+			// No hedge for an attempt whose answer is already in, nor
+			// for a call already over.
+			if len(r.results) == 0 && e.ctx.Err() == nil && e.startHedge(&r.leases[1], n) {
+				r.launch(e.ctx, 1, attempt)
 			}
-		case r := <-results:
-			running--
-			ended[r.i], ret = &r, r.i
+		case x := <-r.results:
+			r.running--
+			r.ended[x.i] = &x
+			// A hedge that could not be sent leaves the call to the first.
+			if x.i == 0 || !x.o.unsent {
+				ret = x.i
+			}
 		}
 	}
-	// The race is decided: an attempt still running lost it.
-	for i, cancel := range cancels {
-		if cancel != nil && ended[i] == nil {
-			lost[i] = true
-			cancel(ErrHedgeLost)
-		}
-	}
-	for ; running > 0; running-- {
-		r := <-results
-		ended[r.i] = &r
-	}
-	wg.Wait()
+	r.stop()
 	var aborted *abort
-	if a := ended[ret].abort; a != nil {
+	if a := r.ended[ret].abort; a != nil {
 		aborted = a
 	}
-	for i, r := range ended {
-		if r == nil || i == ret && r.abort == nil {
-			continue
-		}
-		cancels[i](nil)
-		if i == ret {
+	e.held = r.leases[ret] // the engine's to settle, even if what follows panics
+	r.leases[ret] = lease{}
+	for i, x := range r.ended {
+		if x == nil || i == ret {
 			continue
 		}
 		switch {
-		case r.abort != nil:
+		case x.abort != nil:
 			if aborted == nil {
-				aborted = r.abort
+				aborted = x.abort
 			}
-			leases[i].done(OutcomeFailure)
-			continue
-		case lost[i]:
-			leases[i].done(OutcomeIgnored)
-		case r.o.err == nil:
-			leases[i].done(OutcomeSuccess)
+			r.leases[i].done(OutcomeFailure)
+		case r.lost[i] || x.o.unsent:
+			if x.o.unsent {
+				e.refund()
+			}
+			r.leases[i].done(OutcomeIgnored)
+		case x.o.err == nil:
+			r.leases[i].done(OutcomeSuccess)
 		default:
-			leases[i].done(OutcomeOf(r.o.err, e.classify(r.o.err, r.o.timedOut)))
+			r.leases[i].done(OutcomeOf(x.o.err, e.classify(x.o.err, x.o.timedOut)))
 		}
-		if discard != nil {
-			discard(r.v)
-		}
+		r.free(i)
 	}
-	if r := ended[0]; r.abort == nil && (lost[0] || ret == 0 && r.o.err == nil) {
-		h.Observe(key, r.took) // a loser's: slower than this, at least
+	if x := r.ended[0]; x.abort == nil && (r.lost[0] || ret == 0 && x.o.err == nil) {
+		h.Observe(key, x.took) // a loser's: slower than this, at least
 	}
-	e.held = leases[ret]
 	if aborted != nil {
+		r.free(ret) // a winner nobody will read
 		aborted.raise()
 	}
-	return ended[ret].v, ended[ret].o
+	r.handed = true
+	return r.ended[ret].v, r.ended[ret].o
+}
+
+// race is the state of one hedged attempt: its two racers.
+type race[T any] struct {
+	results chan racer[T]
+	discard func(T)
+	wg      sync.WaitGroup
+	running int
+	cancels [2]context.CancelCauseFunc
+	leases  [2]lease     // each racer's breaker permit
+	ended   [2]*racer[T] // what each returned, once it has
+	lost    [2]bool      // cancelled before it ended
+	freed   [2]bool      // its value went to discard and its context ended
+	handed  bool         // the call's outcome was returned
+}
+
+// launch starts racer i (0: the first attempt, 1: the hedge) under the
+// call's context.
+func (r *race[T]) launch(call context.Context, i int, attempt func(ctx context.Context, end func(), hedge bool) (T, outcome)) {
+	ctx, cancel := context.WithCancelCause(call)
+	r.cancels[i] = cancel
+	r.running++
+	start := time.Now()
+	r.wg.Go(func() {
+		x := racer[T]{i: i}
+		returned := false
+		defer func() {
+			x.took = time.Since(start)
+			if !returned {
+				// A recovered value is never nil since Go 1.21
+				// (panic(nil) gives a *runtime.PanicNilError), so nil
+				// means runtime.Goexit.
+				x.abort = &abort{value: recover()}
+			}
+			r.results <- x
+		}()
+		x.v, x.o = attempt(ctx, func() { cancel(nil) }, i == 1)
+		returned = true
+	})
+}
+
+// stop cancels the racers still running, as losers, and waits for them.
+func (r *race[T]) stop() {
+	for i, cancel := range r.cancels {
+		if cancel != nil && r.ended[i] == nil {
+			r.lost[i] = true
+			cancel(ErrHedgeLost)
+		}
+	}
+	for ; r.running > 0; r.running-- {
+		x := <-r.results
+		r.ended[x.i] = &x
+	}
+	r.wg.Wait()
+}
+
+// free gives what racer i returned to discard, once, and ends its context.
+func (r *race[T]) free(i int) {
+	x := r.ended[i]
+	if x == nil || r.freed[i] {
+		return
+	}
+	r.freed[i] = true
+	r.cancels[i](nil)
+	if x.abort == nil && r.discard != nil {
+		r.discard(x.v)
+	}
+}
+
+// unwind, deferred, cleans up after a race that a panic cut short: every
+// racer is stopped and freed, and every permit still held goes back as a
+// failure, as the engine hands back its own.
+func (r *race[T]) unwind() {
+	if r.handed {
+		return
+	}
+	r.stop()
+	for i := range r.ended {
+		r.free(i)
+		r.leases[i].done(OutcomeFailure)
+	}
 }
 
 // startHedge starts the hedge of attempt n, if the budget and the breaker
@@ -336,14 +316,15 @@ func hedged[T any](e *engine, n int, key string, attempt func(ctx context.Contex
 // tells the observer.
 func (e *engine) startHedge(l *lease, n int) bool {
 	now := e.clock.Now()
-	if b := e.policy.Budget; b != nil && !b.Withdraw(now) {
-		return false
+	if b := e.policy.Budget; b != nil {
+		if !b.Withdraw(now) {
+			return false
+		}
+		e.withdrewAt = now
 	}
 	permit, refused := e.allow()
 	if refused != nil {
-		if b := e.policy.Budget; b != nil {
-			b.Refund(now)
-		}
+		e.refund()
 		return false
 	}
 	*l = permit

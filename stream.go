@@ -65,9 +65,10 @@ type StreamOptions[E any] struct {
 // then cleanly, or with an *IncompleteStreamError.
 //
 // Under p.Hedge, an attempt that has yielded nothing past its preamble
-// after the hedge delay gets a second beside it (see Hedge): open is then
-// called from another goroutine, and the stream that reaches content
-// first is the one the caller reads.
+// after the hedge delay gets a second beside it (see Hedge), and the
+// stream that reaches content first is the one the caller reads. Each
+// attempt's open, and its stream up to its first content, then runs in a
+// goroutine of its own.
 func StreamWith[E any](ctx context.Context, p Policy, open func(context.Context) iter.Seq2[E, error], o StreamOptions[E]) iter.Seq2[E, error] {
 	return func(yield func(E, error) bool) {
 		e := newEngine(ctx, p, "")
@@ -112,6 +113,7 @@ type streamTry[E any] struct {
 	end     func() // ends the attempt's context
 	timer   *time.Timer
 	stalled atomic.Bool
+	pulled  bool // an event was asked for: later waits arm the timer afresh
 
 	held    []E // the preamble, held back until the first other event
 	first   E   // the first content event, once head has read it
@@ -129,11 +131,12 @@ func startStream[E any](ctx context.Context, open func(context.Context) iter.Seq
 		actx, cancel := context.WithCancelCause(ctx)
 		ctx = actx
 		s.end = stack(func() { cancel(nil) }, end)
+		// Running from now: open itself may wait on the provider (an
+		// SDK sends the request before it returns the stream).
 		s.timer = time.AfterFunc(o.Stall, func() {
 			s.stalled.Store(true)
 			cancel(ErrStreamStalled)
 		})
-		s.timer.Stop() // armed by each pull
 	}
 	s.next, s.stop = iter.Pull2(open(ctx))
 	return s
@@ -141,11 +144,13 @@ func startStream[E any](ctx context.Context, open func(context.Context) iter.Seq
 
 // pull returns the stream's next event, or its error, or ok false at its
 // end. The stall bound covers the wait, and only the wait: time in the
-// caller's loop body does not count.
+// caller's loop body does not count. The first wait's bound runs from the
+// attempt's start.
 func (s *streamTry[E]) pull() (ev E, err error, ok bool) {
-	if s.timer != nil && !s.stalled.Load() {
+	if s.timer != nil && s.pulled && !s.stalled.Load() {
 		s.timer.Reset(s.o.Stall)
 	}
+	s.pulled = true
 	ev, err, ok = s.next()
 	if s.timer != nil {
 		s.timer.Stop()

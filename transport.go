@@ -264,6 +264,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if body.once {
 		e.once = StopUnreplayableBody
 	}
+	e.noHedge = req.Header.Get("Upgrade") != ""
 	e.randMu = &t.mu
 	// The latest failed attempt is kept until the next one is surely made,
 	// so that a call that ends early (a breaker refusing the retry) can

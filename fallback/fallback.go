@@ -451,9 +451,19 @@ func (c *Chain[Req, Resp]) try(ctx context.Context, t *Target[Req, Resp], req Re
 		tr.mu.Unlock()
 		var usage cost.Recorder
 		v, err := t.Call(cost.WithRecorder(ctx, &usage), req)
+		var verdict rebound.Verdict
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			verdict.Kind = rebound.KindCanceled
+		default:
+			// The policy's verdict, for an attempt that no retry or
+			// give-up will report: one that failed while its hedge ran.
+			verdict = p.Classify(err)
+		}
 		tr.mu.Lock()
 		defer tr.mu.Unlock()
-		tr.steps[step].Err, tr.steps[step].Usage, ended = err, usage.Usage(), step
+		tr.steps[step].Err, tr.steps[step].Usage, tr.steps[step].Verdict, ended = err, usage.Usage(), verdict, step
 		return answer{v, step}, err
 	})
 	return a.v, a.step, err

@@ -249,12 +249,19 @@ func TestMisregisteredToolsRunNothing(t *testing.T) {
 }
 
 // TestHedgeAtPercentileOne hedges a call slower than every recent one.
+// The first call is the slowest, so that none of the others ends at the
+// very instant its hedge would start (a tie in virtual time, which either
+// side may win).
 func TestHedgeAtPercentileOne(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var n atomic.Int64
 		var r tool.Registry
 		r.Register("read", tool.Spec{Kind: tool.ReadOnly, Hedge: tool.Hedge{Percentile: 1}}, func(ctx context.Context, c tool.Call) (string, error) {
-			if n.Add(1) == 21 {
+			switch n.Add(1) {
+			case 1:
+				time.Sleep(11 * time.Millisecond)
+				return "ok", nil
+			case 21:
 				<-ctx.Done()
 				return "", ctx.Err()
 			}
@@ -267,8 +274,8 @@ func TestHedgeAtPercentileOne(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		start := time.Now()
-		if res := r.Execute(ctx, tool.Call{Name: "read"}); res.Failure != nil || time.Since(start) != 20*time.Millisecond {
-			t.Fatalf("%+v after %v: want the hedge at the slowest recent latency (10 ms) to answer at 20 ms", res.Failure, time.Since(start))
+		if res := r.Execute(ctx, tool.Call{Name: "read"}); res.Failure != nil || time.Since(start) != 21*time.Millisecond || n.Load() != 22 {
+			t.Fatalf("%+v after %v, %d calls: want the hedge at the slowest recent latency (11 ms) to answer at 21 ms", res.Failure, time.Since(start), n.Load())
 		}
 	})
 }

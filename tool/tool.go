@@ -147,6 +147,9 @@ func (s Spec) Validate() error {
 	if h.enabled() && s.Kind != ReadOnly {
 		return &SpecError{Field: "Hedge", Reason: fmt.Sprintf("only read-only tools are hedged (got %v)", s.Kind)}
 	}
+	if s.Policy.Hedge != nil && s.Kind != ReadOnly {
+		return &SpecError{Field: "Policy.Hedge", Reason: fmt.Sprintf("only read-only tools are hedged (got %v)", s.Kind)}
+	}
 	return nil
 }
 
@@ -382,7 +385,10 @@ func (e *entry) run(ctx context.Context, call Call, key string) (Result, rebound
 			doubt = doubt || unknownOutcome(ev.Verdict.Kind)
 		}
 	}), p.Observer)
-	if e.hedge != nil {
+	switch {
+	case e.spec.Kind != ReadOnly:
+		p.Hedge = nil // two runs at once of a side effect: never
+	case e.hedge != nil:
 		p.Hedge = e.hedge
 	}
 	out, err := rebound.Do(ctx, p, func(ctx context.Context) (string, error) { return e.fn(ctx, call) })
