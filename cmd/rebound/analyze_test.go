@@ -52,14 +52,7 @@ func TestAnalyzeJSON(t *testing.T) {
 	if code != 0 || stderr != "" {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	dec := json.NewDecoder(strings.NewReader(stdout))
-	var raw map[string]json.RawMessage
-	if err := dec.Decode(&raw); err != nil {
-		t.Fatalf("stdout is not a JSON object: %v\n%s", err, stdout)
-	}
-	if dec.More() {
-		t.Fatal("stdout holds more than one JSON object")
-	}
+	raw := oneJSONObject(t, stdout)
 	if keys := sortedKeys(raw); !slices.Equal(keys, []string{"calls", "files", "lines", "malformed", "rows", "skipped", "totals"}) {
 		t.Fatalf("top-level keys %v", keys)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -12,6 +13,21 @@ func runCmd(args ...string) (code int, stdout, stderr string) {
 	var out, errOut bytes.Buffer
 	code = run(context.Background(), args, &out, &errOut)
 	return code, out.String(), errOut.String()
+}
+
+// oneJSONObject decodes stdout, which --json makes exactly one JSON object,
+// and returns its fields.
+func oneJSONObject(t *testing.T, stdout string) map[string]json.RawMessage {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	var raw map[string]json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		t.Fatalf("stdout is not a JSON object: %v\n%s", err, stdout)
+	}
+	if dec.More() {
+		t.Fatal("stdout holds more than one JSON object")
+	}
+	return raw
 }
 
 // TestHelp checks that help asked for, in any of its forms, goes to stdout

@@ -35,14 +35,7 @@ func TestSimJSON(t *testing.T) {
 	if !strings.Contains(stderr, "[10/10]") {
 		t.Errorf("no progress on stderr: %q", stderr)
 	}
-	dec := json.NewDecoder(strings.NewReader(stdout))
-	var raw map[string]json.RawMessage
-	if err := dec.Decode(&raw); err != nil {
-		t.Fatalf("stdout is not a JSON object: %v\n%s", err, stdout)
-	}
-	if dec.More() {
-		t.Fatal("stdout holds more than one JSON object")
-	}
+	raw := oneJSONObject(t, stdout)
 	if keys := sortedKeys(raw); !slices.Equal(keys, []string{"results", "scenario", "seed", "trials"}) {
 		t.Fatalf("top-level keys %v", keys)
 	}
@@ -205,14 +198,7 @@ func TestSimIIDJSON(t *testing.T) {
 	if !strings.Contains(stderr, "[22/22]") || !strings.Contains(stderr, "seed 1,") {
 		t.Errorf("no progress, or not the default seed, on stderr: %q", stderr)
 	}
-	dec := json.NewDecoder(strings.NewReader(stdout))
-	var raw map[string]json.RawMessage
-	if err := dec.Decode(&raw); err != nil {
-		t.Fatalf("stdout is not a JSON object: %v\n%s", err, stdout)
-	}
-	if dec.More() {
-		t.Fatal("stdout holds more than one JSON object")
-	}
+	raw := oneJSONObject(t, stdout)
 	if keys := sortedKeys(raw); !slices.Equal(keys, []string{"results", "scenario", "seed"}) {
 		t.Fatalf("top-level keys %v", keys)
 	}
@@ -442,11 +428,7 @@ func TestSimPriority(t *testing.T) {
 	if !strings.Contains(stderr, "seed 1,") || !strings.Contains(stderr, "[3/3] priority (max pass-over 8)") {
 		t.Errorf("stderr: %q", stderr)
 	}
-	dec := json.NewDecoder(strings.NewReader(stdout))
-	var raw map[string]json.RawMessage
-	if err := dec.Decode(&raw); err != nil || dec.More() {
-		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout)
-	}
+	raw := oneJSONObject(t, stdout)
 	if keys := sortedKeys(raw); !slices.Equal(keys, []string{"results", "scenario", "seed"}) {
 		t.Fatalf("top-level keys %v", keys)
 	}

@@ -23,14 +23,7 @@ func TestSimHedgeJSON(t *testing.T) {
 	if !strings.Contains(stderr, "hedge scenario, seed 1, 3000 calls") || !strings.Contains(stderr, "rebound sim: hedge: p50 ") {
 		t.Errorf("no progress, or not the default seed, on stderr: %q", stderr)
 	}
-	dec := json.NewDecoder(strings.NewReader(stdout))
-	var raw map[string]json.RawMessage
-	if err := dec.Decode(&raw); err != nil {
-		t.Fatalf("stdout is not a JSON object: %v\n%s", err, stdout)
-	}
-	if dec.More() {
-		t.Fatal("stdout holds more than one JSON object")
-	}
+	raw := oneJSONObject(t, stdout)
 	if keys := sortedKeys(raw); !slices.Equal(keys, []string{"calls", "results", "scenario", "seed"}) {
 		t.Fatalf("top-level keys %v", keys)
 	}
