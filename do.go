@@ -33,14 +33,14 @@ func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error
 		v     T
 		first *outcome
 	)
-	if p.Breaker == nil && p.Budget == nil && p.Observer == nil && p.Hedge == nil {
+	if p.Breaker == nil && p.Budget == nil && p.Observer == nil && p.Hedge == nil && guardFrom(ctx) == nil {
 		// The first attempt is made with nothing set up, so that a call
 		// that succeeds at once costs one function call.
 		var o outcome
 		if p.AttemptTimeout <= 0 { // call, inlined by hand: one frame fewer
 			v, o.err = fn(ctx)
 		} else {
-			v, o.err, o.timedOut = call(ctx, p.AttemptTimeout, fn)
+			v, o = call(ctx, p.AttemptTimeout, fn)
 		}
 		if o.err == nil {
 			return v, nil
@@ -52,7 +52,7 @@ func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error
 	stopped := e.run(first, func(n int) outcome {
 		var o outcome
 		if p.Hedge == nil {
-			v, o.err, o.timedOut = call(ctx, p.AttemptTimeout, fn)
+			v, o = call(ctx, p.AttemptTimeout, fn)
 		} else {
 			v, o = hedgedCall(&e, n, p.AttemptTimeout, fn)
 		}
@@ -77,25 +77,27 @@ func Run(ctx context.Context, p Policy, fn func(context.Context) error) error {
 func hedgedCall[T any](e *engine, n int, timeout time.Duration, fn func(context.Context) (T, error)) (T, outcome) {
 	return hedged(e, n, TargetFrom(e.ctx), func(ctx context.Context, end func(), _ bool) (T, outcome) {
 		defer end()
-		var (
-			v T
-			o outcome
-		)
-		v, o.err, o.timedOut = call(ctx, timeout, fn)
-		return v, o
+		return call(ctx, timeout, fn)
 	}, nil)
 }
 
-// call makes one attempt, under its own timeout if there is one.
-func call[T any](ctx context.Context, timeout time.Duration, fn func(context.Context) (T, error)) (v T, err error, timedOut bool) {
+// call makes one attempt, once the context's Guard, if any, admits it,
+// under its own timeout if there is one.
+func call[T any](ctx context.Context, timeout time.Duration, fn func(context.Context) (T, error)) (v T, o outcome) {
+	ctx, end, refused := admit(ctx, nil)
+	if refused != nil {
+		return v, *refused
+	}
 	if timeout <= 0 {
-		v, err = fn(ctx)
-		return v, err, false
+		v, o.err = fn(ctx)
+		end(nil, o.err)
+		return v, o
 	}
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	v, err = fn(actx)
-	return v, err, attemptTimedOut(ctx, actx, err)
+	v, o.err = fn(actx)
+	end(nil, o.err)
+	return v, outcome{err: o.err, timedOut: attemptTimedOut(ctx, actx, o.err)}
 }
 
 // attemptTimedOut reports whether an attempt failed with err because its

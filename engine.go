@@ -45,6 +45,9 @@ type outcome struct {
 	// unsent: the attempt could not be made (err says why) and no
 	// retry can fix that.
 	unsent bool
+	// refused: the context's Guard refused the attempt (err is its
+	// error); nothing was sent.
+	refused bool
 }
 
 // newEngine readies a call under p: its observer, clock, start time and
@@ -91,12 +94,20 @@ func (e *engine) run(first *outcome, attempt func(n int) outcome) *GiveUpError {
 			}
 			o = attempt(n)
 		}
-		if o.unsent {
+		switch {
+		case o.refused && n == 1:
+			e.held.done(OutcomeIgnored)
+			return e.stop(Verdict{}, Decision{Reason: StopRefused}, o.err, nil)
+		case o.unsent || o.refused:
 			e.held.done(OutcomeIgnored)
 			if n > 1 {
 				e.refund()
 			}
-			return e.stop(e.lastVerd, Decision{Reason: StopUnreplayableBody}, e.lastErr, o.err)
+			reason := StopUnreplayableBody
+			if o.refused {
+				reason = StopRefused
+			}
+			return e.stop(e.lastVerd, Decision{Reason: reason}, e.lastErr, o.err)
 		}
 		e.attempted(n, o.err)
 		if o.err == nil {

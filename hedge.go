@@ -184,8 +184,9 @@ func hedged[T any](e *engine, n int, key string, attempt func(ctx context.Contex
 		case x := <-r.results:
 			r.running--
 			r.ended[x.i] = &x
-			// A hedge that could not be sent leaves the call to the first.
-			if x.i == 0 || !x.o.unsent {
+			// A hedge that could not be sent, or that the guard refused,
+			// leaves the call to the first.
+			if x.i == 0 || !x.o.unsent && !x.o.refused {
 				ret = x.i
 			}
 		}
@@ -207,8 +208,8 @@ func hedged[T any](e *engine, n int, key string, attempt func(ctx context.Contex
 				aborted = x.abort
 			}
 			r.leases[i].done(OutcomeFailure)
-		case r.lost[i] || x.o.unsent:
-			if x.o.unsent {
+		case r.lost[i] || x.o.unsent || x.o.refused:
+			if x.o.unsent || x.o.refused {
 				e.refund()
 			}
 			r.leases[i].done(OutcomeIgnored)

@@ -79,6 +79,9 @@ const (
 	StopBreakerOpen
 	// StopRetryBudget: the retry budget shared with other calls is spent.
 	StopRetryBudget
+	// StopRefused: the context's Guard refused an attempt before it was
+	// sent (a spend cap it would pass, say).
+	StopRefused
 )
 
 var stopNames = [...]string{
@@ -86,7 +89,7 @@ var stopNames = [...]string{
 	StopDeadline: "deadline too near", StopNotRetryable: "not retryable", StopCanceled: "canceled",
 	StopServerWait: "server wait too long", StopSideEffects: "side effects, not retried",
 	StopInvalidPolicy: "invalid policy", StopUnreplayableBody: "request body cannot be replayed",
-	StopBreakerOpen: "breaker open", StopRetryBudget: "retry budget exhausted",
+	StopBreakerOpen: "breaker open", StopRetryBudget: "retry budget exhausted", StopRefused: "refused by the guard",
 }
 
 func (r StopReason) String() string {

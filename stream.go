@@ -3,6 +3,7 @@ package rebound
 import (
 	"context"
 	"iter"
+	"net/http"
 	"sync/atomic"
 	"time"
 )
@@ -80,11 +81,18 @@ func StreamWith[E any](ctx context.Context, p Policy, open func(context.Context)
 		)
 		gaveUp := e.run(nil, func(n int) outcome {
 			s, head := hedged(&e, n, key, func(ctx context.Context, end func(), _ bool) (*streamTry[E], outcome) {
-				s := startStream(ctx, open, o, end)
-				return s, outcome{err: s.head()}
+				actx, settle, refused := admit(ctx, nil)
+				if refused != nil {
+					end()
+					return nil, *refused
+				}
+				s := startStream(actx, open, o, end)
+				s.settle = settle
+				s.err = s.head()
+				return s, outcome{err: s.err}
 			}, (*streamTry[E]).close)
 			if head.err != nil {
-				s.close()
+				s.close() // nil when the guard refused it
 				delivered, stopped, failure = false, false, head.err
 				return head
 			}
@@ -110,7 +118,9 @@ type streamTry[E any] struct {
 	o       StreamOptions[E]
 	next    func() (E, error, bool)
 	stop    func()
-	end     func() // ends the attempt's context
+	end     func()                      // ends the attempt's context
+	settle  func(*http.Response, error) // tells the context's Guard the attempt is over
+	err     error                       // the attempt's failure, once known
 	timer   *time.Timer
 	stalled atomic.Bool
 	pulled  bool // an event was asked for: later waits arm the timer afresh
@@ -126,7 +136,7 @@ type streamTry[E any] struct {
 
 // startStream opens an attempt's stream under ctx; end ends ctx.
 func startStream[E any](ctx context.Context, open func(context.Context) iter.Seq2[E, error], o StreamOptions[E], end func()) *streamTry[E] {
-	s := &streamTry[E]{o: o, end: end}
+	s := &streamTry[E]{o: o, end: end, settle: noEnd}
 	if o.Stall > 0 {
 		actx, cancel := context.WithCancelCause(ctx)
 		ctx = actx
@@ -191,7 +201,10 @@ func (s *streamTry[E]) head() error {
 // or the caller stopped). While the caller's code runs, l says so. It
 // closes the stream.
 func (s *streamTry[E]) deliver(give func(E, error) bool, l *lease) (delivered, stopped bool, failure error) {
-	defer s.close()
+	defer func() {
+		s.err = failure
+		s.close()
+	}()
 	yield := func(e E, err error) bool {
 		s.delivered = true
 		l.caller = true
@@ -254,9 +267,14 @@ func (s *streamTry[E]) failure(err error) error {
 
 // close stops the stream and ends its context; it may be called again.
 func (s *streamTry[E]) close() {
+	if s == nil {
+		return
+	}
 	if s.timer != nil {
 		s.timer.Stop()
 	}
 	s.stop()
 	s.end()
+	s.settle(nil, s.err)
+	s.settle = noEnd
 }

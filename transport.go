@@ -281,10 +281,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if actx != ctx { // a hedged attempt's context ends with it
 				cancel = stack(cancel, end)
 			}
+			gctx, settle, refused := admit(areq.Context(), areq)
+			if refused != nil {
+				cancel()
+				return roundTrip{}, *refused
+			}
+			if gctx != areq.Context() {
+				areq = areq.WithContext(gctx)
+			}
 			if !hedge {
 				last.discard() // the next attempt is surely made
 			}
-			return t.try(actx, req, areq, cancel, key)
+			return t.try(actx, req, areq, cancel, key, settle)
 		}, roundTrip.discard)
 		switch {
 		case r.stream != nil:
@@ -294,7 +302,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			ok = r.ok
 		case r.ok != nil:
 			ok = r.ok
-		case !o.unsent: // unsent, the latest attempt is still the one before
+		case !o.unsent && !o.refused: // else the latest attempt is still the one before
 			last = r.failed
 		}
 		return o

@@ -39,11 +39,13 @@ func (r roundTrip) discard() {
 	r.failed.discard()
 }
 
-// try makes one attempt with areq, whose context is actx's (or a
-// per-attempt timeout's within it, ended by cancel), and judges its
-// response; key names its target for first-token times.
-func (t *Transport) try(actx context.Context, req, areq *http.Request, cancel context.CancelFunc, key string) (roundTrip, outcome) {
+// try makes one attempt with areq, whose context is within actx's (a
+// per-attempt timeout's, ended by cancel, a Guard's), and judges its
+// response; key names its target for first-token times, and settle tells
+// the Guard what came of it.
+func (t *Transport) try(actx context.Context, req, areq *http.Request, cancel context.CancelFunc, key string, settle func(*http.Response, error)) (roundTrip, outcome) {
 	resp, err := t.base().RoundTrip(areq)
+	settle(resp, err)
 	headers := time.Now()
 	timedOut := areq != req && attemptTimedOut(actx, areq.Context(), err)
 	cur := failedAttempt{cancel: cancel}
@@ -74,7 +76,9 @@ func (t *Transport) try(actx context.Context, req, areq *http.Request, cancel co
 		encoded := !resp.Uncompressed && resp.Header.Get("Content-Encoding") != ""
 		return roundTrip{ok: resp, stream: &lookedInto{read: read, encoded: encoded, cancel: cancel}}, outcome{}
 	case resp.StatusCode < http.StatusBadRequest:
-		if areq.Context() != req.Context() { // a per-attempt timeout runs until the body is read
+		// A per-attempt timeout runs until the body is read; a protocol
+		// upgrade's body (a connection to write to as well) has none.
+		if areq.Context() != req.Context() && resp.StatusCode != http.StatusSwitchingProtocols {
 			resp.Body = &attemptBody{ReadCloser: resp.Body, cancel: cancel}
 		}
 		return roundTrip{ok: resp}, outcome{}
