@@ -64,6 +64,13 @@ type Target[Req, Resp any] struct {
 	// RetryOverloaded retries an overloaded target under its Policy
 	// instead of moving on at once.
 	RetryOverloaded bool
+	// Estimate, for spend caps (cost.WithCaps), says what one attempt of
+	// req on this target may use, priced under Name: each attempt
+	// reserves it before it is made, and a target whose attempt would
+	// pass a cap is skipped for the next. Leave it nil for a Call whose
+	// requests go through rebound.Transport, which reserves for each
+	// request itself.
+	Estimate func(req Req) cost.Usage
 }
 
 // Chain is an ordered list of targets. It is safe for concurrent use once
@@ -369,8 +376,13 @@ func (d *chainCall[Req, Resp]) judge(i int, err error, compact bool) (stop error
 		gu = &rebound.GiveUpError{Verdict: rebound.Classify(err), Err: err}
 	}
 	if gu.Attempts == 0 {
-		// The breaker refused before any attempt.
-		d.trail.steps = append(d.trail.steps, Step{Target: t.Name, Skipped: "breaker open", Err: err})
+		// The breaker, or a spend cap, refused before any attempt: a
+		// cheaper target may still fit the cap.
+		why := "breaker open"
+		if gu.Reason == rebound.StopRefused {
+			why = "spend cap"
+		}
+		d.trail.steps = append(d.trail.steps, Step{Target: t.Name, Skipped: why, Err: err})
 		if d.last == ErrNoTarget {
 			d.last = err
 		}
@@ -436,6 +448,9 @@ func (c *Chain[Req, Resp]) try(ctx context.Context, t *Target[Req, Resp], req Re
 		target += ":" + task
 	}
 	ctx = rebound.WithTarget(ctx, target)
+	if t.Estimate != nil {
+		ctx = cost.WithEstimate(ctx, t.Name, t.Estimate(req))
+	}
 	type answer struct {
 		v    Resp
 		step int

@@ -1,0 +1,246 @@
+package cost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"sync"
+
+	"github.com/rebound-go/rebound"
+)
+
+// ErrNoPrice is the error of an attempt refused because the caps' price
+// table has no price for its target: a cap it cannot price, it cannot
+// keep.
+var ErrNoPrice = errors.New("cost: no price for the target in the caps' table")
+
+// CapError is the error of an attempt refused before it was sent because
+// what it may cost would take a cap past its limit.
+type CapError struct {
+	Cap   string  // the cap's name
+	Limit float64 // the cap, in US dollars
+	// Spent is what attempts have cost so far, settled; Held what
+	// attempts under way may still cost.
+	Spent, Held float64
+	// Need is what the refused attempt may cost.
+	Need float64
+}
+
+func (e *CapError) Error() string {
+	return fmt.Sprintf("cost: spend cap %q of $%.4f would be passed: $%.4f spent, $%.4f held, and this attempt may cost $%.4f",
+		e.Cap, e.Limit, e.Spent, e.Held, e.Need)
+}
+
+// A Cap is a limit on spend that attempts reserve against before they are
+// sent. Limit keeps one in memory (a run's); package reboundredis shares
+// one among replicas (a tenant's, a day's).
+type Cap interface {
+	// Reserve holds usd of the cap for one attempt, or refuses it with a
+	// *CapError when what is spent and held would pass the cap.
+	Reserve(ctx context.Context, usd float64) (Hold, error)
+}
+
+// A Hold is an attempt's reservation against a Cap.
+type Hold interface {
+	// Settle replaces the hold by what the attempt really cost. It is
+	// called once.
+	Settle(usd float64)
+}
+
+// Limit is a Cap in memory: one run's, one conversation's. Its fields are
+// set before first use; it is safe for concurrent use.
+type Limit struct {
+	// Name names the cap in errors. Empty means "run".
+	Name string
+	// USD is the cap, in US dollars. Zero allows nothing.
+	USD float64
+
+	mu          sync.Mutex // guards spent and held
+	spent, held float64
+}
+
+// Reserve holds usd, or refuses with a *CapError when spent, held and usd
+// together would pass the cap. A hold of nothing is refused once the cap
+// is reached.
+func (l *Limit) Reserve(_ context.Context, usd float64) (Hold, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if total := l.spent + l.held + usd; total > l.USD || usd <= 0 && total >= l.USD {
+		name := l.Name
+		if name == "" {
+			name = "run"
+		}
+		return nil, &CapError{Cap: name, Limit: l.USD, Spent: l.spent, Held: l.held, Need: usd}
+	}
+	l.held += usd
+	return &limitHold{l: l, usd: usd}, nil
+}
+
+// Spent returns what the attempts settled so far cost, in US dollars.
+func (l *Limit) Spent() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.spent
+}
+
+type limitHold struct {
+	l    *Limit
+	usd  float64
+	once sync.Once
+}
+
+func (h *limitHold) Settle(usd float64) {
+	h.once.Do(func() {
+		h.l.mu.Lock()
+		defer h.l.mu.Unlock()
+		h.l.held -= h.usd
+		h.l.spent += max(usd, 0)
+	})
+}
+
+// WithCaps returns a context whose calls keep to caps: every attempt of
+// rebound.Do, Stream and Transport made with it (retries and hedges
+// included, and so fallback chains and tool calls) reserves what it may
+// cost against each cap before it is sent, and is refused with a
+// *CapError, nothing sent, when that would pass one. The attempt's real
+// cost then replaces the reservation. Caps of an enclosing WithCaps still
+// apply; prices then replace its table.
+//
+// What an attempt may cost, priced by prices under its target's name:
+//
+//   - Transport reads the request: its model, its output cap
+//     (max_tokens, max_completion_tokens, max_output_tokens,
+//     generationConfig.maxOutputTokens; DefaultMaxOutput when it names
+//     none) and its input, estimated as a token for every 4 bytes of
+//     the body. It settles with the usage the response reports (in
+//     the body, or in a stream's usage events), or, when none came (a
+//     stream cut short), with the reservation. A failed response
+//     (status 400 or above) or no response settles at nothing.
+//   - Do and Stream know nothing of the requests their attempts make,
+//     so their attempts are admitted only when the context says what
+//     each may use (WithEstimate): for calls whose requests do not go
+//     through rebound.Transport, which would count them again (a tool,
+//     an SDK with its own HTTP client). They settle with what the
+//     attempt reports (Report); a success that reports nothing settles
+//     with its reservation, a failure with nothing.
+//
+// A target missing from prices refuses its attempts with ErrNoPrice.
+func WithCaps(ctx context.Context, prices Table, caps ...Cap) context.Context {
+	s := &spender{prices: prices}
+	if outer, ok := ctx.Value(spenderKey{}).(*spender); ok {
+		s.caps = append(s.caps, outer.caps...)
+	}
+	s.caps = append(s.caps, caps...)
+	ctx = context.WithValue(ctx, spenderKey{}, s)
+	return rebound.WithGuard(ctx, s)
+}
+
+// DefaultMaxOutput is the output an attempt may use when its request
+// names no cap on it, in tokens.
+const DefaultMaxOutput = 4096
+
+type spenderKey struct{}
+
+// Estimate is what each attempt of a call may use, for spend caps.
+type estimate struct {
+	target string
+	usage  Usage
+}
+
+type estimateKey struct{}
+
+// WithEstimate returns a context in which each attempt of rebound.Do and
+// Stream may use up to u, priced as target, for the caps of WithCaps.
+// Give it only to calls whose requests do not go through
+// rebound.Transport, which reserves for each request itself.
+func WithEstimate(ctx context.Context, target string, u Usage) context.Context {
+	return context.WithValue(ctx, estimateKey{}, estimate{target: target, usage: u})
+}
+
+// spender is the rebound.Guard of WithCaps.
+type spender struct {
+	prices Table
+	caps   []Cap
+}
+
+// Admit reserves what an attempt may cost against every cap.
+func (s *spender) Admit(ctx context.Context, req *http.Request) (context.Context, func(*http.Response, error), error) {
+	var (
+		target string
+		most   Usage
+	)
+	if req != nil {
+		target, most = estimateRequest(req)
+	} else {
+		e, ok := ctx.Value(estimateKey{}).(estimate)
+		if !ok {
+			return ctx, func(*http.Response, error) {}, nil
+		}
+		target, most = e.target, e.usage
+	}
+	price, ok := s.prices[target]
+	if !ok {
+		return ctx, nil, fmt.Errorf("%w: %q", ErrNoPrice, target)
+	}
+	need := price.Of(most)
+	holds := make([]Hold, 0, len(s.caps))
+	for _, c := range s.caps {
+		h, err := c.Reserve(ctx, need)
+		if err != nil {
+			for _, h := range holds {
+				h.Settle(0)
+			}
+			return ctx, nil, err
+		}
+		holds = append(holds, h)
+	}
+	a := &admission{price: price, need: need, holds: holds}
+	if req != nil {
+		return ctx, a.response, nil
+	}
+	return WithRecorder(ctx, &a.reported), a.done, nil
+}
+
+// admission is an attempt's holds, until it settles them.
+type admission struct {
+	price    Price
+	need     float64  // what was held
+	holds    []Hold   // one per cap
+	reported Recorder // what a Do or Stream attempt reports
+	once     sync.Once
+}
+
+// settle replaces the holds by usd.
+func (a *admission) settle(usd float64) {
+	a.once.Do(func() {
+		for _, h := range a.holds {
+			h.Settle(usd)
+		}
+	})
+}
+
+// done settles a Do or Stream attempt: with what it reported, else with
+// the hold for a success and nothing for a failure.
+func (a *admission) done(_ *http.Response, err error) {
+	switch u := a.reported.Usage(); {
+	case u != Usage{}:
+		a.settle(a.price.Of(u))
+	case err != nil:
+		a.settle(0)
+	default:
+		a.settle(a.need)
+	}
+}
+
+// response settles a Transport attempt: at once for no response or a
+// failed one, else as its body reports its usage.
+func (a *admission) response(resp *http.Response, err error) {
+	if err != nil || resp == nil || resp.StatusCode >= http.StatusBadRequest {
+		a.settle(0)
+		return
+	}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	resp.Body = &usageBody{body: resp.Body, a: a, stream: mt == "text/event-stream"}
+}
