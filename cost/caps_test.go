@@ -17,6 +17,7 @@ import (
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/cost"
 	"github.com/rebound-go/rebound/fallback"
+	"github.com/rebound-go/rebound/tool"
 )
 
 // prices: $3 and $15 a million input and output tokens for "big", a
@@ -294,4 +295,28 @@ func TestCapsHedge(t *testing.T) {
 			t.Errorf("spent %v; want the loser's input and the hedge's answer, %v", run.Spent(), want)
 		}
 	})
+}
+
+// TestCapsTool: a tool call that reports its cost is held to the run's
+// cap, and the model reads a refusal it can act on.
+func TestCapsTool(t *testing.T) {
+	var r tool.Registry
+	calls := 0
+	r.Register("summarise", tool.Spec{Kind: tool.ReadOnly}, func(ctx context.Context, c tool.Call) (string, error) {
+		calls++
+		cost.Report(ctx, cost.Usage{InputTokens: 2000, OutputTokens: 1000}) // it calls a model itself
+		return "summary", nil
+	})
+	run := &cost.Limit{USD: 0.05}
+	ctx := cost.WithEstimate(cost.WithCaps(context.Background(), prices, run), "big", cost.Usage{InputTokens: 2000, OutputTokens: 1000})
+	var last tool.Result
+	for range 5 {
+		if last = r.Execute(ctx, tool.Call{Name: "summarise"}); last.Failure != nil {
+			break
+		}
+	}
+	var ce *cost.CapError
+	if calls != 2 || last.Failure == nil || last.Failure.Verdict != "refused" || !errors.As(last.Err, &ce) || !near(run.Spent(), 0.042) {
+		t.Fatalf("%d calls, last %+v, spent %v; want 2 calls at $0.021 and the third refused", calls, last.Failure, run.Spent())
+	}
 }

@@ -285,6 +285,8 @@ type Result struct {
 type Failure struct {
 	Tool     string `json:"tool"`
 	CallID   string `json:"call_id,omitempty"`
+	// Verdict is the failure's kind (see rebound.Kind), or "refused"
+	// for a call a spend cap refused before it was made (cost.WithCaps).
 	Verdict  string `json:"verdict"`
 	Attempts int    `json:"attempts"`
 	Error    string `json:"error"`
@@ -411,8 +413,10 @@ func unknownOutcome(k rebound.Kind) bool {
 // saying whether it took effect.
 func (e *entry) failure(call Call, err error, v rebound.Verdict, attempts int, doubt bool) (*Failure, rebound.Kind) {
 	var gu *rebound.GiveUpError
+	refused := false // a spend cap refused an attempt before it was sent
 	if errors.As(err, &gu) {
 		v, attempts = gu.Verdict, gu.Attempts
+		refused = gu.Reason == rebound.StopRefused
 		if gu.Err != nil { // nil when the call never ran its function (an invalid policy, an open breaker)
 			err = gu.Err
 		}
@@ -426,6 +430,9 @@ func (e *entry) failure(call Call, err error, v rebound.Verdict, attempts int, d
 	case e.spec.Kind != ReadOnly && attempts > 0 && (doubt || unknownOutcome(v.Kind)):
 		f.MayHaveTakenEffect = true
 		f.Advice = "The call failed without a clear answer and may still have taken effect. Check whether it did before calling it again."
+	case refused:
+		f.Verdict = "refused"
+		f.Advice = "The run's spend cap does not allow this call. Finish with what you have, or stop."
 	case v.Kind == rebound.KindPermanent:
 		f.Advice = "The tool rejected these arguments; retrying them unchanged will fail again. Fix the arguments or choose another approach."
 	case v.Kind == rebound.KindQuotaExhausted:
