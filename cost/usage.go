@@ -12,9 +12,11 @@ type Usage struct {
 
 // Recorder collects the usage reported during one attempt; it is safe for
 // concurrent use. The fallback package gives every attempt one, so that
-// cost can be counted attempt by attempt, failures included.
+// cost can be counted attempt by attempt, failures included; so do spend
+// caps (WithCaps).
 type Recorder struct {
 	input, output atomic.Int64
+	outer         *Recorder // the recorder of the context it was given in, which hears the same reports
 }
 
 // Usage returns the total reported so far.
@@ -24,8 +26,11 @@ func (r *Recorder) Usage() Usage {
 
 type recorderKey struct{}
 
-// WithRecorder returns a context in which Report adds to r.
+// WithRecorder returns a context in which Report adds to r, and to the
+// recorders of the contexts ctx is within: a fallback chain's trail and a
+// spend cap hear the same report. A Recorder is given to one context.
 func WithRecorder(ctx context.Context, r *Recorder) context.Context {
+	r.outer, _ = ctx.Value(recorderKey{}).(*Recorder)
 	return context.WithValue(ctx, recorderKey{}, r)
 }
 
@@ -33,7 +38,8 @@ func WithRecorder(ctx context.Context, r *Recorder) context.Context {
 // calls it with the usage the provider reported: for an answer, and for a
 // failure that was billed.
 func Report(ctx context.Context, u Usage) {
-	if r, ok := ctx.Value(recorderKey{}).(*Recorder); ok {
+	r, _ := ctx.Value(recorderKey{}).(*Recorder)
+	for ; r != nil; r = r.outer {
 		r.input.Add(u.InputTokens)
 		r.output.Add(u.OutputTokens)
 	}
