@@ -88,17 +88,28 @@ func call[T any](ctx context.Context, timeout time.Duration, fn func(context.Con
 	if refused != nil {
 		return v, *refused
 	}
+	ended := false
+	defer func() {
+		if !ended { // fn panicked: the Guard hears of it all the same
+			end(nil, errPanicked)
+		}
+	}()
 	if timeout <= 0 {
 		v, o.err = fn(ctx)
+		ended = true
 		end(nil, o.err)
 		return v, o
 	}
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	v, o.err = fn(actx)
+	ended = true
 	end(nil, o.err)
 	return v, outcome{err: o.err, timedOut: attemptTimedOut(ctx, actx, o.err)}
 }
+
+// errPanicked is what a Guard is told of an attempt that panicked.
+var errPanicked = errors.New("rebound: the attempt panicked")
 
 // attemptTimedOut reports whether an attempt failed with err because its
 // own timeout ended it, not the caller's context. An error that does not

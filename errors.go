@@ -129,7 +129,7 @@ func (e *GiveUpError) Error() string {
 	switch e.Reason {
 	case StopNotRetryable:
 		why = e.Verdict.Kind.String() + " error, " + why
-	case StopInvalidPolicy, StopBreakerOpen:
+	case StopInvalidPolicy, StopBreakerOpen, StopRefused:
 		if e.cause != nil {
 			why += ": " + e.cause.Error()
 		}
@@ -143,8 +143,8 @@ func (e *GiveUpError) Error() string {
 
 // Unwrap returns the last attempt's error and, when the caller's context
 // stopped the call, the context's cause; when the policy was invalid, the
-// *PolicyError; when a breaker refused a retry, its refusal. A call that a
-// breaker refused before its first attempt has only the refusal.
+// *PolicyError; when a breaker or a Guard refused a retry, its refusal. A
+// call refused before its first attempt has only the refusal.
 func (e *GiveUpError) Unwrap() []error {
 	if e.cause != nil {
 		return []error{e.Err, e.cause}

@@ -88,7 +88,15 @@ func StreamWith[E any](ctx context.Context, p Policy, open func(context.Context)
 				}
 				s := startStream(actx, open, o, end)
 				s.settle = settle
+				headed := false
+				defer func() {
+					if !headed { // open or its stream panicked
+						s.err = errPanicked
+						s.close()
+					}
+				}()
 				s.err = s.head()
+				headed = true
 				return s, outcome{err: s.err}
 			}, (*streamTry[E]).close)
 			if head.err != nil {

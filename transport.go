@@ -313,7 +313,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	case stopped.Attempts == 0:
 		body.close(req) // never sent, yet a RoundTripper closes it
 		return nil, stopped
-	case e.inWait:
+	case e.inWait, stopped.Reason == StopRefused:
+		// A refused retry is the caller's to know of: the failure before
+		// it would hide the refusal (a spend cap reached).
 		last.discard()
 		return nil, stopped
 	}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"mime"
+	"net"
 	"net/http"
+	"slices"
 	"sync"
 
 	"github.com/rebound-go/rebound"
@@ -29,7 +31,7 @@ type CapError struct {
 }
 
 func (e *CapError) Error() string {
-	return fmt.Sprintf("cost: spend cap %q of $%.4f would be passed: $%.4f spent, $%.4f held, and this attempt may cost $%.4f",
+	return fmt.Sprintf("cost: spend cap %q of $%.6f would be passed: $%.6f spent, $%.6f held, and this attempt may cost $%.6f",
 		e.Cap, e.Limit, e.Spent, e.Held, e.Need)
 }
 
@@ -106,44 +108,58 @@ func (h *limitHold) Settle(usd float64) {
 // cost against each cap before it is sent, and is refused with a
 // *CapError, nothing sent, when that would pass one. The attempt's real
 // cost then replaces the reservation. Caps of an enclosing WithCaps still
-// apply; prices then replace its table.
+// apply (a cap given twice counts once); prices then replace its table.
 //
 // What an attempt may cost, priced by prices under its target's name:
 //
-//   - Transport reads the request: its model, its output cap
+//   - Transport reads the request: its model; its output cap
 //     (max_tokens, max_completion_tokens, max_output_tokens,
-//     generationConfig.maxOutputTokens; DefaultMaxOutput when it names
-//     none) and its input, estimated as a token for every 4 bytes of
-//     the body. It settles with the usage the response reports (in
-//     the body, or in a stream's usage events), or, when none came (a
-//     stream cut short), with the reservation. A failed response
-//     (status 400 or above) or no response settles at nothing.
+//     generationConfig.maxOutputTokens; Price.MaxOutputTokens when it
+//     names none) times the answers it asks for (n, candidateCount); and
+//     its input, a token for every 4 bytes of the body, 2000 more for
+//     each image or file it refers to, and Price.MaxInputTokens more
+//     when it continues a conversation the provider keeps. A request
+//     that names no model and has no body (a list of models) costs
+//     nothing. It settles with the usage the response reports (in the
+//     body; for a stream, its final usage event), cache tokens counted
+//     as input; with its reservation when none came (a stream cut short,
+//     or an OpenAI stream without stream_options.include_usage, a body
+//     left unread) or when the request may have been sent and no answer
+//     came (a timeout); with nothing for a failed response (status 400
+//     or above), a redirect or a request that never left (a dial
+//     error).
 //   - Do and Stream know nothing of the requests their attempts make,
 //     so their attempts are admitted only when the context says what
-//     each may use (WithEstimate): for calls whose requests do not go
-//     through rebound.Transport, which would count them again (a tool,
-//     an SDK with its own HTTP client). They settle with what the
-//     attempt reports (Report); a success that reports nothing settles
-//     with its reservation, a failure with nothing.
+//     each may use (WithEstimate): a tool, an SDK with its own HTTP
+//     client. They settle with what the attempt reports (Report); else
+//     with the reservation, but with nothing for a failure that carries
+//     a provider's answer (a *rebound.HTTPError) or never left.
 //
-// A target missing from prices refuses its attempts with ErrNoPrice.
+// Within an attempt admitted so, nothing is admitted again: the calls its
+// function makes (a nested Do, a request through Transport) are the
+// attempt's, reserved and settled once, by what it reports.
+//
+// A cap is therefore passed only by an attempt whose use passes its
+// estimate: input in a script of more tokens a byte than 1 in 4, or tools
+// the provider adds. A target missing from prices refuses its attempts
+// with ErrNoPrice.
 func WithCaps(ctx context.Context, prices Table, caps ...Cap) context.Context {
 	s := &spender{prices: prices}
 	if outer, ok := ctx.Value(spenderKey{}).(*spender); ok {
 		s.caps = append(s.caps, outer.caps...)
 	}
-	s.caps = append(s.caps, caps...)
+	for _, c := range caps {
+		if !slices.Contains(s.caps, c) {
+			s.caps = append(s.caps, c)
+		}
+	}
 	ctx = context.WithValue(ctx, spenderKey{}, s)
 	return rebound.WithGuard(ctx, s)
 }
 
-// DefaultMaxOutput is the output an attempt may use when its request
-// names no cap on it, in tokens.
-const DefaultMaxOutput = 4096
-
 type spenderKey struct{}
 
-// Estimate is what each attempt of a call may use, for spend caps.
+// estimate is what each attempt of a call may use, for spend caps.
 type estimate struct {
 	target string
 	usage  Usage
@@ -151,10 +167,13 @@ type estimate struct {
 
 type estimateKey struct{}
 
+// admittedKey marks the context of an attempt a spender admitted.
+type admittedKey struct{}
+
 // WithEstimate returns a context in which each attempt of rebound.Do and
 // Stream may use up to u, priced as target, for the caps of WithCaps.
-// Give it only to calls whose requests do not go through
-// rebound.Transport, which reserves for each request itself.
+// Give it to calls whose requests do not go through rebound.Transport,
+// which reserves for each request itself.
 func WithEstimate(ctx context.Context, target string, u Usage) context.Context {
 	return context.WithValue(ctx, estimateKey{}, estimate{target: target, usage: u})
 }
@@ -167,22 +186,33 @@ type spender struct {
 
 // Admit reserves what an attempt may cost against every cap.
 func (s *spender) Admit(ctx context.Context, req *http.Request) (context.Context, func(*http.Response, error), error) {
+	if ctx.Value(admittedKey{}) != nil {
+		return ctx, func(*http.Response, error) {}, nil // the enclosing attempt's
+	}
 	var (
-		target string
-		most   Usage
+		most  Usage
+		price Price
 	)
 	if req != nil {
-		target, most = estimateRequest(req)
+		r := readRequest(req)
+		if r.model == "" && r.input == 0 {
+			return ctx, func(*http.Response, error) {}, nil // no model, no body: nothing to pay for
+		}
+		p, ok := s.prices[r.model]
+		if !ok {
+			return ctx, nil, fmt.Errorf("%w: %q (%s %s)", ErrNoPrice, r.model, req.Method, req.URL.Path)
+		}
+		most, price = r.most(p), p
 	} else {
 		e, ok := ctx.Value(estimateKey{}).(estimate)
 		if !ok {
 			return ctx, func(*http.Response, error) {}, nil
 		}
-		target, most = e.target, e.usage
-	}
-	price, ok := s.prices[target]
-	if !ok {
-		return ctx, nil, fmt.Errorf("%w: %q", ErrNoPrice, target)
+		p, ok := s.prices[e.target]
+		if !ok {
+			return ctx, nil, fmt.Errorf("%w: %q", ErrNoPrice, e.target)
+		}
+		most, price = e.usage, p
 	}
 	need := price.Of(most)
 	holds := make([]Hold, 0, len(s.caps))
@@ -197,6 +227,7 @@ func (s *spender) Admit(ctx context.Context, req *http.Request) (context.Context
 		holds = append(holds, h)
 	}
 	a := &admission{price: price, need: need, holds: holds}
+	ctx = context.WithValue(ctx, admittedKey{}, true)
 	if req != nil {
 		return ctx, a.response, nil
 	}
@@ -222,25 +253,41 @@ func (a *admission) settle(usd float64) {
 }
 
 // done settles a Do or Stream attempt: with what it reported, else with
-// the hold for a success and nothing for a failure.
+// the hold, but with nothing for a failure that never reached a provider
+// or carries its answer.
 func (a *admission) done(_ *http.Response, err error) {
 	switch u := a.reported.Usage(); {
 	case u != Usage{}:
 		a.settle(a.price.Of(u))
-	case err != nil:
+	case err != nil && unbilled(err):
 		a.settle(0)
 	default:
 		a.settle(a.need)
 	}
 }
 
-// response settles a Transport attempt: at once for no response or a
-// failed one, else as its body reports its usage.
+// response settles a Transport attempt: at once for no response, a failed
+// one, a redirect or a protocol upgrade, else as its body reports its
+// usage.
 func (a *admission) response(resp *http.Response, err error) {
-	if err != nil || resp == nil || resp.StatusCode >= http.StatusBadRequest {
+	switch {
+	case err != nil && unbilled(err), resp != nil && resp.StatusCode >= http.StatusMultipleChoices:
 		a.settle(0)
-		return
+	case err != nil, resp.StatusCode < http.StatusOK:
+		a.settle(a.need) // sent, and no account of it will come
+	default:
+		mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+		resp.Body = &usageBody{body: resp.Body, a: a, stream: mt == "text/event-stream"}
 	}
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	resp.Body = &usageBody{body: resp.Body, a: a, stream: mt == "text/event-stream"}
+}
+
+// unbilled reports whether err proves its attempt cost nothing: it never
+// left (a dial error), or a provider refused it (an error status).
+func unbilled(err error) bool {
+	var (
+		herr *rebound.HTTPError
+		op   *net.OpError
+		dns  *net.DNSError
+	)
+	return errors.As(err, &herr) || errors.As(err, &dns) || errors.As(err, &op) && op.Op == "dial"
 }

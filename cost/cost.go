@@ -15,9 +15,33 @@ import (
 	"sync"
 )
 
-// Price is what a target charges, in US dollars per million tokens.
+// Price is what a target charges, in US dollars per million tokens, and,
+// for spend caps, what its requests may use when they do not say.
 type Price struct {
 	InputPerMillion, OutputPerMillion float64
+	// MaxOutputTokens is what a request that names no output cap is held
+	// at, for each answer it asks for (a provider's default is the
+	// model's maximum). Zero means 32 768.
+	MaxOutputTokens int64
+	// MaxInputTokens is what the input of a request that continues a
+	// conversation the provider keeps (previous_response_id,
+	// conversation) is held at, beyond its own body: the model's
+	// context window. Zero means 200 000.
+	MaxInputTokens int64
+}
+
+func (p Price) maxOutput() int64 {
+	if p.MaxOutputTokens > 0 {
+		return p.MaxOutputTokens
+	}
+	return defaultMaxOutput
+}
+
+func (p Price) maxInput() int64 {
+	if p.MaxInputTokens > 0 {
+		return p.MaxInputTokens
+	}
+	return defaultMaxInput
 }
 
 // Of returns the price of u.

@@ -2,9 +2,12 @@ package cost
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 )
@@ -15,17 +18,48 @@ import (
 // servers that copy them.
 
 // bytesPerToken is the estimate of input: a token for every 4 bytes of
-// the request body, a common rule for English text; the body's JSON only
-// adds bytes to the text a provider counts.
+// the request body, a common rule for English text (scripts that take
+// more tokens a byte, and the tools a provider adds on its side, can pass
+// it: a cap is passed only by an attempt whose use passes its estimate).
 const bytesPerToken = 4
+
+// Defaults of what a request that does not say is held at: its output, with
+// no output cap (the providers' defaults reach a model's maximum), and its
+// input, when it refers to a conversation stored with the provider
+// (previous_response_id, conversation), a model's context window.
+const (
+	defaultMaxOutput = 32768
+	defaultMaxInput  = 200000
+)
+
+// mediaTokens is what a part of the prompt that refers to an image or a
+// file is held at: a few bytes of URL or file id stand for a picture
+// providers count in hundreds to thousands of tokens.
+const mediaTokens = 2000
 
 // unknownBody is the size assumed for a body whose length is unknown and
 // that cannot be read again.
 const unknownBody = 1 << 20
 
-// estimateRequest returns the target (the model) of req and the most it
-// may use: its input, estimated from the body's size, and its output cap.
-func estimateRequest(req *http.Request) (string, Usage) {
+// request is what an HTTP attempt says of what it may use.
+type request struct {
+	model string
+	input int64 // estimated from the body
+	// output is its output cap, for all its answers; -1: it names none.
+	output int64
+	// stored says it continues a conversation kept by the provider, whose
+	// size it does not show.
+	stored bool
+}
+
+// mediaPart matches a part of a prompt that refers to an image or a file.
+var mediaPart = regexp.MustCompile(`"type"\s*:\s*"(?:image|image_url|input_image|document|file|input_file)"|"(?:fileData|file_data)"`)
+
+// readRequest reads what req may use: its model (the body's "model", else
+// a Gemini or Azure path's, else the query's), its input, from the body's
+// size (decoded, if it is gzip) and the media it refers to, and its output
+// cap times the answers it asks for (n, candidateCount).
+func readRequest(req *http.Request) request {
 	var (
 		body []byte
 		size int64
@@ -33,7 +67,13 @@ func estimateRequest(req *http.Request) (string, Usage) {
 	switch {
 	case req.GetBody != nil:
 		if rc, err := req.GetBody(); err == nil {
-			body, _ = io.ReadAll(io.LimitReader(rc, 64<<20))
+			var r io.Reader = rc
+			if strings.EqualFold(req.Header.Get("Content-Encoding"), "gzip") {
+				if zr, err := gzip.NewReader(rc); err == nil {
+					r = zr
+				}
+			}
+			body, _ = io.ReadAll(io.LimitReader(r, 64<<20))
 			rc.Close()
 		}
 		size = int64(len(body))
@@ -45,36 +85,71 @@ func estimateRequest(req *http.Request) (string, Usage) {
 	}
 	var fields struct {
 		Model               string `json:"model"`
+		N                   *int64 `json:"n"`
 		MaxTokens           *int64 `json:"max_tokens"`
 		MaxCompletionTokens *int64 `json:"max_completion_tokens"`
 		MaxOutputTokens     *int64 `json:"max_output_tokens"`
+		PreviousResponseID  string `json:"previous_response_id"`
+		Conversation        any    `json:"conversation"`
 		GenerationConfig    struct {
 			MaxOutputTokens *int64 `json:"maxOutputTokens"`
+			CandidateCount  *int64 `json:"candidateCount"`
 		} `json:"generationConfig"`
 	}
 	_ = json.Unmarshal(body, &fields) // a body that is not JSON is the provider's to refuse
-	model := fields.Model
-	if model == "" {
-		model = geminiModel(req.URL.Path)
+	r := request{model: fields.Model, output: -1,
+		input:  (size+bytesPerToken-1)/bytesPerToken + mediaTokens*int64(len(mediaPart.FindAllIndex(body, -1))),
+		stored: fields.PreviousResponseID != "" || fields.Conversation != nil}
+	if r.model == "" {
+		r.model = pathModel(req.URL.Path)
 	}
-	out := int64(DefaultMaxOutput)
+	if r.model == "" {
+		r.model = req.URL.Query().Get("model")
+	}
 	for _, n := range []*int64{fields.MaxTokens, fields.MaxCompletionTokens, fields.MaxOutputTokens, fields.GenerationConfig.MaxOutputTokens} {
 		if n != nil && *n >= 0 {
-			out = *n
+			r.output = *n
 			break
 		}
 	}
-	return model, Usage{InputTokens: (size + bytesPerToken - 1) / bytesPerToken, OutputTokens: out}
+	answers := int64(1)
+	for _, n := range []*int64{fields.N, fields.GenerationConfig.CandidateCount} {
+		if n != nil && *n > 1 {
+			answers = *n
+		}
+	}
+	if r.output >= 0 {
+		r.output = min(r.output, math.MaxInt32) * min(answers, math.MaxInt16)
+	} else if answers > 1 {
+		r.output = -answers // no cap, several answers: -n times the default
+	}
+	return r
 }
 
-// geminiModel returns the model of a Gemini path, ".../models/NAME:verb".
-func geminiModel(path string) string {
-	_, rest, ok := strings.Cut(path, "/models/")
-	if !ok {
-		return ""
+// most is the most r may use, priced by p's limits where r does not say.
+func (r request) most(p Price) Usage {
+	u := Usage{InputTokens: r.input, OutputTokens: r.output}
+	if r.output < 0 {
+		u.OutputTokens = -r.output * p.maxOutput()
 	}
-	name, _, _ := strings.Cut(rest, ":")
-	return name
+	if r.stored {
+		u.InputTokens += p.maxInput()
+	}
+	return u
+}
+
+// pathModel returns the model of a Gemini path (".../models/NAME:verb") or
+// an Azure OpenAI one (".../deployments/NAME/...").
+func pathModel(path string) string {
+	if _, rest, ok := strings.Cut(path, "/models/"); ok {
+		name, _, _ := strings.Cut(rest, ":")
+		return name
+	}
+	if _, rest, ok := strings.Cut(path, "/deployments/"); ok {
+		name, _, _ := strings.Cut(rest, "/")
+		return name
+	}
+	return ""
 }
 
 // usageBody is a response body that reads the usage the response reports
@@ -88,6 +163,7 @@ type usageBody struct {
 
 	mu    sync.Mutex // guards the fields below: Close may come from another goroutine
 	line  []byte     // the stream's line so far, or the document so far
+	final bool       // a stream's final usage came (OpenAI's usage chunk, message_delta, response.completed, a finished Gemini chunk)
 	usage Usage
 	found bool
 }
@@ -141,7 +217,7 @@ func (b *usageBody) take(p []byte) {
 // event reads one line of an event stream.
 func (b *usageBody) event(line []byte) {
 	data, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r"), []byte("data:"))
-	if ok && bytes.Contains(data, []byte("sage")) { // usage, usageMetadata
+	if ok && bytes.Contains(data, []byte(`"usage`)) { // usage, usageMetadata
 		b.read(bytes.TrimSpace(data))
 	}
 }
@@ -152,42 +228,74 @@ func (b *usageBody) end() {
 	defer b.mu.Unlock()
 	if !b.stream && len(b.line) > 0 {
 		b.read(b.line)
+		b.final = b.found // a whole document's usage is its last word
 		b.line = nil
 	}
-	if b.found {
-		b.a.settle(b.a.price.Of(b.usage))
-	} else {
-		b.a.settle(b.a.need)
+	switch seen := b.a.price.Of(b.usage); {
+	case b.final:
+		b.a.settle(seen)
+	default:
+		// No final count: what was reserved, unless more was seen.
+		b.a.settle(max(seen, b.a.need))
 	}
 }
 
 // read takes the usage a JSON document (a body, or an event's data)
 // reports, in any of the dialects. Counts are cumulative in every dialect
 // (Anthropic's message_delta, Gemini's chunks), so the largest seen is
-// the attempt's.
+// the attempt's; cache tokens are input. A document with a count that is
+// negative, or too large to add up, says nothing.
 func (b *usageBody) read(doc []byte) {
 	var d usageDoc
 	if json.Unmarshal(doc, &d) != nil {
 		return
 	}
-	note := func(in, out int64) {
-		b.usage.InputTokens = max(b.usage.InputTokens, in)
-		b.usage.OutputTokens = max(b.usage.OutputTokens, out)
-		b.found = true
-	}
+	var in, out []int64
 	for _, c := range []*usageCounts{d.Usage, d.Message.Usage, d.Response.Usage} {
 		if c != nil {
-			note(c.PromptTokens+c.InputTokens, c.CompletionTokens+c.OutputTokens)
+			in = append(in, c.PromptTokens, c.InputTokens, c.CacheCreationInputTokens, c.CacheReadInputTokens)
+			out = append(out, c.CompletionTokens, c.OutputTokens)
 		}
 	}
 	if m := d.UsageMetadata; m != nil {
-		note(m.PromptTokenCount, m.CandidatesTokenCount+m.ThoughtsTokenCount)
+		in = append(in, m.PromptTokenCount)
+		out = append(out, m.CandidatesTokenCount, m.ThoughtsTokenCount)
 	}
+	if len(in) == 0 {
+		return
+	}
+	sumIn, okIn := sum(in)
+	sumOut, okOut := sum(out)
+	if !okIn || !okOut {
+		return
+	}
+	b.usage.InputTokens = max(b.usage.InputTokens, sumIn)
+	b.usage.OutputTokens = max(b.usage.OutputTokens, sumOut)
+	b.found = true
+	finished := false
+	for _, c := range d.Candidates {
+		finished = finished || c.FinishReason != ""
+	}
+	b.final = b.final || d.Usage != nil || d.Response.Usage != nil || d.UsageMetadata != nil && finished
+}
+
+// sum adds counts, false if one is negative or the sum would not fit.
+func sum(counts []int64) (int64, bool) {
+	var total int64
+	for _, n := range counts {
+		if n < 0 || total > math.MaxInt64/2-n {
+			return 0, false
+		}
+		total += n
+	}
+	return total, true
 }
 
 // usageDoc is where the dialects put a response's usage: OpenAI's and
-// Anthropic's "usage", Anthropic's message_start "message", the Responses
-// API's events' "response", Gemini's "usageMetadata".
+// Anthropic's "usage" (final: the chunk or message_delta that ends a
+// stream), Anthropic's message_start "message" (not final), the Responses
+// API's events' "response" (final: response.completed), Gemini's
+// "usageMetadata" (final in the chunk that finishes a candidate).
 type usageDoc struct {
 	Usage   *usageCounts `json:"usage"`
 	Message struct {
@@ -201,13 +309,19 @@ type usageDoc struct {
 		CandidatesTokenCount int64 `json:"candidatesTokenCount"`
 		ThoughtsTokenCount   int64 `json:"thoughtsTokenCount"`
 	} `json:"usageMetadata"`
+	Candidates []struct {
+		FinishReason string `json:"finishReason"`
+	} `json:"candidates"`
 }
 
 // usageCounts are the token counts of OpenAI's Chat Completions (prompt,
-// completion) and of the Responses API and Anthropic (input, output).
+// completion) and of the Responses API and Anthropic (input, output, and
+// Anthropic's cache writes and reads).
 type usageCounts struct {
-	PromptTokens     int64 `json:"prompt_tokens"`
-	CompletionTokens int64 `json:"completion_tokens"`
-	InputTokens      int64 `json:"input_tokens"`
-	OutputTokens     int64 `json:"output_tokens"`
+	PromptTokens             int64 `json:"prompt_tokens"`
+	CompletionTokens         int64 `json:"completion_tokens"`
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
 }

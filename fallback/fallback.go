@@ -379,7 +379,10 @@ func (d *chainCall[Req, Resp]) judge(i int, err error, compact bool) (stop error
 		// The breaker, or a spend cap, refused before any attempt: a
 		// cheaper target may still fit the cap.
 		why := "breaker open"
-		if gu.Reason == rebound.StopRefused {
+		switch {
+		case errors.Is(err, cost.ErrNoPrice):
+			why = "no price"
+		case gu.Reason == rebound.StopRefused:
 			why = "spend cap"
 		}
 		d.trail.steps = append(d.trail.steps, Step{Target: t.Name, Skipped: why, Err: err})
