@@ -283,8 +283,8 @@ type Result struct {
 // Failure is a failed tool call as the model should see it. Its JSON form
 // is what an agent puts in the conversation as the tool's result.
 type Failure struct {
-	Tool     string `json:"tool"`
-	CallID   string `json:"call_id,omitempty"`
+	Tool   string `json:"tool"`
+	CallID string `json:"call_id,omitempty"`
 	// Verdict is the failure's kind (see rebound.Kind), or "refused"
 	// for a call a spend cap refused before it was made (cost.WithCaps).
 	Verdict  string `json:"verdict"`
