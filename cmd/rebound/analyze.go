@@ -58,18 +58,19 @@ A call's cost is its "cost"; else, with --price-in and --price-out, input
 tokens × attempts × price-in plus, if it succeeded, output tokens ×
 price-out; else unknown, and dollar figures cover only the calls priced.
 
-When calls name runs or tenants, a second table lists, for each, its
-calls, those refused by a cap, its spend (the cost of its calls whose
-cost is known), its cap (the largest its calls logged, else --run-cap or
---tenant-cap, else unknown), spend as a share of the cap, and whether it
-passed the cap: those that passed or came nearest their caps first, the
-first 20 of each. At most 10000 runs, and as many tenants, are kept; the
-calls of further ones are counted together as other runs (tenants).
+When calls name runs or tenants, a table of runs and one of tenants
+list, for each, its calls, those refused by a cap, its spend (the cost
+of its calls whose cost is known), its cap (the largest its calls
+logged, else --run-cap or --tenant-cap, else unknown), spend as a share
+of the cap, and whether it passed the cap: those that passed or came
+nearest their caps first, the first 20 of each. At most 10000 runs, and
+as many tenants, are kept; the calls of further ones are counted
+together as other runs (tenants).
 
 Malformed lines (not a JSON object, a known key of the wrong type, a
-negative cost or cap, longer than 1 MiB) are counted, reported on stderr one line per file, and skipped.
-If not one line is a call (an empty or binary file, say), the command says
-so on stderr in one line and exits 1.
+negative cost or cap, longer than 1 MiB) are counted, reported on stderr
+one line per file, and skipped. If not one line is a call (an empty or
+binary file, say), the command says so on stderr in one line and exits 1.
 
 Prices must lie between 0 and 1000000 dollars per million tokens; caps,
 logged or given, between 0 and 1000000000 dollars.
