@@ -14,7 +14,8 @@ import (
 	"github.com/rebound-go/rebound/cmd/rebound/internal/analyze"
 )
 
-const analyzeUsage = `usage: rebound analyze [--json] [--price-in USD --price-out USD] FILE...
+const analyzeUsage = `usage: rebound analyze [--json] [--price-in USD --price-out USD]
+                       [--run-cap USD] [--tenant-cap USD] FILE...
        rebound analyze --generate N [--seed S]
 
 Read an agent's call logs and report where its retries went: calls grouped
@@ -29,7 +30,8 @@ Each line is a JSON object, in either schema, mixed freely:
 
   rebound's own log: records with "msg":"rebound.call", one per call
   ("target", "attempts", "succeeded", and on failure "kind", "status",
-  "error_type", "error_code"); other records are skipped.
+  "error_type", "error_code", "reason"), and any key of the simple schema
+  or of caps the logger adds; other records are skipped.
 
   the simple schema, for other tools' logs: one object per call, without
   "msg":
@@ -42,18 +44,36 @@ Each line is a JSON object, in either schema, mixed freely:
     "input_tokens"   int, of one attempt
     "output_tokens"  int, of the answer
     "cost"           number, US dollars for the whole call (optional)
+    "reason"         string, as rebound logs it (optional)
     "target" or "model"          optional
+
+  and, in either schema, optional spend caps:
+    "run", "tenant"  strings: the run and the tenant the call was for
+    "run_cap_usd"    number >= 0: the run's cap in US dollars
+    "tenant_cap_usd" number >= 0: the tenant's cap in US dollars
+  A call that gave up with "reason":"refused by the guard" was refused by
+  a cap.
 
 A call's cost is its "cost"; else, with --price-in and --price-out, input
 tokens × attempts × price-in plus, if it succeeded, output tokens ×
 price-out; else unknown, and dollar figures cover only the calls priced.
 
-Malformed lines (not a JSON object, a known key of the wrong type, longer
-than 1 MiB) are counted, reported on stderr one line per file, and skipped.
-If not one line is a call (an empty or binary file, say), the command says
-so on stderr in one line and exits 1.
+When calls name runs or tenants, a table of runs and one of tenants
+list, for each, its calls, those refused by a cap, its spend (the cost
+of its calls whose cost is known), its cap (the largest its calls
+logged, else --run-cap or --tenant-cap, else unknown), spend as a share
+of the cap, and whether it passed the cap: those that passed or came
+nearest their caps first, the first 20 of each. At most 10000 runs, and
+as many tenants, are kept; the calls of further ones are counted
+together as other runs (tenants).
 
-Prices must lie between 0 and 1000000 dollars per million tokens.
+Malformed lines (not a JSON object, a known key of the wrong type, a
+negative cost or cap, longer than 1 MiB) are counted, reported on stderr
+one line per file, and skipped. If not one line is a call (an empty or
+binary file, say), the command says so on stderr in one line and exits 1.
+
+Prices must lie between 0 and 1000000 dollars per million tokens; caps,
+logged or given, between 0 and 1000000000 dollars.
 
 --json prints one object with these keys:
 
@@ -73,6 +93,14 @@ Prices must lie between 0 and 1000000 dollars per million tokens.
              priced_calls, cost_usd, wasted_usd, retry_cost_usd,
              futile, recommendation}]
              by wasted_usd, then calls, most first
+  runs       [{name, calls, refused, priced_calls, spend_usd, cap_usd,
+             share_of_cap, passed_cap}]
+             every run the calls named, those that passed or came
+             nearest their caps first; left out when no call names one
+  tenants    the same, of tenants
+  other_runs, other_tenants   {calls, refused, priced_calls, spend_usd}
+             the calls of runs (tenants) past the first 10000, counted
+             together; left out when there are none
 
 retries is attempts - calls; calls_retried counts the calls with more
 than one attempt; retry_rate is calls_retried / calls; retry_cost_usd is
@@ -81,6 +109,10 @@ cost_usd over the priced calls that succeeded; futile_retries and
 futile_retry_cost_usd are the retries spent, and what they cost, on
 errors that can never succeed. Dollar fields are null when no call's cost
 is known; error_type, error_code and kind are left out when empty.
+refused counts the calls refused by a cap; spend_usd is the cost of the
+priced_calls; cap_usd is null when no cap is known; share_of_cap is
+spend_usd / cap_usd, null when either is unknown or the cap is 0;
+passed_cap is spend_usd > cap_usd.
 
 --generate N writes N synthetic log lines in both schemas to stdout, the
 same for the same --seed, to try the command on or to measure it.
@@ -98,6 +130,8 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	priceOut := fs.Float64("price-out", 0, "US `dollars` per million output tokens")
 	generate := fs.Int("generate", 0, "write `N` synthetic log lines to stdout instead of analysing")
 	seed := fs.Uint64("seed", 1, "seed of --generate")
+	runCap := fs.Float64("run-cap", 0, "the cap in US `dollars` of runs whose calls log none")
+	tenantCap := fs.Float64("tenant-cap", 0, "the cap in US `dollars` of tenants whose calls log none")
 	files, code, done := parseInterleaved(fs, args, analyzeUsage, withStdout(stderr, stdout))
 	if done {
 		return code
@@ -111,7 +145,7 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return analyzeBadUsage(stderr, "--generate wants a positive number of lines")
 		case len(files) > 0:
 			return analyzeBadUsage(stderr, "--generate takes no files")
-		case set["json"] || set["price-in"] || set["price-out"]:
+		case set["json"] || set["price-in"] || set["price-out"] || set["run-cap"] || set["tenant-cap"]:
 			return analyzeBadUsage(stderr, "--generate takes no flag but --seed")
 		}
 		if err := analyze.Generate(stdout, *generate, *seed); err != nil {
@@ -137,7 +171,22 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 	}
 
-	a := analyze.New(analyze.Options{Priced: set["price-in"] || set["price-out"], PriceIn: *priceIn, PriceOut: *priceOut})
+	opts := analyze.Options{Priced: set["price-in"] || set["price-out"], PriceIn: *priceIn, PriceOut: *priceOut}
+	for _, c := range []struct {
+		flag  string
+		usd   *float64
+		field **float64
+	}{{"run-cap", runCap, &opts.RunCapUSD}, {"tenant-cap", tenantCap, &opts.TenantCapUSD}} {
+		if !set[c.flag] {
+			continue
+		}
+		if !(*c.usd >= 0 && *c.usd <= analyze.MaxCost) {
+			return analyzeBadUsage(stderr, fmt.Sprintf("--%s %v is not a cap: want US dollars, from 0 to %s",
+				c.flag, *c.usd, strconv.FormatFloat(analyze.MaxCost, 'f', -1, 64)))
+		}
+		*c.field = c.usd
+	}
+	a := analyze.New(opts)
 	var read []analyze.File
 	for _, name := range files {
 		f, err := analyzeFile(ctx, a, name)
@@ -166,6 +215,8 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return printJSON(stdout, stderr, r)
 	}
 	printAnalyze(stdout, &r)
+	printSpend(stdout, "run", "runs", r.Runs, r.OtherRuns)
+	printSpend(stdout, "tenant", "tenants", r.Tenants, r.OtherTenants)
 	return 0
 }
 
@@ -295,6 +346,53 @@ func printAnalyze(w io.Writer, r *analyze.Report) {
 			waste = analyzeUSD(row.WastedUSD) + " wasted"
 		}
 		fmt.Fprintf(w, "  %s: %d calls, %d retries, %s; %s\n", row.Group, row.Calls, row.Retries, waste, row.Recommendation)
+	}
+}
+
+// spendShown is how many runs, and how many tenants, the table lists.
+const spendShown = 20
+
+// printSpend prints the spend of the runs or tenants in spends against
+// their caps, the first spendShown of them, and the calls of the others
+// past the analyzer's bound; nothing if there are none.
+func printSpend(w io.Writer, one, many string, spends []analyze.Spend, other *analyze.OtherSpend) {
+	if len(spends) == 0 {
+		return
+	}
+	var passed, refused int
+	for _, s := range spends {
+		if s.PassedCap {
+			passed++
+		}
+		if s.Refused > 0 {
+			refused++
+		}
+	}
+	fmt.Fprintf(w, "\n%s: %d; %d passed %s cap, %d had calls refused by a cap\n",
+		many, len(spends), passed, analyzePlural(passed, "its", "their"), refused)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "%s\tcalls\trefused\tspend\tcap\tof cap\tpassed\n", one)
+	for _, s := range spends[:min(len(spends), spendShown)] {
+		share, verdict := "-", "-"
+		if s.ShareOfCap != nil {
+			share = fmt.Sprintf("%.1f%%", 100**s.ShareOfCap)
+		}
+		switch {
+		case s.PassedCap:
+			verdict = "! yes"
+		case s.CapUSD != nil && s.SpendUSD != nil:
+			verdict = "no"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\n", s.Name, s.Calls, s.Refused,
+			analyzeUSD(s.SpendUSD), analyzeUSD(s.CapUSD), share, verdict)
+	}
+	tw.Flush()
+	if rest := len(spends) - spendShown; rest > 0 {
+		fmt.Fprintf(w, "and %d more %s: --json lists them all\n", rest, analyzePlural(rest, one, many))
+	}
+	if other != nil {
+		fmt.Fprintf(w, "other %s, past the first %d: %d calls, %d refused, spend %s\n",
+			many, len(spends), other.Calls, other.Refused, analyzeUSD(other.SpendUSD))
 	}
 }
 

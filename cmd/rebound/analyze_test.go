@@ -179,6 +179,12 @@ func TestAnalyzeBadUsage(t *testing.T) {
 		{"--price-out", "Inf", path},
 		{"--price-in", "-Inf", path},
 		{"--price-in", "1e400", path},
+		{"--run-cap", "-1", path},
+		{"--tenant-cap", "NaN", path},
+		{"--run-cap", "1e10", path},
+		{"--tenant-cap", "five", path},
+		{"--generate", "10", "--run-cap", "1"},
+		{"--generate", "10", "--tenant-cap", "1"},
 	} {
 		code, stdout, stderr := runAnalyzeCmd(t, args...)
 		if code != 2 || stdout != "" || !strings.HasPrefix(stderr, "rebound analyze: ") || strings.Count(stderr, "\n") != 1 {
@@ -309,5 +315,123 @@ func TestAnalyzeNoCalls(t *testing.T) {
 	code, stdout, stderr := runAnalyzeCmd(t, "--json", binary, good)
 	if code != 0 || stderr != "rebound analyze: "+binary+": 2 of 2 lines malformed (line 1, 2)\n" || !strings.Contains(stdout, `"calls": 1`) {
 		t.Errorf("binary and good: exit %d, stderr %q, stdout %s", code, stderr, stdout)
+	}
+}
+
+// analyzeCapsLog is a log of three runs of two tenants, in both schemas:
+// r-1 has a call refused by its cap, r-2 passed its cap, r-3 logs none.
+const analyzeCapsLog = `{"msg":"rebound.call","target":"gpt-4o:plan","attempts":1,"succeeded":true,"run":"r-1","tenant":"acme","run_cap_usd":0.5,"tenant_cap_usd":20,"cost":0.21}
+{"msg":"rebound.call","target":"gpt-4o:plan","attempts":2,"succeeded":true,"run":"r-1","tenant":"acme","run_cap_usd":0.5,"tenant_cap_usd":20,"cost":0.24}
+{"msg":"rebound.call","target":"gpt-4o:plan","attempts":1,"succeeded":false,"kind":"transient","reason":"refused by the guard","run":"r-1","tenant":"acme","run_cap_usd":0.5,"tenant_cap_usd":20}
+{"succeeded":true,"run":"r-2","tenant":"acme","run_cap_usd":0.5,"input_tokens":100000,"output_tokens":30000}
+{"succeeded":true,"run":"r-3","tenant":"globex","cost":0.1}
+{"succeeded":true,"model":"gpt-4o","input_tokens":1000,"output_tokens":200}
+`
+
+// TestAnalyzeCapsTable checks the runs' and tenants' table: who passed
+// or came nearest their caps first, calls refused counted, a cap given by
+// flag for runs that log none.
+func TestAnalyzeCapsTable(t *testing.T) {
+	path := writeLog(t, "caps.jsonl", analyzeCapsLog)
+	code, stdout, stderr := runAnalyzeCmd(t, "--price-in", "2.5", "--price-out", "10", "--run-cap", "0.2", path)
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	_, runs, ok := strings.Cut(stdout, "\nruns: ")
+	if !ok {
+		t.Fatalf("no runs in\n%s", stdout)
+	}
+	want := `3; 1 passed its cap, 1 had calls refused by a cap
+run  calls  refused  spend    cap      of cap  passed
+r-2  1      0        $0.5500  $0.5000  110.0%  ! yes
+r-1  3      1        $0.4500  $0.5000  90.0%   no
+r-3  1      0        $0.1000  $0.2000  50.0%   no
+
+tenants: 2; 0 passed their cap, 1 had calls refused by a cap
+tenant  calls  refused  spend    cap     of cap  passed
+acme    4      1        $1.00    $20.00  5.0%    no
+globex  1      0        $0.1000  -       -       -
+`
+	if runs != want {
+		t.Errorf("runs and tenants\n%s\nwant\n%s", runs, want)
+	}
+	// The rows above them are what they would be without runs.
+	plain := writeLog(t, "plain.jsonl", regexp.MustCompile(`,"(run|tenant|run_cap_usd|tenant_cap_usd)":("[^"]*"|[0-9.]+)`).
+		ReplaceAllString(analyzeCapsLog, ""))
+	_, without, _ := runAnalyzeCmd(t, "--price-in", "2.5", "--price-out", "10", plain)
+	if head, _, _ := strings.Cut(stdout, "\nruns: "); head != without {
+		t.Errorf("with runs\n%s\nwithout\n%s", head, without)
+	}
+}
+
+// TestAnalyzeCapsBounded checks that the table lists the first 20 runs
+// and counts the rest, and --json lists them all.
+func TestAnalyzeCapsBounded(t *testing.T) {
+	var log strings.Builder
+	for i := range 25 {
+		fmt.Fprintf(&log, `{"succeeded":true,"run":"run-%02d","run_cap_usd":1,"cost":%v}`+"\n", i, float64(i)/10)
+	}
+	path := writeLog(t, "many.jsonl", log.String())
+	code, stdout, stderr := runAnalyzeCmd(t, path)
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	_, runs, _ := strings.Cut(stdout, "\nruns: ")
+	lines := strings.Split(strings.TrimSuffix(runs, "\n"), "\n")
+	if len(lines) != 23 || lines[0] != "25; 14 passed their cap, 0 had calls refused by a cap" ||
+		!strings.HasPrefix(lines[2], "run-24 ") || !strings.HasPrefix(lines[21], "run-05 ") ||
+		lines[22] != "and 5 more runs: --json lists them all" {
+		t.Errorf("runs\n%s", runs)
+	}
+	code, stdout, _ = runAnalyzeCmd(t, "--json", path)
+	var r analyze.Report
+	if err := json.Unmarshal([]byte(stdout), &r); code != 0 || err != nil {
+		t.Fatalf("exit %d, %v", code, err)
+	}
+	if len(r.Runs) != 25 || r.Runs[0].Name != "run-24" || r.Runs[24].Name != "run-00" || r.Tenants != nil {
+		t.Errorf("runs %+v, tenants %+v", r.Runs, r.Tenants)
+	}
+}
+
+// TestAnalyzeCapsJSON checks that --json adds runs and tenants to the
+// keys it had, and that a malformed cap is reported like any malformed
+// line.
+func TestAnalyzeCapsJSON(t *testing.T) {
+	path := writeLog(t, "caps.jsonl", analyzeCapsLog+`{"succeeded":true,"run":"r-9","run_cap_usd":-1}`+"\n"+
+		`{"succeeded":true,"tenant":7}`+"\n")
+	code, stdout, stderr := runAnalyzeCmd(t, "--json", "--tenant-cap", "0.05", path)
+	if code != 0 || stderr != "rebound analyze: "+path+": 2 of 8 lines malformed (line 7, 8)\n" {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	raw := oneJSONObject(t, stdout)
+	if keys := sortedKeys(raw); !slices.Equal(keys, []string{"calls", "files", "lines", "malformed", "rows", "runs", "skipped", "tenants", "totals"}) {
+		t.Fatalf("top-level keys %v", keys)
+	}
+	var r analyze.Report
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Runs) != 3 || r.Runs[0].Name != "r-1" || r.Runs[0].Refused != 1 {
+		t.Errorf("runs %+v", r.Runs)
+	}
+	// globex logs no cap: --tenant-cap's is its, and it passed it.
+	if g := r.Tenants[0]; g.Name != "globex" || g.CapUSD == nil || *g.CapUSD != 0.05 || !g.PassedCap {
+		t.Errorf("tenants %+v", r.Tenants)
+	}
+}
+
+// TestAnalyzeCapsHelp checks that --help says how to log caps and what
+// the flags do.
+func TestAnalyzeCapsHelp(t *testing.T) {
+	code, stdout, stderr := runAnalyzeCmd(t, "--help")
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{`"run", "tenant"`, `"run_cap_usd"`, `"tenant_cap_usd"`, `"reason":"refused by the guard"`,
+		"-run-cap dollars", "-tenant-cap dollars", "[--run-cap USD] [--tenant-cap USD]",
+		fmt.Sprintf("At most %d runs", analyze.DefaultMaxKeys)} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("no %q in --help", want)
+		}
 	}
 }

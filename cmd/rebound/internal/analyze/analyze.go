@@ -25,14 +25,19 @@ const (
 	// DefaultMaxGroups is how many distinct groups are kept when
 	// Options.MaxGroups is 0; calls of any further group go to "other".
 	DefaultMaxGroups = 10000
-	// MaxCodeBytes is how much of an error type or code is kept.
+	// DefaultMaxKeys is how many distinct runs, and as many tenants, are
+	// kept when Options.MaxKeys is 0; the calls of any further run or
+	// tenant are counted together.
+	DefaultMaxKeys = 10000
+	// MaxCodeBytes is how much of an error type or code, or of a run's or
+	// tenant's name, is kept.
 	MaxCodeBytes = 64
 	// MaxAttempts is the most attempts a call may log; more is malformed.
 	MaxAttempts = 1000000
 	// MaxMalformedLines is how many malformed line numbers a File keeps.
 	MaxMalformedLines = 5
-	// MaxCost is the most US dollars a call may log as its cost; more is
-	// malformed.
+	// MaxCost is the most US dollars a call may log as its cost, or as a
+	// cap; more is malformed.
 	MaxCost = 1e9
 	// MaxPrice is the highest price, in US dollars per million tokens: a
 	// dollar a token, thousands of times the dearest model's.
@@ -44,8 +49,9 @@ const (
 // some 1e25 dollars, and even 2^63 such calls add up to less than 1e44,
 // far below the largest float64.
 
-// Options configure an Analyzer. The zero value prices nothing and keeps
-// DefaultMaxGroups groups.
+// Options configure an Analyzer. The zero value prices nothing, keeps
+// DefaultMaxGroups groups and DefaultMaxKeys runs and tenants, and knows
+// no cap but those the log carries.
 type Options struct {
 	// PriceIn and PriceOut are US dollars per million input and output
 	// tokens, used for calls that log tokens but no cost when Priced is
@@ -57,6 +63,14 @@ type Options struct {
 	// DefaultMaxGroups. Beyond it calls go to "other"; "ok" always has a
 	// row.
 	MaxGroups int
+	// RunCapUSD and TenantCapUSD are the caps, in US dollars, of the runs
+	// and tenants whose calls log none; nil means none. New takes a cap
+	// above MaxCost as MaxCost, and a negative or NaN one as 0.
+	RunCapUSD, TenantCapUSD *float64
+	// MaxKeys bounds the distinct runs kept, and the distinct tenants; 0
+	// means DefaultMaxKeys. Beyond it, the calls of runs (tenants) not yet
+	// seen are counted together.
+	MaxKeys int
 }
 
 // Analyzer aggregates calls read from any number of inputs. It keeps one
@@ -67,6 +81,8 @@ type Analyzer struct {
 	// kinds caches the computed verdict of each (status, type, code).
 	kinds map[baseKey]rebound.Kind
 	files []File
+	// runs and tenants are the calls' spend against their caps.
+	runs, tenants ledger
 	// long holds a line longer than the reader's buffer; reused.
 	long []byte
 	br   *bufio.Reader
@@ -79,8 +95,13 @@ func New(o Options) *Analyzer {
 	if o.MaxGroups <= 0 {
 		o.MaxGroups = DefaultMaxGroups
 	}
+	if o.MaxKeys <= 0 {
+		o.MaxKeys = DefaultMaxKeys
+	}
 	o.PriceIn, o.PriceOut = price(o.PriceIn), price(o.PriceOut)
-	return &Analyzer{opts: o, groups: make(map[groupKey]*group), kinds: make(map[baseKey]rebound.Kind)}
+	a := &Analyzer{opts: o, groups: make(map[groupKey]*group), kinds: make(map[baseKey]rebound.Kind)}
+	a.runs.defaultCap, a.tenants.defaultCap = capFlag(o.RunCapUSD), capFlag(o.TenantCapUSD)
+	return a
 }
 
 // price bounds p to [0, MaxPrice], NaN to 0.
@@ -193,6 +214,11 @@ type record struct {
 	InputTokens  optInt   `json:"input_tokens"`
 	OutputTokens optInt   `json:"output_tokens"`
 	Cost         optFloat `json:"cost"`
+	Run          string   `json:"run"`
+	Tenant       string   `json:"tenant"`
+	RunCap       optFloat `json:"run_cap_usd"`
+	TenantCap    optFloat `json:"tenant_cap_usd"`
+	Refused      refusal  `json:"reason"`
 }
 
 // call is one call, checked and with its defaults filled in.
@@ -207,6 +233,12 @@ type call struct {
 	// priced says cost is known.
 	priced                 bool
 	cost, wasted, retryFee float64
+	// run and tenant name the call's run and tenant, "" for none; their
+	// caps are the ones the call logged.
+	run, tenant       string
+	runCap, tenantCap optFloat
+	// refused: a cap refused an attempt, and the call gave up.
+	refused bool
 }
 
 // line adds one line to a's totals.
@@ -251,7 +283,7 @@ func (a *Analyzer) check(rec *record) (call, bool) {
 	case c.attempts < 0 || c.attempts > MaxAttempts,
 		rec.Status.v < 0 || rec.Status.v > 999,
 		rec.InputTokens.v < 0, rec.OutputTokens.v < 0,
-		rec.Cost.set && !(rec.Cost.v >= 0 && rec.Cost.v <= MaxCost):
+		!dollars(rec.Cost), !dollars(rec.RunCap), !dollars(rec.TenantCap):
 		return c, false
 	}
 	if c.attempts == 0 {
@@ -265,6 +297,9 @@ func (a *Analyzer) check(rec *record) (call, bool) {
 		c.status = 0 // a success logged with its 2xx
 	}
 	c.errType, c.errCode = clip(rec.ErrorType), clip(rec.ErrorCode)
+	c.run, c.tenant = clip(rec.Run), clip(rec.Tenant)
+	c.runCap, c.tenantCap = rec.RunCap, rec.TenantCap
+	c.refused = bool(rec.Refused) && !c.succeeded
 	for k := rebound.KindTransient; rec.Kind != "" && k <= rebound.KindCanceled; k++ {
 		if rec.Kind == k.String() {
 			c.kind = uint8(k) + 1
@@ -289,6 +324,10 @@ func (a *Analyzer) check(rec *record) (call, bool) {
 	}
 	return c, true
 }
+
+// dollars reports whether o, if logged, is a dollar amount: from 0 to
+// MaxCost.
+func dollars(o optFloat) bool { return !o.set || o.v >= 0 && o.v <= MaxCost }
 
 // clip cuts s to at most MaxCodeBytes, on a rune boundary, and replaces
 // control characters with U+FFFD: a log may carry what a hostile provider
@@ -375,6 +414,10 @@ func (a *Analyzer) add(c *call) {
 		g.cost += c.cost
 		g.wasted += c.wasted
 		g.retryFee += c.retryFee
+	}
+	if c.run != "" || c.tenant != "" {
+		a.runs.add(c.run, c, c.runCap, a.opts.MaxKeys)
+		a.tenants.add(c.tenant, c, c.tenantCap, a.opts.MaxKeys)
 	}
 }
 
@@ -464,6 +507,14 @@ type Report struct {
 	Skipped   int64  `json:"skipped"`
 	Totals    Totals `json:"totals"`
 	Rows      []Row  `json:"rows"`
+	// Runs and Tenants are the runs and tenants the calls named, those
+	// that passed or came nearest their caps first; left out when no
+	// call named one. OtherRuns and OtherTenants count the calls of
+	// those past Options.MaxKeys; left out when there were none.
+	Runs         []Spend     `json:"runs,omitempty"`
+	Tenants      []Spend     `json:"tenants,omitempty"`
+	OtherRuns    *OtherSpend `json:"other_runs,omitempty"`
+	OtherTenants *OtherSpend `json:"other_tenants,omitempty"`
 }
 
 // Totals are the figures of all calls.
@@ -571,6 +622,8 @@ func (a *Analyzer) Report() Report {
 			cmp.Compare(x.ErrorType, y.ErrorType),
 			cmp.Compare(x.ErrorCode, y.ErrorCode))
 	})
+	r.Runs, r.OtherRuns = a.runs.report()
+	r.Tenants, r.OtherTenants = a.tenants.report()
 	return r
 }
 

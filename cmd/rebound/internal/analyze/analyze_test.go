@@ -513,6 +513,7 @@ func TestAllocsPerLine(t *testing.T) {
 		`{"time":"2025-03-01T00:00:00Z","level":"WARN","msg":"rebound.call","target":"gpt-x","attempts":3,"succeeded":false,"kind":"rate_limited","status":429,"error_type":"requests","error_code":"rate_limit_exceeded","reason":"max_attempts","waited_ms":2500}`,
 		`{"model":"gpt-4o","succeeded":false,"status":400,"error_type":"invalid_request_error","error_code":"context_length_exceeded","retried":true,"attempts":4,"input_tokens":130000,"cost":1.3}`,
 		`{"time":"2025-03-01T00:00:00Z","level":"INFO","msg":"rebound.retry","attempt":1}`,
+		`{"time":"2025-03-01T00:00:00Z","level":"WARN","msg":"rebound.call","target":"gpt-x","attempts":1,"succeeded":false,"kind":"transient","reason":"refused by the guard","run":"run-0042","tenant":"acme","run_cap_usd":5,"tenant_cap_usd":100,"cost":0.01}`,
 	} {
 		b := []byte(line)
 		a.line(b) // the group's first call

@@ -28,10 +28,13 @@ const maxDepth = 10000
 
 // decoder decodes lines into records, interning short strings.
 type decoder struct {
-	strs map[string]string
+	// strs interns messages, kinds, error types and codes; keys, the
+	// names of runs and tenants, so that a log of a million runs does not
+	// crowd the error codes out.
+	strs, keys map[string]string
 }
 
-// maxInterned bounds the strings a decoder interns.
+// maxInterned bounds the strings a decoder interns in each of its maps.
 const maxInterned = 4096
 
 // decode decodes one line, which starts with '{', into rec, which is zero.
@@ -60,28 +63,51 @@ const (
 	fInputTokens
 	fOutputTokens
 	fCost
+	fRun
+	fTenant
+	fRunCap
+	fTenantCap
+	fReason
+	fLast = fReason
 )
 
 var fieldNames = [...]string{
 	fMsg: "msg", fSucceeded: "succeeded", fRetried: "retried", fAttempts: "attempts",
 	fStatus: "status", fErrorType: "error_type", fErrorCode: "error_code", fKind: "kind",
 	fInputTokens: "input_tokens", fOutputTokens: "output_tokens", fCost: "cost",
+	fRun: "run", fTenant: "tenant", fRunCap: "run_cap_usd", fTenantCap: "tenant_cap_usd", fReason: "reason",
 }
+
+// fieldsByLen lists the fields by the length of their names: a key is
+// compared with the few names as long as it, faster than a map's hash.
+var fieldsByLen = func() (by [16][]field) {
+	for f := fMsg; f <= fLast; f++ {
+		by[len(fieldNames[f])] = append(by[len(fieldNames[f])], f)
+	}
+	return by
+}()
 
 // lookup returns the field key names, or errFallback if key matches one
 // only as encoding/json would, case-insensitively.
 func lookup(key []byte) (field, error) {
-	for f := fMsg; f <= fCost; f++ {
-		if string(key) == fieldNames[f] {
-			return f, nil
+	if len(key) < len(fieldsByLen) {
+		for _, f := range fieldsByLen[len(key)] {
+			if string(key) == fieldNames[f] {
+				return f, nil
+			}
 		}
 	}
+	upper := false
 	for _, c := range key {
 		if c >= utf8.RuneSelf {
 			return fNone, errFallback // may fold to a known key
 		}
+		upper = upper || 'A' <= c && c <= 'Z'
 	}
-	for f := fMsg; f <= fCost; f++ {
+	if !upper {
+		return fNone, nil // known names are lower case: only a capital folds to one
+	}
+	for f := fMsg; f <= fLast; f++ {
 		if len(key) == len(fieldNames[f]) && bytes.EqualFold(key, []byte(fieldNames[f])) {
 			return fNone, errFallback
 		}
@@ -154,7 +180,7 @@ func (d *decoder) set(rec *record, f field, v []byte) error {
 		return nil // as encoding/json: null leaves a field alone
 	}
 	switch f {
-	case fMsg, fErrorType, fErrorCode, fKind:
+	case fMsg, fErrorType, fErrorCode, fKind, fRun, fTenant:
 		if v[0] != '"' {
 			return errType
 		}
@@ -162,17 +188,27 @@ func (d *decoder) set(rec *record, f field, v []byte) error {
 			flags&strHigh != 0 && !utf8.Valid(v) {
 			return errFallback
 		}
-		s := d.str(v[1 : len(v)-1])
-		switch f {
+		switch b := v[1 : len(v)-1]; f {
 		case fMsg:
-			rec.Msg = s
+			rec.Msg = intern(&d.strs, b)
 		case fErrorType:
-			rec.ErrorType = s
+			rec.ErrorType = intern(&d.strs, b)
 		case fErrorCode:
-			rec.ErrorCode = s
+			rec.ErrorCode = intern(&d.strs, b)
 		case fKind:
-			rec.Kind = s
+			rec.Kind = intern(&d.strs, b)
+		case fRun:
+			rec.Run = intern(&d.keys, b)
+		case fTenant:
+			rec.Tenant = intern(&d.keys, b)
 		}
+	case fReason:
+		if v[0] == '"' {
+			if _, flags, _ := scanString(v, 0); flags&strEscaped != 0 {
+				return errFallback // may spell refusedReason
+			}
+		}
+		rec.Refused = string(v) == refusedJSON
 	case fSucceeded, fRetried:
 		var o optBool
 		switch string(v) {
@@ -204,7 +240,7 @@ func (d *decoder) set(rec *record, f field, v []byte) error {
 		case fOutputTokens:
 			rec.OutputTokens = o
 		}
-	case fCost:
+	case fCost, fRunCap, fTenantCap:
 		if v[0] != '-' && (v[0] < '0' || v[0] > '9') {
 			return errType
 		}
@@ -212,22 +248,29 @@ func (d *decoder) set(rec *record, f field, v []byte) error {
 		if err != nil {
 			return errType
 		}
-		rec.Cost = optFloat{true, x}
+		switch o := (optFloat{true, x}); f {
+		case fCost:
+			rec.Cost = o
+		case fRunCap:
+			rec.RunCap = o
+		case fTenantCap:
+			rec.TenantCap = o
+		}
 	}
 	return nil
 }
 
-// str returns b as a string, interning short ones.
-func (d *decoder) str(b []byte) string {
-	if s, ok := d.strs[string(b)]; ok {
+// intern returns b as a string, interning short ones in *m.
+func intern(m *map[string]string, b []byte) string {
+	if s, ok := (*m)[string(b)]; ok {
 		return s
 	}
 	s := string(b)
-	if len(s) <= MaxCodeBytes && len(d.strs) < maxInterned {
-		if d.strs == nil {
-			d.strs = make(map[string]string)
+	if len(s) <= MaxCodeBytes && len(*m) < maxInterned {
+		if *m == nil {
+			*m = make(map[string]string)
 		}
-		d.strs[s] = s
+		(*m)[s] = s
 	}
 	return s
 }
@@ -488,5 +531,26 @@ func (o *optFloat) UnmarshalJSON(b []byte) error {
 		return errType
 	}
 	*o = optFloat{true, v}
+	return nil
+}
+
+// refusedReason is the reason a rebound.call gives when the context's
+// Guard, a spend cap, refused an attempt (rebound.StopRefused).
+const refusedReason = "refused by the guard"
+
+// refusedJSON is refusedReason as JSON without escapes.
+const refusedJSON = `"` + refusedReason + `"`
+
+// refusal is a "reason" that tells whether it is refusedReason. Any other
+// value, of any type, is read past, as the reason was before caps: a
+// reason is no key whose type can make a line malformed.
+type refusal bool
+
+func (r *refusal) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // as encoding/json: null leaves a field alone
+	}
+	var reason string
+	*r = b[0] == '"' && json.Unmarshal(b, &reason) == nil && reason == refusedReason
 	return nil
 }

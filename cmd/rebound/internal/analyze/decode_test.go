@@ -72,6 +72,24 @@ var decodeCases = []string{
 	"{\"succeeded\":true}\x00",
 	`{"time":"2025-03-01T00:00:00.608732656Z","level":"WARN","msg":"rebound.call","target":"gpt-4o:plan","attempts":1,"succeeded":false,"kind":"permanent","status":400,"error_type":"invalid_request_error","error_code":"invalid_value","reason":"not_retryable","waited_ms":0}`,
 	`{"model":"claude-sonnet","succeeded":false,"status":413,"error_type":"request_too_large","retried":true,"attempts":4,"input_tokens":196489,"cost":1.964890}`,
+	`{"msg":"rebound.call","succeeded":false,"kind":"transient","reason":"refused by the guard","run":"r-1","tenant":"acme","run_cap_usd":5,"tenant_cap_usd":1e2,"cost":0.1,"input_tokens":3,"output_tokens":0}`,
+	`{"succeeded":false,"reason":"refused by the gu\u0061rd"}`,
+	`{"succeeded":false,"reason":"refused by the guard\n"}`,
+	`{"succeeded":false,"reason":"refused by the guard","reason":null}`,
+	`{"succeeded":false,"reason":"refused by the guard","reason":[1]}`,
+	`{"succeeded":false,"reason":5,"reason":"refused by the guard"}`,
+	`{"succeeded":false,"reason":{"a":"refused by the guard"}}`,
+	`{"succeeded":false,"Reason":"refused by the guard"}`,
+	"{\"succeeded\":false,\"reason\":\"refused by the guard\xff\"}",
+	`{"succeeded":true,"run":5}`,
+	`{"succeeded":true,"tenant":["t"]}`,
+	`{"succeeded":true,"run":null,"tenant":null,"run_cap_usd":null,"tenant_cap_usd":null}`,
+	`{"succeeded":true,"run":"é","tenant":"\u00e9"}`,
+	`{"succeeded":true,"RUN_CAP_USD":1,"Tenant":"t"}`,
+	`{"succeeded":true,"run_cap_usd":"1"}`,
+	`{"succeeded":true,"tenant_cap_usd":-0.5}`,
+	`{"succeeded":true,"tenant_cap_usd":1e999}`,
+	"{\"succeeded\":true,\"output_to\u212aen\u017f\":-1}", // Kelvin sign and long s: 16 bytes that fold to output_tokens
 }
 
 // checkDecode fails if the scanner's result on line differs from

@@ -23,7 +23,15 @@
 //	"status"      int     on failure, the HTTP status, if there was one
 //	"error_type"  string  on failure, the provider's error type, if any
 //	"error_code"  string  on failure, the provider's error code, if any
-//	"reason", "waited_ms", "time", "level"   read past
+//	"reason"      string  on failure, why rebound gave up; "refused by the
+//	                      guard" (rebound.StopRefused: a spend cap refused
+//	                      an attempt) marks a call refused by a cap, any
+//	                      other value is read past
+//	"waited_ms", "time", "level"   read past
+//
+// and, when the logger adds them (slog's Logger.With, say), the keys of
+// the simple schema "input_tokens", "output_tokens" and "cost", and the
+// keys of spend caps below.
 //
 // Other records, "rebound.retry" and "rebound.attempt" among them, and any
 // record with another "msg", are skipped.
@@ -47,16 +55,29 @@
 //	"output_tokens" int     output tokens of the answer
 //	"cost"          number  what the call cost in US dollars, all attempts
 //	                        included (optional)
+//	"reason"        string  as in rebound's records
 //	"target", "model"       read past
+//
+// Both schemas may name the call's run and tenant and their caps:
+//
+//	"run"            string  the run (an agent's task, a conversation)
+//	                         the call was made for
+//	"tenant"         string  the tenant it was made for
+//	"run_cap_usd"    number  the run's cap in US dollars (cost.Limit),
+//	                         as in force for the call
+//	"tenant_cap_usd" number  the tenant's shared cap in US dollars
 //
 // For example:
 //
 //	{"succeeded":false,"status":400,"error_type":"invalid_request_error","error_code":"context_length_exceeded","retried":true,"attempts":4,"input_tokens":131000,"model":"gpt-4o"}
 //	{"succeeded":true,"input_tokens":1200,"output_tokens":300,"cost":0.006}
+//	{"msg":"rebound.call","succeeded":false,"reason":"refused by the guard","run":"r-42","run_cap_usd":5,"tenant":"acme"}
 //
-// A line that is not a JSON object, has a known key of the wrong type, a
-// negative count or more than MaxAttempts attempts, a cost that is negative
-// or above MaxCost, a rebound.call without "succeeded", or more than
+// A line that is not a JSON object, has a known key of the wrong type
+// ("reason" excepted: any value of it is read past but the refusal), a
+// negative count or more than MaxAttempts attempts, a cost or a cap that
+// is negative or above MaxCost, a rebound.call without "succeeded", or
+// more than
 // MaxLineBytes bytes is malformed: it is counted,
 // the first few line numbers are kept, and reading goes on. A blank line,
 // and an object in neither schema, is skipped.
@@ -98,6 +119,22 @@
 // one counter set per group, and types and codes are cut to MaxCodeBytes.
 // Past Options.MaxGroups distinct groups (default DefaultMaxGroups), new
 // ones go to the row "other", so a hostile log cannot exhaust memory.
+//
+// # Spend against caps
+//
+// When calls name runs or tenants, each run and each tenant has its calls
+// counted, the calls refused by a cap among them, and its spend: the cost
+// of its calls whose cost is known, as above. Its cap is the largest its
+// calls logged ("run_cap_usd" for the run, "tenant_cap_usd" for the
+// tenant: a record naming both gives each its own), else the one given
+// for all (Options.RunCapUSD, TenantCapUSD), else unknown. A run passed
+// its cap if its spend is above it. A cap logged without a run (tenant)
+// applies to nothing; an empty name is none.
+//
+// Names are cut to MaxCodeBytes, like error codes. At most Options.MaxKeys
+// runs (default DefaultMaxKeys) are kept, and as many tenants: the calls
+// of runs not yet seen once that many are are counted together
+// (Report.OtherRuns), so that a log of a million runs holds ten thousand.
 //
 // # Report
 //
