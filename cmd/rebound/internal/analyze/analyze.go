@@ -370,6 +370,7 @@ const (
 	classError uint8 = iota
 	classOK
 	classOther
+	classRefused // a spend cap refused it: no provider error
 )
 
 // group is a row's counters.
@@ -385,9 +386,12 @@ type group struct {
 // add counts c in its group.
 func (a *Analyzer) add(c *call) {
 	var k groupKey
-	if c.succeeded && c.status == 0 && c.errType == "" && c.errCode == "" && c.kind == 0 {
+	switch {
+	case c.succeeded && c.status == 0 && c.errType == "" && c.errCode == "" && c.kind == 0:
 		k.class = classOK
-	} else {
+	case c.refused:
+		k.class = classRefused
+	default:
 		k.baseKey = baseKey{c.status, c.errType, c.errCode}
 		k.kind = c.kind
 	}
@@ -427,7 +431,7 @@ func (a *Analyzer) add(c *call) {
 // key in a.kinds, so a key missing from it when the groups are full
 // can only go to "other", and is not classified at all.
 func (a *Analyzer) group(k groupKey) *group {
-	full := len(a.groups) >= a.opts.MaxGroups && k.class != classOK // "ok" always has a row
+	full := len(a.groups) >= a.opts.MaxGroups && k.class != classOK && k.class != classRefused // these always have a row
 	if k.class == classError && k.kind == 0 {
 		kind, ok := a.kinds[k.baseKey]
 		switch {
@@ -646,6 +650,10 @@ func (g *group) row() Row {
 		return r
 	case classOther:
 		r.Group = "other"
+		return r
+	case classRefused:
+		r.Group = "refused by a spend cap"
+		r.Recommendation = "not a provider error: raise the cap or end the run sooner; retrying spends nothing and gets nothing"
 		return r
 	}
 	kind := rebound.Kind(k.kind - 1)

@@ -258,3 +258,20 @@ func TestCapsConstantMemory(t *testing.T) {
 	}
 	runtime.KeepAlive(a)
 }
+
+// TestCapsRefusedRow: calls a cap refused have a row of their own, whose
+// advice is not to retry: no provider failed them.
+func TestCapsRefusedRow(t *testing.T) {
+	r := analyzeLines(t, Options{},
+		`{"msg":"rebound.call","target":"gpt-x","attempts":0,"succeeded":false,"kind":"transient","reason":"refused by the guard","run":"r1"}`,
+		`{"succeeded":false,"reason":"refused by the guard"}`,
+		`{"succeeded":false,"attempts":2}`,
+	)
+	row := rowOf(t, r, "refused by a spend cap")
+	if row.Calls != 2 || row.Kind != "" || !strings.Contains(row.Recommendation, "not a provider error") {
+		t.Errorf("refused row %+v", row)
+	}
+	if tr := rowOf(t, r, "transport error"); tr.Calls != 1 {
+		t.Errorf("transport error row %+v; want the one real failure", tr)
+	}
+}

@@ -108,7 +108,8 @@
 // in that error's row, where it counts as a success after retry. A row is
 // named like "400 context_length_exceeded" (the status, then the code, else
 // the type), "503", "overloaded_error" (no status), "transport error" (no
-// status, type or code) or "canceled". The kind is the one rebound logged,
+// status, type or code) or "canceled"; a call a spend cap refused is in the
+// row "refused by a spend cap", with no kind. The kind is the one rebound logged,
 // else rebound.ClassifyResponse's verdict on the status and a body
 // {"error":{"type":T,"code":C}}. Each row carries a recommendation for its
 // kind (see Recommendation). Retries spent in rows of kinds that are never
