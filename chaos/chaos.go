@@ -78,10 +78,11 @@
 //
 // The openai and anthropic profiles stream their success as server-sent
 // events, in the provider's event sequence, when the JSON request body has
-// "stream": true; they look at no more than the first MiB of the body, and a
-// body they cannot parse asks for no stream. A success names the model the
-// request body names, if any (for gemini, the model in the path), and says
-// "Hello from chaos." with a plausible token usage. Every failure uses the
+// "stream": true. The server looks at no more than the first MiB of a
+// request's body; a body it cannot parse as JSON asks for no stream and has
+// no prompt text. A success names the model the request body names, if any
+// (for gemini, the model in the path), and says "Hello from chaos." with
+// the token usage described under Token usage. Every failure uses the
 // provider's status, error type and message for its kind of trouble. The
 // openai and anthropic profiles send a request id header and, with a success
 // and in retryafter mode, the provider's rate-limit headers.
@@ -164,8 +165,8 @@
 // its last word and any punctuation, so a stream cut after a piece has
 // delivered text without trailing whitespace. Any other request gets the
 // text whole as the profile's success; in the plain profile that is
-// {"ok":true,"request":n,"text":…}. Output token counts are the number of
-// words. The bedrock profile never streams.
+// {"ok":true,"request":n,"text":…}. Token usage is counted as in any other
+// mode (see Token usage). The bedrock profile never streams.
 //
 // Four request headers shape a stream. Other modes ignore them; in text
 // mode a malformed value gets 400, stream or not, and a request that asks
@@ -209,6 +210,59 @@
 // at the same place as the stream it continues, and one that starts at N
 // or beyond is neither. [Stats.Continuations] counts continuations; an
 // assistant message that is no prefix of the answer is just conversation.
+//
+// # Token usage
+//
+// A success reports the tokens its request used, counted by one simple
+// tokenizer, the same in every profile and mode: a token per 4 bytes of
+// text, rounded up.
+//
+//   - Input tokens are ceil(B / 4), B being the number of UTF-8 bytes of
+//     the request's prompt text: the text of its messages (the "messages"
+//     of chat completions, Anthropic and plain, whose content is a string
+//     or parts; the Responses API's "input", a string or items; Gemini's
+//     "contents" parts) and the system's (Anthropic's "system", the
+//     Responses API's "instructions", Gemini's "systemInstruction"). Parts
+//     other than text count for nothing. B is never more than the body's
+//     length, so a client that estimates ceil(body bytes / 4) never counts
+//     fewer input tokens than the server.
+//   - Output tokens are ceil(bytes of the answer's text / 4): 5 for
+//     "Hello from chaos.". A request with an output cap ("max_tokens",
+//     "max_completion_tokens", the Responses API's "max_output_tokens",
+//     Gemini's "generationConfig": {"maxOutputTokens": …}; the least, if it
+//     names several) gets no more than 4 × cap bytes of the answer, cut
+//     wherever that falls, even within a word, and the provider's finish
+//     reason for it: "length" in chat completions; in the Responses API the
+//     status "incomplete", with incomplete_details {"reason":
+//     "max_output_tokens"}, ending a stream with response.incomplete;
+//     "max_tokens" in Anthropic and Bedrock; "MAX_TOKENS" in Gemini. In
+//     text mode the cap applies to the text a request is served, the rest
+//     of the answer in a continuation.
+//
+// Each profile reports them where its provider does: a chat completion's
+// usage (prompt_tokens, completion_tokens, total_tokens), in a stream in a
+// last chunk when stream_options.include_usage is true; a finished Responses
+// API response's usage (input_tokens, output_tokens, total_tokens); an
+// Anthropic message's usage, in a stream input_tokens in message_start and
+// output_tokens in message_delta; Gemini's usageMetadata (promptTokenCount,
+// candidatesTokenCount, totalTokenCount), in a stream on the last response;
+// Bedrock's usage (inputTokens, outputTokens, totalTokens). The plain
+// profile reports none.
+//
+// The server counts what it billed in [Stats], in all and by tally. A
+// request counted as 200 is billed its input tokens and the output tokens
+// of the answer text it sent: the whole answer, or, in a stream, the pieces
+// sent before the stream was cut or its client went away, although a cut
+// stream reports no usage. A plain success outside text mode and a reply
+// of lost-reply mode carry no answer text, and a slow request whose client
+// leaves before its answer is sent none: they are billed their input
+// tokens only. A failure, a dropped connection and a rejected request are
+// billed nothing. A request is tallied under its [HeaderTally] header (""
+// if it has none) and its model: the body's "model", or in the gemini
+// profile the model in the path, "" if none. The server keeps at most
+// [MaxTallies] distinct pairs of them, and neither may be longer than
+// [MaxTallyKey] bytes; requests beyond those bounds are tallied together
+// under the key [TallyOverflow] and the model "".
 //
 // # Lost replies
 //
@@ -357,6 +411,10 @@ const (
 	// wait D after the piece of text that brings the text delivered to N
 	// bytes of the full answer; its value is N:D, such as 120:2s.
 	HeaderStall = "X-Chaos-Stall"
+	// HeaderTally is the request header that names the tally a request is
+	// counted under in [Stats.Tallies]: any string of up to MaxTallyKey
+	// bytes.
+	HeaderTally = "X-Chaos-Tally"
 	// StatsPath is the control endpoint that reports [Stats] (GET).
 	StatsPath = "/chaos/stats"
 	// ResetPath is the control endpoint that calls [Server.Reset] (POST).
@@ -413,7 +471,7 @@ type Server struct {
 	retryAfter int64  // RetryAfter in whole seconds, rounded up
 
 	// mu guards next, requests, byStatus, streams, actions, duplicates,
-	// keys, keyOrder and continuations.
+	// keys, keyOrder, continuations, inputTokens, outputTokens and tallies.
 	mu         sync.Mutex
 	next       uint64              // sequence number of the next request
 	requests   int                 // requests served since the last Reset
@@ -425,6 +483,10 @@ type Server struct {
 	keyOrder   [][32]byte          // the keys in keys, oldest first
 
 	continuations int // as in Stats.Continuations
+
+	inputTokens  int                // as in Stats.InputTokens
+	outputTokens int                // as in Stats.OutputTokens
+	tallies      map[tallyID]*Tally // as in Stats.Tallies
 }
 
 // MaxRetryAfter is the longest Config.RetryAfter: a year, the longest wait
@@ -439,9 +501,20 @@ const maxKeys = 16384
 // Stats counts the requests a [Server] has served since it was created or
 // last reset. A request is counted, under the outcome chosen for it, when it
 // arrives; a slow request whose client goes away is still counted as 200.
+// The tokens billed to a request (see Token usage) are counted when its
+// answer ends.
+//
 // The counts of stream-cut, lost-reply and text mode are left out of the
 // JSON while zero, so a server that never runs those modes reports only
-// requests and by_status.
+// requests, by_status, the tokens and the tallies, as in
+//
+//	{"requests":3,"by_status":{"200":2,"429":1},
+//	 "input_tokens":8,"output_tokens":10,
+//	 "tallies":{"run-7":{"gpt-x":{"requests":2,"input_tokens":4,"output_tokens":5}},
+//	            "":{"gpt-x":{"requests":1,"input_tokens":4,"output_tokens":5}}}}
+//
+// (on one line). A tally is {"requests":…,"input_tokens":…,"output_tokens":…}
+// under its tally key, then its model.
 type Stats struct {
 	// Requests is the number of requests served, control requests excluded.
 	Requests int `json:"requests"`
@@ -470,6 +543,19 @@ type Stats struct {
 	// Continuations is the number of requests in text mode that continued
 	// an answer from a prefix of it (see Text mode).
 	Continuations int `json:"continuations,omitempty"`
+
+	// InputTokens and OutputTokens are the tokens the server billed, in
+	// all (see Token usage).
+	InputTokens  int `json:"input_tokens"`
+	OutputTokens int `json:"output_tokens"`
+	// Tallies counts requests and billed tokens by tally key (the
+	// HeaderTally header, "" for none), then by model (the body's "model";
+	// in the gemini profile the one in the path; "" for none). Every
+	// request counted in Requests is counted in exactly one tally, so the
+	// tallies add up to Requests, InputTokens and OutputTokens (unless
+	// the server was reset while a request was being answered). It is
+	// never nil; see Token usage for its bounds.
+	Tallies map[string]map[string]Tally `json:"tallies"`
 }
 
 // New returns a server for cfg, or an error if cfg names an unknown mode or
@@ -512,6 +598,7 @@ func New(cfg Config) (*Server, error) {
 		retryAfter: int64((cfg.RetryAfter + time.Second - 1) / time.Second),
 		byStatus:   make(map[string]int),
 		keys:       make(map[[32]byte]uint64),
+		tallies:    make(map[tallyID]*Tally),
 	}, nil
 }
 
@@ -542,6 +629,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	c, rej := s.newCall(r)
 	s.admit(c, rej != nil)
+	// Deferred, as an aborted stream ends the handler with a panic.
+	defer s.bill(c)
 	switch {
 	case rej != nil:
 		c.reject(w, *rej)
@@ -564,7 +653,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the server does not know, it returns the rejection to answer with and a
 // call good enough to answer it in.
 func (s *Server) newCall(r *http.Request) (*call, *rejection) {
-	c := &call{srv: s, ctx: r.Context(), profile: plain, wait: noHint}
+	c := &call{srv: s, ctx: r.Context(), profile: plain, wait: noHint, req: readRequest(r)}
+	c.input = c.req.inputTokens()
+	c.out = textOutput(successText, successEnds)
+	c.tally = tallyID{r.Header.Get(HeaderTally), c.req.Model}
 	name := r.Header.Get(HeaderProfile)
 	if name == "" {
 		name = s.cfg.Profile
@@ -574,6 +666,9 @@ func (s *Server) newCall(r *http.Request) (*call, *rejection) {
 		return c, &rejection{"chaos_unknown_profile", name, unknownProfileError(name).Error()}
 	}
 	c.profile = p
+	if p == gemini {
+		c.tally.model = geminiModel(r.URL.Path)
+	}
 
 	c.mode = r.Header.Get(HeaderMode)
 	if c.mode == "" {
@@ -660,6 +755,7 @@ func (s *Server) admit(c *call, rejected bool) {
 		key = strconv.Itoa(c.profile.status(c.fault))
 	}
 	s.byStatus[key]++
+	tallyOf(s.tallies, c.tally).Requests++
 }
 
 // outcome returns the fault and mishap of request n in the given mode. A
@@ -829,9 +925,20 @@ func (s *Server) Stats() Stats {
 		Actions:          int(s.actions),
 		Duplicates:       s.duplicates,
 		Continuations:    s.continuations,
+		InputTokens:      s.inputTokens,
+		OutputTokens:     s.outputTokens,
+		Tallies:          make(map[string]map[string]Tally),
 	}
 	for k, v := range s.byStatus {
 		st.ByStatus[k] = v
+	}
+	for id, t := range s.tallies {
+		models := st.Tallies[id.key]
+		if models == nil {
+			models = make(map[string]Tally)
+			st.Tallies[id.key] = models
+		}
+		models[id.model] = *t
 	}
 	return st
 }
@@ -851,6 +958,9 @@ func (s *Server) Reset() {
 	clear(s.keys)
 	s.keyOrder = nil
 	s.continuations = 0
+	s.inputTokens = 0
+	s.outputTokens = 0
+	clear(s.tallies)
 }
 
 // allow reports whether r uses method, answering 405 if it does not.

@@ -154,7 +154,8 @@ func TestStatsAndReset(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	want := `{"requests":4,"by_status":{"200":2,"429":1,"503":1}}` + "\n"
+	want := `{"requests":4,"by_status":{"200":2,"429":1,"503":1},"input_tokens":0,"output_tokens":0,` +
+		`"tallies":{"":{"":{"requests":4,"input_tokens":0,"output_tokens":0}}}}` + "\n"
 	if resp.StatusCode != 200 || string(body) != want {
 		t.Errorf("GET %s: %d %q, want 200 %q", StatsPath, resp.StatusCode, body, want)
 	}

@@ -40,7 +40,7 @@ func Example() {
 	// Output:
 	// down 503 Service Unavailable
 	// badreq 400 Bad Request
-	// {"requests":2,"by_status":{"400":1,"503":1}}
+	// {"requests":2,"by_status":{"400":1,"503":1},"input_tokens":0,"output_tokens":0,"tallies":{"":{"":{"requests":2,"input_tokens":0,"output_tokens":0}}}}
 }
 
 // A server in a provider's profile fails in the provider's words, here with a

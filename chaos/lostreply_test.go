@@ -156,7 +156,7 @@ func TestLostReplyReset(t *testing.T) {
 		t.Fatalf("stats %+v, want 2 actions and 1 duplicate", st)
 	}
 	s.Reset()
-	if data, _ := json.Marshal(s.Stats()); string(data) != `{"requests":0,"by_status":{}}` {
+	if data, _ := json.Marshal(s.Stats()); string(data) != `{"requests":0,"by_status":{},"input_tokens":0,"output_tokens":0,"tallies":{}}` {
 		t.Errorf("stats after Reset %s", data)
 	}
 	// The key is forgotten: it performs a new action, numbered 1 again.
@@ -229,7 +229,9 @@ func TestLostReplyStatsJSON(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	if want := `{"requests":3,"by_status":{"200":3},"actions":2,"duplicates":1}` + "\n"; string(body) != want {
+	want := `{"requests":3,"by_status":{"200":3},"actions":2,"duplicates":1,"input_tokens":0,"output_tokens":0,` +
+		`"tallies":{"":{"":{"requests":3,"input_tokens":0,"output_tokens":0}}}}` + "\n"
+	if string(body) != want {
 		t.Errorf("GET %s: %q, want %q", StatsPath, body, want)
 	}
 }

@@ -70,8 +70,14 @@ type call struct {
 	mishap   mishap
 	wait     int64     // seconds of the wait hint a failure carries, or noHint
 	cutAfter int       // stream-cut mode: pieces of text a breaking stream sends, at most len(successChunks)
-	text     *textPlan // text mode's answer and its delivery; nil in other modes
-	req      *request  // the request body, once read by request
+	text     *textPlan // text mode's delivery; nil in other modes
+	req      request   // the request body
+	input    int       // the input tokens of req
+	tally    tallyID   // what the call is tallied under
+	out      output    // the answer text a success serves
+	// delivered is how many bytes of answer text have gone to the client:
+	// the whole text of an answer, or the pieces a stream sent.
+	delivered int
 }
 
 // noHint is call.wait for a failure that carries no wait hint.
@@ -119,6 +125,9 @@ func (c *call) answer(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if c.fault == faultNone {
+		if maxTokens, ok := c.req.outputCap(); ok {
+			c.out.limit(maxTokens)
+		}
 		p.success(w, r, c)
 		return
 	}
@@ -161,45 +170,50 @@ func (c *call) setID(h http.Header) {
 	}
 }
 
-// What every success says, the pieces a stream sends it in, and the token
-// usage it reports.
-const (
-	successText  = "Hello from chaos."
-	inputTokens  = 12
-	outputTokens = 5
-)
+// What every success outside text mode says, and the pieces a stream sends
+// it in.
+const successText = "Hello from chaos."
 
 var successChunks = []string{"Hello", " from", " chaos."}
 
-// reply returns the text of c's success: the text mode serves, or
-// successText.
+// successEnds are the end offsets of successChunks in successText.
+var successEnds = func() []int {
+	var ends []int
+	n := 0
+	for _, piece := range successChunks {
+		n += len(piece)
+		ends = append(ends, n)
+	}
+	return ends
+}()
+
+// reply returns the text of c's success, whole.
 func (c *call) reply() string {
-	if c.text != nil {
-		return c.text.rest()
-	}
-	return successText
+	return c.out.text()
 }
 
-// outputTokens returns the output tokens c's success reports: in text mode
-// a word a token, otherwise outputTokens.
+// deliver records that the whole text of c's success goes to the client in
+// one answer, and returns it.
+func (c *call) deliver() string {
+	c.delivered = len(c.out.text())
+	return c.out.text()
+}
+
+// outputTokens returns the output tokens of c's success, whole.
 func (c *call) outputTokens() int {
-	if c.text != nil {
-		return len(strings.Fields(c.text.rest()))
-	}
-	return outputTokens
+	return tokens(len(c.out.text()))
 }
 
-// request returns the body of r, read by readRequest the first time.
-func (c *call) request(r *http.Request) request {
-	if c.req == nil {
-		req := readRequest(r)
-		c.req = &req
+// finish returns the finish reason of c's success: stopped, or cut short
+// by the request's output cap.
+func (c *call) finish(stopped, capped string) string {
+	if c.out.truncated() {
+		return capped
 	}
-	return *c.req
+	return stopped
 }
 
-// A request is what the openai and anthropic profiles read from a request
-// body.
+// A request is what the server reads from a request body.
 type request struct {
 	Model         string `json:"model"`
 	Stream        bool   `json:"stream"`
@@ -207,10 +221,23 @@ type request struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 
-	// The conversation, which only text mode reads (see request.turns).
-	Messages json.RawMessage `json:"messages"` // chat completions, Anthropic, plain
-	Input    json.RawMessage `json:"input"`    // the Responses API
-	Contents json.RawMessage `json:"contents"` // Gemini
+	// The conversation (see request.turns) and the system's text.
+	Messages          json.RawMessage `json:"messages"`          // chat completions, Anthropic, plain
+	Input             json.RawMessage `json:"input"`             // the Responses API
+	Contents          json.RawMessage `json:"contents"`          // Gemini
+	System            json.RawMessage `json:"system"`            // Anthropic: a string or text blocks
+	Instructions      json.RawMessage `json:"instructions"`      // the Responses API
+	SystemInstruction json.RawMessage `json:"systemInstruction"` // Gemini: a Content
+
+	// The caps on the answer's output tokens (see request.outputCap).
+	MaxTokens           *float64 `json:"max_tokens"`            // chat completions, Anthropic
+	MaxCompletionTokens *float64 `json:"max_completion_tokens"` // chat completions
+	MaxOutputTokens     *float64 `json:"max_output_tokens"`     // the Responses API
+	GenerationConfig    struct {
+		MaxOutputTokens *float64 `json:"maxOutputTokens"`
+	} `json:"generationConfig"` // Gemini
+
+	size int // the bytes of the body read
 }
 
 // maxBody is how much of a request body readRequest looks at.
@@ -224,6 +251,7 @@ func readRequest(r *http.Request) request {
 	if err != nil || json.Unmarshal(data, &req) != nil {
 		return request{}
 	}
+	req.size = len(data)
 	return req
 }
 
@@ -250,10 +278,10 @@ var plain = &profile{
 	hint: retryAfterHint,
 	success: func(w http.ResponseWriter, r *http.Request, c *call) {
 		switch {
-		case c.mode == ModeText && c.text.stream, c.mode == ModeStreamCut && c.request(r).Stream:
+		case c.mode == ModeText && c.text.stream, c.mode == ModeStreamCut && c.req.Stream:
 			streamPlain(w, c)
 		case c.mode == ModeText:
-			writeJSON(w, http.StatusOK, okBody{OK: true, Request: c.n, Text: c.reply()})
+			writeJSON(w, http.StatusOK, okBody{OK: true, Request: c.n, Text: c.deliver()})
 		default:
 			writeJSON(w, http.StatusOK, okBody{OK: true, Request: c.n})
 		}
@@ -306,13 +334,14 @@ var openAI = &profile{
 		h.Set("x-ratelimit-reset-tokens", reset.String())
 	},
 	success: func(w http.ResponseWriter, r *http.Request, c *call) {
-		req := c.request(r)
+		req := c.req
 		model := cmp.Or(req.Model, c.profile.model)
 		switch {
 		case strings.HasSuffix(r.URL.Path, "/responses") && req.Stream:
 			streamResponse(w, c, model)
 		case strings.HasSuffix(r.URL.Path, "/responses"):
-			writeJSON(w, http.StatusOK, openAIResponse(c, model, "completed", []any{openAIMessage(c, "completed", c.reply())}))
+			status := c.responseStatus()
+			writeJSON(w, http.StatusOK, openAIResponse(c, model, status, []any{openAIMessage(c, status, c.deliver())}))
 		case req.Stream:
 			streamChat(w, c, model, req.StreamOptions.IncludeUsage)
 		default:
@@ -348,9 +377,9 @@ func openAIChat(c *call, model string) object {
 		"model":   model,
 		"choices": []object{{
 			"index":         0,
-			"message":       object{"role": "assistant", "content": c.reply(), "refusal": nil, "annotations": []any{}},
+			"message":       object{"role": "assistant", "content": c.deliver(), "refusal": nil, "annotations": []any{}},
 			"logprobs":      nil,
-			"finish_reason": "stop",
+			"finish_reason": c.finish("stop", "length"),
 		}},
 		"usage":        openAIChatUsage(c),
 		"service_tier": "default",
@@ -360,27 +389,37 @@ func openAIChat(c *call, model string) object {
 func openAIChatUsage(c *call) object {
 	out := c.outputTokens()
 	return object{
-		"prompt_tokens":             inputTokens,
+		"prompt_tokens":             c.input,
 		"completion_tokens":         out,
-		"total_tokens":              inputTokens + out,
+		"total_tokens":              c.input + out,
 		"prompt_tokens_details":     object{"cached_tokens": 0},
 		"completion_tokens_details": object{"reasoning_tokens": 0},
 	}
 }
 
+// responseStatus returns the status of c's finished Responses API
+// response: completed, or incomplete if the output cap cut it short.
+func (c *call) responseStatus() string {
+	return c.finish("completed", "incomplete")
+}
+
 // openAIResponse returns a Responses API object with the given status and
-// output; a completed one reports its usage.
+// output; a finished one, completed or incomplete, reports its usage and,
+// if incomplete, that the output cap was reached.
 func openAIResponse(c *call, model, status string, output []any) object {
-	var usage any
-	if status == "completed" {
+	var usage, incomplete any
+	if status != "in_progress" {
 		out := c.outputTokens()
 		usage = object{
-			"input_tokens":          inputTokens,
+			"input_tokens":          c.input,
 			"input_tokens_details":  object{"cached_tokens": 0},
 			"output_tokens":         out,
 			"output_tokens_details": object{"reasoning_tokens": 0},
-			"total_tokens":          inputTokens + out,
+			"total_tokens":          c.input + out,
 		}
+	}
+	if status == "incomplete" {
+		incomplete = object{"reason": "max_output_tokens"}
 	}
 	return object{
 		"id":                  "resp_chaos_" + strconv.FormatUint(c.n, 10),
@@ -388,7 +427,7 @@ func openAIResponse(c *call, model, status string, output []any) object {
 		"created_at":          time.Now().Unix(),
 		"status":              status,
 		"error":               nil,
-		"incomplete_details":  nil,
+		"incomplete_details":  incomplete,
 		"instructions":        nil,
 		"max_output_tokens":   nil,
 		"model":               model,
@@ -465,14 +504,14 @@ var anthropic = &profile{
 		h.Set("anthropic-ratelimit-tokens-reset", at)
 	},
 	success: func(w http.ResponseWriter, r *http.Request, c *call) {
-		req := c.request(r)
+		req := c.req
 		model := cmp.Or(req.Model, c.profile.model)
 		if req.Stream {
 			streamMessage(w, c, model)
 			return
 		}
-		content := []any{object{"type": "text", "text": c.reply()}}
-		writeJSON(w, http.StatusOK, anthropicMessage(c, model, content, "end_turn", c.outputTokens()))
+		content := []any{object{"type": "text", "text": c.deliver()}}
+		writeJSON(w, http.StatusOK, anthropicMessage(c, model, content, c.finish("end_turn", "max_tokens"), c.outputTokens()))
 	},
 }
 
@@ -502,7 +541,7 @@ func anthropicMessage(c *call, model string, content []any, stopReason string, o
 		"stop_reason":   nullable(stopReason),
 		"stop_sequence": nil,
 		"usage": object{
-			"input_tokens":                inputTokens,
+			"input_tokens":                c.input,
 			"output_tokens":               output,
 			"cache_creation_input_tokens": 0,
 			"cache_read_input_tokens":     0,
@@ -552,7 +591,7 @@ var gemini = &profile{
 			streamGemini(w, c, model)
 			return
 		}
-		writeJSON(w, http.StatusOK, geminiResponse(c, model, c.reply(), true))
+		writeJSON(w, http.StatusOK, geminiResponse(c, model, c.deliver(), true))
 	},
 }
 
@@ -591,12 +630,12 @@ func geminiResponse(c *call, model, text string, last bool) object {
 		"responseId":   "chaos-" + strconv.FormatUint(c.n, 10),
 	}
 	if last {
-		candidate["finishReason"] = "STOP"
+		candidate["finishReason"] = c.finish("STOP", "MAX_TOKENS")
 		out := c.outputTokens()
 		resp["usageMetadata"] = object{
-			"promptTokenCount":     inputTokens,
+			"promptTokenCount":     c.input,
 			"candidatesTokenCount": out,
-			"totalTokenCount":      inputTokens + out,
+			"totalTokenCount":      c.input + out,
 		}
 	}
 	return resp

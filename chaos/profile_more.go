@@ -88,9 +88,9 @@ var bedrock = &profile{
 	idHeader: "x-amzn-RequestId",
 	success: func(w http.ResponseWriter, r *http.Request, c *call) {
 		writeJSON(w, http.StatusOK, object{
-			"output":     object{"message": object{"role": "assistant", "content": []object{{"text": c.reply()}}}},
-			"stopReason": "end_turn",
-			"usage":      object{"inputTokens": inputTokens, "outputTokens": c.outputTokens(), "totalTokens": inputTokens + c.outputTokens()},
+			"output":     object{"message": object{"role": "assistant", "content": []object{{"text": c.deliver()}}}},
+			"stopReason": c.finish("end_turn", "max_tokens"),
+			"usage":      object{"inputTokens": c.input, "outputTokens": c.outputTokens(), "totalTokens": c.input + c.outputTokens()},
 			"metrics":    object{"latencyMs": 1},
 		})
 	},
@@ -126,7 +126,7 @@ var local = &profile{
 		return object{"error": detail}
 	},
 	success: func(w http.ResponseWriter, r *http.Request, c *call) {
-		req := c.request(r)
+		req := c.req
 		model := cmp.Or(req.Model, c.profile.model)
 		if req.Stream && !strings.HasSuffix(r.URL.Path, "/responses") {
 			streamChat(w, c, model, req.StreamOptions.IncludeUsage)

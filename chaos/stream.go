@@ -53,13 +53,14 @@ const (
 )
 
 // content returns the pieces of text c's stream sends and whether the
-// stream then breaks: all of successChunks, or, for a stream that
-// stream-cut mode breaks, the first cutAfter of them.
+// stream then breaks: all of them, or, for a stream that stream-cut mode
+// breaks, the first cutAfter of them.
 func (c *call) content() (pieces []string, broken bool) {
+	pieces = c.out.pieces()
 	if c.mishap == mishapNone {
-		return successChunks, false
+		return pieces, false
 	}
-	return successChunks[:c.cutAfter], true
+	return pieces[:min(c.cutAfter, len(pieces))], true
 }
 
 // breakOff ends s, c's broken stream, and counts it: with the in-band error
@@ -80,7 +81,11 @@ func (c *call) breakOff(s *eventStream, name, data string) {
 // reports whether the stream goes on to its end events; if not, the stream
 // has been broken off, with the in-band error event errName (none if "")
 // and errData() where it ends with one, or its client has gone away.
-func (c *call) sendPieces(s *eventStream, emit func(piece string, last bool), errName string, errData func() string) bool {
+func (c *call) sendPieces(s *eventStream, emitText func(piece string, last bool), errName string, errData func() string) bool {
+	emit := func(piece string, last bool) {
+		c.delivered += len(piece)
+		emitText(piece, last)
+	}
 	if c.text != nil {
 		return c.deliverText(s, emit, errName, errData)
 	}
@@ -143,7 +148,7 @@ func streamChat(w http.ResponseWriter, c *call, model string, usage bool) {
 	if !c.sendPieces(s, emit, "", inBand(chatStreamError)) {
 		return
 	}
-	s.send("", chunk(choice(object{}, "stop")))
+	s.send("", chunk(choice(object{}, c.finish("stop", "length"))))
 	if usage {
 		last := chunk([]object{})
 		last["usage"] = openAIChatUsage(c)
@@ -182,12 +187,12 @@ func streamResponse(w http.ResponseWriter, c *call, model string) {
 	if !c.sendPieces(s, delta, "error", func() string { return fmt.Sprintf(responseStreamError, seq) }) {
 		return
 	}
-	text := c.reply()
+	text, status := c.reply(), c.responseStatus()
 	emit("response.output_text.done", inPart(object{"text": text, "logprobs": []any{}}))
 	emit("response.content_part.done", inPart(object{"part": openAIOutputText(text)}))
-	done := openAIMessage(c, "completed", text)
+	done := openAIMessage(c, status, text)
 	emit("response.output_item.done", object{"output_index": 0, "item": done})
-	emit("response.completed", object{"response": openAIResponse(c, model, "completed", []any{done})})
+	emit("response."+status, object{"response": openAIResponse(c, model, status, []any{done})})
 	c.completed()
 }
 
@@ -210,7 +215,7 @@ func streamMessage(w http.ResponseWriter, c *call, model string) {
 	}
 	emit("content_block_stop", object{"index": 0})
 	emit("message_delta", object{
-		"delta": object{"stop_reason": "end_turn", "stop_sequence": nil},
+		"delta": object{"stop_reason": c.finish("end_turn", "max_tokens"), "stop_sequence": nil},
 		"usage": object{"output_tokens": c.outputTokens()},
 	})
 	emit("message_stop", object{})

@@ -448,13 +448,14 @@ func TestStreamStatsJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf(`{"requests":16,"by_status":{"200":16},"streams_completed":%d,"streams_cut_inband":%d,"streams_cut_abort":%d}`,
-		st.StreamsCompleted, st.StreamsCutInBand, st.StreamsCutAbort)
+	want := fmt.Sprintf(`{"requests":16,"by_status":{"200":16},"streams_completed":%d,"streams_cut_inband":%d,"streams_cut_abort":%d,`+
+		`"input_tokens":0,"output_tokens":%d,"tallies":{"":{"":{"requests":16,"input_tokens":0,"output_tokens":%[4]d}}}}`,
+		st.StreamsCompleted, st.StreamsCutInBand, st.StreamsCutAbort, st.OutputTokens)
 	if string(data) != want || st.StreamsCompleted*st.StreamsCutInBand*st.StreamsCutAbort == 0 {
 		t.Errorf("stats %s, want %s with no zero count", data, want)
 	}
 	s.Reset()
-	if data, _ := json.Marshal(s.Stats()); string(data) != `{"requests":0,"by_status":{}}` {
+	if data, _ := json.Marshal(s.Stats()); string(data) != `{"requests":0,"by_status":{},"input_tokens":0,"output_tokens":0,"tallies":{}}` {
 		t.Errorf("stats after Reset %s", data)
 	}
 }

@@ -92,12 +92,10 @@ func answer(seed uint64, prompt string) (text string, ends []int) {
 	return b.String(), ends
 }
 
-// textPlan is what a request in text mode is answered with and how its
-// stream is delivered. Offsets are absolute, in bytes of the full answer.
+// textPlan is how the stream of a request in text mode is delivered; the
+// answer it serves is the call's output. Offsets are absolute, in bytes of
+// the full answer.
 type textPlan struct {
-	full     string // the whole answer
-	ends     []int  // end offsets of its pieces
-	start    int    // where the text served begins: after a continuation's prefix, else 0
 	stream   bool   // whether the request asks for a stream
 	cutAt    int    // HeaderCutAt, or -1 for none
 	cutHow   string // HeaderCutHow: cutAbort, cutClose or cutError
@@ -106,27 +104,11 @@ type textPlan struct {
 	stallFor time.Duration
 }
 
-// rest returns the text served.
-func (t *textPlan) rest() string { return t.full[t.start:] }
-
-// pieces returns the pieces of the text served: those of the full answer
-// from start on, the first shortened if start falls inside it.
-func (t *textPlan) pieces() []string {
-	var out []string
-	from := t.start
-	for _, end := range t.ends {
-		if end > from {
-			out = append(out, t.full[from:end])
-			from = end
-		}
-	}
-	return out
-}
-
 // triggered reports whether a wait or cut at offset at (-1 for none) applies
-// to this stream: a continuation that starts at or beyond it is spared.
-func (t *textPlan) triggered(at int) bool {
-	return at >= 0 && (t.start == 0 || t.start < at)
+// to a stream of text served from start: a continuation that starts at or
+// beyond it is spared.
+func triggered(at, start int) bool {
+	return at >= 0 && (start == 0 || start < at)
 }
 
 // readTextHeaders reads the text-mode headers of r into c.text. It returns
@@ -169,12 +151,12 @@ func (c *call) readTextHeaders(r *http.Request) *rejection {
 	return nil
 }
 
-// planText completes c.text from the request: the answer to its first user
-// message, and where the text served starts if it is a continuation, which
-// it counts.
+// planText sets c's output from the request: the answer to its first user
+// message, served from where it starts if it is a continuation, which it
+// counts; and completes c.text.
 func (c *call) planText(r *http.Request) {
 	t := c.text
-	req := c.request(r)
+	req := c.req
 	turns := req.turns()
 	var prompt, prefill string
 	for _, tn := range turns {
@@ -189,10 +171,10 @@ func (c *call) planText(r *http.Request) {
 			break
 		}
 	}
-	t.full, t.ends = answer(c.srv.cfg.Seed, prompt)
+	c.out = textOutput(answer(c.srv.cfg.Seed, prompt))
 	prefill = strings.TrimRightFunc(prefill, unicode.IsSpace)
-	if prefill != "" && strings.HasPrefix(t.full, prefill) {
-		t.start = len(prefill)
+	if prefill != "" && strings.HasPrefix(c.out.full, prefill) {
+		c.out.start = len(prefill)
 		c.srv.countContinuation()
 	}
 	switch c.profile {
@@ -216,9 +198,9 @@ func (c *call) deliverText(s *eventStream, emit func(piece string, last bool), e
 	if t.delay > 0 && !sleep(c.ctx, t.delay) {
 		return false
 	}
-	pieces := t.pieces()
-	cut, stall := t.triggered(t.cutAt), t.triggered(t.stallAt)
-	pos := t.start
+	pieces := c.out.pieces()
+	cut, stall := triggered(t.cutAt, c.out.start), triggered(t.stallAt, c.out.start)
+	pos := c.out.start
 	// after is called at pos, before the first piece and after each; it
 	// reports whether the stream goes on.
 	after := func() bool {
@@ -307,21 +289,15 @@ func (req request) turns() []turn {
 			out = append(out, turn{m.Role, contentText(m.Content)})
 		}
 	}
-	var contents []struct {
-		Role  string
-		Parts []struct{ Text string }
-	}
+	var contents []geminiContent
 	if json.Unmarshal(req.Contents, &contents) == nil {
 		for _, c := range contents {
-			tn := turn{role: c.Role}
+			tn := turn{role: c.Role, text: c.text()}
 			switch c.Role {
 			case "model":
 				tn.role = "assistant"
 			case "":
 				tn.role = "user" // Gemini takes a lone turn without a role as the user's
-			}
-			for _, p := range c.Parts {
-				tn.text += p.Text
 			}
 			out = append(out, tn)
 		}

@@ -279,7 +279,7 @@ func TestTextNoStream(t *testing.T) {
 	}
 	decode(t, []byte(text(ProfileBedrock, "/model/x/converse", chatBody+"\n")), &b)
 
-	words := len(strings.Fields(full))
+	out := (len(full) + 3) / 4 // a token per 4 bytes, rounded up
 	for name, got := range map[string]string{
 		"plain": p.Text, "openai chat": cc.Choices[0].Message.Content, "openai responses": r.text(),
 		"anthropic": m.Content[0].Text, "gemini": g.Candidates[0].Content.Parts[0].Text,
@@ -289,10 +289,10 @@ func TestTextNoStream(t *testing.T) {
 			t.Errorf("%s: text %q, want %q", name, got, full)
 		}
 	}
-	if cc.Usage.CompletionTokens != words || r.Usage.OutputTokens != words || m.Usage.OutputTokens != words ||
-		g.UsageMetadata.CandidatesTokenCount != words || b.Usage.OutputTokens != words {
+	if cc.Usage.CompletionTokens != out || r.Usage.OutputTokens != out || m.Usage.OutputTokens != out ||
+		g.UsageMetadata.CandidatesTokenCount != out || b.Usage.OutputTokens != out {
 		t.Errorf("output tokens %d %d %d %d %d, want %d", cc.Usage.CompletionTokens, r.Usage.OutputTokens,
-			m.Usage.OutputTokens, g.UsageMetadata.CandidatesTokenCount, b.Usage.OutputTokens, words)
+			m.Usage.OutputTokens, g.UsageMetadata.CandidatesTokenCount, b.Usage.OutputTokens, out)
 	}
 }
 
@@ -651,7 +651,11 @@ func TestTextStatsJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `{"requests":1,"by_status":{"200":1},"continuations":1}`; string(data) != want {
+	// In: "q" and the prefill, 11 bytes; out: the rest of the answer.
+	out := (len(full) - 10 + 3) / 4
+	want := fmt.Sprintf(`{"requests":1,"by_status":{"200":1},"continuations":1,"input_tokens":3,"output_tokens":%d,`+
+		`"tallies":{"":{"":{"requests":1,"input_tokens":3,"output_tokens":%[1]d}}}}`, out)
+	if string(data) != want {
 		t.Errorf("stats %s, want %s", data, want)
 	}
 	s.Reset()

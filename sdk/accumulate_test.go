@@ -61,7 +61,7 @@ func TestSDKAccumulatorsOverAContinuation(t *testing.T) {
 	ta := reviewServer(t, chaos.ProfileAnthropic, at)
 	defer ta.Close()
 	ac := anthropic.NewClient(anthropicoption.WithBaseURL(ta.URL), anthropicoption.WithAPIKey("sk-ant-test"), anthropicoption.WithHTTPClient(hc), anthropicoption.WithMaxRetries(0))
-	as := ac.Messages.NewStreaming(ctx, anthropic.MessageNewParams{Model: "claude-test", MaxTokens: 64, Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}})
+	as := ac.Messages.NewStreaming(ctx, anthropic.MessageNewParams{Model: "claude-test", MaxTokens: 1024, Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}})
 	msg := anthropic.Message{}
 	var accErr error
 	for as.Next() {

@@ -50,8 +50,10 @@ var streamers = []streamer{
 		stream: func(ctx context.Context, base string, hc *http.Client) (string, error) {
 			client := anthropic.NewClient(anthropicoption.WithBaseURL(base), anthropicoption.WithAPIKey("sk-ant-test"),
 				anthropicoption.WithHTTPClient(hc), anthropicoption.WithMaxRetries(0))
+			// Room for a whole text-mode answer: the chaos server holds
+			// an answer to max_tokens, as Anthropic does.
 			s := client.Messages.NewStreaming(ctx, anthropic.MessageNewParams{
-				Model: "claude-test", MaxTokens: 64,
+				Model: "claude-test", MaxTokens: 1024,
 				Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))},
 			})
 			defer s.Close()

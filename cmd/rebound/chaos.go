@@ -36,10 +36,16 @@ answer gets the rest of it. Answers follow a profile: plain, or the wire
 format of openai, anthropic or gemini, which their SDKs parse; a request can
 pick its own with the X-Chaos-Profile header. A failure carries a wait hint
 in retryafter mode, on every failure if --retry-after is given, and when the
-request asks with an X-Chaos-Retry-After: SECONDS header. GET /chaos/stats
-reports counts by status, of broken streams, of actions and of
-continuations, and POST /chaos/reset zeroes them, forgets idempotency keys
-and restarts the seeded outcome sequence.
+request asks with an X-Chaos-Retry-After: SECONDS header. A success
+reports the token usage of its profile: a token per 4 bytes, rounded up, of
+the prompt's text and of the answer's, which is cut short to fit the
+request's max_tokens (or max_completion_tokens, max_output_tokens,
+maxOutputTokens). GET /chaos/stats reports counts by status, of broken
+streams, of actions and of continuations, the tokens billed (a success's
+usage, a cut stream's output delivered before the cut, nothing for a
+failure), and requests and tokens by X-Chaos-Tally header and model; POST
+/chaos/reset zeroes them, forgets idempotency keys and restarts the seeded
+outcome sequence.
 
 The first line on stdout is "listening on http://HOST:PORT".
 

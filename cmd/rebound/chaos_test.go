@@ -105,7 +105,8 @@ func TestRunChaos(t *testing.T) {
 	if status, _ := get("/", "ok"); status != 200 {
 		t.Errorf("GET / in mode ok: %d, want 200", status)
 	}
-	want := `{"requests":2,"by_status":{"200":1,"503":1}}` + "\n"
+	want := `{"requests":2,"by_status":{"200":1,"503":1},"input_tokens":0,"output_tokens":0,` +
+		`"tallies":{"":{"m":{"requests":2,"input_tokens":0,"output_tokens":0}}}}` + "\n"
 	if status, body := get("/chaos/stats", ""); status != 200 || body != want {
 		t.Errorf("GET /chaos/stats: %d %q, want 200 %q", status, body, want)
 	}
