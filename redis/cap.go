@@ -288,7 +288,9 @@ type capAnswer struct {
 // settle (items only), with the settles and the batch Redis has yet to
 // hear. One call at a time may move the share.
 func (c *Cap) decide(ctx context.Context, st *capState, mode string, need int64, hold string, items []capItem) (capAnswer, error) {
-	updater := st.updating.CompareAndSwap(false, true)
+	// While Redis is known away the call is most likely not sent: a
+	// share lowered for it would be lost.
+	updater := !c.store.down.Load() && st.updating.CompareAndSwap(false, true)
 	if updater {
 		defer st.updating.Store(false)
 	}
