@@ -6,7 +6,8 @@
 //
 // Each part is a drop-in for an in-memory one: a Limiter for
 // ratelimit.Transport, a Breaker for rebound.Policy, Cooldowns for
-// fallback.Chain, Records for tool.Registry. Every decision is one round
+// fallback.Chain, Records for tool.Registry, a Cap (a spend cap per
+// tenant and day or month) for cost.WithCaps. Every decision is one round
 // trip to Redis (a Lua script, timed by the Redis server's clock, so the
 // replicas' clocks may disagree), bounded by Config.Timeout, a few
 // milliseconds by default.
