@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // Defaults of a zero Config.
@@ -76,6 +77,11 @@ func Open(url string) (Config, error) {
 	opt.ContextTimeoutEnabled = true
 	opt.DialTimeout = 100 * time.Millisecond
 	opt.MaxRetries = -1 // a retry would overrun the decision's timeout
+	// Maintenance notifications (a managed Redis announcing failovers) add
+	// a command to every new connection, and go-redis v9.23's handling of
+	// them races when several connections open at once, as Warm opens
+	// them: a store deciding in milliseconds is better without them.
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	return Config{Client: redis.NewClient(opt)}, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/rebound-go/rebound/ratelimit"
 )
@@ -221,5 +222,19 @@ func TestWarmReadiesTheFirstDecisions(t *testing.T) {
 		if err := away.Load(); err != nil {
 			t.Fatalf("run %d: a first decision took Redis for away: %v", run, *err)
 		}
+	}
+}
+
+// TestOpenLeavesMaintenanceNotificationsOff: Open's client sends nothing
+// more on a new connection than a decision needs (go-redis's maintenance
+// notifications race when Warm opens connections at once).
+func TestOpenLeavesMaintenanceNotificationsOff(t *testing.T) {
+	cfg, err := Open(redisURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cfg.Client.(*redis.Client).Close()
+	if m := cfg.Client.(*redis.Client).Options().MaintNotificationsConfig; m == nil || m.Mode != maintnotifications.ModeDisabled {
+		t.Errorf("maintenance notifications %+v; want disabled", m)
 	}
 }
