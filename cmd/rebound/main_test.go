@@ -40,7 +40,7 @@ func TestHelp(t *testing.T) {
 			t.Errorf("%q: exit %d, stderr %q, stdout %q; want 0 and the usage on stdout", args, code, stderr, stdout)
 		}
 	}
-	for _, cmd := range []string{"analyze", "bench", "chaos", "sim"} {
+	for _, cmd := range []string{"analyze", "bench", "chaos", "proxy", "sim"} {
 		code, help, stderr := runCmd("help", cmd)
 		if code != 0 || stderr != "" || !strings.HasPrefix(help, "usage: rebound "+cmd) || !strings.Contains(help, "\n  -") {
 			t.Errorf("help %s: exit %d, stderr %q, stdout %q; want 0 and its usage with flags on stdout", cmd, code, stderr, help)
@@ -76,9 +76,9 @@ func TestUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"help", "benchmark"}, `rebound help: unknown command "benchmark" (want analyze, batch, bench, chaos, sim, help or version)`},
+		{[]string{"help", "benchmark"}, `rebound help: unknown command "benchmark" (want analyze, batch, bench, chaos, proxy, sim, help or version)`},
 		{[]string{"help", "bench", "sim"}, `rebound help: unexpected argument "sim"`},
-		{[]string{"frobnicate"}, `rebound: unknown command "frobnicate" (want analyze, batch, bench, chaos, sim, help or version)`},
+		{[]string{"frobnicate"}, `rebound: unknown command "frobnicate" (want analyze, batch, bench, chaos, proxy, sim, help or version)`},
 		{[]string{"version", "now"}, `rebound version: unexpected argument "now"`},
 		{[]string{"version", "--short"}, `rebound version: flag provided but not defined: -short`},
 		{[]string{"chaos", "--nope"}, "rebound chaos: flag provided but not defined: -nope"},
