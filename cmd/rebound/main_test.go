@@ -40,7 +40,7 @@ func TestHelp(t *testing.T) {
 			t.Errorf("%q: exit %d, stderr %q, stdout %q; want 0 and the usage on stdout", args, code, stderr, stdout)
 		}
 	}
-	for _, cmd := range []string{"analyze", "bench", "chaos", "proxy", "sim"} {
+	for _, cmd := range []string{"analyze", "bench", "chaos", "sim"} {
 		code, help, stderr := runCmd("help", cmd)
 		if code != 0 || stderr != "" || !strings.HasPrefix(help, "usage: rebound "+cmd) || !strings.Contains(help, "\n  -") {
 			t.Errorf("help %s: exit %d, stderr %q, stdout %q; want 0 and its usage with flags on stdout", cmd, code, stderr, help)

@@ -487,3 +487,14 @@ func TestProxyDrainsStream(t *testing.T) {
 		t.Fatalf("exit: %v (stderr %s)", err, stderr.String())
 	}
 }
+
+// TestProxyHelp: the help, asked for, goes to stdout with the flags.
+func TestProxyHelp(t *testing.T) {
+	code, help, stderr := runCmd("help", "proxy")
+	if code != 0 || stderr != "" || !strings.HasPrefix(help, "usage: rebound proxy") || !strings.Contains(help, "\n  -token-env") {
+		t.Errorf("help proxy: exit %d, stderr %q, stdout %q", code, stderr, help)
+	}
+	if code, stdout, _ := runCmd("proxy", "--upstream", "http://x", "-h"); code != 0 || stdout != help {
+		t.Errorf("proxy -h: exit %d, stdout %q", code, stdout)
+	}
+}
