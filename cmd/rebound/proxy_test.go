@@ -498,3 +498,37 @@ func TestProxyHelp(t *testing.T) {
 		t.Errorf("proxy -h: exit %d, stdout %q", code, stdout)
 	}
 }
+
+// TestProxyBreakerCounts: rate limits with a server wait never open the
+// breaker; a dead upstream does, and is then refused without a request.
+func TestProxyBreakerCounts(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		header   string
+		status   int
+		wantOpen bool
+	}{
+		{"rate limited with a wait", "Retry-After-Ms", 429, false},
+		{"down", "", 503, true},
+	} {
+		up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+			if c.header != "" {
+				w.Header().Set(c.header, "1")
+			}
+			w.WriteHeader(c.status)
+			io.WriteString(w, `{"error":{"message":"no"}}`)
+		})
+		config := filepath.Join(t.TempDir(), "proxy.json")
+		os.WriteFile(config, []byte(`{"upstreams":{"u":{"url":"`+up.URL+`"}},"pass_client_key":true,"policy":{"max_attempts":1}}`), 0o600)
+		url, logs, _ := startProxy(t, "--config", config)
+		refused := 0
+		for range 30 {
+			if _, body := post(t, url+"/v1/chat/completions", chatBody); strings.Contains(body, "circuit open") {
+				refused++
+			}
+		}
+		if open := refused > 0; open != c.wantOpen || int(up.hits.Load())+refused != 30 {
+			t.Errorf("%s: %d of 30 refused, %d sent; want open %v\n%s", c.name, refused, up.hits.Load(), c.wantOpen, logs)
+		}
+	}
+}
