@@ -208,6 +208,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	hs := &http.Server{
 		Handler:           p,
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          log.New(slogWriter{logger}, "", 0),
 	}
 	served := make(chan error, 1)

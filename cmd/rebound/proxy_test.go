@@ -532,3 +532,19 @@ func TestProxyBreakerCounts(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyRedis: with --redis, the shared breakers, pace and cool-downs
+// are in the path, and requests go through as without.
+func TestProxyRedis(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { io.WriteString(w, `{}`) })
+	url, logs, _ := startProxy(t, "--upstream", up.URL, "--redis", "redis://127.0.0.1:6379/0")
+	model := fmt.Sprintf("proxy-test-%d", time.Now().UnixNano())
+	for range 3 {
+		if resp, body := post(t, url+"/v1/chat/completions", `{"model":"`+model+`"}`); resp.StatusCode != 200 {
+			t.Fatalf("%d %q\n%s", resp.StatusCode, body, logs)
+		}
+	}
+	if n := up.hits.Load(); n != 3 {
+		t.Errorf("%d upstream requests, want 3", n)
+	}
+}

@@ -34,7 +34,7 @@ type call struct {
 	mu       sync.Mutex // guards attempts, kinds and giveUp: the events may come from a stream's reader
 	attempts int
 	kinds    []string
-	giveUp   rebound.Event
+	giveUp   *rebound.Event // the latest upstream's, if it gave up
 }
 
 // observer returns the Observer of one upstream's call: it notes the
@@ -52,7 +52,7 @@ func (c *call) observer(ctx context.Context, next rebound.Observer) rebound.Obse
 			c.kinds = append(c.kinds, e.Verdict.Kind.String())
 		case rebound.EventGiveUp:
 			c.kinds = append(c.kinds, e.Verdict.Kind.String())
-			c.giveUp = e
+			c.giveUp = &e
 		}
 		c.mu.Unlock()
 		if next != nil {

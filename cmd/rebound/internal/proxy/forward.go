@@ -55,14 +55,19 @@ func (f forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		tctx := rebound.WithTarget(ctx, key)
 		policy.Observer = c.observer(tctx, p.observer)
 		c.upstream, c.tried = t.up.name, c.tried+1
+		c.mu.Lock()
+		c.giveUp = nil // the verdict is the latest upstream's
+		c.mu.Unlock()
 		tr := &rebound.Transport{Base: t.up.send, Policy: policy}
 		resp, err := tr.RoundTrip(req.WithContext(tctx))
 		lastResp, lastErr = resp, err
 		if err == nil && resp.StatusCode < http.StatusBadRequest || last || ctx.Err() != nil {
 			break
 		}
-		verdict, reason := c.lastGiveUp(err)
+		verdict, reason, known := c.lastGiveUp(err)
 		switch {
+		case !known:
+			return resp, err
 		case reason == rebound.StopBreakerOpen:
 		case verdict.Kind == rebound.KindQuotaExhausted:
 			p.cooldowns.Start(ctx, key, time.Now(), DefaultQuotaCooldown)
@@ -162,15 +167,19 @@ func (c *callBreaker) classify(err error) rebound.Verdict {
 }
 
 // lastGiveUp returns the verdict and reason of the give-up that ended the
-// latest upstream's call: from err, or from the events.
-func (c *call) lastGiveUp(err error) (rebound.Verdict, rebound.StopReason) {
+// latest upstream's call, from err or from the events; known is false
+// when there was none.
+func (c *call) lastGiveUp(err error) (v rebound.Verdict, reason rebound.StopReason, known bool) {
 	var g *rebound.GiveUpError
 	if errors.As(err, &g) {
-		return g.Verdict, g.Reason
+		return g.Verdict, g.Reason, true
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.giveUp.Verdict, c.giveUp.Reason
+	if c.giveUp == nil {
+		return v, reason, false
+	}
+	return c.giveUp.Verdict, c.giveUp.Reason, true
 }
 
 // callKey is the context key of a request's *call.
