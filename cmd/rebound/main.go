@@ -8,6 +8,8 @@
 //	                                    send a file of requests, resumably
 //	rebound bench [--json] [--seed N]   reproduce the 429 article's experiments
 //	rebound chaos [flags]               serve the fault-injecting chaos server
+//	rebound proxy --upstream URL | --config FILE [flags]
+//	                                    serve a retrying reverse proxy for LLM APIs
 //	rebound sim [--scenario occ] [--json] [flags]
 //	                                    simulate a scenario in virtual time
 //	rebound help [COMMAND]              describe rebound, or a command and its flags
@@ -40,6 +42,7 @@ commands:
   batch   send a file of requests in the OpenAI Batch format, resuming where it stopped
   bench   reproduce the 429 article's retry experiments against the chaos server
   chaos   serve the fault-injecting chaos server
+  proxy   serve a reverse proxy that retries, paces and breaks calls to LLM APIs
   sim     simulate a scenario (occ: Brooker's backoff experiment) in virtual time
   help    print this, or with a command's name that command's help
   version print the version and revision rebound was built from
@@ -74,13 +77,14 @@ func commands() map[string]command {
 		"batch":   runBatch,
 		"bench":   runBench,
 		"chaos":   runChaos,
+		"proxy":   runProxy,
 		"sim":     runSim,
 		"help":    runHelp,
 		"version": runVersion,
 	}
 }
 
-const commandNames = "analyze, batch, bench, chaos, sim, help or version"
+const commandNames = "analyze, batch, bench, chaos, proxy, sim, help or version"
 
 // run dispatches to a subcommand and returns the process's exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {

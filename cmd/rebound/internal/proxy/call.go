@@ -1,0 +1,97 @@
+package proxy
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/scrub"
+)
+
+// call is what the proxy knows of one request, for its access log line.
+type call struct {
+	start   time.Time
+	secrets scrub.Secrets // the client's own credentials
+	method  string
+	path    string
+	model   string
+	dialect string
+	route   string
+	rt      *route
+	body    []byte
+
+	// Set by the forwarder, on the handler's goroutine.
+	upstream string
+	tried    int      // upstreams tried
+	skipped  []string // upstreams skipped, cooling down after a quota
+
+	outcome string // why the proxy answered itself
+	aborted bool   // the response broke off as the upstream's did
+	err     error
+
+	mu       sync.Mutex // guards attempts, kinds and giveUp: the events may come from a stream's reader
+	attempts int
+	kinds    []string
+	giveUp   *rebound.Event // the latest upstream's, if it gave up
+}
+
+// observer returns the Observer of one upstream's call: it notes the
+// attempts and verdicts, and passes every event on to next's (metrics).
+func (c *call) observer(ctx context.Context, next rebound.Observer) rebound.Observer {
+	if co, ok := next.(rebound.CallObserver); ok {
+		next = co.ObserveCall(ctx)
+	}
+	return rebound.ObserverFunc(func(e rebound.Event) {
+		c.mu.Lock()
+		switch e.Type {
+		case rebound.EventAttempt:
+			c.attempts++
+		case rebound.EventRetry:
+			c.kinds = append(c.kinds, e.Verdict.Kind.String())
+		case rebound.EventGiveUp:
+			c.kinds = append(c.kinds, e.Verdict.Kind.String())
+			c.giveUp = &e
+		}
+		c.mu.Unlock()
+		if next != nil {
+			next.Observe(e)
+		}
+	})
+}
+
+// logCall writes the access log line of c, answered with status. It
+// carries no header, body, key or prompt; an error is scrubbed of every
+// credential the proxy knows and of anything shaped like one.
+func (p *Proxy) logCall(c *call, status int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	attrs := []slog.Attr{
+		slog.String("method", c.method),
+		slog.String("path", c.path),
+		slog.String("route", c.route),
+		slog.String("upstream", c.upstream),
+		slog.String("model", c.model),
+		slog.Int("attempts", c.attempts),
+		slog.Any("kinds", c.kinds),
+		slog.Int("status", status),
+		slog.Float64("latency_ms", float64(time.Since(c.start).Microseconds())/1000),
+	}
+	if c.tried > 1 {
+		attrs = append(attrs, slog.Int("upstreams_tried", c.tried))
+	}
+	if len(c.skipped) > 0 {
+		attrs = append(attrs, slog.Any("skipped", c.skipped))
+	}
+	if c.outcome != "" {
+		attrs = append(attrs, slog.String("outcome", c.outcome))
+	}
+	if c.aborted {
+		attrs = append(attrs, slog.Bool("broken", true))
+	}
+	if c.err != nil {
+		attrs = append(attrs, slog.String("error", p.secrets.String(c.secrets.String(c.err.Error()))))
+	}
+	p.log.LogAttrs(context.Background(), slog.LevelInfo, "request", attrs...)
+}

@@ -1,0 +1,239 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/rebound-go/rebound"
+)
+
+// Dialects: the wire formats the proxy speaks, which say how an upstream
+// takes its key and how an error the proxy writes itself is shaped.
+const (
+	DialectOpenAI    = "openai"
+	DialectAnthropic = "anthropic"
+	DialectGemini    = "gemini"
+)
+
+// FileConfig is the JSON of a --config file. Keys are snake_case; a key
+// the proxy does not know is an error, so a misspelt one is not silently
+// ignored.
+type FileConfig struct {
+	// Upstreams by name.
+	Upstreams map[string]UpstreamConfig `json:"upstreams"`
+	// Routes, in order: a request goes to the first that matches it. With
+	// none, every request goes to the upstream named "default", or to the
+	// only upstream if there is one.
+	Routes []RouteConfig `json:"routes"`
+	// Policy is the retry policy of routes that name none, in
+	// rebound.Policy's JSON form; absent keys are rebound's defaults.
+	// Absent means the proxy's recommended policy.
+	Policy json.RawMessage `json:"policy"`
+	// PassClientKey passes a client's own provider key (Authorization,
+	// x-api-key, x-goog-api-key) to an upstream that has no key_env.
+	// False (the default) strips it. It cannot be set with client tokens,
+	// which travel in the same headers.
+	PassClientKey bool `json:"pass_client_key"`
+}
+
+// UpstreamConfig is one provider endpoint.
+type UpstreamConfig struct {
+	// URL is the base URL; a request's path and query are appended to its
+	// path.
+	URL string `json:"url"`
+	// Dialect is openai, anthropic or gemini: it says which header
+	// carries the key. Empty means openai.
+	Dialect string `json:"dialect"`
+	// KeyEnv names the environment variable that holds the upstream's
+	// key. Keys never live in the file.
+	KeyEnv string `json:"key_env"`
+	// RequestsPerMinute and TokensPerMinute are the upstream's limits, if
+	// known; zero means learnt from the rate-limit headers only.
+	RequestsPerMinute float64 `json:"requests_per_minute"`
+	TokensPerMinute   float64 `json:"tokens_per_minute"`
+}
+
+// RouteConfig sends matching requests to an upstream.
+type RouteConfig struct {
+	// Name names the route in the access log; empty means its index.
+	Name string `json:"name"`
+	// PathPrefix matches requests whose path starts with it; Model those
+	// for that model (from the JSON body, or a Gemini path). A route with
+	// both matches requests that have both; one with neither matches all.
+	PathPrefix string `json:"path_prefix"`
+	Model      string `json:"model"`
+	// Upstream is the name of the upstream the route sends to.
+	Upstream string `json:"upstream"`
+	// Fallbacks are tried in order when the upstream is down (its breaker
+	// open), overloaded, out of quota or out of retries.
+	Fallbacks []FallbackConfig `json:"fallbacks"`
+	// Policy is the route's retry policy, as FileConfig.Policy.
+	Policy json.RawMessage `json:"policy"`
+	// MaxBodyBytes caps a request body; zero means the proxy's --max-body.
+	MaxBodyBytes int64 `json:"max_body_bytes"`
+}
+
+// FallbackConfig is another upstream of the route's dialect, and the model
+// to ask it for (empty: the request's own).
+type FallbackConfig struct {
+	Upstream string `json:"upstream"`
+	Model    string `json:"model"`
+}
+
+// ConfigError says what is wrong with a config file, in one line.
+type ConfigError struct {
+	// Where is the key at fault, e.g. "routes[1].upstream".
+	Where  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Where == "" {
+		return "config: " + e.Reason
+	}
+	return "config: " + e.Where + ": " + e.Reason
+}
+
+func configErr(where, format string, a ...any) error {
+	return &ConfigError{Where: where, Reason: fmt.Sprintf(format, a...)}
+}
+
+// ParseConfig reads and checks a config file's JSON; getenv looks up the
+// upstreams' key variables, each of which must be set and not empty.
+func ParseConfig(data []byte, getenv func(string) string) (*FileConfig, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var c FileConfig
+	if err := dec.Decode(&c); err != nil {
+		return nil, jsonError(data, err)
+	}
+	if dec.More() {
+		return nil, configErr("", "more than one JSON value")
+	}
+	if _, err := parsePolicy("policy", c.Policy, rebound.Policy{}); err != nil {
+		return nil, err
+	}
+	if len(c.Upstreams) == 0 {
+		return nil, configErr("upstreams", "none given (want at least one)")
+	}
+	for name, u := range c.Upstreams {
+		where := "upstreams." + name
+		if err := checkURL(u.URL); err != nil {
+			return nil, configErr(where+".url", "%v", err)
+		}
+		switch u.Dialect {
+		case "", DialectOpenAI, DialectAnthropic, DialectGemini:
+		default:
+			return nil, configErr(where+".dialect", "%q is not openai, anthropic or gemini", u.Dialect)
+		}
+		if u.KeyEnv != "" && getenv(u.KeyEnv) == "" {
+			return nil, configErr(where+".key_env", "environment variable %s is not set", u.KeyEnv)
+		}
+		if u.RequestsPerMinute < 0 || u.TokensPerMinute < 0 {
+			return nil, configErr(where, "negative limit")
+		}
+	}
+	if len(c.Routes) == 0 {
+		if _, ok := c.Upstreams["default"]; !ok && len(c.Upstreams) > 1 {
+			return nil, configErr("routes", "none given, and no upstream is named \"default\"")
+		}
+	}
+	for i, r := range c.Routes {
+		where := fmt.Sprintf("routes[%d]", i)
+		up, ok := c.Upstreams[r.Upstream]
+		if !ok {
+			return nil, configErr(where+".upstream", "unknown upstream %q", r.Upstream)
+		}
+		if r.PathPrefix != "" && !strings.HasPrefix(r.PathPrefix, "/") {
+			return nil, configErr(where+".path_prefix", "%q does not start with /", r.PathPrefix)
+		}
+		if _, err := parsePolicy(where+".policy", r.Policy, rebound.Policy{}); err != nil {
+			return nil, err
+		}
+		if r.MaxBodyBytes < 0 {
+			return nil, configErr(where+".max_body_bytes", "negative")
+		}
+		for j, f := range r.Fallbacks {
+			fwhere := fmt.Sprintf("%s.fallbacks[%d]", where, j)
+			fu, ok := c.Upstreams[f.Upstream]
+			if !ok {
+				return nil, configErr(fwhere+".upstream", "unknown upstream %q", f.Upstream)
+			}
+			if dialectOr(fu.Dialect) != dialectOr(up.Dialect) {
+				return nil, configErr(fwhere+".upstream", "%q speaks %s, the route's upstream %s", f.Upstream, dialectOr(fu.Dialect), dialectOr(up.Dialect))
+			}
+		}
+	}
+	return &c, nil
+}
+
+// jsonError turns a decoding error into a ConfigError that says where.
+func jsonError(data []byte, err error) error {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		line := 1 + bytes.Count(data[:min(int(syntax.Offset), len(data))], []byte("\n"))
+		return configErr("", "line %d: %v", line, syntax)
+	case errors.As(err, &typ):
+		return configErr(typ.Field, "%s given, want %s", typ.Value, typ.Type)
+	}
+	return configErr("", "%v", err)
+}
+
+// checkURL reports what is wrong with an upstream's base URL.
+func checkURL(s string) error {
+	if s == "" {
+		return errors.New("empty (want e.g. https://api.openai.com)")
+	}
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%q does not parse", s)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%q is not an http or https URL", s)
+	case u.Host == "":
+		return fmt.Errorf("%q has no host", s)
+	case u.User != nil:
+		return errors.New("carries credentials: put the key in key_env's variable")
+	case u.RawQuery != "" || u.Fragment != "":
+		return fmt.Errorf("%q has a query or fragment", s)
+	}
+	return nil
+}
+
+func dialectOr(d string) string {
+	if d == "" {
+		return DialectOpenAI
+	}
+	return d
+}
+
+// dialectOfPath guesses a request's dialect from its path, for an
+// upstream whose dialect is not configured.
+func dialectOfPath(path string) string {
+	switch {
+	case strings.Contains(path, "/messages"):
+		return DialectAnthropic
+	case strings.Contains(path, ":generateContent"), strings.Contains(path, ":streamGenerateContent"), strings.Contains(path, "/models/"):
+		return DialectGemini
+	}
+	return DialectOpenAI
+}
+
+// parsePolicy reads a policy in rebound.Policy's JSON form; absent, it is
+// def.
+func parsePolicy(where string, raw json.RawMessage, def rebound.Policy) (rebound.Policy, error) {
+	if len(raw) == 0 {
+		return def, nil
+	}
+	var p rebound.Policy
+	if err := p.UnmarshalJSON(raw); err != nil {
+		return def, configErr(where, "%s", strings.TrimPrefix(err.Error(), "rebound: policy: "))
+	}
+	return p, nil
+}

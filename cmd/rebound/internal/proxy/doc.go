@@ -1,0 +1,44 @@
+// Package proxy is the handler of "rebound proxy": a reverse proxy that
+// puts rebound's engine in front of agents written in any language. It
+// speaks each provider's own API (OpenAI's chat completions and
+// responses, Anthropic's messages, Gemini's generateContent, streaming or
+// not), so that a client changes only its base URL and turns its SDK's
+// retries off.
+//
+// A request is read whole (up to a cap: a larger one gets a 413 shaped as
+// its dialect's errors are), matched to a route by its path and model, and
+// sent, path, query and body unchanged, through a rebound.Transport over a
+// ratelimit.Transport: classified, retried under the route's policy, paced
+// by the limits the upstream's headers announce, held to an adaptive limit
+// of requests in flight, with a retry budget per upstream. A body that is
+// not JSON goes as it came: the upstream's 400 is the truth. Event streams
+// are looked into up to their first content, so that one that fails
+// before it is retried where the client sees nothing; after it, the bytes
+// go to the client as they come, flushed at once, and a stream that breaks
+// reaches the client broken as it broke.
+//
+// The breaker of each upstream and model is there for a dead upstream,
+// not a flaky one: with nowhere else to go, refusing a call that would
+// have had two chances in three is worse than making it. So it opens on a
+// high failure rate over a window with enough calls (RecommendedBreaker),
+// and a rate limit that came with a server wait does not count: waiting
+// it out is the limiter's and the retry loop's business. The breaker
+// hears each attempt's outcome only after the classifier has judged it,
+// which is how a per-call wrapper learns which failures to leave out.
+//
+// A route's fallbacks are other upstreams of its dialect, each with the
+// model to ask it for; the JSON body's "model" (or a Gemini path's) is
+// renamed, every other byte kept. The proxy moves on when an upstream's
+// breaker is open, when it is overloaded (at once, without retrying it),
+// out of quota (and then skips it for a cool-down) or out of retries; a
+// permanent failure is the same everywhere and goes back to the client.
+//
+// Keys: with one upstream and no config, the client's own key passes
+// through. Otherwise it does only when the config says so; upstream keys
+// come from environment variables, never from a file. Client tokens,
+// compared in constant time, stand in the header a key would, so a proxy
+// with tokens sends the upstream's key instead. Nothing the proxy writes
+// to its log carries a header, a body or a prompt, and every error text is
+// scrubbed of the keys and tokens it knows and of anything shaped like a
+// key.
+package proxy

@@ -1,0 +1,186 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/rebound-go/rebound"
+)
+
+// forwarder is the ReverseProxy's transport: it sends a request to its
+// route's upstream through rebound.Transport, and on to the fallbacks
+// while the one before is down, overloaded, out of quota or out of
+// retries.
+type forwarder struct{ p *Proxy }
+
+// clientKeyHeaders are where clients send their keys (and tokens).
+var clientKeyHeaders = []string{"Authorization", "X-Api-Key", "X-Goog-Api-Key", "Api-Key"}
+
+func (f forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
+	p := f.p
+	ctx := out.Context()
+	c := ctx.Value(callKey{}).(*call)
+	var lastResp *http.Response
+	var lastErr error
+	for i, t := range c.rt.targets {
+		model := c.model
+		if t.model != "" {
+			model = t.model
+		}
+		key := t.up.name + ":" + model
+		last := i == len(c.rt.targets)-1
+		if !last && p.cooldowns.Cooling(ctx, key, time.Now()) {
+			c.skipped = append(c.skipped, t.up.name)
+			continue
+		}
+		if lastResp != nil {
+			lastResp.Body.Close()
+			lastResp = nil
+		}
+		req := p.upstreamRequest(out, c, t, model)
+		policy := c.rt.policy
+		if len(c.rt.targets) > 1 && !last {
+			// Within a chain an overloaded upstream is left at once.
+			policy.PerKind = withOverride(policy.PerKind, rebound.KindOverloaded, rebound.Override{MaxAttempts: 1})
+		}
+		cb := &callBreaker{b: p.breakers.get(key)}
+		policy.Breaker = cb
+		policy.Classifier = cb.classify
+		policy.Budget = t.up.budget
+		tctx := rebound.WithTarget(ctx, key)
+		policy.Observer = c.observer(tctx, p.observer)
+		c.upstream, c.tried = t.up.name, c.tried+1
+		c.mu.Lock()
+		c.giveUp = nil // the verdict is the latest upstream's
+		c.mu.Unlock()
+		tr := &rebound.Transport{Base: t.up.send, Policy: policy}
+		resp, err := tr.RoundTrip(req.WithContext(tctx))
+		lastResp, lastErr = resp, err
+		if err == nil && resp.StatusCode < http.StatusBadRequest || last || ctx.Err() != nil {
+			break
+		}
+		verdict, reason, known := c.lastGiveUp(err)
+		switch {
+		case !known:
+			return resp, err
+		case reason == rebound.StopBreakerOpen:
+		case verdict.Kind == rebound.KindQuotaExhausted:
+			p.cooldowns.Start(ctx, key, time.Now(), DefaultQuotaCooldown)
+		case verdict.Kind == rebound.KindOverloaded, verdict.Kind == rebound.KindTransient, verdict.Kind == rebound.KindRateLimited:
+		default:
+			return resp, err // permanent: the same on every upstream
+		}
+	}
+	return lastResp, lastErr
+}
+
+// upstreamRequest is out pointed at target t, asking for model.
+func (p *Proxy) upstreamRequest(out *http.Request, c *call, t target, model string) *http.Request {
+	req := out.Clone(out.Context())
+	u := *t.up.base
+	path := out.URL.Path
+	body := c.body
+	if t.model != "" {
+		body = renameModel(body, t.model)
+		path = renamePathModel(path, t.model)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + path
+	u.RawPath = ""
+	u.RawQuery = out.URL.RawQuery
+	req.URL = &u
+	req.Host = ""
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	req.ContentLength = int64(len(body))
+	if len(body) == 0 {
+		req.Body, req.GetBody = http.NoBody, nil
+	}
+	if t.up.key != "" || !p.passClientKey {
+		for _, h := range clientKeyHeaders {
+			req.Header.Del(h)
+		}
+		if q := u.Query(); q.Has("key") {
+			q.Del("key")
+			u.RawQuery = q.Encode()
+		}
+	}
+	if t.up.key != "" {
+		dialect := t.up.dialect
+		if dialect == "" {
+			dialect = dialectOfPath(path)
+		}
+		switch dialect {
+		case DialectAnthropic:
+			req.Header.Set("X-Api-Key", t.up.key)
+		case DialectGemini:
+			req.Header.Set("X-Goog-Api-Key", t.up.key)
+		default:
+			req.Header.Set("Authorization", "Bearer "+t.up.key)
+		}
+	}
+	return req
+}
+
+// withOverride returns per with k's override set, leaving per unchanged.
+func withOverride(per map[rebound.Kind]rebound.Override, k rebound.Kind, o rebound.Override) map[rebound.Kind]rebound.Override {
+	m := make(map[rebound.Kind]rebound.Override, len(per)+1)
+	for kind, v := range per {
+		m[kind] = v
+	}
+	if have, ok := m[k]; ok && have.MaxAttempts != 0 {
+		o.MaxAttempts = min(o.MaxAttempts, have.MaxAttempts)
+	}
+	m[k] = o
+	return m
+}
+
+// callBreaker is an upstream and model's breaker as one call sees it: a
+// rate limit that came with a server wait is the limiter's business, and
+// the breaker does not count it. It is told by the classifier, which
+// judges each failed attempt just before the breaker hears of it.
+type callBreaker struct {
+	b          rebound.Breaker
+	serverWait atomic.Bool // the attempt under way was rate limited with a wait
+}
+
+func (c *callBreaker) Allow() (rebound.Permit, error) {
+	c.serverWait.Store(false)
+	return c.b.Allow()
+}
+
+func (c *callBreaker) Done(p rebound.Permit, o rebound.Outcome) {
+	if o == rebound.OutcomeFailure && c.serverWait.Load() {
+		o = rebound.OutcomeIgnored
+	}
+	c.b.Done(p, o)
+}
+
+func (c *callBreaker) classify(err error) rebound.Verdict {
+	v := rebound.Classify(err)
+	c.serverWait.Store(v.Kind == rebound.KindRateLimited && v.HasServerWait)
+	return v
+}
+
+// lastGiveUp returns the verdict and reason of the give-up that ended the
+// latest upstream's call, from err or from the events; known is false
+// when there was none.
+func (c *call) lastGiveUp(err error) (v rebound.Verdict, reason rebound.StopReason, known bool) {
+	var g *rebound.GiveUpError
+	if errors.As(err, &g) {
+		return g.Verdict, g.Reason, true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.giveUp == nil {
+		return v, reason, false
+	}
+	return c.giveUp.Verdict, c.giveUp.Reason, true
+}
+
+// callKey is the context key of a request's *call.
+type callKey struct{}

@@ -1,0 +1,422 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/breaker"
+	"github.com/rebound-go/rebound/fallback"
+	"github.com/rebound-go/rebound/internal/scrub"
+	"github.com/rebound-go/rebound/ratelimit"
+)
+
+// Defaults of a zero Options.
+const (
+	DefaultMaxBody       = 32 << 20
+	DefaultMaxAttempts   = 4
+	DefaultQuotaCooldown = fallback.DefaultQuotaCooldown
+	maxBreakers          = 1024
+)
+
+// RecommendedPolicy is the retry policy of a route that names none:
+// rebound's defaults with one attempt more (4), since a proxy's clients
+// have turned their own retries off.
+func RecommendedPolicy() rebound.Policy {
+	return rebound.Policy{MaxAttempts: DefaultMaxAttempts}
+}
+
+// RecommendedBreaker is the breaker of each upstream and model: it opens
+// when 80% of at least 20 attempts in 30 s failed, or after 20 failures
+// in a row, and probes again after 30 s. A flaky upstream (a third of its
+// attempts failing) is far from it; a dead one gets there in a few
+// seconds of traffic.
+func RecommendedBreaker() breaker.Config {
+	return breaker.Config{FailureRate: 0.8, Window: 30 * time.Second, MinCalls: 20, ConsecutiveFailures: 20}
+}
+
+// Options configure a Proxy. The zero value of each field documents its
+// default; Upstream or Config is required.
+type Options struct {
+	// Upstream is the base URL every request is forwarded to, when there
+	// is no Config.
+	Upstream string
+	// UpstreamKey, with Upstream, replaces the client's own key (in the
+	// header of the request's dialect). Empty passes the client's key
+	// through unchanged.
+	UpstreamKey string
+	// Config is a parsed config file: several upstreams and routes.
+	Config *FileConfig
+	// Getenv reads the upstreams' key variables. Nil means os.Getenv's
+	// caller passed none: keys are then looked up as empty.
+	Getenv func(string) string
+	// Tokens are the client tokens; a request must carry one of them (as
+	// Authorization: Bearer or x-api-key). None means no check.
+	Tokens []string
+	// MaxBody caps a request body. Zero means DefaultMaxBody (32 MiB).
+	MaxBody int64
+	// Policy is the retry policy of routes that name none. Zero means
+	// RecommendedPolicy.
+	Policy *rebound.Policy
+	// Breaker makes the breaker of an upstream and model ("name:model").
+	// Nil means breaker.New with RecommendedBreaker.
+	Breaker func(key string) rebound.Breaker
+	// Limiter makes an upstream's pacer. Nil means ratelimit.New.
+	Limiter func(upstream string, cfg ratelimit.Config) ratelimit.Pacer
+	// Cooldowns keeps the upstreams found out of quota. Nil means
+	// in-memory ones.
+	Cooldowns fallback.Cooldowns
+	// Observer hears every call's events (metrics). Nil means none.
+	Observer rebound.Observer
+	// Logger takes the access log and errors. Nil means slog.Default.
+	Logger *slog.Logger
+	// Metrics, if set, serves /metrics.
+	Metrics http.Handler
+	// Base sends each attempt. Nil means http.DefaultTransport.
+	Base http.RoundTripper
+}
+
+// Proxy is the http.Handler of rebound proxy.
+type Proxy struct {
+	routes        []*route
+	routed        bool // routes come from a config that has some: an unknown one is a 404
+	tokens        tokens
+	passClientKey bool
+	maxBody       int64 // the largest cap of any route: what is read before routing
+	breakers      *breakers
+	cooldowns     fallback.Cooldowns
+	observer      rebound.Observer
+	log           *slog.Logger
+	metrics       http.Handler
+	secrets       scrub.Secrets // tokens and upstream keys
+	reverse       *httputil.ReverseProxy
+	draining      atomic.Bool
+}
+
+// upstream is one provider endpoint and its shared state.
+type upstream struct {
+	name    string
+	base    *url.URL
+	dialect string // "" for one not configured: by the request's path
+	key     string
+	send    http.RoundTripper // the pacing transport under rebound.Transport
+	budget  *rebound.RetryBudget
+}
+
+// route is where matching requests go.
+type route struct {
+	name       string
+	pathPrefix string
+	model      string
+	targets    []target // the upstream, then the fallbacks
+	policy     rebound.Policy
+	maxBody    int64
+}
+
+// target is an upstream, and the model to ask it for ("": the request's).
+type target struct {
+	up    *upstream
+	model string
+}
+
+// New returns a Proxy for o, or a one-line error.
+func New(o Options) (*Proxy, error) {
+	p := &Proxy{
+		tokens:    newTokens(o.Tokens),
+		cooldowns: o.Cooldowns,
+		observer:  o.Observer,
+		log:       o.Logger,
+		metrics:   o.Metrics,
+		maxBody:   o.MaxBody,
+	}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	if p.cooldowns == nil {
+		p.cooldowns = &fallback.MemoryCooldowns{}
+	}
+	if p.maxBody <= 0 {
+		p.maxBody = DefaultMaxBody
+	}
+	makeBreaker := o.Breaker
+	if makeBreaker == nil {
+		cfg := RecommendedBreaker()
+		makeBreaker = func(key string) rebound.Breaker { return breaker.New(key, cfg) }
+	}
+	p.breakers = newBreakers(makeBreaker, maxBreakers)
+	policy := RecommendedPolicy()
+	if o.Policy != nil {
+		policy = *o.Policy
+	}
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	newUpstream := func(name, rawURL, dialect, key string, limits ratelimit.Config) (*upstream, error) {
+		if err := checkURL(rawURL); err != nil {
+			return nil, err
+		}
+		base, _ := url.Parse(rawURL)
+		var pacer ratelimit.Pacer
+		if o.Limiter != nil {
+			pacer = o.Limiter(name, limits)
+		} else {
+			pacer = ratelimit.New(limits)
+		}
+		return &upstream{
+			name: name, base: base, dialect: dialect, key: key,
+			send:   &ratelimit.Transport{Base: o.Base, Limiter: pacer, Adaptive: ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{})},
+			budget: &rebound.RetryBudget{},
+		}, nil
+	}
+	var keys []string
+	switch {
+	case o.Config == nil && o.Upstream == "":
+		return nil, errors.New("no upstream: give --upstream URL or --config FILE")
+	case o.Config != nil && o.Upstream != "":
+		return nil, errors.New("--upstream and --config both given: the config names the upstreams")
+	case o.Config == nil:
+		up, err := newUpstream("upstream", o.Upstream, "", o.UpstreamKey, ratelimit.Config{})
+		if err != nil {
+			return nil, fmt.Errorf("--upstream: %v", err)
+		}
+		if len(p.tokens) > 0 && o.UpstreamKey == "" {
+			return nil, errors.New("client tokens need the upstream's key (--key-env): the token takes the header the client's key would pass in")
+		}
+		keys = append(keys, o.UpstreamKey)
+		p.passClientKey = len(p.tokens) == 0
+		p.routes = []*route{{name: "default", targets: []target{{up: up}}, policy: policy, maxBody: p.maxBody}}
+	default:
+		c := o.Config
+		if c.PassClientKey && len(p.tokens) > 0 {
+			return nil, errors.New("config: pass_client_key with client tokens: the token takes the header the client's key would pass in")
+		}
+		p.passClientKey = c.PassClientKey
+		def, err := parsePolicy("policy", c.Policy, policy)
+		if err != nil {
+			return nil, err
+		}
+		ups := map[string]*upstream{}
+		for name, u := range c.Upstreams {
+			key := ""
+			if u.KeyEnv != "" {
+				if key = getenv(u.KeyEnv); key == "" {
+					return nil, configErr("upstreams."+name+".key_env", "environment variable %s is not set", u.KeyEnv)
+				}
+			}
+			if ups[name], err = newUpstream(name, u.URL, dialectOr(u.Dialect), key, ratelimit.Config{RequestsPerMinute: u.RequestsPerMinute, TokensPerMinute: u.TokensPerMinute}); err != nil {
+				return nil, configErr("upstreams."+name+".url", "%v", err)
+			}
+			keys = append(keys, key)
+		}
+		routes := c.Routes
+		if len(routes) == 0 {
+			name := "default"
+			if _, ok := ups[name]; !ok {
+				for n := range ups { // the only one, as ParseConfig checked
+					name = n
+				}
+			}
+			routes = []RouteConfig{{Name: "default", Upstream: name}}
+		} else {
+			p.routed = true
+		}
+		for i, rc := range routes {
+			r := &route{name: rc.Name, pathPrefix: rc.PathPrefix, model: rc.Model, maxBody: rc.MaxBodyBytes}
+			if r.name == "" {
+				r.name = fmt.Sprint(i)
+			}
+			if r.maxBody == 0 {
+				r.maxBody = p.maxBody
+			}
+			p.maxBody = max(p.maxBody, r.maxBody)
+			if r.policy, err = parsePolicy(fmt.Sprintf("routes[%d].policy", i), rc.Policy, def); err != nil {
+				return nil, err
+			}
+			up, ok := ups[rc.Upstream]
+			if !ok {
+				return nil, configErr(fmt.Sprintf("routes[%d].upstream", i), "unknown upstream %q", rc.Upstream)
+			}
+			r.targets = append(r.targets, target{up: up})
+			for j, f := range rc.Fallbacks {
+				fu, ok := ups[f.Upstream]
+				if !ok {
+					return nil, configErr(fmt.Sprintf("routes[%d].fallbacks[%d].upstream", i, j), "unknown upstream %q", f.Upstream)
+				}
+				r.targets = append(r.targets, target{up: fu, model: f.Model})
+			}
+			p.routes = append(p.routes, r)
+		}
+	}
+	p.secrets = secretsOf(append(keys, o.Tokens...))
+	p.reverse = &httputil.ReverseProxy{
+		Rewrite:       p.rewrite,
+		Transport:     forwarder{p},
+		FlushInterval: -1,
+		ErrorHandler:  p.gatewayError,
+		ErrorLog:      log.New(logWriter{p}, "", 0),
+	}
+	return p, nil
+}
+
+// secretsOf returns Secrets that know values (tokens and keys).
+func secretsOf(values []string) scrub.Secrets {
+	h := http.Header{}
+	for _, v := range values {
+		if v != "" {
+			h.Add("Authorization", v)
+		}
+	}
+	return scrub.Of(&http.Request{Header: h})
+}
+
+// Drain makes /readyz answer 503, so that a load balancer sends no new
+// requests while those in flight finish.
+func (p *Proxy) Drain() { p.draining.Store(true) }
+
+// ServeHTTP implements http.Handler.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/healthz":
+		writeJSON(w, http.StatusOK, `{"status":"ok"}`)
+		return
+	case "/readyz":
+		if p.draining.Load() {
+			writeJSON(w, http.StatusServiceUnavailable, `{"status":"draining"}`)
+			return
+		}
+		writeJSON(w, http.StatusOK, `{"status":"ready"}`)
+		return
+	case "/metrics":
+		if p.metrics != nil {
+			if !p.tokens.admit(r) {
+				writeJSON(w, http.StatusUnauthorized, unauthorizedBody)
+				return
+			}
+			p.metrics.ServeHTTP(w, r)
+			return
+		}
+	}
+	c := &call{start: time.Now(), secrets: scrub.Of(r), method: r.Method, path: r.URL.Path}
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		if v := recover(); v != nil {
+			c.aborted = true
+			p.logCall(c, sw.status)
+			panic(v) // http.ErrAbortHandler: the client's stream breaks as the upstream's did
+		}
+		p.logCall(c, sw.status)
+	}()
+	if !p.tokens.admit(r) {
+		writeJSON(sw, http.StatusUnauthorized, unauthorizedBody)
+		c.outcome = "unauthorized"
+		return
+	}
+	body, err := readBody(r, p.maxBody)
+	dialect := dialectOfPath(r.URL.Path)
+	switch {
+	case errors.Is(err, errTooLarge):
+		writeError(sw, dialect, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", p.maxBody))
+		c.outcome = "too_large"
+		return
+	case err != nil:
+		c.outcome = "client_error"
+		c.err = err
+		writeError(sw, dialect, http.StatusBadRequest, "could not read the request body")
+		return
+	}
+	c.model = modelOf(r.URL.Path, body)
+	rt := p.match(r.URL.Path, c.model)
+	if rt == nil {
+		writeJSON(sw, http.StatusNotFound, `{"error":{"message":"no route for this path and model","type":"not_found","code":404}}`)
+		c.outcome = "no_route"
+		return
+	}
+	c.route = rt.name
+	if d := rt.targets[0].up.dialect; d != "" {
+		dialect = d
+	}
+	c.dialect = dialect
+	if int64(len(body)) > rt.maxBody {
+		writeError(sw, dialect, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", rt.maxBody))
+		c.outcome = "too_large"
+		return
+	}
+	c.rt, c.body = rt, body
+	out := r.WithContext(context.WithValue(r.Context(), callKey{}, c))
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.ContentLength = int64(len(body))
+	p.reverse.ServeHTTP(sw, out)
+}
+
+// match returns the first route for path and model, or nil.
+func (p *Proxy) match(path, model string) *route {
+	for _, r := range p.routes {
+		if strings.HasPrefix(path, r.pathPrefix) && (r.model == "" || r.model == model) {
+			return r
+		}
+	}
+	return nil
+}
+
+// rewrite is the ReverseProxy's: it keeps the request as it came, the
+// forwarder points it at each upstream in turn.
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) { pr.Out.Host = "" }
+
+// gatewayError answers a request no upstream answered, in its dialect.
+func (p *Proxy) gatewayError(w http.ResponseWriter, r *http.Request, err error) {
+	c := r.Context().Value(callKey{}).(*call)
+	c.err = err
+	if r.Context().Err() != nil {
+		c.outcome = "client_gone"
+		return
+	}
+	status, msg := http.StatusBadGateway, "upstream unreachable"
+	var g *rebound.GiveUpError
+	if errors.As(err, &g) && g.Reason == rebound.StopBreakerOpen {
+		status, msg = http.StatusServiceUnavailable, "upstream circuit open"
+	}
+	writeError(w, c.dialect, status, msg)
+}
+
+// logWriter takes the ReverseProxy's own error lines into the log.
+type logWriter struct{ p *Proxy }
+
+func (l logWriter) Write(b []byte) (int, error) {
+	l.p.log.Warn("proxy", "error", l.p.secrets.String(strings.TrimSpace(string(b))))
+	return len(b), nil
+}
+
+// statusWriter notes the status written.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController flush through.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
