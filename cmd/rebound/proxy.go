@@ -22,7 +22,7 @@ import (
 
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/breaker"
-	"github.com/rebound-go/rebound/cmd/rebound/internal/proxy"
+	"github.com/rebound-go/rebound/proxy"
 	"github.com/rebound-go/rebound/internal/scrub"
 	reboundotel "github.com/rebound-go/rebound/otel"
 	"github.com/rebound-go/rebound/ratelimit"
