@@ -32,9 +32,11 @@ const (
 
 // RecommendedPolicy is the retry policy of a route that names none:
 // rebound's defaults with one attempt more (4), since a proxy's clients
-// have turned their own retries off.
+// have turned their own retries off; an overloaded upstream still gets
+// rebound's 2 attempts, not more load.
 func RecommendedPolicy() rebound.Policy {
-	return rebound.Policy{MaxAttempts: DefaultMaxAttempts}
+	return rebound.Policy{MaxAttempts: DefaultMaxAttempts,
+		PerKind: map[rebound.Kind]rebound.Override{rebound.KindOverloaded: {MaxAttempts: 2}}}
 }
 
 // RecommendedBreaker is the breaker of each upstream and model: it opens

@@ -210,8 +210,16 @@ func fmtWait(d time.Duration) string {
 	return fmt.Sprintf("%gs", d.Seconds())
 }
 
-// run makes one call in a synctest bubble and reports what happened.
-func run(t *testing.T, p provider, s scenario, withRebound bool) outcome {
+// How a call reaches the provider.
+const (
+	sdkAlone = iota // the SDK's own retries at their defaults
+	viaTransport    // rebound.Transport in the SDK's client, its retries off
+	viaProxy        // rebound proxy's handler in front of the provider, the SDK's retries off
+)
+
+// run makes one call in a synctest bubble, by way of via, and reports what
+// happened.
+func run(t *testing.T, p provider, s scenario, via int) outcome {
 	var o outcome
 	synctest.Test(t, func(t *testing.T) {
 		srv, err := chaos.New(chaos.Config{Profile: p.profile})
@@ -219,11 +227,14 @@ func run(t *testing.T, p provider, s scenario, withRebound bool) outcome {
 			t.Fatal(err)
 		}
 		var rt http.RoundTripper = memoryTransport{&failFirst{srv: srv, profile: p.profile, mode: s.mode, n: s.fails, hint: s.hint}}
-		if withRebound {
+		switch via {
+		case viaTransport:
 			rt = &rebound.Transport{Base: rt, Policy: rebound.Policy{Rand: rand.New(rand.NewPCG(1, 2))}}
+		case viaProxy:
+			rt = memoryTransport{newProxy(t, rt)}
 		}
 		start := time.Now()
-		err = p.call(t.Context(), &http.Client{Transport: rt}, !withRebound)
+		err = p.call(t.Context(), &http.Client{Transport: rt}, via == sdkAlone)
 		o.waited = time.Since(start)
 		o.requests = srv.Stats().Requests
 		if err != nil {
@@ -291,13 +302,13 @@ func TestSDKs(t *testing.T) {
 			w := wants[p.name][s.name]
 			var withRebound, alone outcome
 			t.Run(p.name+"/"+s.name+"/Rebound", func(t *testing.T) {
-				withRebound = run(t, p, s, true)
+				withRebound = run(t, p, s, viaTransport)
 				if !matches(withRebound, w.rebound) {
 					t.Errorf("got %+v, want %+v", withRebound, w.rebound)
 				}
 			})
 			t.Run(p.name+"/"+s.name+"/SDKAlone", func(t *testing.T) {
-				alone = run(t, p, s, false)
+				alone = run(t, p, s, sdkAlone)
 				if !matches(alone, w.sdk) {
 					t.Errorf("got %+v, want %+v", alone, w.sdk)
 				}
