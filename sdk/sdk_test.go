@@ -212,9 +212,9 @@ func fmtWait(d time.Duration) string {
 
 // How a call reaches the provider.
 const (
-	sdkAlone = iota // the SDK's own retries at their defaults
-	viaTransport    // rebound.Transport in the SDK's client, its retries off
-	viaProxy        // rebound proxy's handler in front of the provider, the SDK's retries off
+	sdkAlone     = iota // the SDK's own retries at their defaults
+	viaTransport        // rebound.Transport in the SDK's client, its retries off
+	viaProxy            // rebound proxy's handler in front of the provider, the SDK's retries off
 )
 
 // run makes one call in a synctest bubble, by way of via, and reports what

@@ -22,9 +22,9 @@ import (
 
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/breaker"
-	"github.com/rebound-go/rebound/proxy"
 	"github.com/rebound-go/rebound/internal/scrub"
 	reboundotel "github.com/rebound-go/rebound/otel"
+	"github.com/rebound-go/rebound/proxy"
 	"github.com/rebound-go/rebound/ratelimit"
 	reboundredis "github.com/rebound-go/rebound/redis"
 )
