@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"mime"
 	"net"
 	"net/http"
 	"slices"
@@ -276,8 +275,13 @@ func (a *admission) response(resp *http.Response, err error) {
 	case err != nil, resp.StatusCode < http.StatusOK:
 		a.settle(a.need) // sent, and no account of it will come
 	default:
-		mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-		resp.Body = &usageBody{body: resp.Body, a: a, stream: mt == "text/event-stream"}
+		WatchUsage(resp, func(u Usage, final bool) {
+			if final {
+				a.settle(a.price.Of(u))
+			} else {
+				a.settle(max(a.price.Of(u), a.need)) // no final count: the hold, unless more was seen
+			}
+		})
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"math"
+	"mime"
 	"net/http"
 	"regexp"
 	"strings"
@@ -152,20 +153,34 @@ func pathModel(path string) string {
 	return ""
 }
 
-// usageBody is a response body that reads the usage the response reports
-// as the caller reads it, and settles its admission when it ends or is
-// closed: with that usage, or, when none came, with what was held.
-type usageBody struct {
-	body io.ReadCloser
-	a    *admission
+// WatchUsage replaces resp.Body with one that reads the token usage the
+// response reports as the caller reads it (a JSON body, or an event
+// stream's usage events, in the dialects rebound.Transport speaks: OpenAI's
+// Chat Completions and Responses, Anthropic's Messages, Gemini), and calls
+// done once, when the body ends or is closed, with the largest counts seen
+// (cache tokens are input) and whether they are final: a whole body's, or
+// a stream's final usage event (OpenAI's usage chunk, Anthropic's
+// message_delta, response.completed, a finished Gemini chunk). A stream
+// cut short, or read only in part, has no final count. WithCaps settles an
+// attempt so; rebound proxy logs the tokens of each request so.
+func WatchUsage(resp *http.Response, done func(u Usage, final bool)) {
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	resp.Body = &usageBody{body: resp.Body, done: done, stream: mt == "text/event-stream"}
+}
 
+// usageBody is a response body that reads the usage the response reports
+// as the caller reads it, and tells done when it ends or is closed.
+type usageBody struct {
+	body   io.ReadCloser
+	done   func(u Usage, final bool)
 	stream bool // an event stream, read a line at a time; else one JSON document
 
 	mu    sync.Mutex // guards the fields below: Close may come from another goroutine
 	line  []byte     // the stream's line so far, or the document so far
-	final bool       // a stream's final usage came (OpenAI's usage chunk, message_delta, response.completed, a finished Gemini chunk)
+	final bool       // a stream's final usage came
 	usage Usage
 	found bool
+	ended bool // done was called
 }
 
 // maxUsageLine bounds a line of a stream, or a whole JSON document, kept to
@@ -222,22 +237,22 @@ func (b *usageBody) event(line []byte) {
 	}
 }
 
-// end settles the admission, once the body has ended or been closed.
+// end tells done of the usage, once the body has ended or been closed.
 func (b *usageBody) end() {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	if b.ended {
+		b.mu.Unlock()
+		return
+	}
+	b.ended = true
 	if !b.stream && len(b.line) > 0 {
 		b.read(b.line)
 		b.final = b.found // a whole document's usage is its last word
 		b.line = nil
 	}
-	switch seen := b.a.price.Of(b.usage); {
-	case b.final:
-		b.a.settle(seen)
-	default:
-		// No final count: what was reserved, unless more was seen.
-		b.a.settle(max(seen, b.a.need))
-	}
+	u, final := b.usage, b.final
+	b.mu.Unlock()
+	b.done(u, final)
 }
 
 // read takes the usage a JSON document (a body, or an event's data)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/cost"
 	"github.com/rebound-go/rebound/internal/scrub"
 )
 
@@ -31,10 +32,20 @@ type call struct {
 	aborted bool   // the response broke off as the upstream's did
 	err     error
 
-	mu       sync.Mutex // guards attempts, kinds and giveUp: the events may come from a stream's reader
+	mu       sync.Mutex // guards attempts, kinds, giveUp and usage: the events may come from a stream's reader
 	attempts int
 	kinds    []string
 	giveUp   *rebound.Event // the latest upstream's, if it gave up
+	usage    *cost.Usage    // what the answer reported it used, once read
+}
+
+// tokens notes the usage the answer reported (final or not: what was seen).
+func (c *call) tokens(u cost.Usage, _ bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if u != (cost.Usage{}) {
+		c.usage = &u
+	}
 }
 
 // observer returns the Observer of one upstream's call: it notes the
@@ -77,6 +88,9 @@ func (p *Proxy) logCall(c *call, status int) {
 		slog.Any("kinds", c.kinds),
 		slog.Int("status", status),
 		slog.Float64("latency_ms", float64(time.Since(c.start).Microseconds())/1000),
+	}
+	if c.usage != nil {
+		attrs = append(attrs, slog.Int64("input_tokens", c.usage.InputTokens), slog.Int64("output_tokens", c.usage.OutputTokens))
 	}
 	if c.tried > 1 {
 		attrs = append(attrs, slog.Int("upstreams_tried", c.tried))

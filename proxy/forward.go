@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/cost"
 )
 
 // forwarder is the ReverseProxy's transport: it sends a request to its
@@ -61,7 +62,11 @@ func (f forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		tr := &rebound.Transport{Base: t.up.send, Policy: policy}
 		resp, err := tr.RoundTrip(req.WithContext(tctx))
 		lastResp, lastErr = resp, err
-		if err == nil && resp.StatusCode < http.StatusBadRequest || last || ctx.Err() != nil {
+		if err == nil && resp.StatusCode < http.StatusBadRequest {
+			cost.WatchUsage(resp, c.tokens) // the access log's tokens, as the client reads
+			break
+		}
+		if last || ctx.Err() != nil {
 			break
 		}
 		verdict, reason, known := c.lastGiveUp(err)
