@@ -33,6 +33,9 @@ func (m mode) body() []byte {
 // with errors rather than holding it open.
 const requestTimeout = 5 * time.Second
 
+// settle is the pause after each step.
+const settle = 500 * time.Millisecond
+
 // shortfall is how far the requests a step sent may fall below rate ×
 // duration before the step counts as not sustained: past it the load
 // generator, not the target, set the pace.
@@ -86,6 +89,13 @@ func step(ctx context.Context, t target, m mode, rate int, d time.Duration) poin
 		}
 	}
 	slices.Sort(latencies)
+	// A pause lets the target finish its own after-work (a collection, a
+	// flush of logs) before the next step, so that one step's load does
+	// not spill into the next one's figures.
+	select {
+	case <-time.After(settle):
+	case <-ctx.Done():
+	}
 	p.P50 = percentile(latencies, 0.50)
 	p.P99 = percentile(latencies, 0.99)
 	return p

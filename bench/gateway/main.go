@@ -19,7 +19,7 @@
 // out of rebound's dependencies):
 //
 //	./run.sh            # or: go run . [flags]
-//	./run.sh -json      # one JSON object on stdout
+//	./run.sh -json      # one JSON object on stdout, the tables on stderr
 //
 // It needs Go, Node and npm. Children end with it, on Ctrl-C too.
 package main
@@ -74,7 +74,7 @@ func main() {
 	flag.StringVar(&o.reboundBin, "rebound-bin", "", "the rebound binary to run as `rebound proxy`; empty builds ./cmd/rebound from -repo")
 	flag.StringVar(&o.repo, "repo", "../..", "the rebound repository, to build the rebound binary from")
 	flag.StringVar(&o.portkeyDir, "portkey-dir", ".portkey", "where npm installs Portkey's gateway")
-	flag.BoolVar(&o.json, "json", false, "print one JSON object instead of tables")
+	flag.BoolVar(&o.json, "json", false, "print one JSON object on stdout, and the tables on stderr")
 	flag.Parse()
 	o.targets = strings.Split(targets, ",")
 	for _, r := range strings.Split(rates, ",") {
@@ -191,6 +191,7 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 
 	r.summarize(targets, modes, o.rates)
 	if o.json {
+		r.writeTables(log)
 		return r.writeJSON(out)
 	}
 	r.writeTables(out)
