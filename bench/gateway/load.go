@@ -33,6 +33,12 @@ func (m mode) body() []byte {
 // with errors rather than holding it open.
 const requestTimeout = 5 * time.Second
 
+// maxConns bounds the connections a step opens to its target: past it,
+// requests wait for a connection (and their latency says so) rather than
+// exhaust the file descriptors of the harness, which also serves the
+// upstream.
+const maxConns = 2000
+
 // settle is the pause after each step.
 const settle = 500 * time.Millisecond
 
@@ -72,7 +78,14 @@ func step(ctx context.Context, t target, m mode, rate int, d time.Duration) poin
 		header[k] = v
 	}
 	targeter := vegeta.NewStaticTargeter(vegeta.Target{Method: http.MethodPost, URL: t.url, Body: m.body(), Header: header})
-	attacker := vegeta.NewAttacker(vegeta.Timeout(requestTimeout), vegeta.KeepAlive(true), vegeta.Redirects(vegeta.NoFollow))
+	// The step's own transport, its idle connections closed at the end, so
+	// that no step leaves connections (and file descriptors, which the
+	// upstream in this process shares) to the next one.
+	transport := &http.Transport{MaxIdleConnsPerHost: maxConns, MaxConnsPerHost: maxConns}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport, Timeout: requestTimeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	attacker := vegeta.NewAttacker(vegeta.Client(client))
 	stopped := context.AfterFunc(ctx, func() { attacker.Stop() })
 	defer stopped()
 
