@@ -146,7 +146,11 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 	modes := []mode{plain, streamed}
 	for _, t := range targets {
 		for _, m := range modes {
-			if p := step(ctx, t, m, o.rates[0], o.warmup); p.Errors > 0 {
+			p := step(ctx, t, m, o.rates[0], o.warmup)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if p.Errors > 0 {
 				return fmt.Errorf("%s does not answer %s requests: %d errors in warm-up, the first: %s", t.name, m, p.Errors, p.FirstError)
 			}
 		}
