@@ -1,0 +1,168 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+// mode is the kind of chat completion a step asks for.
+type mode string
+
+const (
+	plain    mode = "plain"
+	streamed mode = "streamed"
+)
+
+// body is the request a step sends in mode m: a short chat completion,
+// streamed or not.
+func (m mode) body() []byte {
+	if m == streamed {
+		return []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello."}],"stream":true}`)
+	}
+	return []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello."}]}`)
+}
+
+// requestTimeout bounds one request, so that a stalled gateway ends its step
+// with errors rather than holding it open.
+const requestTimeout = 5 * time.Second
+
+// maxConns bounds the connections a step opens to its target: past it,
+// requests wait for a connection (and their latency says so) rather than
+// exhaust the file descriptors of the harness, which also serves the
+// upstream.
+const maxConns = 2000
+
+// settle is the pause after each step.
+const settle = 500 * time.Millisecond
+
+// shortfall is how far the requests a step sent may fall below rate ×
+// duration before the step counts as not sustained: past it the load
+// generator, not the target, set the pace.
+const shortfall = 0.95
+
+// point is what one step, a fixed rate for a fixed time against one target,
+// measured.
+type point struct {
+	Target   string        `json:"target"`
+	Mode     mode          `json:"mode"`
+	Rate     int           `json:"rate"`
+	Duration time.Duration `json:"duration_ns"`
+	Requests int           `json:"requests"`
+	Errors   int           `json:"errors"`
+	P50      time.Duration `json:"p50_ns"`
+	P99      time.Duration `json:"p99_ns"`
+	// FirstError is the first failed request's error, to say why a step
+	// failed.
+	FirstError string `json:"first_error,omitempty"`
+}
+
+// sustained reports whether the target kept up with the step's rate: every
+// request sent and answered without error, and p99 under limit.
+func (p point) sustained(limit time.Duration) bool {
+	wanted := float64(p.Rate) * p.Duration.Seconds()
+	return p.Errors == 0 && p.Requests > 0 && float64(p.Requests) >= shortfall*wanted && p.P99 < limit
+}
+
+// step calls t at rate requests a second for d with vegeta and measures each
+// request's latency, to the end of its answer's body.
+func step(ctx context.Context, t target, m mode, rate int, d time.Duration) point {
+	header := http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer sk-bench"}}
+	for k, v := range t.header {
+		header[k] = v
+	}
+	targeter := vegeta.NewStaticTargeter(vegeta.Target{Method: http.MethodPost, URL: t.url, Body: m.body(), Header: header})
+	// The step's own transport, its idle connections closed at the end, so
+	// that no step leaves connections (and file descriptors, which the
+	// upstream in this process shares) to the next one.
+	transport := &http.Transport{MaxIdleConnsPerHost: maxConns, MaxConnsPerHost: maxConns}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport, Timeout: requestTimeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	attacker := vegeta.NewAttacker(vegeta.Client(client))
+	stopped := context.AfterFunc(ctx, func() { attacker.Stop() })
+	defer stopped()
+
+	p := point{Target: t.name, Mode: m, Rate: rate, Duration: d}
+	latencies := make([]time.Duration, 0, int(float64(rate)*d.Seconds())+1)
+	for res := range attacker.Attack(targeter, vegeta.Rate{Freq: rate, Per: time.Second}, d, t.name) {
+		p.Requests++
+		latencies = append(latencies, res.Latency)
+		if res.Error != "" || res.Code != http.StatusOK {
+			if p.Errors == 0 {
+				p.FirstError = cmp.Or(res.Error, fmt.Sprintf("status %d", res.Code))
+			}
+			p.Errors++
+		}
+	}
+	slices.Sort(latencies)
+	// A pause lets the target finish its own after-work (a collection, a
+	// flush of logs) before the next step, so that one step's load does
+	// not spill into the next one's figures.
+	select {
+	case <-time.After(settle):
+	case <-ctx.Done():
+	}
+	p.P50 = percentile(latencies, 0.50)
+	p.P99 = percentile(latencies, 0.99)
+	return p
+}
+
+// percentile is the nearest-rank q-quantile of sorted: the smallest value
+// that at least q of the values do not exceed. It is 0 for no values.
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(q * float64(len(sorted))))
+	return sorted[max(rank, 1)-1]
+}
+
+// median is the middle of values, the mean of the two middle ones for an
+// even count, and 0 for none. It does not reorder values.
+func median(values []time.Duration) time.Duration {
+	if len(values) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(values))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// searchMax finds the highest rate up to ceiling at which holds is true,
+// assuming it holds below any rate at which it holds: it doubles from
+// first until holds fails, then bisects until the rate is known within
+// a tenth (or within minStep requests a second). It returns 0 if holds fails
+// at every rate it tries.
+func searchMax(first, ceiling int, holds func(rate int) bool) int {
+	const minStep = 50
+	passed, failed := 0, 0
+	for rate := min(first, ceiling); failed == 0; rate = min(2*rate, ceiling) {
+		if !holds(rate) {
+			failed = rate
+			break
+		}
+		passed = rate
+		if rate == ceiling {
+			return ceiling
+		}
+	}
+	for failed-passed > max(passed/10, minStep) {
+		mid := (passed + failed) / 2
+		if holds(mid) {
+			passed = mid
+		} else {
+			failed = mid
+		}
+	}
+	return passed
+}

@@ -1,0 +1,238 @@
+// Command gateway measures the latency that `rebound proxy` and Portkey's
+// open-source AI gateway each add in front of an LLM API, side by side in
+// one run, everything on the loopback.
+//
+// It starts a minimal upstream in this process that answers every request
+// with a canned chat completion (plain, or an SSE stream of a few chunks
+// when the request says "stream":true), builds and starts `rebound proxy`
+// in front of it, installs (once, with npm, under .portkey) and starts
+// Portkey's gateway with Node in front of it too, both configured alike:
+// one upstream, retries on. Then it drives each of the three with vegeta,
+// used as a library: at fixed rates (500 and 2000 requests a second, plain
+// and streamed, in rounds whose medians it reports), then a search for the
+// highest rate each sustains with p99 under 50 ms and no errors.
+//
+// The latency a gateway adds is its latency less the upstream's own,
+// called directly at the same rate in the same round.
+//
+// Run it from this folder (it is a module of its own so that vegeta stays
+// out of rebound's dependencies):
+//
+//	./run.sh            # or: go run . [flags]
+//	./run.sh -json      # one JSON object on stdout, the tables on stderr
+//
+// It needs Go, Node and npm. Children end with it, on Ctrl-C too.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// options are the command's flags.
+type options struct {
+	targets    []string
+	rates      []int
+	rounds     int
+	duration   time.Duration
+	warmup     time.Duration
+	search     bool
+	searchStep time.Duration
+	ceiling    int
+	p99Limit   time.Duration
+	attempts   int
+	reboundBin string
+	repo       string
+	portkeyDir string
+	json       bool
+}
+
+func main() {
+	var o options
+	var targets, rates string
+	flag.StringVar(&targets, "targets", "direct,rebound,portkey", "the targets to measure, from direct, rebound and portkey; direct is always measured")
+	flag.StringVar(&rates, "rates", "500,2000", "the fixed rates, requests a second")
+	flag.IntVar(&o.rounds, "rounds", 3, "rounds of the fixed rates; the report gives each figure's median over them")
+	flag.DurationVar(&o.duration, "duration", 5*time.Second, "how long each fixed-rate step lasts")
+	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "how long each target is warmed up at the first rate before measuring, per mode")
+	flag.BoolVar(&o.search, "search", true, "search each target's highest sustained rate")
+	flag.DurationVar(&o.searchStep, "search-step", 3*time.Second, "how long each step of the search lasts")
+	flag.IntVar(&o.ceiling, "ceiling", 32000, "the highest rate the search tries, requests a second")
+	flag.DurationVar(&o.p99Limit, "p99-limit", 50*time.Millisecond, "a rate is sustained when p99 stays under this, with no errors")
+	flag.IntVar(&o.attempts, "attempts", 3, "retry attempts configured in Portkey's gateway")
+	flag.StringVar(&o.reboundBin, "rebound-bin", "", "the rebound binary to run as `rebound proxy`; empty builds ./cmd/rebound from -repo")
+	flag.StringVar(&o.repo, "repo", "../..", "the rebound repository, to build the rebound binary from")
+	flag.StringVar(&o.portkeyDir, "portkey-dir", ".portkey", "where npm installs Portkey's gateway")
+	flag.BoolVar(&o.json, "json", false, "print one JSON object on stdout, and the tables on stderr")
+	flag.Parse()
+	o.targets = strings.Split(targets, ",")
+	for _, r := range strings.Split(rates, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(r))
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "gateway: bad rate %q in -rates\n", r)
+			os.Exit(2)
+		}
+		o.rates = append(o.rates, n)
+	}
+	if o.rounds < 1 || len(o.rates) == 0 {
+		fmt.Fprintln(os.Stderr, "gateway: -rounds and -rates need at least one")
+		os.Exit(2)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "gateway:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+// run starts the upstream and the gateways, measures them, and reports on
+// out, with progress on log. It stops every child it started before it
+// returns.
+func run(ctx context.Context, o options, out, log io.Writer) error {
+	upstream, stopUpstream, err := startUpstream()
+	if err != nil {
+		return err
+	}
+	defer stopUpstream()
+
+	r := report{
+		GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, CPUs: runtime.NumCPU(), Go: runtime.Version(),
+		Portkey: portkeyVersion, Rounds: o.rounds, Duration: o.duration, SearchStep: o.searchStep,
+		P99Limit: o.p99Limit, Skipped: map[string]string{},
+	}
+	if v, err := exec.Command("node", "--version").Output(); err == nil {
+		r.Node = strings.TrimSpace(string(v))
+	}
+	targets := []target{{name: "direct", url: upstream + "/v1/chat/completions"}}
+
+	if slices.Contains(o.targets, "rebound") {
+		t, stopRebound, err := reboundTarget(ctx, o, upstream)
+		if err != nil {
+			r.Skipped["rebound"] = err.Error()
+			fmt.Fprintln(log, "rebound: skipped:", err)
+		} else {
+			defer stopRebound()
+			targets = append(targets, t)
+		}
+	}
+	if slices.Contains(o.targets, "portkey") {
+		t, stopPortkey, err := portkeyTarget(ctx, o, upstream)
+		if err != nil {
+			r.Skipped["portkey"] = err.Error()
+			fmt.Fprintln(log, "portkey: skipped:", err)
+		} else {
+			defer stopPortkey()
+			targets = append(targets, t)
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+
+	modes := []mode{plain, streamed}
+	for _, t := range targets {
+		for _, m := range modes {
+			p := step(ctx, t, m, o.rates[0], o.warmup)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if p.Errors > 0 {
+				return fmt.Errorf("%s does not answer %s requests: %d errors in warm-up, the first: %s", t.name, m, p.Errors, p.FirstError)
+			}
+		}
+	}
+	fmt.Fprintf(log, "warmed up %d targets\n", len(targets))
+
+	for round := range o.rounds {
+		for _, rate := range o.rates {
+			for _, m := range modes {
+				// Each round starts from another target, so none is always
+				// measured right after the same neighbour.
+				for i := range targets {
+					t := targets[(i+round)%len(targets)]
+					p := step(ctx, t, m, rate, o.duration)
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					fmt.Fprintf(log, "round %d %-8s %5d/s %-8s p50 %-9s p99 %-9s errors %d\n", round+1, m, rate, t.name, p.P50, p.P99, p.Errors)
+					r.Points = append(r.Points, roundPoint{Round: round, point: p})
+				}
+			}
+		}
+	}
+
+	if o.search {
+		for _, m := range modes {
+			for _, t := range targets {
+				top := searchMax(o.rates[0], o.ceiling, func(rate int) bool {
+					p := step(ctx, t, m, rate, o.searchStep)
+					ok := p.sustained(o.p99Limit) && ctx.Err() == nil
+					fmt.Fprintf(log, "search %-8s %-8s %6d/s p99 %-9s requests %d errors %d sustained %t\n", m, t.name, rate, p.P99, p.Requests, p.Errors, ok)
+					r.SearchSteps = append(r.SearchSteps, p)
+					return ok
+				})
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				r.MaxRates = append(r.MaxRates, maxRate{Target: t.name, Mode: m, Rate: top})
+			}
+		}
+	}
+
+	r.summarize(targets, modes, o.rates)
+	if o.json {
+		r.writeTables(log)
+		return r.writeJSON(out)
+	}
+	r.writeTables(out)
+	return nil
+}
+
+// reboundTarget builds rebound unless given a binary, and starts `rebound
+// proxy` in front of upstream.
+func reboundTarget(ctx context.Context, o options, upstream string) (target, func(), error) {
+	bin := o.reboundBin
+	if bin == "" {
+		dir, err := os.MkdirTemp("", "rebound-gateway-bench-")
+		if err != nil {
+			return target{}, nil, err
+		}
+		defer os.RemoveAll(dir) // the running proxy keeps its binary open
+		if bin, err = buildRebound(ctx, o.repo, dir); err != nil {
+			return target{}, nil, err
+		}
+	}
+	c, t, err := startRebound(ctx, bin, upstream)
+	if err != nil {
+		return target{}, nil, err
+	}
+	return t, c.stop, nil
+}
+
+// portkeyTarget installs Portkey's gateway if need be and starts it in
+// front of upstream.
+func portkeyTarget(ctx context.Context, o options, upstream string) (target, func(), error) {
+	script, err := installPortkey(ctx, o.portkeyDir)
+	if err != nil {
+		return target{}, nil, err
+	}
+	c, t, err := startPortkey(ctx, script, upstream, o.attempts)
+	if err != nil {
+		return target{}, nil, err
+	}
+	return t, c.stop, nil
+}
