@@ -12,6 +12,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -268,6 +269,7 @@ func New(o Options) (*Proxy, error) {
 		FlushInterval: -1,
 		ErrorHandler:  p.gatewayError,
 		ErrorLog:      log.New(logWriter{p}, "", 0),
+		BufferPool:    copyBuffers{},
 	}
 	return p, nil
 }
@@ -422,3 +424,12 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 // Unwrap lets http.ResponseController flush through.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// copyBuffers lends the buffers a response is copied through: without
+// them each request would allocate its own 32 KiB.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }

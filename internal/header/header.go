@@ -99,8 +99,10 @@ type Limits struct {
 // (the Date header, if any, is preferred, as for Retry-After). It reports
 // false when there are none.
 func RateLimits(h http.Header, now time.Time) (Limits, bool) {
-	if date, err := http.ParseTime(h.Get("Date")); err == nil {
-		now = date
+	if d := h.Get("Date"); d != "" {
+		if date, err := http.ParseTime(d); err == nil {
+			now = date
+		}
 	}
 	var rl Limits
 	found := false
@@ -133,7 +135,11 @@ func RateLimits(h http.Header, now time.Time) (Limits, bool) {
 
 // count reads a non-negative count; -1 for one absent or malformed.
 func count(h http.Header, key string) int64 {
-	n, err := strconv.ParseInt(strings.TrimSpace(h.Get(key)), 10, 64)
+	v := strings.TrimSpace(h.Get(key))
+	if v == "" {
+		return -1 // absent: no error to make, on every response
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 {
 		return -1
 	}
@@ -142,7 +148,10 @@ func count(h http.Header, key string) int64 {
 
 // resetIn reads an OpenAI reset such as "1s", "6m0s" or "12ms".
 func resetIn(s string) (time.Duration, bool) {
-	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if s = strings.TrimSpace(s); s == "" {
+		return 0, false
+	}
+	d, err := time.ParseDuration(s)
 	if err != nil || d < 0 || d > MaxHint {
 		return 0, false
 	}
@@ -152,7 +161,10 @@ func resetIn(s string) (time.Duration, bool) {
 // resetAt reads an Anthropic reset, an RFC 3339 time, as a duration from
 // now; a time in the past is a reset already done.
 func resetAt(s string, now time.Time) (time.Duration, bool) {
-	at, err := time.Parse(time.RFC3339, strings.TrimSpace(s))
+	if s = strings.TrimSpace(s); s == "" {
+		return 0, false
+	}
+	at, err := time.Parse(time.RFC3339, s)
 	if err != nil {
 		return 0, false
 	}
