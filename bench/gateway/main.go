@@ -61,7 +61,7 @@ type options struct {
 func main() {
 	var o options
 	var targets, rates string
-	flag.StringVar(&targets, "targets", "direct,rebound,portkey", "the targets to measure, from direct, rebound and portkey; direct is always measured")
+	flag.StringVar(&targets, "targets", "direct,hop,rebound,portkey", "the targets to measure, from direct, hop (a bare httputil.ReverseProxy: what an added hop costs), rebound and portkey; direct is always measured")
 	flag.StringVar(&rates, "rates", "500,2000", "the fixed rates, requests a second")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds of the fixed rates; the report gives each figure's median over them")
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "how long each fixed-rate step lasts")
@@ -118,6 +118,14 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 		r.Node = strings.TrimSpace(string(v))
 	}
 	targets := []target{{name: "direct", url: upstream + "/v1/chat/completions"}}
+	if slices.Contains(o.targets, "hop") {
+		t, stopHop, err := hopTarget(upstream)
+		if err != nil {
+			return err
+		}
+		defer stopHop()
+		targets = append(targets, t)
+	}
 
 	if slices.Contains(o.targets, "rebound") {
 		t, stopRebound, err := reboundTarget(ctx, o, upstream)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
@@ -283,4 +284,23 @@ func awaitHTTP(ctx context.Context, u string, exited <-chan struct{}) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// hopTarget is a bare httputil.ReverseProxy in front of upstream, in this
+// process: no retries, no limits, no logs. What it adds is what one more
+// hop on the loopback costs on this machine, the floor under any
+// gateway's figure.
+func hopTarget(upstream string) (target, func(), error) {
+	u, err := url.Parse(upstream)
+	if err != nil {
+		return target{}, nil, err
+	}
+	rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(u) }, FlushInterval: -1}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return target{}, nil, err
+	}
+	srv := &http.Server{Handler: rp, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	return target{name: "hop", url: "http://" + ln.Addr().String() + "/v1/chat/completions"}, func() { srv.Close() }, nil
 }
