@@ -29,6 +29,7 @@ const (
 	DefaultMaxAttempts   = 4
 	DefaultQuotaCooldown = fallback.DefaultQuotaCooldown
 	maxBreakers          = 1024
+	maxIdlePerUpstream   = 256
 )
 
 // RecommendedPolicy is the retry policy of a route that names none:
@@ -86,7 +87,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics, if set, serves /metrics.
 	Metrics http.Handler
-	// Base sends each attempt. Nil means http.DefaultTransport.
+	// Base sends each attempt. Nil means a transport of the proxy's own:
+	// http.DefaultTransport's settings, but keeping up to 256 idle
+	// connections to each upstream rather than 2, so that a busy proxy
+	// does not dial (and close) a connection for most requests.
 	Base http.RoundTripper
 }
 
@@ -146,6 +150,12 @@ func New(o Options) (*Proxy, error) {
 	if p.log == nil {
 		p.log = slog.Default()
 	}
+	send := o.Base
+	if send == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = maxIdlePerUpstream
+		send = t
+	}
 	if p.cooldowns == nil {
 		p.cooldowns = &fallback.MemoryCooldowns{}
 	}
@@ -179,7 +189,7 @@ func New(o Options) (*Proxy, error) {
 		}
 		return &upstream{
 			name: name, base: base, dialect: dialect, key: key,
-			send:   &ratelimit.Transport{Base: o.Base, Limiter: pacer, Adaptive: ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{})},
+			send:   &ratelimit.Transport{Base: send, Limiter: pacer, Adaptive: ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{})},
 			budget: &rebound.RetryBudget{},
 		}, nil
 	}
