@@ -144,11 +144,11 @@ type target struct {
 // New returns a Proxy for o, or a one-line error.
 func New(o Options) (*Proxy, error) {
 	p := &Proxy{
-		tokens:    newTokens(o.Tokens),
-		cooldowns: o.Cooldowns,
-		observer:  o.Observer,
-		log:       o.Logger,
-		metrics:   o.Metrics,
+		tokens:      newTokens(o.Tokens),
+		cooldowns:   o.Cooldowns,
+		observer:    o.Observer,
+		log:         o.Logger,
+		metrics:     o.Metrics,
 		maxBody:     o.MaxBody,
 		bodyTimeout: o.BodyTimeout,
 	}
@@ -278,11 +278,11 @@ func New(o Options) (*Proxy, error) {
 	p.reverse = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,
 		ModifyResponse: p.scrubResponse,
-		Transport:     forwarder{p},
-		FlushInterval: -1,
-		ErrorHandler:  p.gatewayError,
-		ErrorLog:      log.New(logWriter{p}, "", 0),
-		BufferPool:    copyBuffers{},
+		Transport:      forwarder{p},
+		FlushInterval:  -1,
+		ErrorHandler:   p.gatewayError,
+		ErrorLog:       log.New(logWriter{p}, "", 0),
+		BufferPool:     copyBuffers{},
 	}
 	return p, nil
 }
