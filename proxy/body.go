@@ -35,18 +35,21 @@ func readBody(r *http.Request, rc *http.ResponseController, limit int64, timeout
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
-	if r.ContentLength > limit {
-		return nil, errTooLarge
-	}
 	body := &deadlineReader{r: r.Body, rc: rc, end: time.Now().Add(timeout)}
-	defer rc.SetReadDeadline(time.Time{})
-	b, err := io.ReadAll(io.LimitReader(body, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
+	if r.ContentLength > limit {
+		body.push() // for the server, which may read the rest before it answers
 		return nil, errTooLarge
 	}
+	b, err := io.ReadAll(io.LimitReader(body, limit+1))
+	switch {
+	case err != nil:
+		// The deadline stays: the server reads what is left of a body
+		// before it answers, and must not wait for this one.
+		return nil, err
+	case int64(len(b)) > limit:
+		return nil, errTooLarge
+	}
+	rc.SetReadDeadline(time.Time{})
 	return b, nil
 }
 
@@ -59,12 +62,17 @@ type deadlineReader struct {
 }
 
 func (d *deadlineReader) Read(b []byte) (int, error) {
+	d.push()
+	return d.r.Read(b)
+}
+
+// push sets the read deadline BodyStall from now, or at the end.
+func (d *deadlineReader) push() {
 	deadline := time.Now().Add(BodyStall)
 	if deadline.After(d.end) {
 		deadline = d.end
 	}
 	d.rc.SetReadDeadline(deadline)
-	return d.r.Read(b)
 }
 
 // modelOf returns the model a request asks for: in a Gemini path
