@@ -35,9 +35,10 @@ type FileConfig struct {
 	// Absent means the proxy's recommended policy.
 	Policy json.RawMessage `json:"policy"`
 	// PassClientKey passes a client's own provider key (Authorization,
-	// x-api-key, x-goog-api-key) to an upstream that has no key_env.
-	// False (the default) strips it. It cannot be set with client tokens,
-	// which travel in the same headers.
+	// x-api-key, x-goog-api-key, api-key, ?key=) to a route's upstream
+	// when it has no key_env; never to a fallback, which may be another
+	// provider's. False (the default) strips it. It cannot be set with
+	// client tokens, which travel in the same places.
 	PassClientKey bool `json:"pass_client_key"`
 }
 

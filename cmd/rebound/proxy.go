@@ -97,7 +97,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	tokensFile := fs.String("tokens-file", "", "`file` of client tokens, one a line")
 	maxBody := fs.Int64("max-body", proxy.DefaultMaxBody, "largest request body in `bytes`; a larger one gets a 413")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "how long requests in flight may finish after SIGTERM")
-	redisURL := fs.String("redis", "", "share limits, breakers and cool-downs with other replicas on this Redis `URL`")
+	redisURL := fs.String("redis", "", "share limits, breakers and cool-downs with other replicas on this Redis `URL` (one with a password: --redis-env)")
 	redisEnv := fs.String("redis-env", "", "as --redis, with the URL (and its password) in this environment `variable`, out of ps's sight")
 	attemptTimeout := fs.Duration("attempt-timeout", 0, "bound each attempt, its body read included (0: none but the client's)")
 
