@@ -348,6 +348,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.outcome = "client_error"
 		return
 	}
+	if strings.EqualFold(r.Header.Get("Upgrade"), "h2c") {
+		r.Header.Del("Upgrade") // curl --http2 asks, and goes on in HTTP/1.1 when refused
+	}
 	if r.Header.Get("Upgrade") != "" {
 		// A websocket (OpenAI's Realtime API) would have the engine
 		// retry, pace and classify what it cannot read.

@@ -426,3 +426,14 @@ func TestReviewEncodedDotSegments(t *testing.T) {
 		t.Errorf("the upstream got %d requests", s.hits)
 	}
 }
+
+// TestReviewH2CUpgradeIgnored: the 501 for upgrades leaves out h2c, which
+// curl --http2 asks for on every plain-HTTP request and does without.
+func TestReviewH2CUpgradeIgnored(t *testing.T) {
+	up, s := reviewUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { io.WriteString(w, `{}`) })
+	front, _ := newReviewProxy(t, proxy.Options{Upstream: up.URL})
+	resp, body := do(t, "POST", front.URL+"/v1/chat/completions", `{"model":"m"}`, "Connection", "Upgrade, HTTP2-Settings", "Upgrade", "h2c", "HTTP2-Settings", "AAMAAABkAAQCAAAAAAIAAAAA")
+	if resp.StatusCode != 200 || s.header.Get("Upgrade") != "" {
+		t.Errorf("h2c upgrade: %d %s, upstream saw Upgrade %q", resp.StatusCode, body, s.header.Get("Upgrade"))
+	}
+}
