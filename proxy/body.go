@@ -4,46 +4,98 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
-var errTooLarge = errors.New("request body too large")
+// MaxModel is the longest model name the proxy takes, in bytes: a name
+// becomes a breaker's key, a metric's label and a field of the access
+// log, and the client chooses it.
+const MaxModel = 256
 
-// readBody reads r's body, at most limit bytes.
-func readBody(r *http.Request, limit int64) ([]byte, error) {
+// BodyStall is how long a request body may send nothing before the proxy
+// gives up on it (408), as the server gives up on headers that stall.
+const BodyStall = 10 * time.Second
+
+var (
+	errTooLarge       = errors.New("request body too large")
+	errDuplicateModel = errors.New(`the request body has more than one top-level "model"`)
+	errLongModel      = fmt.Errorf("the model name is over %d bytes", MaxModel)
+)
+
+// readBody reads r's body, at most limit bytes, within timeout and with
+// no stall of BodyStall: a body that does not come holds a connection, a
+// goroutine and its bytes so far. rc sets the connection's read deadline
+// (a ResponseWriter that cannot has its body read without one).
+func readBody(r *http.Request, rc *http.ResponseController, limit int64, timeout time.Duration) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
+	body := &deadlineReader{r: r.Body, rc: rc, end: time.Now().Add(timeout)}
 	if r.ContentLength > limit {
+		body.push() // for the server, which may read the rest before it answers
 		return nil, errTooLarge
 	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
+	b, err := io.ReadAll(io.LimitReader(body, limit+1))
+	switch {
+	case err != nil:
+		// The deadline stays: the server reads what is left of a body
+		// before it answers, and must not wait for this one.
 		return nil, err
-	}
-	if int64(len(b)) > limit {
+	case int64(len(b)) > limit:
 		return nil, errTooLarge
 	}
+	rc.SetReadDeadline(time.Time{})
 	return b, nil
+}
+
+// deadlineReader reads a request body with the connection's read
+// deadline pushed on before each read, up to end.
+type deadlineReader struct {
+	r   io.Reader
+	rc  *http.ResponseController
+	end time.Time
+}
+
+func (d *deadlineReader) Read(b []byte) (int, error) {
+	d.push()
+	return d.r.Read(b)
+}
+
+// push sets the read deadline BodyStall from now, or at the end.
+func (d *deadlineReader) push() {
+	deadline := time.Now().Add(BodyStall)
+	if deadline.After(d.end) {
+		deadline = d.end
+	}
+	d.rc.SetReadDeadline(deadline)
 }
 
 // modelOf returns the model a request asks for: in a Gemini path
 // (".../models/NAME:verb"), or the JSON body's top-level "model"; empty
 // when it has none, or is not JSON (it goes to the upstream unchanged all
-// the same, whose 400 is the truth).
-func modelOf(path string, body []byte) string {
-	if m := pathModel(path); m != "" {
-		return m
+// the same, whose 400 is the truth). A body with two top-level "model"s
+// is an error: the proxy would route by one and the upstream serve the
+// other (JSON parsers keep the last), past a route's model.
+func modelOf(path string, body []byte) (string, error) {
+	m := pathModel(path)
+	if m == "" {
+		start, end, dup := modelSpan(body)
+		if dup {
+			return "", errDuplicateModel
+		}
+		if start < 0 || json.Unmarshal(body[start:end], &m) != nil {
+			m = ""
+		}
 	}
-	start, end := modelSpan(body)
-	var m string
-	if start < 0 || json.Unmarshal(body[start:end], &m) != nil {
-		return ""
+	if len(m) > MaxModel {
+		return "", errLongModel
 	}
-	return m
+	return m, nil
 }
 
 // pathModel returns the model of a Gemini path, or "".
@@ -70,7 +122,7 @@ func renamePathModel(path, model string) string {
 // every other byte as it was; a body without one, or not JSON, is
 // returned as it is.
 func renameModel(body []byte, model string) []byte {
-	start, end := modelSpan(body)
+	start, end, _ := modelSpan(body)
 	if start < 0 {
 		return body
 	}
@@ -81,27 +133,32 @@ func renameModel(body []byte, model string) []byte {
 }
 
 // modelSpan returns where the value of a JSON object's top-level "model"
-// key lies in body, or -1, -1.
-func modelSpan(body []byte) (start, end int) {
+// key lies in body, or -1, -1; dup reports a second "model" key (escapes
+// decoded, as every parser does), which the whole object is read to find.
+func modelSpan(body []byte) (start, end int, dup bool) {
+	start, end = -1, -1
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return -1, -1
+		return start, end, false
 	}
 	for dec.More() {
 		k, err := dec.Token()
 		if err != nil {
-			return -1, -1
+			return start, end, false // not JSON after all: the upstream will say so
 		}
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
-			return -1, -1
+			return start, end, false
 		}
 		if k == "model" {
-			end := int(dec.InputOffset())
-			return end - len(v), end
+			if start >= 0 {
+				return -1, -1, true
+			}
+			end = int(dec.InputOffset())
+			start = end - len(v)
 		}
 	}
-	return -1, -1
+	return start, end, false
 }
 
 // writeJSON writes a JSON body with status.
@@ -147,6 +204,10 @@ func geminiStatus(status int) string {
 		return "INVALID_ARGUMENT"
 	case http.StatusServiceUnavailable:
 		return "UNAVAILABLE"
+	case http.StatusNotImplemented:
+		return "UNIMPLEMENTED"
+	case http.StatusRequestTimeout:
+		return "DEADLINE_EXCEEDED"
 	}
 	return "INTERNAL"
 }

@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"container/list"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rebound-go/rebound"
 )
@@ -9,34 +11,52 @@ import (
 // breakers holds the breaker of each upstream and model, made on first
 // use, at most size of them: a model name comes from the client, and a
 // client that makes them up must not grow the proxy without bound. When
-// full, a new key evicts the oldest; an evicted breaker goes on working
-// for the calls that hold it.
+// full, a new key evicts the least recently used breaker that is not
+// refusing calls: an open breaker is what keeps calls off a dead
+// upstream, and made-up models must not push it out. Only when every one
+// kept is refusing does the least recently used go, so that memory stays
+// bounded (each of them took failed calls to open). An evicted breaker
+// goes on working for the calls that hold it.
 type breakers struct {
 	make func(key string) rebound.Breaker
 	size int
 
-	mu    sync.Mutex // guards byKey and order
-	byKey map[string]rebound.Breaker
-	order []string // keys, oldest first
+	mu     sync.Mutex // guards byKey and recent
+	byKey  map[string]*list.Element
+	recent list.List // of *keptBreaker, most recently used first
+}
+
+// keptBreaker is a breaker and what the proxy saw of it.
+type keptBreaker struct {
+	key      string
+	b        rebound.Breaker
+	refusing atomic.Bool // its latest Allow refused: open, as far as calls saw
 }
 
 func newBreakers(make func(string) rebound.Breaker, size int) *breakers {
-	return &breakers{make: make, size: size, byKey: map[string]rebound.Breaker{}}
+	return &breakers{make: make, size: size, byKey: map[string]*list.Element{}}
 }
 
 // get returns key's breaker.
-func (s *breakers) get(key string) rebound.Breaker {
+func (s *breakers) get(key string) *keptBreaker {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if b, ok := s.byKey[key]; ok {
-		return b
+	if e, ok := s.byKey[key]; ok {
+		s.recent.MoveToFront(e)
+		return e.Value.(*keptBreaker)
 	}
-	if len(s.order) >= s.size {
-		delete(s.byKey, s.order[0])
-		s.order = s.order[1:]
+	if s.recent.Len() >= s.size {
+		victim := s.recent.Back()
+		for e := victim; e != nil; e = e.Prev() {
+			if !e.Value.(*keptBreaker).refusing.Load() {
+				victim = e
+				break
+			}
+		}
+		delete(s.byKey, victim.Value.(*keptBreaker).key)
+		s.recent.Remove(victim)
 	}
-	b := s.make(key)
-	s.byKey[key] = b
-	s.order = append(s.order, key)
-	return b
+	k := &keptBreaker{key: key, b: s.make(key)}
+	s.byKey[key] = s.recent.PushFront(k)
+	return k
 }

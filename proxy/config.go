@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/rebound-go/rebound"
@@ -34,9 +35,10 @@ type FileConfig struct {
 	// Absent means the proxy's recommended policy.
 	Policy json.RawMessage `json:"policy"`
 	// PassClientKey passes a client's own provider key (Authorization,
-	// x-api-key, x-goog-api-key) to an upstream that has no key_env.
-	// False (the default) strips it. It cannot be set with client tokens,
-	// which travel in the same headers.
+	// x-api-key, x-goog-api-key, api-key, ?key=) to a route's upstream
+	// when it has no key_env; never to a fallback, which may be another
+	// provider's. False (the default) strips it. It cannot be set with
+	// client tokens, which travel in the same places.
 	PassClientKey bool `json:"pass_client_key"`
 }
 
@@ -191,19 +193,30 @@ func checkURL(s string) error {
 		return errors.New("empty (want e.g. https://api.openai.com)")
 	}
 	u, err := url.Parse(s)
+	shown := quoteURL(s)
 	switch {
 	case err != nil:
-		return fmt.Errorf("%q does not parse", s)
+		return fmt.Errorf("%s does not parse", shown)
 	case u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Errorf("%q is not an http or https URL", s)
+		return fmt.Errorf("%s is not an http or https URL", shown)
 	case u.Host == "":
-		return fmt.Errorf("%q has no host", s)
+		return fmt.Errorf("%s has no host", shown)
 	case u.User != nil:
 		return errors.New("carries credentials: put the key in key_env's variable")
 	case u.RawQuery != "" || u.Fragment != "":
-		return fmt.Errorf("%q has a query or fragment", s)
+		return fmt.Errorf("%s has a query or fragment", shown)
 	}
 	return nil
+}
+
+// quoteURL quotes s for an error message, unless it may carry a
+// credential (a userinfo, a query: "@" or "?" anywhere, since s may not
+// parse), which an error would print into whatever keeps the logs.
+func quoteURL(s string) string {
+	if strings.ContainsAny(s, "@?") {
+		return "the URL (not shown: it may carry a credential)"
+	}
+	return strconv.Quote(s)
 }
 
 func dialectOr(d string) string {

@@ -1,30 +1,39 @@
 // Package proxy is the handler of "rebound proxy": a reverse proxy that
 // puts rebound's engine in front of agents written in any language. It
-// speaks each provider's own API (OpenAI's chat completions and
-// responses, Anthropic's messages, Gemini's generateContent, streaming or
-// not), so that a client changes only its base URL and turns its SDK's
-// retries off.
+// speaks each provider's own API (OpenAI's chat completions and responses,
+// Anthropic's messages, Gemini's generateContent, streaming or not), so
+// that a client changes only its base URL and turns its SDK's retries off.
 //
 // A request is read whole (up to a cap: a larger one gets a 413 shaped as
-// its dialect's errors are), matched to a route by its path and model, and
-// sent, path, query and body unchanged, through a rebound.Transport over a
-// ratelimit.Transport: classified, retried under the route's policy, paced
-// by the limits the upstream's headers announce, held to an adaptive limit
-// of requests in flight, with a retry budget per upstream. A body that is
-// not JSON goes as it came: the upstream's 400 is the truth. Event streams
-// are looked into up to their first content, so that one that fails
-// before it is retried where the client sees nothing; after it, the bytes
-// go to the client as they come, flushed at once, and a stream that breaks
-// reaches the client broken as it broke.
+// its dialect's errors are; one that stalls for BodyStall, or takes over
+// its timeout, a 408), matched to a route by its path and model, and sent,
+// path (escapes kept), query and body unchanged, through a
+// rebound.Transport over a ratelimit.Transport: classified, retried under
+// the route's policy, paced by the limits the upstream's headers announce,
+// held to an adaptive limit of requests in flight, with a retry budget per
+// upstream. A body that is not JSON goes as it came: the upstream's 400 is
+// the truth. What the proxy cannot route truthfully it refuses in the
+// dialect: a body with two top-level "model" keys (the proxy would route
+// by one, the upstream serve the other), a model over MaxModel bytes (it
+// becomes a breaker's key, a metric's label, a log field), a path with "."
+// or ".." segments (they would leave the upstream's base path, with its
+// key), and a protocol upgrade (a 501: websockets, the Realtime API among
+// them, are not proxied). The client's Accept-Encoding is not passed on:
+// the transport asks for gzip and decodes it, so that every answer is read
+// (classified, scrubbed, its tokens counted) and reaches the client
+// uncompressed. Event streams are looked into up to their first content,
+// so that one that fails before it is retried where the client sees
+// nothing; after it, the bytes go to the client as they come, flushed at
+// once, and a stream that breaks reaches the client broken as it broke.
 //
-// The breaker of each upstream and model is there for a dead upstream,
-// not a flaky one: with nowhere else to go, refusing a call that would
-// have had two chances in three is worse than making it. So it opens on a
-// high failure rate over a window with enough calls (RecommendedBreaker),
-// and a rate limit that came with a server wait does not count: waiting
-// it out is the limiter's and the retry loop's business. The breaker
-// hears each attempt's outcome only after the classifier has judged it,
-// which is how a per-call wrapper learns which failures to leave out.
+// The breaker of each upstream and model is there for a dead upstream, not
+// a flaky one: with nowhere else to go, refusing a call that would have
+// had two chances in three is worse than making it. So it opens on a high
+// failure rate over a window with enough calls (RecommendedBreaker), and a
+// rate limit that came with a server wait does not count: waiting it out
+// is the limiter's and the retry loop's business. The breaker hears each
+// attempt's outcome only after the classifier has judged it, which is how
+// a per-call wrapper learns which failures to leave out.
 //
 // A route's fallbacks are other upstreams of its dialect, each with the
 // model to ask it for; the JSON body's "model" (or a Gemini path's) is
@@ -34,11 +43,13 @@
 // permanent failure is the same everywhere and goes back to the client.
 //
 // Keys: with one upstream and no config, the client's own key passes
-// through. Otherwise it does only when the config says so; upstream keys
-// come from environment variables, never from a file. Client tokens,
-// compared in constant time, stand in the header a key would, so a proxy
-// with tokens sends the upstream's key instead. Nothing the proxy writes
-// to its log carries a header, a body or a prompt, and every error text is
-// scrubbed of the keys and tokens it knows and of anything shaped like a
-// key.
+// through. Otherwise it does only when the config says so, and then only
+// to the route's own upstream, never to a fallback; upstream keys come
+// from environment variables, never from a file. Client tokens, compared
+// in constant time, stand where a key would (each header an SDK sends its
+// key in, or Gemini's ?key=), so a proxy with tokens sends the upstream's
+// key instead. An upstream that echoes its key has it scrubbed from the
+// response headers and error bodies. Nothing the proxy writes to its log
+// carries a header, a body or a prompt, and every error text is scrubbed
+// of the keys and tokens it knows and of anything shaped like a key.
 package proxy

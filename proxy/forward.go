@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -18,9 +19,6 @@ import (
 // while the one before is down, overloaded, out of quota or out of
 // retries.
 type forwarder struct{ p *Proxy }
-
-// clientKeyHeaders are where clients send their keys (and tokens).
-var clientKeyHeaders = []string{"Authorization", "X-Api-Key", "X-Goog-Api-Key", "Api-Key"}
 
 func (f forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 	p := f.p
@@ -49,7 +47,7 @@ func (f forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 			// Within a chain an overloaded upstream is left at once.
 			policy.PerKind = withOverride(policy.PerKind, rebound.KindOverloaded, rebound.Override{MaxAttempts: 1})
 		}
-		cb := &callBreaker{b: p.breakers.get(key)}
+		cb := &callBreaker{kept: p.breakers.get(key)}
 		policy.Breaker = cb
 		policy.Classifier = cb.classify
 		policy.Budget = t.up.budget
@@ -84,18 +82,25 @@ func (f forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 	return lastResp, lastErr
 }
 
-// upstreamRequest is out pointed at target t, asking for model.
+// upstreamRequest is out pointed at target t, asking for model. The path
+// keeps its escapes ("%2F" stays one segment). The client's own key goes
+// only to the route's first upstream, the one it was meant for (with
+// pass_client_key). The client's Accept-Encoding does not go: the
+// transport then asks for gzip and decodes it, so that every answer is
+// read in plain (classified, scrubbed, its tokens counted), whatever the
+// client accepts (br and zstd the engine could not read).
 func (p *Proxy) upstreamRequest(out *http.Request, c *call, t target, model string) *http.Request {
 	req := out.Clone(out.Context())
 	u := *t.up.base
-	path := out.URL.Path
+	path, rawPath := out.URL.Path, out.URL.EscapedPath()
 	body := c.body
 	if t.model != "" {
 		body = renameModel(body, t.model)
 		path = renamePathModel(path, t.model)
+		rawPath = renamePathModel(rawPath, url.PathEscape(t.model))
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/") + path
-	u.RawPath = ""
+	u.RawPath = strings.TrimSuffix(t.up.base.EscapedPath(), "/") + rawPath
 	u.RawQuery = out.URL.RawQuery
 	req.URL = &u
 	req.Host = ""
@@ -105,7 +110,8 @@ func (p *Proxy) upstreamRequest(out *http.Request, c *call, t target, model stri
 	if len(body) == 0 {
 		req.Body, req.GetBody = http.NoBody, nil
 	}
-	if t.up.key != "" || !p.passClientKey {
+	req.Header.Del("Accept-Encoding")
+	if t.up.key != "" || !p.passClientKey || t.up != c.rt.targets[0].up {
 		for _, h := range clientKeyHeaders {
 			req.Header.Del(h)
 		}
@@ -149,20 +155,22 @@ func withOverride(per map[rebound.Kind]rebound.Override, k rebound.Kind, o rebou
 // the breaker does not count it. It is told by the classifier, which
 // judges each failed attempt just before the breaker hears of it.
 type callBreaker struct {
-	b          rebound.Breaker
+	kept       *keptBreaker
 	serverWait atomic.Bool // the attempt under way was rate limited with a wait
 }
 
 func (c *callBreaker) Allow() (rebound.Permit, error) {
 	c.serverWait.Store(false)
-	return c.b.Allow()
+	permit, err := c.kept.b.Allow()
+	c.kept.refusing.Store(err != nil)
+	return permit, err
 }
 
 func (c *callBreaker) Done(p rebound.Permit, o rebound.Outcome) {
 	if o == rebound.OutcomeFailure && c.serverWait.Load() {
 		o = rebound.OutcomeIgnored
 	}
-	c.b.Done(p, o)
+	c.kept.b.Done(p, o)
 }
 
 func (c *callBreaker) classify(err error) rebound.Verdict {

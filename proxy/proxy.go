@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,7 @@ const (
 	DefaultMaxBody       = 32 << 20
 	DefaultMaxAttempts   = 4
 	DefaultQuotaCooldown = fallback.DefaultQuotaCooldown
+	DefaultBodyTimeout   = 60 * time.Second
 	maxBreakers          = 1024
 	maxIdlePerUpstream   = 256
 )
@@ -62,14 +64,19 @@ type Options struct {
 	UpstreamKey string
 	// Config is a parsed config file: several upstreams and routes.
 	Config *FileConfig
-	// Getenv reads the upstreams' key variables. Nil means os.Getenv's
-	// caller passed none: keys are then looked up as empty.
+	// Getenv reads the upstreams' key variables. Nil means os.Getenv.
 	Getenv func(string) string
-	// Tokens are the client tokens; a request must carry one of them (as
-	// Authorization: Bearer or x-api-key). None means no check.
+	// Tokens are the client tokens; a request must carry one of them
+	// where a client sends its key: Authorization: Bearer (any case),
+	// x-api-key, x-goog-api-key, api-key or the "key" query parameter.
+	// None means no check.
 	Tokens []string
 	// MaxBody caps a request body. Zero means DefaultMaxBody (32 MiB).
 	MaxBody int64
+	// BodyTimeout bounds the reading of a request body; a body that takes
+	// longer, or sends nothing for BodyStall, gets a 408. Zero means
+	// DefaultBodyTimeout (60 s).
+	BodyTimeout time.Duration
 	// Policy is the retry policy of routes that name none. Zero means
 	// RecommendedPolicy.
 	Policy *rebound.Policy
@@ -101,6 +108,7 @@ type Proxy struct {
 	tokens        tokens
 	passClientKey bool
 	maxBody       int64 // the largest cap of any route: what is read before routing
+	bodyTimeout   time.Duration
 	breakers      *breakers
 	cooldowns     fallback.Cooldowns
 	observer      rebound.Observer
@@ -140,12 +148,16 @@ type target struct {
 // New returns a Proxy for o, or a one-line error.
 func New(o Options) (*Proxy, error) {
 	p := &Proxy{
-		tokens:    newTokens(o.Tokens),
-		cooldowns: o.Cooldowns,
-		observer:  o.Observer,
-		log:       o.Logger,
-		metrics:   o.Metrics,
-		maxBody:   o.MaxBody,
+		tokens:      newTokens(o.Tokens),
+		cooldowns:   o.Cooldowns,
+		observer:    o.Observer,
+		log:         o.Logger,
+		metrics:     o.Metrics,
+		maxBody:     o.MaxBody,
+		bodyTimeout: o.BodyTimeout,
+	}
+	if p.bodyTimeout <= 0 {
+		p.bodyTimeout = DefaultBodyTimeout
 	}
 	if p.log == nil {
 		p.log = slog.Default()
@@ -174,7 +186,7 @@ func New(o Options) (*Proxy, error) {
 	}
 	getenv := o.Getenv
 	if getenv == nil {
-		getenv = func(string) string { return "" }
+		getenv = os.Getenv
 	}
 	newUpstream := func(name, rawURL, dialect, key string, limits ratelimit.Config) (*upstream, error) {
 		if err := checkURL(rawURL); err != nil {
@@ -274,12 +286,13 @@ func New(o Options) (*Proxy, error) {
 	}
 	p.secrets = secretsOf(append(keys, o.Tokens...))
 	p.reverse = &httputil.ReverseProxy{
-		Rewrite:       p.rewrite,
-		Transport:     forwarder{p},
-		FlushInterval: -1,
-		ErrorHandler:  p.gatewayError,
-		ErrorLog:      log.New(logWriter{p}, "", 0),
-		BufferPool:    copyBuffers{},
+		Rewrite:        p.rewrite,
+		ModifyResponse: p.scrubResponse,
+		Transport:      forwarder{p},
+		FlushInterval:  -1,
+		ErrorHandler:   p.gatewayError,
+		ErrorLog:       log.New(logWriter{p}, "", 0),
+		BufferPool:     copyBuffers{},
 	}
 	return p, nil
 }
@@ -337,12 +350,34 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.outcome = "unauthorized"
 		return
 	}
-	body, err := readBody(r, p.maxBody)
 	dialect := dialectOfPath(r.URL.Path)
+	if hasDotSegment(r.URL.Path) {
+		// The upstream (or a server before it) would resolve them, out
+		// of its base path, with the operator's key.
+		writeError(sw, dialect, http.StatusBadRequest, `the path has "." or ".." segments`)
+		c.outcome = "client_error"
+		return
+	}
+	if strings.EqualFold(r.Header.Get("Upgrade"), "h2c") {
+		r.Header.Del("Upgrade") // curl --http2 asks, and goes on in HTTP/1.1 when refused
+	}
+	if r.Header.Get("Upgrade") != "" {
+		// A websocket (OpenAI's Realtime API) would have the engine
+		// retry, pace and classify what it cannot read.
+		writeError(sw, dialect, http.StatusNotImplemented, "protocol upgrades (websockets, the Realtime API) are not proxied")
+		c.outcome = "upgrade"
+		return
+	}
+	body, err := readBody(r, http.NewResponseController(w), p.maxBody, p.bodyTimeout)
 	switch {
 	case errors.Is(err, errTooLarge):
 		writeError(sw, dialect, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", p.maxBody))
 		c.outcome = "too_large"
+		return
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		c.outcome = "client_error"
+		c.err = err
+		writeError(sw, dialect, http.StatusRequestTimeout, "the request body did not come in time")
 		return
 	case err != nil:
 		c.outcome = "client_error"
@@ -350,7 +385,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(sw, dialect, http.StatusBadRequest, "could not read the request body")
 		return
 	}
-	c.model = modelOf(r.URL.Path, body)
+	if c.model, err = modelOf(r.URL.Path, body); err != nil {
+		c.outcome = "client_error"
+		writeError(sw, dialect, http.StatusBadRequest, err.Error())
+		return
+	}
 	rt := p.match(r.URL.Path, c.model)
 	if rt == nil {
 		writeJSON(sw, http.StatusNotFound, `{"error":{"message":"no route for this path and model","type":"not_found","code":404}}`)
@@ -382,6 +421,17 @@ func (p *Proxy) match(path, model string) *route {
 		}
 	}
 	return nil
+}
+
+// hasDotSegment reports whether path has a "." or ".." segment (escaped
+// or not: path is decoded).
+func hasDotSegment(path string) bool {
+	for seg := range strings.SplitSeq(path, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // rewrite is the ReverseProxy's: it keeps the request as it came, the

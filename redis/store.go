@@ -65,12 +65,16 @@ type Store struct {
 func Open(url string) (Config, error) {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
-		// go-redis quotes the URL, password and all.
+		// go-redis quotes the URL, password and all; a URL that does
+		// not parse says nothing of where its password is, and is not
+		// shown at all.
 		msg := err.Error()
 		if u, perr := neturl.Parse(url); perr == nil && u.User != nil {
 			if pw, ok := u.User.Password(); ok && pw != "" {
 				msg = strings.ReplaceAll(msg, pw, "xxxxx")
 			}
+		} else if perr != nil && strings.Contains(url, "@") {
+			msg = "the URL does not parse (not shown: it may carry a password)"
 		}
 		return Config{}, errors.New("reboundredis: " + msg)
 	}

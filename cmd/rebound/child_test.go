@@ -1,12 +1,9 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
-	"os/signal"
-	"syscall"
 	"testing"
 )
 
@@ -22,7 +19,7 @@ func TestMain(m *testing.M) {
 			os.Stderr.WriteString("bad " + childArgs + ": " + err.Error() + "\n")
 			os.Exit(2)
 		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		ctx, stop := signalContext()
 		code := run(ctx, a, os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)

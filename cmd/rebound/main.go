@@ -59,10 +59,29 @@ them, and the Go version. A build outside a module or a repository says
 `
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// signalContext returns a context that SIGINT or SIGTERM cancels. The
+// first signal only cancels it (a command stops cleanly: the proxy drains);
+// the signals have their default effect again before it is cancelled, so
+// that a second one (Ctrl-C again) kills at once.
+func signalContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		select {
+		case <-signals:
+		case <-ctx.Done():
+		}
+		signal.Stop(signals)
+		cancel()
+	}()
+	return ctx, cancel
 }
 
 // command is a subcommand: it runs with its arguments and returns the exit

@@ -57,12 +57,24 @@ With --upstream and no config, the client's own key passes through
 unchanged. A config file (JSON) names several upstreams, routes by path
 prefix or model, fallbacks to upstreams of the same dialect (with the model
 renamed), and a policy (rebound's Policy JSON) and body cap per route; the
-upstreams' keys come from the environment variables it names.
+upstreams' keys come from the environment variables it names. With
+pass_client_key, the client's key goes only to the route's own upstream,
+never to a fallback.
 
 Bound to a loopback address the proxy asks nothing of its clients; bound to
 any other, it refuses to start without client tokens (--token-env or
---tokens-file), which clients send as "Authorization: Bearer TOKEN" or
-"x-api-key: TOKEN", in place of their key.
+--tokens-file), which clients send where their SDK sends its key
+("Authorization: Bearer TOKEN", x-api-key, x-goog-api-key, api-key or
+?key=TOKEN).
+
+The proxy refuses, in the dialect of the request: a body with two top-level
+"model" keys or a model name over 256 bytes (400), a path with "." or ".."
+segments (400), a protocol upgrade (501: websockets, and so OpenAI's
+Realtime API, are not proxied), and a body that sends nothing for 10 s or
+takes over 60 s (408). It asks the upstreams for gzip itself, whatever the
+client accepts, and answers uncompressed: it reads every answer. Keys and
+tokens it knows are scrubbed from the response headers and error bodies an
+upstream might echo them in.
 
 The first line on stdout is "listening on http://HOST:PORT". Logs, an
 access log line per request among them, go to stderr as JSON (slog), and
@@ -85,7 +97,8 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	tokensFile := fs.String("tokens-file", "", "`file` of client tokens, one a line")
 	maxBody := fs.Int64("max-body", proxy.DefaultMaxBody, "largest request body in `bytes`; a larger one gets a 413")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "how long requests in flight may finish after SIGTERM")
-	redisURL := fs.String("redis", "", "share limits, breakers and cool-downs with other replicas on this Redis `URL`")
+	redisURL := fs.String("redis", "", "share limits, breakers and cool-downs with other replicas on this Redis `URL` (one with a password: --redis-env)")
+	redisEnv := fs.String("redis-env", "", "as --redis, with the URL (and its password) in this environment `variable`, out of ps's sight")
 	attemptTimeout := fs.Duration("attempt-timeout", 0, "bound each attempt, its body read included (0: none but the client's)")
 
 	usageErr := func(format string, a ...any) int {
@@ -108,6 +121,13 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return usageErr("--drain-timeout %v is negative", *drain)
 	case *attemptTimeout < 0:
 		return usageErr("--attempt-timeout %v is negative", *attemptTimeout)
+	case *redisURL != "" && *redisEnv != "":
+		return usageErr("--redis and --redis-env both given")
+	}
+	if *redisEnv != "" {
+		if *redisURL = os.Getenv(*redisEnv); *redisURL == "" {
+			return usageErr("--redis-env: environment variable %s is not set", *redisEnv)
+		}
 	}
 	host, port, err := net.SplitHostPort(*addr)
 	if err != nil {

@@ -136,12 +136,32 @@ func (s Secrets) Bytes(b []byte) []byte {
 	return replace(b, spans)
 }
 
+// Empty reports whether s knows no credential (it scrubs key shapes
+// only).
+func (s Secrets) Empty() bool { return len(s.values) == 0 }
+
+// Known returns t with every known credential replaced by Redacted, and
+// key-shaped words left: for text that is not an error's, such as a
+// response's headers, where such a word may be anything.
+func (s Secrets) Known(t string) string {
+	spans := s.findKnown([]byte(t), nil)
+	if len(spans) == 0 {
+		return t
+	}
+	return string(replace([]byte(t), spans))
+}
+
 // span is a stretch of text to replace: b[start:end].
 type span struct{ start, end int }
 
 // find returns where b holds a known credential or a key-shaped word, in
 // order and without overlaps; a longer credential wins over one it holds.
 func (s Secrets) find(b []byte) []span {
+	return s.findKnown(b, func(b []byte, from int) (int, int) { return nextShape(b, from) })
+}
+
+// findKnown is find with the key shapes nextShape finds (nil: none).
+func (s Secrets) findKnown(b []byte, nextShape func(b []byte, from int) (start, end int)) []span {
 	var spans []span
 	overlaps := func(start, end int) bool {
 		for _, sp := range spans {
@@ -164,9 +184,11 @@ func (s Secrets) find(b []byte) []span {
 			from = start + len(v)
 		}
 	}
-	for start, end := nextShape(b, 0); start >= 0; start, end = nextShape(b, end) {
-		if !overlaps(start, end) {
-			spans = append(spans, span{start, end})
+	if nextShape != nil {
+		for start, end := nextShape(b, 0); start >= 0; start, end = nextShape(b, end) {
+			if !overlaps(start, end) {
+				spans = append(spans, span{start, end})
+			}
 		}
 	}
 	slices.SortFunc(spans, func(a, b span) int { return a.start - b.start })

@@ -153,3 +153,16 @@ func TestEscapedForms(t *testing.T) {
 		}
 	}
 }
+
+// TestKnown: Known replaces the credentials a request carried, and leaves
+// a word shaped like a key, which in a response's header may be anything.
+func TestKnown(t *testing.T) {
+	s := Of(&http.Request{Header: http.Header{"Authorization": {"Bearer operator-key-998877"}}})
+	if s.Empty() || !(Secrets{}).Empty() {
+		t.Fatal("Empty is wrong")
+	}
+	in := "Bearer operator-key-998877, id sk-proj-aaaaaaaaaaaaaaaaaaaa"
+	if got, want := s.Known(in), Redacted+", id sk-proj-aaaaaaaaaaaaaaaaaaaa"; got != want {
+		t.Errorf("Known(%q) = %q, want %q", in, got, want)
+	}
+}

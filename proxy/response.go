@@ -1,0 +1,48 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+)
+
+// maxErrorBody is the most of an upstream's error body the proxy passes
+// on: it reads the whole of it to scrub it, and an error is a few hundred
+// bytes.
+const maxErrorBody = 1 << 20
+
+// scrubResponse is the ReverseProxy's ModifyResponse: an upstream that
+// echoes the key it was sent (in a response header, or in an error's
+// body) must not hand the operator's key to a client that holds only a
+// token. Header values lose the keys and tokens the proxy knows; an error
+// body that is not a stream loses those and anything shaped like a key,
+// and is cut at maxErrorBody. A body the transport did not decode (an
+// encoding the proxy did not ask for) goes as it came.
+func (p *Proxy) scrubResponse(resp *http.Response) error {
+	if p.secrets.Empty() {
+		return nil
+	}
+	for _, values := range resp.Header {
+		for i, v := range values {
+			values[i] = p.secrets.Known(v)
+		}
+	}
+	if resp.StatusCode < http.StatusBadRequest || resp.Header.Get("Content-Encoding") != "" {
+		return nil
+	}
+	if media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); media == "text/event-stream" {
+		return nil
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	body = p.secrets.Bytes(body)
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	return nil
+}
