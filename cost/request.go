@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"github.com/rebound-go/rebound/internal/provider"
 	"io"
 	"math"
 	"mime"
@@ -142,8 +143,7 @@ func (r request) most(p Price) Usage {
 // pathModel returns the model of a Gemini path (".../models/NAME:verb") or
 // an Azure OpenAI one (".../deployments/NAME/...").
 func pathModel(path string) string {
-	if _, rest, ok := strings.Cut(path, "/models/"); ok {
-		name, _, _ := strings.Cut(rest, ":")
+	if name := provider.GeminiModel(path); name != "" {
 		return name
 	}
 	if _, rest, ok := strings.Cut(path, "/deployments/"); ok {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/rebound-go/rebound/internal/provider"
 	"io"
 	"net/http"
 	"strconv"
@@ -82,7 +83,7 @@ func (d *deadlineReader) push() {
 // is an error: the proxy would route by one and the upstream serve the
 // other (JSON parsers keep the last), past a route's model.
 func modelOf(path string, body []byte) (string, error) {
-	m := pathModel(path)
+	m := provider.GeminiModel(path)
 	if m == "" {
 		start, end, dup := modelSpan(body)
 		if dup {
@@ -98,19 +99,9 @@ func modelOf(path string, body []byte) (string, error) {
 	return m, nil
 }
 
-// pathModel returns the model of a Gemini path, or "".
-func pathModel(path string) string {
-	_, rest, ok := strings.Cut(path, "/models/")
-	if !ok {
-		return ""
-	}
-	name, _, _ := strings.Cut(rest, ":")
-	return name
-}
-
 // renamePathModel returns path asking for model instead, if it names one.
 func renamePathModel(path, model string) string {
-	old := pathModel(path)
+	old := provider.GeminiModel(path)
 	if old == "" {
 		return path
 	}
