@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
-	"github.com/rebound-go/rebound/internal/provider"
 	"io"
 	"math"
 	"mime"
@@ -12,6 +11,8 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+
+	"github.com/rebound-go/rebound/internal/provider"
 )
 
 // What an HTTP attempt may use, and what it reports it used, in the

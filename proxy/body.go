@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/rebound-go/rebound/internal/provider"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/provider"
 )
 
 // MaxModel is the longest model name the proxy takes, in bytes: a name
