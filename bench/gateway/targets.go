@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -46,22 +45,30 @@ type target struct {
 	header http.Header
 }
 
-// child is a process the harness started. Its stderr is kept, up to a
-// bound, to explain a failure.
+// child is a process the harness started. Its stderr goes to a file, not
+// to a pipe the harness would read: a target that logs each request (as
+// rebound proxy does) must not make the harness copy its logs on the cores
+// it measures with. The first bytes of the file explain a failure.
 type child struct {
 	name   string
 	cmd    *exec.Cmd
-	stderr *cappedBuffer
+	stderr *os.File
 	exited chan struct{}
 }
 
 // start runs cmd as a child that ends with the harness, even when the
 // harness is killed (see endWithParent).
 func start(name string, cmd *exec.Cmd) (*child, error) {
-	c := &child{name: name, cmd: cmd, stderr: &cappedBuffer{limit: 16 << 10}, exited: make(chan struct{})}
-	cmd.Stderr = c.stderr
+	f, err := os.CreateTemp("", "gateway-"+name+"-*.log")
+	if err != nil {
+		return nil, err
+	}
+	os.Remove(f.Name()) // kept open, gone when the harness ends
+	c := &child{name: name, cmd: cmd, stderr: f, exited: make(chan struct{})}
+	cmd.Stderr = f
 	endWithParent(cmd)
 	if err := cmd.Start(); err != nil {
+		f.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	go func() {
@@ -80,38 +87,18 @@ func (c *child) stop() {
 		c.cmd.Process.Kill()
 		<-c.exited
 	}
+	c.stderr.Close()
 }
 
-// failure describes a child that did not come up: the error, and what the
-// child wrote on stderr.
+// failure describes a child that did not come up: the error, and the
+// first 16 KiB the child wrote on stderr.
 func (c *child) failure(err error) error {
-	if msg := strings.TrimSpace(c.stderr.String()); msg != "" {
+	buf := make([]byte, 16<<10)
+	n, _ := c.stderr.ReadAt(buf, 0)
+	if msg := strings.TrimSpace(string(buf[:n])); msg != "" {
 		return fmt.Errorf("%s: %w; its stderr: %s", c.name, err, msg)
 	}
 	return fmt.Errorf("%s: %w", c.name, err)
-}
-
-// cappedBuffer keeps the first limit bytes written to it and drops the rest,
-// so a chatty child cannot grow the harness's memory.
-type cappedBuffer struct {
-	limit int
-	mu    sync.Mutex // guards buf
-	buf   []byte
-}
-
-func (b *cappedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if room := b.limit - len(b.buf); room > 0 {
-		b.buf = append(b.buf, p[:min(room, len(p))]...)
-	}
-	return len(p), nil
-}
-
-func (b *cappedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
 }
 
 // buildRebound builds the rebound command from the repository at repo into
