@@ -95,47 +95,74 @@ type Limits struct {
 	Requests, Tokens, InputTokens, OutputTokens Quota
 }
 
+// quotaHeaders names the headers of one limit, in canonical form: they are
+// looked up in the header map as they are, not canonicalized again on
+// every response.
+type quotaHeaders struct{ limit, remaining, reset string }
+
+var (
+	openAIHeaders = [...]quotaHeaders{
+		{"X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests"},
+		{"X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens"},
+	}
+	anthropicHeaders = [...]quotaHeaders{
+		{"Anthropic-Ratelimit-Requests-Limit", "Anthropic-Ratelimit-Requests-Remaining", "Anthropic-Ratelimit-Requests-Reset"},
+		{"Anthropic-Ratelimit-Tokens-Limit", "Anthropic-Ratelimit-Tokens-Remaining", "Anthropic-Ratelimit-Tokens-Reset"},
+		{"Anthropic-Ratelimit-Input-Tokens-Limit", "Anthropic-Ratelimit-Input-Tokens-Remaining", "Anthropic-Ratelimit-Input-Tokens-Reset"},
+		{"Anthropic-Ratelimit-Output-Tokens-Limit", "Anthropic-Ratelimit-Output-Tokens-Remaining", "Anthropic-Ratelimit-Output-Tokens-Reset"},
+	}
+)
+
+// present reports whether h has any of q's headers.
+func (q quotaHeaders) present(h http.Header) bool {
+	return get(h, q.limit) != "" || get(h, q.remaining) != "" || get(h, q.reset) != ""
+}
+
+// get is h.Get for a key already in canonical form.
+func get(h http.Header, canonicalKey string) string {
+	if v := h[canonicalKey]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
 // RateLimits reads the rate-limit headers of a response received at now
 // (the Date header, if any, is preferred, as for Retry-After). It reports
 // false when there are none.
 func RateLimits(h http.Header, now time.Time) (Limits, bool) {
-	if d := h.Get("Date"); d != "" {
-		if date, err := http.ParseTime(d); err == nil {
-			now = date
-		}
-	}
-	var rl Limits
+	none := Quota{Limit: -1, Remaining: -1}
+	rl := Limits{Requests: none, Tokens: none, InputTokens: none, OutputTokens: none}
 	found := false
-	parse := func(q *Quota, limit, remaining, reset string, rfc3339 bool) {
-		q.Limit, q.Remaining = count(h, limit), count(h, remaining)
-		if rfc3339 {
-			q.Reset, q.HasReset = resetAt(h.Get(reset), now)
-		} else {
-			q.Reset, q.HasReset = resetIn(h.Get(reset))
-		}
+	read := func(q *Quota, names quotaHeaders, reset func(string) (time.Duration, bool)) {
+		q.Limit, q.Remaining = count(h, names.limit), count(h, names.remaining)
+		q.Reset, q.HasReset = reset(get(h, names.reset))
 		found = found || q.Limit >= 0 || q.Remaining >= 0 || q.HasReset
 	}
-	if h.Get("X-Ratelimit-Limit-Requests") != "" || h.Get("X-Ratelimit-Remaining-Requests") != "" ||
-		h.Get("X-Ratelimit-Limit-Tokens") != "" || h.Get("X-Ratelimit-Remaining-Tokens") != "" ||
-		h.Get("X-Ratelimit-Reset-Requests") != "" || h.Get("X-Ratelimit-Reset-Tokens") != "" {
-		parse(&rl.Requests, "X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests", false)
-		parse(&rl.Tokens, "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens", false)
-		rl.InputTokens, rl.OutputTokens = Quota{Limit: -1, Remaining: -1}, Quota{Limit: -1, Remaining: -1}
+	if openAIHeaders[0].present(h) || openAIHeaders[1].present(h) {
+		read(&rl.Requests, openAIHeaders[0], resetIn)
+		read(&rl.Tokens, openAIHeaders[1], resetIn)
 		return rl, found
 	}
-	for _, q := range []struct {
-		q    *Quota
-		name string
-	}{{&rl.Requests, "requests"}, {&rl.Tokens, "tokens"}, {&rl.InputTokens, "input-tokens"}, {&rl.OutputTokens, "output-tokens"}} {
-		p := "Anthropic-Ratelimit-" + q.name
-		parse(q.q, p+"-Limit", p+"-Remaining", p+"-Reset", true)
+	quotas := [...]*Quota{&rl.Requests, &rl.Tokens, &rl.InputTokens, &rl.OutputTokens}
+	dated := false
+	for i, names := range anthropicHeaders {
+		if !names.present(h) {
+			continue
+		}
+		if !dated {
+			dated = true
+			if date, err := http.ParseTime(get(h, "Date")); err == nil {
+				now = date
+			}
+		}
+		read(quotas[i], names, func(s string) (time.Duration, bool) { return resetAt(s, now) })
 	}
 	return rl, found
 }
 
 // count reads a non-negative count; -1 for one absent or malformed.
-func count(h http.Header, key string) int64 {
-	v := strings.TrimSpace(h.Get(key))
+func count(h http.Header, canonicalKey string) int64 {
+	v := strings.TrimSpace(get(h, canonicalKey))
 	if v == "" {
 		return -1 // absent: no error to make, on every response
 	}
