@@ -238,6 +238,10 @@ func (b *usageBody) event(line []byte) {
 	}
 }
 
+// usageKey begins every key usage is reported under ("usage",
+// "usageMetadata"), nested or not.
+var usageKey = []byte(`"usage`)
+
 // end tells done of the usage, once the body has ended or been closed.
 func (b *usageBody) end() {
 	b.mu.Lock()
@@ -262,6 +266,9 @@ func (b *usageBody) end() {
 // the attempt's; cache tokens are input. A document with a count that is
 // negative, or too large to add up, says nothing.
 func (b *usageBody) read(doc []byte) {
+	if !bytes.Contains(doc, usageKey) {
+		return // most of a stream's events: not worth decoding
+	}
 	var d usageDoc
 	if json.Unmarshal(doc, &d) != nil {
 		return
