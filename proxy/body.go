@@ -37,35 +37,49 @@ func readBody(r *http.Request, rc *http.ResponseController, limit int64, timeout
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
-	body := &deadlineReader{r: r.Body, rc: rc, end: time.Now().Add(timeout)}
+	body := &deadlineReader{r: r.Body, rc: rc, end: time.Now().Add(timeout), left: r.ContentLength}
 	if r.ContentLength > limit {
 		body.push() // for the server, which may read the rest before it answers
 		return nil, errTooLarge
 	}
-	b, err := io.ReadAll(io.LimitReader(body, limit+1))
+	var b bytes.Buffer
+	if r.ContentLength > 0 {
+		b.Grow(int(r.ContentLength) + 1) // +1: the read that finds the end
+	}
+	_, err := b.ReadFrom(io.LimitReader(body, limit+1))
 	switch {
 	case err != nil:
 		// The deadline stays: the server reads what is left of a body
 		// before it answers, and must not wait for this one.
 		return nil, err
-	case int64(len(b)) > limit:
+	case int64(b.Len()) > limit:
 		return nil, errTooLarge
 	}
-	rc.SetReadDeadline(time.Time{})
-	return b, nil
+	if body.pushed {
+		rc.SetReadDeadline(time.Time{})
+	}
+	return b.Bytes(), nil
 }
 
 // deadlineReader reads a request body with the connection's read
 // deadline pushed on before each read, up to end.
 type deadlineReader struct {
-	r   io.Reader
-	rc  *http.ResponseController
-	end time.Time
+	r      io.Reader
+	rc     *http.ResponseController
+	end    time.Time
+	left   int64 // of the declared length; -1 when none was
+	pushed bool
 }
 
 func (d *deadlineReader) Read(b []byte) (int, error) {
-	d.push()
-	return d.r.Read(b)
+	if d.left != 0 {
+		d.push() // the read that finds the end of a declared length waits for nothing
+	}
+	n, err := d.r.Read(b)
+	if d.left > 0 {
+		d.left = max(d.left-int64(n), 0)
+	}
+	return n, err
 }
 
 // push sets the read deadline BodyStall from now, or at the end.
@@ -75,6 +89,7 @@ func (d *deadlineReader) push() {
 		deadline = d.end
 	}
 	d.rc.SetReadDeadline(deadline)
+	d.pushed = true
 }
 
 // modelOf returns the model a request asks for: in a Gemini path

@@ -289,10 +289,13 @@ func New(o Options) (*Proxy, error) {
 		Rewrite:        p.rewrite,
 		ModifyResponse: p.scrubResponse,
 		Transport:      forwarder{p},
-		FlushInterval:  -1,
-		ErrorHandler:   p.gatewayError,
-		ErrorLog:       log.New(logWriter{p}, "", 0),
-		BufferPool:     copyBuffers{},
+		// No FlushInterval: a stream, or an answer of unknown length, is
+		// flushed at each write all the same (ReverseProxy's own rule),
+		// and an answer of known length goes out in one piece, without a
+		// flushing timer and its goroutine on every request.
+		ErrorHandler: p.gatewayError,
+		ErrorLog:     log.New(logWriter{p}, "", 0),
+		BufferPool:   copyBuffers{},
 	}
 	return p, nil
 }
