@@ -35,8 +35,7 @@ const requestTimeout = 5 * time.Second
 
 // maxConns bounds the connections a step opens to its target: past it,
 // requests wait for a connection (and their latency says so) rather than
-// exhaust the file descriptors of the harness, which also serves the
-// upstream.
+// exhaust the harness's file descriptors.
 const maxConns = 2000
 
 // settle is the pause after each step.
@@ -79,8 +78,8 @@ func step(ctx context.Context, t target, m mode, rate int, d time.Duration) poin
 	}
 	targeter := vegeta.NewStaticTargeter(vegeta.Target{Method: http.MethodPost, URL: t.url, Body: m.body(), Header: header})
 	// The step's own transport, its idle connections closed at the end, so
-	// that no step leaves connections (and file descriptors, which the
-	// upstream in this process shares) to the next one.
+	// that no step leaves connections (and file descriptors) to the next
+	// one.
 	transport := &http.Transport{MaxIdleConnsPerHost: maxConns, MaxConnsPerHost: maxConns}
 	defer transport.CloseIdleConnections()
 	client := &http.Client{Transport: transport, Timeout: requestTimeout,

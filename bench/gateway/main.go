@@ -2,17 +2,22 @@
 // open-source AI gateway each add in front of an LLM API, side by side in
 // one run, everything on the loopback.
 //
-// It starts a minimal upstream in this process that answers every request
-// with a canned chat completion (plain, or an SSE stream of a few chunks
-// when the request says "stream":true), builds and starts `rebound proxy`
-// in front of it, installs (once, with npm, under .portkey) and starts
-// Portkey's gateway with Node in front of it too, both configured alike:
-// one upstream, retries on. Then it drives each of the three with vegeta,
-// used as a library: at fixed rates (500 and 2000 requests a second, plain
-// and streamed, in rounds whose medians it reports), then a search for the
-// highest rate each sustains with p99 under 50 ms and no errors.
+// It starts a minimal upstream that answers every request with a canned
+// chat completion (plain, or an SSE stream of a few chunks when the request
+// says "stream":true), builds and starts `rebound proxy` in front of it,
+// installs (once, with npm, under .portkey) and starts Portkey's gateway
+// with Node in front of it too, both configured alike: one upstream,
+// retries on. Beside them run two yardsticks: a bare
+// httputil.ReverseProxy (hop) and a relay that copies bytes without
+// reading them (relay), the floor under any proxy. Every one of them, the
+// upstream included, is a process of its own, so that none shares the load
+// generator's process and each pays for the same wake-ups. Then it drives
+// each with vegeta, used as a library: at fixed rates (500 and 2000
+// requests a second, plain and streamed, in rounds whose medians it
+// reports), then a search for the highest rate each sustains with p99
+// under 50 ms and no errors.
 //
-// The latency a gateway adds is its latency less the upstream's own,
+// The latency a target adds is its latency less the upstream's own,
 // called directly at the same rate in the same round.
 //
 // Run it from this folder (it is a module of its own so that vegeta stays
@@ -59,9 +64,13 @@ type options struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == serveArg {
+		serve(os.Args[2:])
+		return
+	}
 	var o options
 	var targets, rates string
-	flag.StringVar(&targets, "targets", "direct,hop,rebound,portkey", "the targets to measure, from direct, hop (a bare httputil.ReverseProxy: what an added hop costs), rebound and portkey; direct is always measured")
+	flag.StringVar(&targets, "targets", "direct,relay,hop,rebound,portkey", "the targets to measure, from direct, relay (a process that copies bytes and reads none: the floor under any proxy), hop (a bare httputil.ReverseProxy), rebound and portkey; direct is always measured")
 	flag.StringVar(&rates, "rates", "500,2000", "the fixed rates, requests a second")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds of the fixed rates; the report gives each figure's median over them")
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "how long each fixed-rate step lasts")
@@ -103,7 +112,7 @@ func main() {
 // out, with progress on log. It stops every child it started before it
 // returns.
 func run(ctx context.Context, o options, out, log io.Writer) error {
-	upstream, stopUpstream, err := startUpstream()
+	upstream, stopUpstream, err := startServer(ctx, "upstream")
 	if err != nil {
 		return err
 	}
@@ -119,12 +128,20 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 	}
 	targets := []target{{name: "direct", url: upstream + "/v1/chat/completions"}}
 	if slices.Contains(o.targets, "hop") {
-		t, stopHop, err := hopTarget(upstream)
+		base, stopHop, err := startServer(ctx, "hop", upstream)
 		if err != nil {
 			return err
 		}
 		defer stopHop()
-		targets = append(targets, t)
+		targets = append(targets, target{name: "hop", url: base + "/v1/chat/completions"})
+	}
+	if slices.Contains(o.targets, "relay") {
+		base, stopRelay, err := startServer(ctx, "relay", upstream)
+		if err != nil {
+			return err
+		}
+		defer stopRelay()
+		targets = append(targets, target{name: "relay", url: base + "/v1/chat/completions"})
 	}
 
 	if slices.Contains(o.targets, "rebound") {

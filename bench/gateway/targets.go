@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
@@ -63,7 +62,7 @@ func start(name string, cmd *exec.Cmd) (*child, error) {
 	if err != nil {
 		return nil, err
 	}
-	os.Remove(f.Name()) // kept open, gone when the harness ends
+	// os.Remove(f.Name()) // kept open, gone when the harness ends
 	c := &child{name: name, cmd: cmd, stderr: f, exited: make(chan struct{})}
 	cmd.Stderr = f
 	endWithParent(cmd)
@@ -114,16 +113,27 @@ func buildRebound(ctx context.Context, repo, dir string) (string, error) {
 }
 
 // startRebound runs `rebound proxy` in front of upstream on a free loopback
-// port and reads the address it listens on from its first line of output.
+// port.
 func startRebound(ctx context.Context, bin, upstream string) (*child, target, error) {
 	cmd := exec.CommandContext(ctx, bin, "proxy", "--upstream", upstream, "--addr", "127.0.0.1:0")
-	stdout, err := cmd.StdoutPipe()
+	c, base, err := startListening(ctx, "rebound proxy", cmd)
 	if err != nil {
 		return nil, target{}, err
 	}
-	c, err := start("rebound proxy", cmd)
+	return c, target{name: "rebound", url: base + "/v1/chat/completions"}, nil
+}
+
+// startListening runs cmd as a child whose first line on stdout is
+// "listening on http://HOST:PORT", as rebound proxy's is, and returns the
+// base URL that line gives.
+func startListening(ctx context.Context, name string, cmd *exec.Cmd) (*child, string, error) {
+	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, target{}, err
+		return nil, "", err
+	}
+	c, err := start(name, cmd)
+	if err != nil {
+		return nil, "", err
 	}
 	first := make(chan string, 1)
 	go func() {
@@ -133,7 +143,7 @@ func startRebound(ctx context.Context, bin, upstream string) (*child, target, er
 			line = lines.Text()
 		}
 		first <- line
-		for lines.Scan() { // keep the pipe drained so the proxy never blocks on it
+		for lines.Scan() { // keep the pipe drained so the child never blocks on it
 		}
 	}()
 	var line string
@@ -141,17 +151,17 @@ func startRebound(ctx context.Context, bin, upstream string) (*child, target, er
 	case line = <-first:
 	case <-time.After(startTimeout):
 		c.stop()
-		return nil, target{}, c.failure(errors.New("no listening line in time"))
+		return nil, "", c.failure(errors.New("no listening line in time"))
 	case <-ctx.Done():
 		c.stop()
-		return nil, target{}, ctx.Err()
+		return nil, "", ctx.Err()
 	}
 	base, ok := strings.CutPrefix(line, "listening on ")
 	if !ok {
 		c.stop()
-		return nil, target{}, c.failure(fmt.Errorf("first line %q, want \"listening on http://HOST:PORT\"", line))
+		return nil, "", c.failure(fmt.Errorf("first line %q, want \"listening on http://HOST:PORT\"", line))
 	}
-	return c, target{name: "rebound", url: strings.TrimSpace(base) + "/v1/chat/completions"}, nil
+	return c, strings.TrimSpace(base), nil
 }
 
 // portkeyPackage is the package.json npm installs Portkey's gateway from:
@@ -271,23 +281,4 @@ func awaitHTTP(ctx context.Context, u string, exited <-chan struct{}) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// hopTarget is a bare httputil.ReverseProxy in front of upstream, in this
-// process: no retries, no limits, no logs. What it adds is what one more
-// hop on the loopback costs on this machine, the floor under any
-// gateway's figure.
-func hopTarget(upstream string) (target, func(), error) {
-	u, err := url.Parse(upstream)
-	if err != nil {
-		return target{}, nil, err
-	}
-	rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(u) }, FlushInterval: -1}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return target{}, nil, err
-	}
-	srv := &http.Server{Handler: rp, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
-	return target{name: "hop", url: "http://" + ln.Addr().String() + "/v1/chat/completions"}, func() { srv.Close() }, nil
 }

@@ -3,10 +3,8 @@ package main
 import (
 	"bytes"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
-	"time"
 )
 
 // completion is the canned answer to a plain chat completion: the size and
@@ -53,16 +51,4 @@ func answer(w http.ResponseWriter, r *http.Request) {
 			flusher.Flush()
 		}
 	}
-}
-
-// startUpstream serves the canned answers on a free loopback port in this
-// process and returns its base URL and a function that stops it.
-func startUpstream() (baseURL string, stop func(), err error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(answer), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	return "http://" + ln.Addr().String(), func() { srv.Close() }, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -39,4 +40,33 @@ func TestUpstreamAnswersPlainAndStreamed(t *testing.T) {
 	if resp.Header.Get("Content-Type") != "text/event-stream" || len(events) != len(streamChunks) || events[len(events)-1] != "data: [DONE]" {
 		t.Errorf("streamed: content type %q, %d events ending %q, want %d ending with [DONE]", resp.Header.Get("Content-Type"), len(events), events[len(events)-1], len(streamChunks))
 	}
+}
+
+func TestRelayPassesBytesBothWays(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(answer))
+	defer srv.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		relay(ln, srv.Listener.Addr().String())
+		close(done)
+	}()
+	client := &http.Client{Transport: &http.Transport{}}
+	for range 3 { // one connection, kept alive across requests
+		resp, err := client.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json", strings.NewReader(string(plain.body())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(body) != completion {
+			t.Fatalf("through the relay: %q, %v", body, err)
+		}
+	}
+	client.CloseIdleConnections()
+	ln.Close()
+	<-done
 }
