@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"slices"
@@ -41,6 +43,42 @@ const maxConns = 2000
 // settle is the pause after each step.
 const settle = 500 * time.Millisecond
 
+// quickAnswer and drainLimit bound drain: a target has drained its backlog
+// when it answers one request within quickAnswer; past drainLimit the
+// harness goes on regardless.
+const (
+	quickAnswer = 50 * time.Millisecond
+	drainLimit  = 60 * time.Second
+)
+
+// drain calls t, one request at a time, until one is answered within
+// quickAnswer, and returns how long that took: about nothing for a target
+// that kept up.
+func drain(ctx context.Context, client *http.Client, t target, header http.Header, m mode) time.Duration {
+	start := time.Now()
+	for time.Since(start) < drainLimit && ctx.Err() == nil {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(m.body()))
+		if err != nil {
+			break
+		}
+		req.Header = header.Clone()
+		sent := time.Now()
+		resp, err := client.Do(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode == http.StatusOK && time.Since(sent) < quickAnswer {
+				break
+			}
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+	return time.Since(start)
+}
+
 // shortfall is how far the requests a step sent may fall below rate ×
 // duration before the step counts as not sustained: past it the load
 // generator, not the target, set the pace.
@@ -60,6 +98,9 @@ type point struct {
 	// FirstError is the first failed request's error, to say why a step
 	// failed.
 	FirstError string `json:"first_error,omitempty"`
+	// Drained is how long the target took after the step to answer one
+	// request quickly again (see drain).
+	Drained time.Duration `json:"drained_ns"`
 }
 
 // sustained reports whether the target kept up with the step's rate: every
@@ -101,9 +142,11 @@ func step(ctx context.Context, t target, m mode, rate int, d time.Duration) poin
 		}
 	}
 	slices.Sort(latencies)
-	// A pause lets the target finish its own after-work (a collection, a
-	// flush of logs) before the next step, so that one step's load does
-	// not spill into the next one's figures.
+	// A target that fell behind is still working through requests its
+	// callers gave up on, on the cores the next step measures with; and
+	// then a pause lets it finish its own after-work (a collection, a
+	// flush of logs). So no step's load spills into the next one's figures.
+	p.Drained = drain(ctx, client, t, header, m)
 	select {
 	case <-time.After(settle):
 	case <-ctx.Done():

@@ -193,7 +193,7 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 					if ctx.Err() != nil {
 						return ctx.Err()
 					}
-					fmt.Fprintf(log, "round %d %-8s %5d/s %-8s p50 %-9s p99 %-9s errors %d\n", round+1, m, rate, t.name, p.P50, p.P99, p.Errors)
+					fmt.Fprintf(log, "round %d %-8s %5d/s %-8s p50 %-9s p99 %-9s errors %d drained in %s\n", round+1, m, rate, t.name, p.P50, p.P99, p.Errors, p.Drained.Round(time.Millisecond))
 					r.Points = append(r.Points, roundPoint{Round: round, point: p})
 				}
 			}
