@@ -49,6 +49,45 @@ func BenchmarkProxy(b *testing.B) {
 	}
 }
 
+// cannedStream answers every request with the five chunks of a short
+// streamed chat completion and its end, in memory.
+type cannedStream struct{}
+
+const cannedSSE = `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}` + "\n\n" +
+	`data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hello!"},"finish_reason":null}]}` + "\n\n" +
+	`data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" How can I"},"finish_reason":null}]}` + "\n\n" +
+	`data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" help you today?"},"finish_reason":null}]}` + "\n\n" +
+	`data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":9,"total_tokens":18}}` + "\n\n" +
+	"data: [DONE]\n\n"
+
+func (cannedStream) RoundTrip(req *http.Request) (*http.Response, error) {
+	io.Copy(io.Discard, req.Body)
+	req.Body.Close()
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
+		Body: io.NopCloser(strings.NewReader(cannedSSE)), ContentLength: -1, Request: req}, nil
+}
+
+// BenchmarkProxyStream: as BenchmarkProxy, for a streamed answer: the
+// look-ahead, the stream's tracking and its usage besides.
+func BenchmarkProxyStream(b *testing.B) {
+	p, err := proxy.New(proxy.Options{Upstream: "http://upstream.test", Base: cannedStream{},
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const body = `{"model":"gpt-x","messages":[{"role":"user","content":"hello"}],"stream":true}`
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer sk-client")
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, req)
+		if rec.Code != 200 || rec.Body.String() != cannedSSE {
+			b.Fatalf("status %d: %q", rec.Code, rec.Body)
+		}
+	}
+}
+
 // BenchmarkProxyLoopback: one request at a time over real loopback
 // connections, client to proxy to upstream, beside a bare
 // httputil.ReverseProxy: what the proxy adds to a request's latency, not

@@ -42,23 +42,22 @@ func readBody(r *http.Request, rc *http.ResponseController, limit int64, timeout
 		body.push() // for the server, which may read the rest before it answers
 		return nil, errTooLarge
 	}
-	var b bytes.Buffer
-	if r.ContentLength > 0 {
-		b.Grow(int(r.ContentLength) + 1) // +1: the read that finds the end
-	}
-	_, err := b.ReadFrom(io.LimitReader(body, limit+1))
+	// Read as it comes: a buffer sized by the declared length would let
+	// a client that sends only headers make the proxy allocate up to the
+	// cap.
+	b, err := io.ReadAll(io.LimitReader(body, limit+1))
 	switch {
 	case err != nil:
 		// The deadline stays: the server reads what is left of a body
 		// before it answers, and must not wait for this one.
 		return nil, err
-	case int64(b.Len()) > limit:
+	case int64(len(b)) > limit:
 		return nil, errTooLarge
 	}
 	if body.pushed {
 		rc.SetReadDeadline(time.Time{})
 	}
-	return b.Bytes(), nil
+	return b, nil
 }
 
 // deadlineReader reads a request body with the connection's read

@@ -1,13 +1,18 @@
 package proxy_test
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,5 +98,50 @@ func TestStreamsFlushedAsTheyCome(t *testing.T) {
 	resp.Body.Close()
 	if err != nil || string(got) != whole || resp.ContentLength != int64(len(whole)) {
 		t.Errorf("whole answer: %q (length %d), %v; want %q of length %d", got, resp.ContentLength, err, whole, len(whole))
+	}
+}
+
+// TestDeclaredLengthNotAllocatedAhead: a client that declares a large
+// body and sends one byte of it costs the proxy what it sent, not what it
+// declared: four such requests, each answered 408 when the body timeout
+// passes, allocate far less than one declared body.
+func TestDeclaredLengthNotAllocatedAhead(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("the upstream was called") }))
+	defer up.Close()
+	p, err := proxy.New(proxy.Options{Upstream: up.URL, BodyTimeout: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(p)
+	defer front.Close()
+	const declared = proxy.DefaultMaxBody - 1
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			c, err := net.Dial("tcp", front.Listener.Addr().String())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n{", declared)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestTimeout {
+				t.Errorf("status %d, want 408", resp.StatusCode)
+			}
+		})
+	}
+	wg.Wait()
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > declared/4 {
+		t.Errorf("4 requests of 1 byte each allocated %d MiB; one declared body is %d MiB", got>>20, declared>>20)
 	}
 }

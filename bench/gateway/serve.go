@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -107,13 +108,25 @@ func listen() net.Listener {
 // relay copies bytes between each connection ln accepts and a connection
 // of its own to upstream (HOST:PORT), until either side closes, and reads
 // nothing of them: the least any process in the path can add, the floor
-// under every HTTP proxy's figure. It returns when ln is closed.
+// under every HTTP proxy's figure. It returns when ln is closed, and goes
+// on after any other error.
 func relay(ln net.Listener, upstream string) {
+	var pause time.Duration
 	for {
 		client, err := ln.Accept()
-		if err != nil {
+		if errors.Is(err, net.ErrClosed) {
 			return
 		}
+		if err != nil {
+			// Out of file descriptors, say: as http.Server does, wait a
+			// little longer each time and go on, rather than leave every
+			// later request refused.
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			fmt.Fprintln(os.Stderr, "gateway: relay:", err)
+			time.Sleep(pause)
+			continue
+		}
+		pause = 0
 		go func() {
 			defer client.Close()
 			up, err := net.Dial("tcp", upstream)

@@ -62,7 +62,7 @@ func start(name string, cmd *exec.Cmd) (*child, error) {
 	if err != nil {
 		return nil, err
 	}
-	// os.Remove(f.Name()) // kept open, gone when the harness ends
+	os.Remove(f.Name()) // kept open, gone when the harness ends
 	c := &child{name: name, cmd: cmd, stderr: f, exited: make(chan struct{})}
 	cmd.Stderr = f
 	endWithParent(cmd)

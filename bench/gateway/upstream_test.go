@@ -2,12 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestUpstreamAnswersPlainAndStreamed(t *testing.T) {
@@ -65,6 +67,48 @@ func TestRelayPassesBytesBothWays(t *testing.T) {
 		if err != nil || string(body) != completion {
 			t.Fatalf("through the relay: %q, %v", body, err)
 		}
+	}
+	client.CloseIdleConnections()
+	ln.Close()
+	<-done
+}
+
+// failOnce is a listener whose first Accept fails, as one out of file
+// descriptors does.
+type failOnce struct {
+	net.Listener
+	failed bool
+}
+
+func (l *failOnce) Accept() (net.Conn, error) {
+	if !l.failed {
+		l.failed = true
+		return nil, errors.New("accept: too many open files")
+	}
+	return l.Listener.Accept()
+}
+
+func TestRelaySurvivesAcceptError(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(answer))
+	defer srv.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		relay(&failOnce{Listener: ln}, srv.Listener.Addr().String())
+		close(done)
+	}()
+	client := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second} // a relay that stopped accepting would leave the request waiting
+	resp, err := client.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json", strings.NewReader(string(plain.body())))
+	if err != nil {
+		t.Fatalf("after a failed accept: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != completion {
+		t.Errorf("after a failed accept: %q", body)
 	}
 	client.CloseIdleConnections()
 	ln.Close()
