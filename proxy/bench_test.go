@@ -31,20 +31,25 @@ func (cannedUpstream) RoundTrip(req *http.Request) (*http.Response, error) {
 // network left out: the client's request is served in memory and the
 // upstream answers in memory.
 func BenchmarkProxy(b *testing.B) {
-	p, err := proxy.New(proxy.Options{Upstream: "http://upstream.test", Base: cannedUpstream{},
+	benchServe(b, cannedUpstream{}, `{"model":"gpt-x","messages":[{"role":"user","content":"hello"}]}`, canned)
+}
+
+// benchServe serves body through a proxy in front of upstream, and checks
+// that each answer is want.
+func benchServe(b *testing.B, upstream http.RoundTripper, body, want string) {
+	p, err := proxy.New(proxy.Options{Upstream: "http://upstream.test", Base: upstream,
 		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
 	}
-	const body = `{"model":"gpt-x","messages":[{"role":"user","content":"hello"}]}`
 	b.ReportAllocs()
 	for b.Loop() {
 		req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer sk-client")
 		rec := httptest.NewRecorder()
 		p.ServeHTTP(rec, req)
-		if rec.Code != 200 {
-			b.Fatalf("status %d: %s", rec.Code, rec.Body)
+		if rec.Code != 200 || rec.Body.String() != want {
+			b.Fatalf("status %d: %q", rec.Code, rec.Body)
 		}
 	}
 }
@@ -70,22 +75,7 @@ func (cannedStream) RoundTrip(req *http.Request) (*http.Response, error) {
 // BenchmarkProxyStream: as BenchmarkProxy, for a streamed answer: the
 // look-ahead, the stream's tracking and its usage besides.
 func BenchmarkProxyStream(b *testing.B) {
-	p, err := proxy.New(proxy.Options{Upstream: "http://upstream.test", Base: cannedStream{},
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
-	if err != nil {
-		b.Fatal(err)
-	}
-	const body = `{"model":"gpt-x","messages":[{"role":"user","content":"hello"}],"stream":true}`
-	b.ReportAllocs()
-	for b.Loop() {
-		req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer sk-client")
-		rec := httptest.NewRecorder()
-		p.ServeHTTP(rec, req)
-		if rec.Code != 200 || rec.Body.String() != cannedSSE {
-			b.Fatalf("status %d: %q", rec.Code, rec.Body)
-		}
-	}
+	benchServe(b, cannedStream{}, `{"model":"gpt-x","messages":[{"role":"user","content":"hello"}],"stream":true}`, cannedSSE)
 }
 
 // BenchmarkProxyLoopback: one request at a time over real loopback

@@ -127,21 +127,16 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 		r.Node = strings.TrimSpace(string(v))
 	}
 	targets := []target{{name: "direct", url: upstream + "/v1/chat/completions"}}
-	if slices.Contains(o.targets, "hop") {
-		base, stopHop, err := startServer(ctx, "hop", upstream)
+	for _, yardstick := range []string{"relay", "hop"} {
+		if !slices.Contains(o.targets, yardstick) {
+			continue
+		}
+		base, stop, err := startServer(ctx, yardstick, upstream)
 		if err != nil {
 			return err
 		}
-		defer stopHop()
-		targets = append(targets, target{name: "hop", url: base + "/v1/chat/completions"})
-	}
-	if slices.Contains(o.targets, "relay") {
-		base, stopRelay, err := startServer(ctx, "relay", upstream)
-		if err != nil {
-			return err
-		}
-		defer stopRelay()
-		targets = append(targets, target{name: "relay", url: base + "/v1/chat/completions"})
+		defer stop()
+		targets = append(targets, target{name: yardstick, url: base + "/v1/chat/completions"})
 	}
 
 	if slices.Contains(o.targets, "rebound") {

@@ -44,35 +44,6 @@ func TestUpstreamAnswersPlainAndStreamed(t *testing.T) {
 	}
 }
 
-func TestRelayPassesBytesBothWays(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(answer))
-	defer srv.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		relay(ln, srv.Listener.Addr().String())
-		close(done)
-	}()
-	client := &http.Client{Transport: &http.Transport{}}
-	for range 3 { // one connection, kept alive across requests
-		resp, err := client.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json", strings.NewReader(string(plain.body())))
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || string(body) != completion {
-			t.Fatalf("through the relay: %q, %v", body, err)
-		}
-	}
-	client.CloseIdleConnections()
-	ln.Close()
-	<-done
-}
-
 // failOnce is a listener whose first Accept fails, as one out of file
 // descriptors does.
 type failOnce struct {
@@ -88,29 +59,42 @@ func (l *failOnce) Accept() (net.Conn, error) {
 	return l.Listener.Accept()
 }
 
-func TestRelaySurvivesAcceptError(t *testing.T) {
+// TestRelay: requests through the relay get the upstream's answers, over
+// one connection kept alive, and after an accept that failed.
+func TestRelay(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(answer))
 	defer srv.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name string
+		wrap func(net.Listener) net.Listener
+	}{
+		{"plain", func(ln net.Listener) net.Listener { return ln }},
+		{"after a failed accept", func(ln net.Listener) net.Listener { return &failOnce{Listener: ln} }},
+	} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			relay(c.wrap(ln), srv.Listener.Addr().String())
+			close(done)
+		}()
+		// Bounded: a relay that stopped accepting would leave a request waiting.
+		client := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
+		for range 3 {
+			resp, err := client.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json", strings.NewReader(string(plain.body())))
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || string(body) != completion {
+				t.Fatalf("%s: %q, %v", c.name, body, err)
+			}
+		}
+		client.CloseIdleConnections()
+		ln.Close()
+		<-done
 	}
-	done := make(chan struct{})
-	go func() {
-		relay(&failOnce{Listener: ln}, srv.Listener.Addr().String())
-		close(done)
-	}()
-	client := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second} // a relay that stopped accepting would leave the request waiting
-	resp, err := client.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json", strings.NewReader(string(plain.body())))
-	if err != nil {
-		t.Fatalf("after a failed accept: %v", err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if string(body) != completion {
-		t.Errorf("after a failed accept: %q", body)
-	}
-	client.CloseIdleConnections()
-	ln.Close()
-	<-done
 }
