@@ -298,7 +298,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		case r.stream != nil:
 			// The stream hands the permit back when it ends.
 			s := r.stream
-			r.ok.Body = t.newStreamBody(s.read, r.ok.Body, s.cancel, e.handOver(), s.encoded, t.continuer(req, body, key), scrub.Of(req))
+			r.ok.Body = t.newStreamBody(s.head, r.ok.Body, s.cancel, e.handOver(), s.encoded, t.continuer(req, body, key), scrub.Of(req))
 			ok = r.ok
 		case r.ok != nil:
 			ok = r.ok

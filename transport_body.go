@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound/internal/scrub"
+	"github.com/rebound-go/rebound/internal/sse"
 )
 
 // roundTrip is what one attempt of RoundTrip got: a response to hand
@@ -23,8 +24,8 @@ type roundTrip struct {
 // lookedInto is an event stream read up to its first content, to be
 // handed over.
 type lookedInto struct {
-	read    []byte // the bytes read, as they came
-	encoded bool   // gzip or deflate, passed through as it comes
+	head    sse.Head // the bytes read, as they came, and what tracked them
+	encoded bool     // gzip or deflate, passed through as it comes
 	cancel  context.CancelFunc
 }
 
@@ -54,7 +55,7 @@ func (t *Transport) try(actx context.Context, req, areq *http.Request, cancel co
 		cur.err = redactError(err, scrub.Of(req))
 	case resp.StatusCode == http.StatusOK && isEventStream(resp):
 		bound := t.firstTokenBound(key)
-		read, failed := t.lookahead(resp, bound)
+		head, failed := t.lookahead(resp, bound)
 		if failed == errFirstToken {
 			// A stream cut at the bound took at least that long: noted,
 			// so that a provider that has slowed for good raises the
@@ -62,7 +63,7 @@ func (t *Transport) try(actx context.Context, req, areq *http.Request, cancel co
 			t.firstTokenTook(key, bound)
 		}
 		if failed != nil {
-			cur.resp, cur.body.raw, cur.err = resp, read, failed
+			cur.resp, cur.body.raw, cur.err = resp, head.Read, failed
 			if se, ok := failed.(*StreamError); ok {
 				se.Data = scrub.Of(req).CutBytes(se.Data, MaxErrorBody)
 			} else {
@@ -74,7 +75,7 @@ func (t *Transport) try(actx context.Context, req, areq *http.Request, cancel co
 		}
 		t.firstTokenTook(key, time.Since(headers))
 		encoded := !resp.Uncompressed && resp.Header.Get("Content-Encoding") != ""
-		return roundTrip{ok: resp, stream: &lookedInto{read: read, encoded: encoded, cancel: cancel}}, outcome{}
+		return roundTrip{ok: resp, stream: &lookedInto{head: head, encoded: encoded, cancel: cancel}}, outcome{}
 	case resp.StatusCode < http.StatusBadRequest:
 		// A per-attempt timeout runs until the body is read; a protocol
 		// upgrade's body (a connection to write to as well) has none.

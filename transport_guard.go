@@ -73,20 +73,28 @@ type streamBody struct {
 	ended    error // what Read returns once the stream is given out
 }
 
-// newStreamBody hands over resp's stream, read bytes put back in front,
+// newStreamBody hands over resp's stream, the head read put back in front,
 // to be continued by more if it is cut (nil: never); secrets are the
 // request's, kept out of an error event's data. A stream whose dialect
-// read does not show is passed through.
-func (t *Transport) newStreamBody(read []byte, body io.ReadCloser, cancel func(), held lease, encoded bool, more *continuer, secrets scrub.Secrets) *streamBody {
+// the head does not show is passed through. The head's tracker, if it
+// has one, goes on tracking: its events are not read again.
+func (t *Transport) newStreamBody(head sse.Head, body io.ReadCloser, cancel func(), held lease, encoded bool, more *continuer, secrets scrub.Secrets) *streamBody {
+	read := head.Read
 	b := &streamBody{src: io.MultiReader(bytes.NewReader(read), body), body: body, cancel: cancel, held: held, errAt: -1}
 	if encoded {
 		return b
 	}
-	tr := &sse.Tracker{}
-	b.tr, b.more, b.secrets = tr, more, secrets
-	b.holdErrors()
-	tr.Write(read)
-	if tr.Dialect() == sse.Unknown {
+	b.more, b.secrets = more, secrets
+	if b.tr = head.Tracker; b.tr != nil {
+		for _, e := range head.Events {
+			b.sawEvent(e.End, e.Kind)
+		}
+		b.tr.Each = b.sawEvent
+	} else {
+		b.tr = &sse.Tracker{Each: b.sawEvent}
+		b.tr.Write(read)
+	}
+	if b.tr.Dialect() == sse.Unknown {
 		b.tr, b.more = nil, nil
 		return b
 	}
@@ -198,18 +206,15 @@ func (b *streamBody) end(err error) error {
 	return b.incomplete(IncompleteCut, redactError(err, b.secrets))
 }
 
-// holdErrors makes b hold back an error event after content: the stream
-// ends before it, with an *IncompleteStreamError that carries it, or a
-// continuation takes over from there (the caller must not see an error in
-// the middle of an answer that goes on).
-func (b *streamBody) holdErrors() {
-	b.lastEnd = b.tr.Complete()
-	b.tr.Each = func(end int64, k sse.Kind) {
-		if k == sse.Error && b.errAt < 0 {
-			b.errAt = b.lastEnd
-		}
-		b.lastEnd = end
+// sawEvent is the tracker's Each. It makes b hold back an error event
+// after content: the stream ends before it, with an *IncompleteStreamError
+// that carries it, or a continuation takes over from there (the caller
+// must not see an error in the middle of an answer that goes on).
+func (b *streamBody) sawEvent(end int64, k sse.Kind) {
+	if k == sse.Error && b.errAt < 0 {
+		b.errAt = b.lastEnd
 	}
+	b.lastEnd = end
 }
 
 // incomplete is the error of a stream handed over that ended before its

@@ -31,16 +31,16 @@ func isEventStream(resp *http.Response) bool {
 // peekStream reads an event stream up to its first content event (see
 // sse.Peek) and says how it failed before any, in rebound's terms: a
 // *StreamError, errStreamEnded, or the read error.
-func peekStream(body io.Reader, limit int) ([]byte, error) {
-	read, err := sse.Peek(body, limit, MaxErrorBody)
+func peekStream(body io.Reader, limit int) (sse.Head, error) {
+	head, err := sse.Peek(body, limit, MaxErrorBody)
 	var ev *sse.ErrorEvent
 	switch {
 	case errors.As(err, &ev):
-		return read, &StreamError{Event: ev.Name, Data: ev.Data}
+		return head, &StreamError{Event: ev.Name, Data: ev.Data}
 	case err == sse.ErrEnded:
-		return read, errStreamEnded
+		return head, errStreamEnded
 	}
-	return read, err
+	return head, err
 }
 
 // errFirstToken is the failure of an event stream whose first content
@@ -49,7 +49,8 @@ func peekStream(body io.Reader, limit int) ([]byte, error) {
 var errFirstToken = fmt.Errorf("rebound: no content within the first-token timeout: %w", ErrStreamStalled)
 
 // lookahead peeks into an event-stream response before the Transport
-// hands it over: it returns the bytes read, as they came, and the stream's
+// hands it over: it returns the bytes read, as they came (with the tracker
+// that read them, unless they were encoded), and the stream's
 // failure, if it failed before any content. A stream silent for the
 // Transport's StreamLookahead before its first content event (not a byte,
 // not a keep-alive) has its body closed and fails with ErrStreamStalled;
@@ -57,7 +58,7 @@ var errFirstToken = fmt.Errorf("rebound: no content within the first-token timeo
 // unless its first content takes longer than firstToken (zero: no bound).
 // A gzip or deflate stream (as a request that set Accept-Encoding itself
 // gets) is decoded to be looked into, and handed over encoded.
-func (t *Transport) lookahead(resp *http.Response, firstToken time.Duration) ([]byte, error) {
+func (t *Transport) lookahead(resp *http.Response, firstToken time.Duration) (sse.Head, error) {
 	limit, wait := t.StreamLookaheadBytes, t.StreamLookahead
 	if limit <= 0 {
 		limit = defaultStreamLookaheadBytes
@@ -94,19 +95,20 @@ func (t *Transport) lookahead(resp *http.Response, firstToken time.Duration) ([]
 		})
 		defer deadline.Stop()
 	}
-	read, err := t.peek(resp, body, limit)
+	head, err := t.peek(resp, body, limit)
 	if !state.CompareAndSwap(looking, done) {
 		if state.Load() == late {
-			return read, errFirstToken
+			return head, errFirstToken
 		}
-		return read, ErrStreamStalled
+		return head, ErrStreamStalled
 	}
-	return read, err
+	return head, err
 }
 
 // peek reads body, resp's, up to its first content event: decoded if resp
-// is encoded, and returns the bytes read as they came.
-func (t *Transport) peek(resp *http.Response, body io.Reader, limit int) ([]byte, error) {
+// is encoded, and returns the bytes read as they came, with their tracker
+// only if they were not encoded.
+func (t *Transport) peek(resp *http.Response, body io.Reader, limit int) (sse.Head, error) {
 	if resp.Uncompressed {
 		return peekStream(body, limit)
 	}
@@ -116,14 +118,14 @@ func (t *Transport) peek(resp *http.Response, body io.Reader, limit int) ([]byte
 	case decoded == nil && err == nil:
 		return peekStream(body, limit)
 	case errors.Is(err, gzip.ErrHeader) || errors.Is(err, zlib.ErrHeader):
-		return raw.Bytes(), nil // not what its header says: the caller's to read
+		return sse.Head{Read: raw.Bytes()}, nil // not what its header says: the caller's to read
 	case err == io.EOF:
-		return raw.Bytes(), errStreamEnded
+		return sse.Head{Read: raw.Bytes()}, errStreamEnded
 	case err != nil:
-		return raw.Bytes(), err
+		return sse.Head{Read: raw.Bytes()}, err
 	}
 	_, err = peekStream(decoded, limit)
-	return raw.Bytes(), err
+	return sse.Head{Read: raw.Bytes()}, err
 }
 
 // heardBody is a body read under a watch for silence: it notes when it

@@ -36,6 +36,23 @@ type ErrorEvent struct {
 
 func (e *ErrorEvent) Error() string { return "error event in stream" }
 
+// Head is the beginning of a stream as Peek read it: the bytes, and the
+// Tracker that read them with the end and kind of each complete event
+// among them, so that whoever takes the stream over goes on from there
+// rather than reading the same events again.
+type Head struct {
+	Read    []byte
+	Tracker *Tracker // has been fed Read, and its Each is nil; nil: none
+	Events  []Seen
+}
+
+// Seen is one complete event: the offset just past it, and its kind, as
+// a Tracker's Each is told them.
+type Seen struct {
+	End  int64
+	Kind Kind
+}
+
 // Peek reads an event stream up to its first content event, at most limit
 // bytes. It returns what it read and, if the stream failed before any
 // content, why: an *ErrorEvent, ErrEnded, or the read error. A stream with
@@ -44,14 +61,16 @@ func (e *ErrorEvent) Error() string { return "error event in stream" }
 // the Tracker's to say; an event of a shape no dialect has is passed on as
 // content, so that a stream nobody recognises is handed over rather than
 // retried.
-func Peek(body io.Reader, limit, maxData int) ([]byte, error) {
+func Peek(body io.Reader, limit, maxData int) (Head, error) {
 	var (
 		seen    bytes.Buffer
 		t       Tracker
+		events  []Seen
 		decided bool
 		failure error
 	)
-	t.Each = func(_ int64, k Kind) {
+	t.Each = func(end int64, k Kind) {
+		events = append(events, Seen{end, k})
 		if decided {
 			return
 		}
@@ -65,6 +84,10 @@ func Peek(body io.Reader, limit, maxData int) ([]byte, error) {
 			decided, failure = true, ErrEnded
 		}
 	}
+	head := func() Head {
+		t.Each = nil
+		return Head{Read: seen.Bytes(), Tracker: &t, Events: events}
+	}
 	r := io.LimitReader(body, int64(limit))
 	var buf [4 << 10]byte
 	for !decided {
@@ -75,14 +98,14 @@ func Peek(body io.Reader, limit, maxData int) ([]byte, error) {
 		case decided:
 		case err == nil:
 		case seen.Len() >= limit:
-			return seen.Bytes(), nil
+			return head(), nil
 		case err == io.EOF:
-			return seen.Bytes(), ErrEnded
+			return head(), ErrEnded
 		default:
-			return seen.Bytes(), err
+			return head(), err
 		}
 	}
-	return seen.Bytes(), failure
+	return head(), failure
 }
 
 func nonEmpty(raw json.RawMessage) bool {

@@ -2,6 +2,7 @@ package sse
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -67,14 +68,46 @@ func TestKindOfEvent(t *testing.T) {
 // over at its first event, not read to its end and retried.
 func TestPeekPassesOnWhatNoDialectHas(t *testing.T) {
 	for _, s := range []string{"data: hello\n\n", "data: {\"foo\":1}\n\n", "event: x\ndata: 1\n\n"} {
-		read, err := Peek(strings.NewReader(s+"data: more\n\n"), 1<<16, 1<<10)
-		if err != nil || !strings.HasPrefix(string(read), s) {
-			t.Errorf("%q: %v after %q", s, err, read)
+		head, err := Peek(strings.NewReader(s+"data: more\n\n"), 1<<16, 1<<10)
+		if err != nil || !strings.HasPrefix(string(head.Read), s) {
+			t.Errorf("%q: %v after %q", s, err, head.Read)
 		}
 	}
 	_, err := Peek(strings.NewReader("event: response.failed\ndata: {\"type\":\"response.failed\"}\n\n"), 1<<16, 1<<10)
 	var ev *ErrorEvent
 	if !errors.As(err, &ev) || !strings.Contains(string(ev.Data), "response.failed") {
 		t.Errorf("response.failed before content: %v", err)
+	}
+}
+
+// TestPeekHeadGoesOn: the tracker a Head hands over is where a new tracker
+// fed the head's bytes would be, its events are the ones that tracker would
+// report, and it goes on from there as that one would.
+func TestPeekHeadGoesOn(t *testing.T) {
+	for _, s := range []string{
+		"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+		"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3}}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\nevent: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n",
+		"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"Hi\"}]}}]}\r\n\r\ndata: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\" there\"}]},\"finishReason\":\"STOP\"}]}\r\n\r\n",
+	} {
+		for _, limit := range []int{8, 60, 1 << 16} { // a head cut mid-event, and whole
+			head, _ := Peek(strings.NewReader(s), limit, 1<<10)
+			var fresh Tracker
+			var want []Seen
+			fresh.Each = func(end int64, k Kind) { want = append(want, Seen{end, k}) }
+			fresh.Write(head.Read)
+			if head.Tracker == nil || head.Tracker.Each != nil || !slices.Equal(head.Events, want) {
+				t.Fatalf("limit %d, %.30q: events %v, want %v", limit, s, head.Events, want)
+			}
+			rest := s[len(head.Read):]
+			var got []Seen
+			want = want[:0]
+			head.Tracker.Each = func(end int64, k Kind) { got = append(got, Seen{end, k}) }
+			head.Tracker.Write([]byte(rest))
+			fresh.Write([]byte(rest))
+			if !slices.Equal(got, want) || head.Tracker.Complete() != fresh.Complete() || head.Tracker.Dialect() != fresh.Dialect() ||
+				string(head.Tracker.Text()) != string(fresh.Text()) || head.Tracker.Errored() != fresh.Errored() || head.Tracker.Ended() != fresh.Ended() {
+				t.Errorf("limit %d, %.30q: went on with %v, want %v", limit, s, got, want)
+			}
+		}
 	}
 }
