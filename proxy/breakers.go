@@ -8,9 +8,10 @@ import (
 	"github.com/rebound-go/rebound"
 )
 
-// breakers holds the breaker of each upstream and model, made on first
-// use, at most size of them: a model name comes from the client, and a
-// client that makes them up must not grow the proxy without bound. When
+// breakers holds the breaker of each upstream and model label
+// (modelLabels), made on first use, at most size of them: made-up names
+// share one label, and the bound holds the rest for a config of many
+// upstreams and models. When
 // full, a new key evicts the least recently used breaker that is not
 // refusing calls: an open breaker is what keeps calls off a dead
 // upstream, and made-up models must not push it out. Only when every one

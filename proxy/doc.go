@@ -35,6 +35,15 @@
 // attempt's outcome only after the classifier has judged it, which is how
 // a per-call wrapper learns which failures to leave out.
 //
+// Breakers, quota cool-downs and metrics are kept per upstream and model
+// label, not per name the client sends: a model has a label of its own
+// when the config names it (a route's, a fallback's) or when it is among
+// the first MaxLearnedModels an upstream answered with a 2xx; every other
+// name is OtherModel, one breaker and one series per upstream, and only
+// the access log carries it. Made-up names thus share a breaker rather
+// than evict those of real models, and cannot open a real model's once it
+// has been answered.
+//
 // A route's fallbacks are other upstreams of its dialect, each with the
 // model to ask it for; the JSON body's "model" (or a Gemini path's) is
 // renamed, every other byte kept. The proxy moves on when an upstream's

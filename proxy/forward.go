@@ -31,7 +31,7 @@ func (f forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		if t.model != "" {
 			model = t.model
 		}
-		key := t.up.name + ":" + model
+		key := p.models.key(t.up.name, model)
 		last := i == len(c.rt.targets)-1
 		if !last && p.cooldowns.Cooling(ctx, key, time.Now()) {
 			c.skipped = append(c.skipped, t.up.name)
@@ -61,6 +61,9 @@ func (f forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		resp, err := tr.RoundTrip(req.WithContext(tctx))
 		lastResp, lastErr = resp, err
 		if err == nil && resp.StatusCode < http.StatusBadRequest {
+			if resp.StatusCode < http.StatusMultipleChoices {
+				p.models.learn(model)
+			}
 			cost.WatchUsage(resp, c.tokens) // the access log's tokens, as the client reads
 			break
 		}

@@ -80,15 +80,18 @@ type Options struct {
 	// Policy is the retry policy of routes that name none. Zero means
 	// RecommendedPolicy.
 	Policy *rebound.Policy
-	// Breaker makes the breaker of an upstream and model ("name:model").
-	// Nil means breaker.New with RecommendedBreaker.
+	// Breaker makes the breaker of an upstream and model label
+	// ("name:model", or "name:other" for models neither configured nor
+	// answered yet: see OtherModel). Nil means breaker.New with
+	// RecommendedBreaker.
 	Breaker func(key string) rebound.Breaker
 	// Limiter makes an upstream's pacer. Nil means ratelimit.New.
 	Limiter func(upstream string, cfg ratelimit.Config) ratelimit.Pacer
-	// Cooldowns keeps the upstreams found out of quota. Nil means
-	// in-memory ones.
+	// Cooldowns keeps the upstreams found out of quota, under the
+	// breakers' keys. Nil means in-memory ones.
 	Cooldowns fallback.Cooldowns
-	// Observer hears every call's events (metrics). Nil means none.
+	// Observer hears every call's events (metrics); their Target is the
+	// breaker's key, so a made-up model adds no series. Nil means none.
 	Observer rebound.Observer
 	// Logger takes the access log and errors. Nil means slog.Default.
 	Logger *slog.Logger
@@ -110,6 +113,7 @@ type Proxy struct {
 	maxBody       int64 // the largest cap of any route: what is read before routing
 	bodyTimeout   time.Duration
 	breakers      *breakers
+	models        *modelLabels // the model part of every per-model key
 	cooldowns     fallback.Cooldowns
 	observer      rebound.Observer
 	log           *slog.Logger
@@ -284,6 +288,7 @@ func New(o Options) (*Proxy, error) {
 			p.routes = append(p.routes, r)
 		}
 	}
+	p.models = newModelLabels(p.routes)
 	p.secrets = secretsOf(append(keys, o.Tokens...))
 	p.reverse = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,

@@ -44,10 +44,12 @@ Transport with the recommended setup:
     a 400 or a 401 never;
   - a retry budget per upstream (retries near a tenth of the calls under a
     full outage);
-  - a breaker per upstream and model that opens when 80% of at least 20
-    attempts in 30 s failed, or after 20 failures in a row; rate limits
-    that carry a server wait do not count. A flaky upstream is retried,
-    not refused; a dead one is refused at once (503) until it recovers;
+  - a breaker per upstream and model (models neither in the config nor
+    among the first 100 answered share one, "other", as they share their
+    metrics) that opens when 80% of at least 20 attempts in 30 s failed,
+    or after 20 failures in a row; rate limits that carry a server wait
+    do not count. A flaky upstream is retried, not refused; a dead one
+    is refused at once (503) until it recovers;
   - limits learnt from the rate-limit headers, and an adaptive limit on
     the requests in flight to each upstream;
   - streams passed through byte for byte as they come; one that breaks

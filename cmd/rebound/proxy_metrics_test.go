@@ -1,0 +1,97 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// TestProxyMetricsBoundedUnderMadeUpModels: a client naming thousands of
+// models the upstream does not serve leaves /metrics small, labels every
+// one of them "other", and the real model's series keeps its name rather
+// than falling into OpenTelemetry's overflow series.
+func TestProxyMetricsBoundedUnderMadeUpModels(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if !strings.Contains(string(b), `"gpt-x"`) {
+			w.WriteHeader(http.StatusNotFound)
+			io.WriteString(w, `{"error":{"message":"model not found","type":"invalid_request_error","code":"model_not_found"}}`)
+			return
+		}
+		io.WriteString(w, `{"id":"c","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`)
+	}))
+	t.Cleanup(up.Close)
+	url, logs, _ := startProxy(t, "--upstream", up.URL)
+
+	// More made-up names than the OpenTelemetry SDK keeps series of one
+	// instrument (2000), sent by a few clients at once.
+	const madeUp, clients = 2100, 4
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			for i := c; i < madeUp; i += clients {
+				if resp, _ := post(t, url+"/v1/chat/completions", fmt.Sprintf(`{"model":"made-up-%d"}`, i)); resp.StatusCode != http.StatusNotFound {
+					t.Errorf("made-up-%d: status %d, want the upstream's 404", i, resp.StatusCode)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for range 3 {
+		if resp, body := post(t, url+"/v1/chat/completions", chatBody); resp.StatusCode != http.StatusOK {
+			t.Fatalf("gpt-x: %d %q", resp.StatusCode, body)
+		}
+	}
+
+	resp, metrics := get(t, url+"/metrics")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %d", resp.StatusCode)
+	}
+	t.Logf("/metrics after %d made-up models: %d bytes", madeUp, len(metrics))
+	var targets []string
+	for _, m := range regexp.MustCompile(`rebound_target="([^"]*)"`).FindAllStringSubmatch(metrics, -1) {
+		if !slices.Contains(targets, m[1]) {
+			targets = append(targets, m[1])
+		}
+	}
+	slices.Sort(targets)
+	if want := []string{"upstream:gpt-x", "upstream:other"}; !slices.Equal(targets, want) {
+		t.Errorf("%d rebound_target values (%q...), want %q", len(targets), targets[:min(len(targets), 3)], want)
+	}
+	if !regexp.MustCompile(`(?m)^rebound_attempts_total\{[^}]*rebound_outcome="success"[^}]*rebound_target="upstream:gpt-x"[^}]*\} [1-9]`).MatchString(metrics) {
+		t.Errorf("no successful attempt counted under gpt-x's own label")
+	}
+	if strings.Contains(metrics, "otel_metric_overflow") {
+		t.Errorf("/metrics has overflow series")
+	}
+	// Two targets, a dozen instruments, each with a few outcomes and
+	// kinds, and histograms of 15 buckets: some 10 KiB. The made-up names
+	// took megabytes.
+	if len(metrics) > 64<<10 {
+		t.Errorf("/metrics is %d bytes, want at most 64 KiB", len(metrics))
+	}
+	if !strings.Contains(logs.String(), `"model":"made-up-2099"`) {
+		t.Errorf("the access log lost the made-up model's own name")
+	}
+}
+
+func get(t *testing.T, url string) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
