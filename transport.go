@@ -42,7 +42,12 @@ const (
 // Preamble (OpenAI chunks with only a role, response.created, Anthropic's
 // message_start, ping and empty content_block_start) is safe to retry
 // after. FirstTokenTimeout (fixed, or adaptive) bounds the wait for that
-// first content event.
+// first content event. If the body Base returned has a method
+// ContentArrived(), it is called once then, before the stream is handed
+// over: the provider has admitted the request (ratelimit.Transport's body
+// gives its slot of the limit on requests in flight back then, rather
+// than when the stream ends); never for a stream that fails before any
+// content, nor for a response that is not an event stream.
 //
 // A stream handed over in a dialect Transport recognises (OpenAI Chat
 // Completions and Responses, Anthropic Messages, Gemini, and plain

@@ -46,6 +46,10 @@ func (r roundTrip) discard() {
 // the Guard what came of it.
 func (t *Transport) try(actx context.Context, req, areq *http.Request, cancel context.CancelFunc, key string, settle func(*http.Response, error)) (roundTrip, outcome) {
 	resp, err := t.base().RoundTrip(areq)
+	var watcher contentWatcher // Base's own body, before a Guard's goes in front of it
+	if resp != nil {
+		watcher, _ = resp.Body.(contentWatcher)
+	}
 	settle(resp, err)
 	headers := time.Now()
 	timedOut := areq != req && attemptTimedOut(actx, areq.Context(), err)
@@ -74,6 +78,9 @@ func (t *Transport) try(actx context.Context, req, areq *http.Request, cancel co
 			break // a failed attempt, like any other
 		}
 		t.firstTokenTook(key, time.Since(headers))
+		if watcher != nil {
+			watcher.ContentArrived()
+		}
 		encoded := !resp.Uncompressed && resp.Header.Get("Content-Encoding") != ""
 		return roundTrip{ok: resp, stream: &lookedInto{head: head, encoded: encoded, cancel: cancel}}, outcome{}
 	case resp.StatusCode < http.StatusBadRequest:

@@ -23,6 +23,10 @@ var ErrStreamStalled = errors.New("rebound: event stream went silent before any 
 // content: the provider gave up mid-answer.
 var errStreamEnded = fmt.Errorf("rebound: event stream ended before any content: %w", io.ErrUnexpectedEOF)
 
+// contentWatcher is a body of Base's that wants to hear when its event
+// stream's first content came (see Transport).
+type contentWatcher interface{ ContentArrived() }
+
 func isEventStream(resp *http.Response) bool {
 	mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	return err == nil && mt == "text/event-stream"

@@ -1,6 +1,7 @@
 package rebound
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -198,6 +199,79 @@ func TestTransportClosesTheBodyOfARefusedRequest(t *testing.T) {
 		}
 		if body.closes != 1 {
 			t.Fatalf("MaxBufferedBody %d: body closed %d times, want once", limit, body.closes)
+		}
+	}
+}
+
+// watchedBody is an event stream's body that counts what Transport tells
+// it of the stream's first content.
+type watchedBody struct {
+	io.Reader
+	arrived int
+}
+
+func (b *watchedBody) ContentArrived() { b.arrived++ }
+func (b *watchedBody) Close() error    { return nil }
+
+// watchedBase answers with a watchedBody.
+type watchedBase struct {
+	ctype string
+	body  *watchedBody
+}
+
+func (w *watchedBase) RoundTrip(req *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {w.ctype}}, Body: w.body, Request: req}, nil
+}
+
+// bodyGuard is a Guard that replaces every response's body with one of
+// its own, as cost.WithCaps does to read the usage.
+type bodyGuard struct{}
+
+func (bodyGuard) Admit(ctx context.Context, _ *http.Request) (context.Context, func(*http.Response, error), error) {
+	return ctx, func(resp *http.Response, _ error) {
+		if resp != nil {
+			resp.Body = struct{ io.ReadCloser }{resp.Body}
+		}
+	}, nil
+}
+
+// TestTransportTellsTheBodyWhenContentArrives: the body Base gave is told
+// once that its event stream's first content came, before the stream is
+// handed over (a Guard's own body in front of it or not); never for a
+// stream that failed before any content, nor for a response that is not an
+// event stream.
+func TestTransportTellsTheBodyWhenContentArrives(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		ctype  string
+		stream string
+		guard  bool
+		want   int
+	}{
+		{"content after preamble", "text/event-stream", anthropicStart + anthropicText, false, 1},
+		{"behind a guard's body", "text/event-stream", openaiRole + openaiText, true, 1},
+		{"error before content", "text/event-stream", anthropicStart + anthropicOverload, false, 0},
+		{"ended before content", "text/event-stream", anthropicStart, false, 0},
+		{"not an event stream", "application/json", `{"choices":[]}`, false, 0},
+	} {
+		body := &watchedBody{Reader: strings.NewReader(tc.stream)}
+		base := &watchedBase{ctype: tc.ctype, body: body}
+		ctx := context.Background()
+		if tc.guard {
+			ctx = WithGuard(ctx, bodyGuard{})
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://provider.test/v1/messages", strings.NewReader(`{"stream":true}`))
+		tr := &Transport{Base: base, Policy: Policy{MaxAttempts: 1}}
+		resp, err := tr.RoundTrip(req)
+		if body.arrived != tc.want {
+			t.Errorf("%s: told %d times by the hand-over, want %d", tc.name, body.arrived, tc.want)
+		}
+		if err == nil {
+			io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		if body.arrived != tc.want {
+			t.Errorf("%s: told %d times in all, want %d", tc.name, body.arrived, tc.want)
 		}
 	}
 }

@@ -10,8 +10,10 @@
 // path (escapes kept), query and body unchanged, through a
 // rebound.Transport over a ratelimit.Transport: classified, retried under
 // the route's policy, paced by the limits the upstream's headers announce,
-// held to an adaptive limit of requests in flight, with a retry budget per
-// upstream. A body that is not JSON goes as it came: the upstream's 400 is
+// held to an adaptive limit of requests in flight (a stream counts until
+// its first content; a request that finds no slot within MaxQueueWait gets
+// a 503 with Retry-After, never sent), with a retry budget per upstream.
+// A body that is not JSON goes as it came: the upstream's 400 is
 // the truth. What the proxy cannot route truthfully it refuses in the
 // dialect: a body with two top-level "model" keys (the proxy would route
 // by one, the upstream serve the other), a model over MaxModel bytes (it

@@ -30,6 +30,7 @@ const (
 	DefaultMaxAttempts   = 4
 	DefaultQuotaCooldown = fallback.DefaultQuotaCooldown
 	DefaultBodyTimeout   = 60 * time.Second
+	DefaultMaxQueueWait  = 30 * time.Second
 	maxBreakers          = 1024
 	maxIdlePerUpstream   = 256
 )
@@ -77,6 +78,13 @@ type Options struct {
 	// longer, or sends nothing for BodyStall, gets a 408. Zero means
 	// DefaultBodyTimeout (60 s).
 	BodyTimeout time.Duration
+	// MaxQueueWait bounds how long a request waits for a slot of its
+	// upstream's adaptive limit on requests in flight (which a stream
+	// holds until its first content). One that waits longer gets a 503
+	// with Retry-After, and the upstream never sees it. Zero or less
+	// means DefaultMaxQueueWait (30 s): a client hears why before the
+	// usual 60 s idle timeout of a load balancer between cuts it off.
+	MaxQueueWait time.Duration
 	// Policy is the retry policy of routes that name none. Zero means
 	// RecommendedPolicy.
 	Policy *rebound.Policy
@@ -163,6 +171,10 @@ func New(o Options) (*Proxy, error) {
 	if p.bodyTimeout <= 0 {
 		p.bodyTimeout = DefaultBodyTimeout
 	}
+	maxQueueWait := o.MaxQueueWait
+	if maxQueueWait <= 0 {
+		maxQueueWait = DefaultMaxQueueWait
+	}
 	if p.log == nil {
 		p.log = slog.Default()
 	}
@@ -205,7 +217,8 @@ func New(o Options) (*Proxy, error) {
 		}
 		return &upstream{
 			name: name, base: base, dialect: dialect, key: key,
-			send:   &ratelimit.Transport{Base: send, Limiter: pacer, Adaptive: ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{})},
+			send: &ratelimit.Transport{Base: send, Limiter: pacer, Adaptive: ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{}),
+				MaxWait: maxQueueWait},
 			budget: &rebound.RetryBudget{},
 		}, nil
 	}
@@ -456,8 +469,16 @@ func (p *Proxy) gatewayError(w http.ResponseWriter, r *http.Request, err error) 
 	}
 	status, msg := http.StatusBadGateway, "upstream unreachable"
 	var g *rebound.GiveUpError
-	if errors.As(err, &g) && g.Reason == rebound.StopBreakerOpen {
+	switch {
+	case errors.As(err, &g) && g.Reason == rebound.StopBreakerOpen:
 		status, msg = http.StatusServiceUnavailable, "upstream circuit open"
+	case errors.Is(err, ratelimit.ErrNoSlot), errors.Is(err, ratelimit.ErrQueueFull):
+		// Never sent: the upstream's limit on requests in flight is
+		// taken. Slots free as the requests ahead get their first
+		// content, within seconds of a healthy upstream.
+		status, msg = http.StatusServiceUnavailable, "too many requests in flight to the upstream: none came free in time"
+		c.outcome = "no_slot"
+		w.Header().Set("Retry-After", "1")
 	}
 	writeError(w, c.dialect, status, msg)
 }

@@ -24,7 +24,11 @@
 // Transport puts both under rebound.Transport (or any http.Client), so
 // every attempt waits its turn. Its Limiter is a Pacer: this package's
 // Limiter, or one shared by the replicas of a service (reboundredis's, on
-// Redis).
+// Redis). Under rebound.Transport an event stream is in flight only until
+// its first content (the provider has admitted it), so streams that stay
+// open for minutes leave the limit to other calls and still tell it of
+// each success; a request that waits for a slot past its deadline or the
+// Transport's MaxWait fails with ErrNoSlot, never sent.
 package ratelimit
 
 import (

@@ -3,9 +3,13 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
+	"time"
+
+	"github.com/rebound-go/rebound"
 )
 
 // Pacer paces calls to a provider's rate limits: Wait waits until one call
@@ -30,12 +34,22 @@ type Pacer interface {
 // It learns from every response's rate-limit headers, tells the Adaptive
 // limit how each request went (429, 529, 503 and timeouts are congestion),
 // and gives the slot back when the response body is closed or read to its
-// end. It does not report latencies to the Adaptive limit: an LLM's
-// latency follows the length of its answer, so a slow answer is not a
-// sign of a queue there (the simulator's provider, whose work is uniform,
-// does report them). A request whose deadline would pass while it waits fails at once
-// with ErrDeadline, never sent. A request waits for its Adaptive slot as
-// the Priority of its context (WithPriority; Interactive if unmarked).
+// end, or, for an event stream, when its first content comes: the
+// provider has admitted the request, and a stream that then stays open
+// for minutes holds no slot that other requests wait for.
+// rebound.Transport says when that is (its ContentArrived call); without it
+// a stream holds its slot until it ends. It does not report latencies to
+// the Adaptive limit: an LLM's latency follows the length of its answer
+// (and its time to first content, the length of its prompt), so a slow
+// answer is not a sign of a queue there (the simulator's provider, whose
+// work is uniform, does report them); the limit hears only how each
+// request went.
+//
+// A request whose deadline would pass while it waits for the Limiter
+// fails at once with ErrDeadline, never sent. A request waits for its
+// Adaptive slot as the Priority of its context (WithPriority; Interactive
+// if unmarked), until a slot is its, its context ends, or MaxWait passes:
+// a wait that runs out fails with ErrNoSlot, never sent.
 type Transport struct {
 	// Base sends the requests. Nil means http.DefaultTransport.
 	Base http.RoundTripper
@@ -46,7 +60,20 @@ type Transport struct {
 	// Tokens estimates a request's token cost for the Limiter. Nil means
 	// a cost of 1 per request (requests-per-minute only).
 	Tokens func(*http.Request) int
+	// MaxWait bounds how long a request waits for its Adaptive slot, in
+	// real time. One that waits longer fails with ErrNoSlot marked
+	// rebound.Permanent: the bound is the request's, and a retry would
+	// only queue it again. Zero or less means no bound but the request's
+	// context, whose deadline (an attempt timeout's included) ends the
+	// wait with an error that is both ErrNoSlot and
+	// context.DeadlineExceeded, and is retried as any timed-out attempt.
+	MaxWait time.Duration
 }
+
+// ErrNoSlot is the error of a request that waited for a slot of the
+// Adaptive limit until its deadline or the Transport's MaxWait passed: it
+// was never sent.
+var ErrNoSlot = errors.New("ratelimit: no slot of the limit on requests in flight came free in time")
 
 // RoundTrip implements http.RoundTripper. If Base or Tokens panics, the
 // Adaptive slot taken for the request is given back (as Neutral) and the
@@ -55,7 +82,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	held := false // an Adaptive slot is taken and not yet handed on
 	if t.Adaptive != nil {
-		if err := t.Adaptive.Acquire(ctx); err != nil {
+		if err := t.acquire(ctx); err != nil {
 			closeBody(req)
 			return nil, err
 		}
@@ -102,6 +129,33 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// acquire waits for an Adaptive slot for a request of ctx, for at most
+// MaxWait.
+func (t *Transport) acquire(ctx context.Context) error {
+	if t.MaxWait <= 0 {
+		return noSlot(ctx, t.Adaptive.Acquire(ctx))
+	}
+	if t.Adaptive.TryAcquire() {
+		return nil // no timer for a request that does not wait
+	}
+	wait, cancel := context.WithTimeout(ctx, t.MaxWait)
+	defer cancel()
+	err := t.Adaptive.Acquire(wait)
+	if err != nil && ctx.Err() == nil && wait.Err() != nil {
+		return rebound.Permanent(ErrNoSlot)
+	}
+	return noSlot(ctx, err)
+}
+
+// noSlot is err, Acquire's for a request of ctx, as the Transport returns
+// it: a deadline that passed while the request waited is ErrNoSlot too.
+func noSlot(ctx context.Context, err error) error {
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w", ErrNoSlot, err)
+	}
+	return err
+}
+
 func closeBody(req *http.Request) {
 	if req.Body != nil {
 		req.Body.Close()
@@ -140,6 +194,12 @@ func (b *releaseBody) Read(p []byte) (int, error) {
 		b.once.Do(func() { b.release(b.signal) })
 	}
 	return n, err
+}
+
+// ContentArrived gives the slot back when an event stream's first content
+// has come (see rebound.Transport).
+func (b *releaseBody) ContentArrived() {
+	b.once.Do(func() { b.release(b.signal) })
 }
 
 func (b *releaseBody) Close() error {

@@ -6,12 +6,14 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/breaker"
 )
 
 type statusTransport struct {
@@ -127,4 +129,197 @@ func TestReleaseBodyReleasesOnce(t *testing.T) {
 	if a.InFlight() != 1 {
 		t.Fatalf("in flight %d after one body ended: released more than once", a.InFlight())
 	}
+}
+
+// streamUpstream answers with an event stream that sends its first
+// content and stays open until end is closed (or the stream is), or, while
+// status is set to another, with an empty answer of that status.
+type streamUpstream struct {
+	status atomic.Int64 // 0: an open stream
+	sent   atomic.Int64
+	end    chan struct{}
+}
+
+func newStreamUpstream() *streamUpstream { return &streamUpstream{end: make(chan struct{})} }
+
+func (u *streamUpstream) RoundTrip(req *http.Request) (*http.Response, error) {
+	u.sent.Add(1)
+	if s := int(u.status.Load()); s != 0 {
+		return &http.Response{StatusCode: s, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("{}")), Request: req}, nil
+	}
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
+		Body: &openStream{head: strings.NewReader(streamHead), end: u.end, closed: make(chan struct{})}, Request: req}, nil
+}
+
+const (
+	streamHead = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n" +
+		"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello\"}}]}\n\n"
+	streamTail = "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"
+)
+
+// openStream is the body of streamUpstream's stream.
+type openStream struct {
+	head   *strings.Reader
+	tail   *strings.Reader
+	end    <-chan struct{}
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (s *openStream) Read(p []byte) (int, error) {
+	if s.head.Len() > 0 {
+		return s.head.Read(p)
+	}
+	if s.tail == nil {
+		select {
+		case <-s.end:
+		case <-s.closed:
+			return 0, errors.New("closed")
+		}
+		s.tail = strings.NewReader(streamTail)
+	}
+	return s.tail.Read(p)
+}
+
+func (s *openStream) Close() error {
+	s.once.Do(func() { close(s.closed) })
+	return nil
+}
+
+// openStreams sends n streams through client, each left open after its
+// first content; it stops at the first error, and returns the streams.
+func openStreams(t *testing.T, client *http.Client, n int) ([]*http.Response, error) {
+	var open []*http.Response
+	for range n {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		context.AfterFunc(t.Context(), cancel)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://provider.test/v1/chat/completions", strings.NewReader(`{"stream":true}`))
+		resp, err := client.Do(req)
+		if err != nil {
+			cancel()
+			return open, err
+		}
+		open = append(open, resp)
+	}
+	return open, nil
+}
+
+// closeStreams ends the upstream's streams and reads each to its end.
+func closeStreams(t *testing.T, up *streamUpstream, open []*http.Response) {
+	close(up.end)
+	for _, resp := range open {
+		if b, err := io.ReadAll(resp.Body); err != nil || !strings.HasSuffix(string(b), streamTail) {
+			t.Errorf("a stream read %q, %v", b, err)
+		}
+		resp.Body.Close()
+	}
+}
+
+// TestStreamGivesItsSlotBackAtFirstContent: under rebound.Transport, an
+// event stream stops counting against the Adaptive limit once its first
+// content came, and gives nothing back twice when it ends.
+func TestStreamGivesItsSlotBackAtFirstContent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		up := newStreamUpstream()
+		a := NewAdaptive(AdaptiveConfig{Initial: 1, Max: 1})
+		client := &http.Client{Transport: &rebound.Transport{Base: &Transport{Base: up, Adaptive: a}}}
+		open, err := openStreams(t, client, 3)
+		if err != nil {
+			closeStreams(t, up, open)
+			t.Fatalf("with %d streams open under a limit of 1: %v", len(open), err)
+		}
+		if a.InFlight() != 0 {
+			t.Errorf("%d in flight with 3 streams open past their first content", a.InFlight())
+		}
+		closeStreams(t, up, open)
+		if a.InFlight() != 0 || !a.TryAcquire() {
+			t.Errorf("%d in flight after the streams ended", a.InFlight())
+		}
+	})
+}
+
+// TestAdaptiveLimitRecoversAfter429sStop: a limit cut to its least by 429s
+// climbs back to where it started once calls succeed again, streams that
+// stay open included, within (Initial² − 1)/2 successes (each raises the
+// limit by 1/limit, so its square grows by at least 2).
+func TestAdaptiveLimitRecoversAfter429sStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		up := newStreamUpstream()
+		a := NewAdaptive(AdaptiveConfig{})
+		initial := a.Limit()
+		client := &http.Client{Transport: &rebound.Transport{Base: &Transport{Base: up, Adaptive: a}, Policy: rebound.Policy{MaxAttempts: 1}}}
+		up.status.Store(http.StatusTooManyRequests)
+		for cuts := 0; a.Limit() > 1; cuts++ {
+			if cuts == 20 {
+				t.Fatalf("limit %d after %d cuts", a.Limit(), cuts)
+			}
+			resp, err := client.Get("http://provider.test/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			time.Sleep(2 * time.Second) // past the hold on one cut per burst
+		}
+		up.status.Store(0)
+		bound := (initial*initial-1)/2 + 1
+		var open []*http.Response
+		defer func() { closeStreams(t, up, open) }()
+		for a.Limit() < initial {
+			if len(open) == bound {
+				t.Fatalf("limit %d after %d successful streams, want %d", a.Limit(), len(open), initial)
+			}
+			more, err := openStreams(t, client, 1)
+			open = append(open, more...)
+			if err != nil {
+				t.Fatalf("stream %d at limit %d: %v", len(open)+1, a.Limit(), err)
+			}
+		}
+		t.Logf("the limit climbed from 1 back to %d in %d successful streams", initial, len(open))
+	})
+}
+
+// TestSlotWaitIsBounded: a request that finds every Adaptive slot taken
+// waits until MaxWait or its deadline passes, whichever comes first, and
+// then fails with ErrNoSlot, never sent; under rebound.Transport a wait cut
+// by MaxWait is neither retried nor a failure to the breaker.
+func TestSlotWaitIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for _, tc := range []struct {
+			name              string
+			maxWait, deadline time.Duration
+			want              time.Duration
+			deadlineErr       bool
+		}{
+			{"max wait", 5 * time.Second, 0, 5 * time.Second, false},
+			{"deadline", 0, 3 * time.Second, 3 * time.Second, true},
+			{"deadline before max wait", 5 * time.Second, 3 * time.Second, 3 * time.Second, true},
+			{"max wait before deadline", 5 * time.Second, time.Minute, 5 * time.Second, false},
+		} {
+			up := &statusTransport{}
+			up.status.Store(200)
+			a := NewAdaptive(AdaptiveConfig{Initial: 1, Max: 1})
+			a.TryAcquire() // a request in flight holds the only slot
+			b := breaker.New("upstream", breaker.Config{ConsecutiveFailures: 1})
+			tr := &rebound.Transport{Base: &Transport{Base: up, Adaptive: a, MaxWait: tc.maxWait},
+				Policy: rebound.Policy{MaxAttempts: 4, Breaker: b}}
+			ctx, cancel := t.Context(), context.CancelFunc(func() {})
+			if tc.deadline > 0 {
+				ctx, cancel = context.WithTimeout(ctx, tc.deadline)
+			}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://provider.test/", strings.NewReader("{}"))
+			start := time.Now()
+			_, err := tr.RoundTrip(req)
+			waited := time.Since(start)
+			cancel()
+			if !errors.Is(err, ErrNoSlot) || errors.Is(err, context.DeadlineExceeded) != tc.deadlineErr {
+				t.Errorf("%s: %v, want ErrNoSlot (and DeadlineExceeded: %v)", tc.name, err, tc.deadlineErr)
+			}
+			if waited != tc.want || up.sent.Load() != 0 || a.InFlight() != 1 {
+				t.Errorf("%s: waited %v (want %v), %d sent, %d in flight", tc.name, waited, tc.want, up.sent.Load(), a.InFlight())
+			}
+			if _, refused := b.Allow(); refused != nil {
+				t.Errorf("%s: the breaker opened on a request never sent", tc.name)
+			}
+		}
+	})
 }

@@ -51,7 +51,9 @@ Transport with the recommended setup:
     do not count. A flaky upstream is retried, not refused; a dead one
     is refused at once (503) until it recovers;
   - limits learnt from the rate-limit headers, and an adaptive limit on
-    the requests in flight to each upstream;
+    the requests in flight to each upstream (a stream counts until its
+    first content; a request that finds no slot within --max-queue-wait
+    gets a 503 with Retry-After, never sent);
   - streams passed through byte for byte as they come; one that breaks
     after its first content reaches the client broken, as it broke.
 
@@ -102,6 +104,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	redisURL := fs.String("redis", "", "share limits, breakers and cool-downs with other replicas on this Redis `URL` (one with a password: --redis-env)")
 	redisEnv := fs.String("redis-env", "", "as --redis, with the URL (and its password) in this environment `variable`, out of ps's sight")
 	attemptTimeout := fs.Duration("attempt-timeout", 0, "bound each attempt, its body read included (0: none but the client's)")
+	maxQueueWait := fs.Duration("max-queue-wait", proxy.DefaultMaxQueueWait, "how long a request may wait for a slot of its upstream's limit on requests in flight; then a 503")
 
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "rebound proxy: "+format+"\n", a...)
@@ -123,6 +126,8 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return usageErr("--drain-timeout %v is negative", *drain)
 	case *attemptTimeout < 0:
 		return usageErr("--attempt-timeout %v is negative", *attemptTimeout)
+	case *maxQueueWait <= 0:
+		return usageErr("--max-queue-wait %v: want a positive duration", *maxQueueWait)
 	case *redisURL != "" && *redisEnv != "":
 		return usageErr("--redis and --redis-env both given")
 	}
@@ -145,7 +150,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if !isLoopback(host) && len(tokens) == 0 {
 		return usageErr("--addr %s is not a loopback address: give client tokens (--token-env or --tokens-file)", *addr)
 	}
-	opts := proxy.Options{Upstream: *upstream, Tokens: tokens, MaxBody: *maxBody, Getenv: os.Getenv}
+	opts := proxy.Options{Upstream: *upstream, Tokens: tokens, MaxBody: *maxBody, MaxQueueWait: *maxQueueWait, Getenv: os.Getenv}
 	if *keyEnv != "" {
 		if opts.UpstreamKey = os.Getenv(*keyEnv); opts.UpstreamKey == "" {
 			return usageErr("--key-env: environment variable %s is not set", *keyEnv)

@@ -288,6 +288,7 @@ func TestProxyUsage(t *testing.T) {
 		{[]string{"--addr", "0.0.0.0:0", "--upstream", "http://127.0.0.1:1"}, "not a loopback address"},
 		{nil, "give --upstream URL or --config FILE"},
 		{[]string{"--upstream", "ftp://x"}, "not an http or https URL"},
+		{[]string{"--upstream", "http://127.0.0.1:1", "--max-queue-wait", "0s"}, "--max-queue-wait 0s: want a positive duration"},
 		{[]string{"--config", file(`{"upstreams":{"a":{"url":"http://127.0.0.1:1"}},"routes":[{"upstream":"b"}]}`)}, `routes[0].upstream: unknown upstream "b"`},
 		{[]string{"--config", file(`{"upstreams":{"a":{"url":"http://127.0.0.1:1","key_env":"TEST_PROXY_UNSET"}}}`)}, "upstreams.a.key_env: environment variable TEST_PROXY_UNSET is not set"},
 		{[]string{"--config", file(`{"upstreams":{"a":{"url":"http://127.0.0.1:1"}},"routes":[{"upstream":"a","policy":{"max_attempts":-1}}]}`)}, "routes[0].policy: max_attempts"},
