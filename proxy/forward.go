@@ -58,6 +58,9 @@ func (f forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		c.giveUp = nil // the verdict is the latest upstream's
 		c.mu.Unlock()
 		tr := &rebound.Transport{Base: t.up.send, Policy: policy}
+		if !c.rt.safe[c.path] {
+			tr.SideEffects = rebound.ProviderSideEffects
+		}
 		resp, err := tr.RoundTrip(req.WithContext(tctx))
 		lastResp, lastErr = resp, err
 		if err == nil && resp.StatusCode < http.StatusBadRequest {
@@ -71,6 +74,8 @@ func (f forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		switch {
 		case !known:
 			return resp, err
+		case reason == rebound.StopSideEffects:
+			return resp, err // the upstream may have carried it out: not again elsewhere
 		case reason == rebound.StopBreakerOpen:
 		case verdict.Kind == rebound.KindQuotaExhausted:
 			p.cooldowns.Start(ctx, key, time.Now(), DefaultQuotaCooldown)
