@@ -40,7 +40,9 @@
 // client gets a 502 that says so. It is still retried, or sent to a
 // fallback, when the attempt provably never left (the connection was
 // refused or never made) or the upstream refused it with a 429, 503 or
-// 529; and like a model call when the client sends an Idempotency-Key.
+// 529; and like a model call when the client sends an Idempotency-Key,
+// but only by its own upstream: the key means nothing to a fallback, which
+// a request with side effects reaches only if no attempt was made before.
 //
 // The breaker of each upstream and model is there for a dead upstream, not
 // a flaky one: with nowhere else to go, refusing a call that would have

@@ -57,10 +57,10 @@ func (f forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		c.mu.Lock()
 		c.giveUp = nil // the verdict is the latest upstream's
 		c.mu.Unlock()
-		tr := &rebound.Transport{Base: t.up.send, Policy: policy}
-		if !c.rt.safe[c.path] {
-			tr.SideEffects = rebound.ProviderSideEffects
-		}
+		// Judged once per upstream (a Responses body is read for it), by
+		// the one rule; the route's safe paths are the operator's word.
+		creates := !c.rt.safe[c.path] && rebound.ProviderSideEffects(req)
+		tr := &rebound.Transport{Base: t.up.send, Policy: policy, SideEffects: func(*http.Request) bool { return creates }}
 		resp, err := tr.RoundTrip(req.WithContext(tctx))
 		lastResp, lastErr = resp, err
 		if err == nil && resp.StatusCode < http.StatusBadRequest {
@@ -70,12 +70,14 @@ func (f forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		if last || ctx.Err() != nil {
 			break
 		}
-		verdict, reason, known := c.lastGiveUp(err)
+		verdict, reason, attempts, known := c.lastGiveUp(err)
 		switch {
 		case !known:
 			return resp, err
-		case reason == rebound.StopSideEffects:
-			return resp, err // the upstream may have carried it out: not again elsewhere
+		case reason == rebound.StopSideEffects, creates && attempts > 0 && req.Header.Get("Idempotency-Key") != "":
+			// The upstream may have carried it out: not again elsewhere,
+			// where the client's key means nothing.
+			return resp, err
 		case reason == rebound.StopBreakerOpen:
 		case verdict.Kind == rebound.KindQuotaExhausted:
 			p.cooldowns.Start(ctx, key, time.Now(), DefaultQuotaCooldown)
@@ -184,20 +186,20 @@ func (c *callBreaker) classify(err error) rebound.Verdict {
 	return v
 }
 
-// lastGiveUp returns the verdict and reason of the give-up that ended the
-// latest upstream's call, from err or from the events; known is false
-// when there was none.
-func (c *call) lastGiveUp(err error) (v rebound.Verdict, reason rebound.StopReason, known bool) {
+// lastGiveUp returns the verdict, reason and attempts of the give-up that
+// ended the latest upstream's call, from err or from the events; known is
+// false when there was none.
+func (c *call) lastGiveUp(err error) (v rebound.Verdict, reason rebound.StopReason, attempts int, known bool) {
 	var g *rebound.GiveUpError
 	if errors.As(err, &g) {
-		return g.Verdict, g.Reason, true
+		return g.Verdict, g.Reason, g.Attempts, true
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.giveUp == nil {
-		return v, reason, false
+		return v, reason, 0, false
 	}
-	return c.giveUp.Verdict, c.giveUp.Reason, true
+	return c.giveUp.Verdict, c.giveUp.Reason, c.giveUp.Attempt, true
 }
 
 // callKey is the context key of a request's *call.

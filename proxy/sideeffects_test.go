@@ -195,3 +195,23 @@ func TestSafePathsConfigErrors(t *testing.T) {
 		t.Errorf("a safe path outside the route's prefix: %v, want %s", err, want)
 	}
 }
+
+// TestProxyIdempotencyKeyBindsItsUpstream: an Idempotency-Key lets the
+// upstream it was sent to carry a request out once however often it
+// comes, not a fallback, which knows nothing of the first: once an
+// attempt was made, a request with side effects stays with its upstream.
+func TestProxyIdempotencyKeyBindsItsUpstream(t *testing.T) {
+	a, aHits := flakyUpstream(t, 1<<30)
+	b, bHits := flakyUpstream(t, 0)
+	c := config(t, `{"upstreams":{"a":{"url":"`+a.URL+`"},"b":{"url":"`+b.URL+`"}},
+		"routes":[{"upstream":"a","fallbacks":[{"upstream":"b"}]}]}`, nil)
+	front, _ := newReviewProxy(t, proxy.Options{Config: c, Policy: noWait})
+	resp, _ := do(t, "POST", front.URL+"/v1/files", fileUpload, "Idempotency-Key", "upload-7")
+	if aHits.Load() < 2 || bHits.Load() != 0 || resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("answered %d; %d requests to the upstream, %d to the fallback; want 502, 2 or more, 0", resp.StatusCode, aHits.Load(), bHits.Load())
+	}
+	resp, _ = do(t, "POST", front.URL+"/v1/chat/completions", `{"model":"m"}`, "Idempotency-Key", "chat-7")
+	if bHits.Load() != 1 || resp.StatusCode != 200 {
+		t.Fatalf("a model call: answered %d, %d requests to the fallback; want 200, 1", resp.StatusCode, bHits.Load())
+	}
+}
