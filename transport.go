@@ -279,7 +279,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if key == "" {
 		key = req.URL.Host
 	}
-	e.sideEffects = t.sideEffects(req, body)
+	sideEffects := t.sideEffects(req, body) // a copy for the attempts: e stays on the stack
+	e.sideEffects = sideEffects
 	if body.once {
 		e.once = StopUnreplayableBody
 	}
@@ -311,7 +312,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if !hedge {
 				last.discard() // the next attempt is surely made
 			}
-			return t.try(actx, req, areq, cancel, key, settle, e.sideEffects)
+			return t.try(actx, req, areq, cancel, key, settle, sideEffects)
 		}, roundTrip.discard)
 		switch {
 		case r.stream != nil:

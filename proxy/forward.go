@@ -60,7 +60,10 @@ func (f forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		// Judged once per upstream (a Responses body is read for it), by
 		// the one rule; the route's safe paths are the operator's word.
 		creates := !c.rt.safe[c.path] && rebound.ProviderSideEffects(req)
-		tr := &rebound.Transport{Base: t.up.send, Policy: policy, SideEffects: func(*http.Request) bool { return creates }}
+		tr := &rebound.Transport{Base: t.up.send, Policy: policy}
+		if creates {
+			tr.SideEffects = hasSideEffects
+		}
 		resp, err := tr.RoundTrip(req.WithContext(tctx))
 		lastResp, lastErr = resp, err
 		if err == nil && resp.StatusCode < http.StatusBadRequest {
@@ -143,6 +146,10 @@ func (p *Proxy) upstreamRequest(out *http.Request, c *call, t target, model stri
 	}
 	return req
 }
+
+// hasSideEffects is the SideEffects of the Transport of a request judged
+// to have them.
+func hasSideEffects(*http.Request) bool { return true }
 
 // withOverride returns per with k's override set, leaving per unchanged.
 func withOverride(per map[rebound.Kind]rebound.Override, k rebound.Kind, o rebound.Override) map[rebound.Kind]rebound.Override {
