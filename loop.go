@@ -109,8 +109,9 @@ func (l *Loop) Waited() time.Duration { return l.waited }
 func (l *Loop) Next(v Verdict, now time.Time) Decision { return l.next(v, now, false) }
 
 // next is Next for an attempt that, if unreached, provably never reached
-// the server (its connection was never made, or the server refused it
-// unread): it did nothing, so the call's side effects do not stop a retry.
+// the server (its connection was never made, or the server said it did
+// not take it on): it did nothing, so the call's side effects do not stop
+// a retry.
 // A body that can be sent only once still does.
 func (l *Loop) next(v Verdict, now time.Time, unreached bool) Decision {
 	l.attempts++

@@ -99,11 +99,12 @@ type Transport struct {
 	// connection for it (a refused or failed dial, a TLS handshake or a
 	// proxy's tunnel that failed, or the attempt's time ran out first),
 	// or the server refused it with a 429, 503, 529 or 498, which say it
-	// was not taken on. Any other failure (a connection dropped once the
-	// request was written, a timeout, a 500, 502 or 504) may have come
-	// after the server acted, and ends the call. It is called once per
-	// RoundTrip, with the body, if the Transport buffered it, readable
-	// through GetBody. Nil means the context's mark alone.
+	// was not taken on. Any other failure (a connection dropped once it
+	// was made, a timeout after that, a 500, 502 or 504) may have come
+	// after the server acted, and ends the call. It is called at most
+	// once per RoundTrip (not for a request with an Idempotency-Key or a
+	// marked context), with the body, if the Transport buffered it,
+	// readable through GetBody. Nil means the context's mark alone.
 	SideEffects func(*http.Request) bool
 
 	// MaxBufferedBody bounds how much of a request body without GetBody
