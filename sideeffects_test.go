@@ -426,3 +426,49 @@ func TestTransportSideEffectsAsksOncePerCall(t *testing.T) {
 		}
 	})
 }
+
+// TestTransportSideEffectsAttemptTimeout: an attempt whose time ran out
+// while net/http was still connecting sent nothing, and is made again; one
+// whose time ran out once the connection was made may have reached the
+// server, and ends the call.
+func TestTransportSideEffectsAttemptTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var dials atomic.Int32
+		connecting := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			dials.Add(1)
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}}
+		defer connecting.CloseIdleConnections()
+		tr := &rebound.Transport{Base: connecting, Policy: rebound.Policy{MaxAttempts: 3, BaseDelay: rebound.NoDelay, AttemptTimeout: time.Second}}
+		req, _ := http.NewRequestWithContext(rebound.WithSideEffects(t.Context()), http.MethodPost, "http://tool.test/send", strings.NewReader(`{}`))
+		start := time.Now()
+		resp, err := tr.RoundTrip(req)
+		g := giveUp(t, resp, err)
+		if g.Attempts != 3 || dials.Load() != 3 || time.Since(start) != 3*time.Second {
+			t.Fatalf("timed out connecting: %d attempts, %d dials in %v; want 3 and 3 in 3s", g.Attempts, dials.Load(), time.Since(start))
+		}
+
+		var requests atomic.Int32
+		connected := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+			client, server := net.Pipe()
+			go func() {
+				defer server.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(server)); err == nil {
+					requests.Add(1)
+				}
+				io.Copy(io.Discard, server) // no answer, until the client closes
+			}()
+			return client, nil
+		}}
+		defer connected.CloseIdleConnections()
+		tr.Base = connected
+		req, _ = http.NewRequestWithContext(rebound.WithSideEffects(t.Context()), http.MethodPost, "http://tool.test/send", strings.NewReader(`{}`))
+		resp, err = tr.RoundTrip(req)
+		g = giveUp(t, resp, err)
+		synctest.Wait()
+		if g.Attempts != 1 || g.Reason != rebound.StopSideEffects || requests.Load() != 1 {
+			t.Fatalf("timed out connected: %d attempts, stopped by %v, %d requests; want 1, side effects, 1", g.Attempts, g.Reason, requests.Load())
+		}
+	})
+}
