@@ -7,7 +7,10 @@ type sideEffectsKey struct{}
 // WithSideEffects marks the calls made with the returned context as having
 // side effects (sending a message, appending to a file, charging a card): a
 // timeout does not mean nothing happened, so such a call is attempted
-// exactly once, whatever its error.
+// once, whatever its error. Do and Stream cannot know what a function did
+// before it failed, even with a failure to connect; Transport makes an
+// attempt again when it provably never reached the server (see
+// Transport.SideEffects).
 func WithSideEffects(ctx context.Context) context.Context {
 	return context.WithValue(ctx, sideEffectsKey{}, true)
 }

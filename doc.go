@@ -36,8 +36,16 @@
 //
 // # Side effects
 //
-// A call whose context is marked WithSideEffects is attempted exactly
-// once: a timeout does not mean the message was not sent.
+// A call whose context is marked WithSideEffects is attempted once: a
+// timeout does not mean the message was not sent. Transport, which sees
+// the wire, makes one exception: an attempt that provably never reached
+// the server (no connection was made for it, or the server refused it with
+// a 429, 503 or 529) did nothing, and is made again. Transport.SideEffects
+// marks requests by what they are: ProviderSideEffects knows the
+// providers' APIs, so that a request that creates a file, a batch or a job
+// is not made twice while a model call is retried. An Idempotency-Key
+// header lifts the mark: the server then carries a request out once,
+// however often it comes.
 //
 // # Streams
 //

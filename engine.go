@@ -48,6 +48,11 @@ type outcome struct {
 	// refused: the context's Guard refused the attempt (err is its
 	// error); nothing was sent.
 	refused bool
+	// unreached: the attempt failed and provably never reached the
+	// server, so that a call with side effects may make it again. Only
+	// an adapter that sees the wire can know: Do and Stream run the
+	// caller's code, which may have acted before it failed.
+	unreached bool
 }
 
 // newEngine readies a call under p: its observer, clock, start time and
@@ -125,7 +130,7 @@ func (e *engine) run(first *outcome, attempt func(n int) outcome) *GiveUpError {
 		if o.final {
 			return nil
 		}
-		d := e.next(verdict)
+		d := e.next(verdict, o.unreached)
 		if !d.Retry {
 			return e.giveUp(verdict, d, o.err)
 		}
@@ -179,9 +184,7 @@ func (e *engine) begin() *GiveUpError {
 		e.loop.attempts = 1
 		return e.stop(Verdict{}, Decision{Reason: StopInvalidPolicy}, nil, invalid)
 	}
-	if e.once != 0 && e.loop.once == 0 {
-		e.loop.once = e.once
-	}
+	e.loop.once = e.once
 	if e.randMu != nil && e.loop.policy.Rand != nil {
 		e.loop.policy.Rand = lockedRand{mu: e.randMu, r: e.loop.policy.Rand}
 	}
@@ -201,14 +204,15 @@ func (e *engine) classify(err error, timedOut bool) Verdict {
 	return e.policy.classify(err, e.clock.Now)
 }
 
-// next asks the Loop, and then the retry budget, if any; the clock is read
-// only when one of them needs it.
-func (e *engine) next(v Verdict) Decision {
+// next asks the Loop, and then the retry budget, if any, about an attempt
+// that failed with v (and, if unreached, provably never reached the
+// server); the clock is read only when one of them needs it.
+func (e *engine) next(v Verdict, unreached bool) Decision {
 	var now time.Time
 	if !e.loop.deadline.IsZero() {
 		now = e.clock.Now()
 	}
-	d := e.loop.Next(v, now)
+	d := e.loop.next(v, now, unreached)
 	if b := e.policy.Budget; d.Retry && b != nil {
 		if now.IsZero() {
 			now = e.clock.Now()

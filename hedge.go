@@ -32,8 +32,8 @@ var ErrHedgeLost = errors.New("rebound: another attempt of the hedged call answe
 //
 // A hedge is an upstream request more, so it is never made unless asked
 // for, and never for a call that is not safe to repeat: one marked
-// WithSideEffects (without an Idempotency-Key, in Transport), or whose
-// body can be sent only once. It is a retry as far as the provider is
+// WithSideEffects (in Transport, or by its SideEffects, and without an
+// Idempotency-Key), or whose body can be sent only once. It is a retry as far as the provider is
 // concerned: it draws from the Policy's Budget, if any, and is not made
 // when that is spent, nor when the Policy's Breaker refuses it a permit.
 // An attempt that fails while the other runs leaves the race to the

@@ -16,6 +16,9 @@ import (
 type Loop struct {
 	policy   Policy
 	deadline time.Time
+	// sideEffects: the call is attempted again only after an attempt
+	// that provably never reached the server.
+	sideEffects bool
 	// once, if set, is why the call gets a single attempt.
 	once      StopReason
 	attempts  int
@@ -27,11 +30,7 @@ type Loop struct {
 // deadline is the caller's: a wait that would reach it is not made. A call
 // with sideEffects is never retried.
 func NewLoop(p Policy, deadline time.Time, sideEffects bool) Loop {
-	l := Loop{policy: p, deadline: deadline}
-	if sideEffects {
-		l.once = StopSideEffects
-	}
-	return l
+	return Loop{policy: p, deadline: deadline, sideEffects: sideEffects}
 }
 
 // Decision is what a Loop says after a failed attempt.
@@ -107,13 +106,22 @@ func (l *Loop) Waited() time.Duration { return l.waited }
 
 // Next records a failed attempt with verdict v and decides what comes
 // next. now is read only when the loop has a deadline.
-func (l *Loop) Next(v Verdict, now time.Time) Decision {
+func (l *Loop) Next(v Verdict, now time.Time) Decision { return l.next(v, now, false) }
+
+// next is Next for an attempt that, if unreached, provably never reached
+// the server (its connection was never made, or the server said it did
+// not take it on): it did nothing, so the call's side effects do not stop
+// a retry.
+// A body that can be sent only once still does.
+func (l *Loop) next(v Verdict, now time.Time, unreached bool) Decision {
 	l.attempts++
 	switch {
 	case v.Kind == KindCanceled:
 		return Decision{Reason: StopCanceled}
 	case !v.Kind.retryable():
 		return Decision{Reason: StopNotRetryable}
+	case l.sideEffects && !unreached:
+		return Decision{Reason: StopSideEffects}
 	case l.once != 0:
 		return Decision{Reason: l.once}
 	}

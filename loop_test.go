@@ -190,6 +190,34 @@ func TestNotRetried(t *testing.T) {
 	}
 }
 
+// TestUnreachedAttemptRetriedDespiteSideEffects: an attempt that never
+// reached the server did nothing, so the call's side effects do not stop
+// its retry; its attempts, its kind, and a body that can be sent only once
+// still do.
+func TestUnreachedAttemptRetriedDespiteSideEffects(t *testing.T) {
+	l := NewLoop(Policy{MaxAttempts: 3}, time.Time{}, true)
+	for n := 1; n <= 2; n++ {
+		if d := l.next(Verdict{Kind: KindTransient}, time.Time{}, true); !d.Retry {
+			t.Fatalf("unreached attempt %d: %+v, want a retry", n, d)
+		}
+	}
+	if d := l.next(Verdict{Kind: KindTransient}, time.Time{}, true); d.Retry || d.Reason != StopAttempts {
+		t.Fatalf("unreached, attempts spent: %+v, want stop attempts exhausted", d)
+	}
+	l = NewLoop(Policy{}, time.Time{}, true)
+	if d := l.next(Verdict{Kind: KindPermanent}, time.Time{}, true); d.Retry || d.Reason != StopNotRetryable {
+		t.Fatalf("unreached, permanent: %+v, want stop not retryable", d)
+	}
+	l = NewLoop(Policy{}, time.Time{}, true)
+	l.once = StopUnreplayableBody
+	if d := l.next(Verdict{Kind: KindTransient}, time.Time{}, true); d.Retry || d.Reason != StopUnreplayableBody {
+		t.Fatalf("unreached, body sent once: %+v, want stop unreplayable body", d)
+	}
+	if d := l.next(Verdict{Kind: KindTransient}, time.Time{}, false); d.Retry || d.Reason != StopSideEffects {
+		t.Fatalf("reached, body sent once: %+v, want stop side effects", d)
+	}
+}
+
 func TestServerWait(t *testing.T) {
 	hint := func(d time.Duration) Verdict {
 		return Verdict{Kind: KindRateLimited, ServerWait: d, HasServerWait: true}

@@ -25,8 +25,10 @@ const (
 //	client := &http.Client{Transport: &rebound.Transport{}}
 //
 // Every request is retried, POSTs included, since LLM calls are stateless,
-// unless its context is marked WithSideEffects and it carries no
-// Idempotency-Key header. A failed response (status 400 or above) is judged
+// unless it has side effects (its context is marked WithSideEffects, or
+// SideEffects says so) and carries no Idempotency-Key header: such a
+// request is attempted again only when the attempt before provably never
+// reached the server. A failed response (status 400 or above) is judged
 // by ClassifyResponse (or Policy.Classifier, given an *HTTPError) from its
 // status, headers and the first MaxErrorBody bytes of its body; a transport
 // error by Classify.
@@ -91,6 +93,24 @@ type Transport struct {
 	// each attempt until the response body is fully read or closed, not
 	// merely until the headers arrive.
 	Policy Policy
+
+	// SideEffects, if set, says which requests have side effects, as
+	// well as those whose context is marked WithSideEffects;
+	// ProviderSideEffects knows the providers' APIs. A request with side
+	// effects and no Idempotency-Key header (the caller's word that the
+	// server carries it out once, however often it comes) is never
+	// hedged, never continued, and attempted again only when the attempt
+	// before provably never reached the server: net/http got no
+	// connection for it (a refused or failed dial, a TLS handshake or a
+	// proxy's tunnel that failed, or the attempt's time ran out first),
+	// or the server refused it with a 429, 503, 529 or 498, which say it
+	// was not taken on. Any other failure (a connection dropped once it
+	// was made, a timeout after that, a 500, 502 or 504) may have come
+	// after the server acted, and ends the call. It is called at most
+	// once per RoundTrip (not for a request with an Idempotency-Key or a
+	// marked context), with the body, if the Transport buffered it,
+	// readable through GetBody. Nil means the context's mark alone.
+	SideEffects func(*http.Request) bool
 
 	// MaxBufferedBody bounds how much of a request body without GetBody
 	// is buffered to be replayed; a larger body is sent once and not
@@ -265,7 +285,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if key == "" {
 		key = req.URL.Host
 	}
-	e.sideEffects = HasSideEffects(ctx) && req.Header.Get("Idempotency-Key") == ""
+	sideEffects := t.sideEffects(req, body) // a copy for the attempts: e stays on the stack
+	e.sideEffects = sideEffects
 	if body.once {
 		e.once = StopUnreplayableBody
 	}
@@ -297,13 +318,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if !hedge {
 				last.discard() // the next attempt is surely made
 			}
-			return t.try(actx, req, areq, cancel, key, settle)
+			return t.try(actx, req, areq, cancel, key, settle, sideEffects)
 		}, roundTrip.discard)
 		switch {
 		case r.stream != nil:
 			// The stream hands the permit back when it ends.
 			s := r.stream
-			r.ok.Body = t.newStreamBody(s.head, r.ok.Body, s.cancel, e.handOver(), s.encoded, t.continuer(req, body, key), scrub.Of(req))
+			var more *continuer
+			if !e.sideEffects { // a continuation is a request more
+				more = t.continuer(req, body, key)
+			}
+			r.ok.Body = t.newStreamBody(s.head, r.ok.Body, s.cancel, e.handOver(), s.encoded, more, scrub.Of(req))
 			ok = r.ok
 		case r.ok != nil:
 			ok = r.ok
@@ -325,6 +350,27 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, stopped
 	}
 	return last.giveBack(stopped)
+}
+
+// sideEffects reports whether req is attempted again only after an
+// attempt that provably never reached the server: it has side effects (by
+// its context's mark, or by SideEffects) and no Idempotency-Key. A body
+// buffered here is shown to SideEffects through GetBody; one that can be
+// sent only once is not, since reading it would consume it.
+func (t *Transport) sideEffects(req *http.Request, body requestBody) bool {
+	switch {
+	case req.Header.Get("Idempotency-Key") != "":
+		return false
+	case HasSideEffects(req.Context()):
+		return true
+	case t.SideEffects == nil:
+		return false
+	}
+	if req.GetBody == nil && body.get != nil && !body.once {
+		req = req.WithContext(req.Context()) // a copy, not the caller's
+		req.GetBody = body.get
+	}
+	return t.SideEffects(req)
 }
 
 // errorBodyTimeout is the bound on reading an error body; zero for none.

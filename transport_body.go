@@ -43,9 +43,14 @@ func (r roundTrip) discard() {
 // try makes one attempt with areq, whose context is within actx's (a
 // per-attempt timeout's, ended by cancel, a Guard's), and judges its
 // response; key names its target for first-token times, and settle tells
-// the Guard what came of it.
-func (t *Transport) try(actx context.Context, req, areq *http.Request, cancel context.CancelFunc, key string, settle func(*http.Response, error)) (roundTrip, outcome) {
-	resp, err := t.base().RoundTrip(areq)
+// the Guard what came of it. For a call with sideEffects, it notes whether
+// a failed attempt provably never reached the server.
+func (t *Transport) try(actx context.Context, req, areq *http.Request, cancel context.CancelFunc, key string, settle func(*http.Response, error), sideEffects bool) (roundTrip, outcome) {
+	send, sent := areq, (*sentTrace)(nil)
+	if sideEffects {
+		send, sent = traceSent(areq)
+	}
+	resp, err := t.base().RoundTrip(send)
 	var watcher contentWatcher // Base's own body, before a Guard's goes in front of it
 	if resp != nil {
 		watcher, _ = resp.Body.(contentWatcher)
@@ -95,7 +100,15 @@ func (t *Transport) try(actx context.Context, req, areq *http.Request, cancel co
 		cur.body = readErrorBody(resp, t.errorBodyTimeout())
 		cur.err = httpError(resp, cur.body, scrub.Of(req))
 	}
-	return roundTrip{failed: cur}, outcome{err: cur.err, timedOut: timedOut}
+	o := outcome{err: cur.err, timedOut: timedOut}
+	if sideEffects {
+		if err != nil {
+			o.unreached = sent.unreached(err)
+		} else {
+			o.unreached = refusal(resp.StatusCode)
+		}
+	}
+	return roundTrip{failed: cur}, o
 }
 
 // stack returns a function that calls first and then second.

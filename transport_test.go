@@ -202,7 +202,7 @@ func TestTransportSideEffects(t *testing.T) {
 		key  string
 		want int
 	}{{"", 1}, {"tool-call-42", 3}} {
-		s := &script{statuses: []int{503}}
+		s := &script{statuses: []int{500}} // not a refusal: the server may have acted
 		client := &http.Client{Transport: &rebound.Transport{Base: &handlerTransport{h: s}, Policy: rebound.Policy{BaseDelay: rebound.NoDelay}}}
 		req, _ := http.NewRequestWithContext(rebound.WithSideEffects(context.Background()), http.MethodPost, "http://tool.test/send", strings.NewReader("hi"))
 		if tc.key != "" {

@@ -77,6 +77,14 @@ type RouteConfig struct {
 	Policy json.RawMessage `json:"policy"`
 	// MaxBodyBytes caps a request body; zero means the proxy's --max-body.
 	MaxBodyBytes int64 `json:"max_body_bytes"`
+	// SafePaths are paths, besides the model calls rebound knows
+	// (rebound.ProviderSideEffects), whose requests have no side effects
+	// and are retried whatever came of an attempt, as a model call is.
+	// Each is compared whole with the path the client sent (decoded, no
+	// query): not a prefix, not a pattern. Empty (the default) means
+	// none: a request to any other path the provider may have acted on
+	// is sent once, unless the client sends an Idempotency-Key.
+	SafePaths []string `json:"safe_paths"`
 }
 
 // FallbackConfig is another upstream of the route's dialect, and the model
@@ -159,6 +167,11 @@ func ParseConfig(data []byte, getenv func(string) string) (*FileConfig, error) {
 		if r.MaxBodyBytes < 0 {
 			return nil, configErr(where+".max_body_bytes", "negative")
 		}
+		for j, sp := range r.SafePaths {
+			if err := checkSafePath(sp, r.PathPrefix); err != nil {
+				return nil, configErr(fmt.Sprintf("%s.safe_paths[%d]", where, j), "%v", err)
+			}
+		}
 		for j, f := range r.Fallbacks {
 			fwhere := fmt.Sprintf("%s.fallbacks[%d]", where, j)
 			fu, ok := c.Upstreams[f.Upstream]
@@ -207,6 +220,38 @@ func checkURL(s string) error {
 		return fmt.Errorf("%s has a query or fragment", shown)
 	}
 	return nil
+}
+
+// checkSafePath reports what is wrong with a safe path of a route whose
+// path prefix is prefix.
+func checkSafePath(p, prefix string) error {
+	switch {
+	case !strings.HasPrefix(p, "/"):
+		return fmt.Errorf("%q does not start with /", p)
+	case strings.Contains(p, "*"):
+		return fmt.Errorf("%q has a \"*\": safe paths are exact paths, not patterns", p)
+	case strings.ContainsAny(p, "?#"):
+		return fmt.Errorf("%q has a query or fragment", p)
+	case strings.Contains(p, "%"):
+		return fmt.Errorf("%q has an escape: give the path decoded", p)
+	case hasDotSegment(p):
+		return fmt.Errorf("%q has \".\" or \"..\" segments", p)
+	case !strings.HasPrefix(p, prefix):
+		return fmt.Errorf("%q is outside the route's path_prefix %q: no request to it comes by the route", p, prefix)
+	}
+	return nil
+}
+
+// safePaths returns a route's safe paths as a set; nil for none.
+func safePaths(paths []string) map[string]bool {
+	if len(paths) == 0 {
+		return nil
+	}
+	set := make(map[string]bool, len(paths))
+	for _, p := range paths {
+		set[p] = true
+	}
+	return set
 }
 
 // quoteURL quotes s for an error message, unless it may carry a

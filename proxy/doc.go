@@ -28,6 +28,24 @@
 // nothing; after it, the bytes go to the client as they come, flushed at
 // once, and a stream that breaks reaches the client broken as it broke.
 //
+// Only model calls are retried whatever came of an attempt: the paths
+// rebound.ProviderSideEffects knows (chat completions, completions,
+// Responses, embeddings, moderations, Anthropic's messages, Gemini's
+// generateContent and the like, unless they add to a stored conversation
+// or have the provider call an MCP server), GETs, and a route's
+// safe_paths. Any other
+// request (a file, a batch, a fine-tuning job, an upload, a vector store,
+// an assistant, a thread's run, a path the proxy does not know) may create
+// something at the provider: after an attempt that may have reached the
+// upstream (a connection dropped once the request was written, a timeout,
+// a 500) it is not sent again, to that upstream or a fallback, and the
+// client gets a 502 that says so. It is still retried, or sent to a
+// fallback, when the attempt provably never left (the connection was
+// refused or never made) or the upstream refused it with a 429, 503 or
+// 529; and like a model call when the client sends an Idempotency-Key,
+// but only by its own upstream: the key means nothing to a fallback, which
+// a request with side effects reaches only if no attempt was made before.
+//
 // The breaker of each upstream and model is there for a dead upstream, not
 // a flaky one: with nowhere else to go, refusing a call that would have
 // had two chances in three is worse than making it. So it opens on a high

@@ -57,7 +57,13 @@ func (f forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		c.mu.Lock()
 		c.giveUp = nil // the verdict is the latest upstream's
 		c.mu.Unlock()
+		// Judged once per upstream (a Responses body is read for it), by
+		// the one rule; the route's safe paths are the operator's word.
+		creates := !c.rt.safe[c.path] && rebound.ProviderSideEffects(req)
 		tr := &rebound.Transport{Base: t.up.send, Policy: policy}
+		if creates {
+			tr.SideEffects = hasSideEffects
+		}
 		resp, err := tr.RoundTrip(req.WithContext(tctx))
 		lastResp, lastErr = resp, err
 		if err == nil && resp.StatusCode < http.StatusBadRequest {
@@ -70,9 +76,13 @@ func (f forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		if last || ctx.Err() != nil {
 			break
 		}
-		verdict, reason, known := c.lastGiveUp(err)
+		verdict, reason, attempts, known := c.lastGiveUp(err)
 		switch {
 		case !known:
+			return resp, err
+		case reason == rebound.StopSideEffects, creates && attempts > 0 && req.Header.Get("Idempotency-Key") != "":
+			// The upstream may have carried it out: not again elsewhere,
+			// where the client's key means nothing.
 			return resp, err
 		case reason == rebound.StopBreakerOpen:
 		case verdict.Kind == rebound.KindQuotaExhausted:
@@ -140,6 +150,10 @@ func (p *Proxy) upstreamRequest(out *http.Request, c *call, t target, model stri
 	return req
 }
 
+// hasSideEffects is the SideEffects of the Transport of a request judged
+// to have them.
+func hasSideEffects(*http.Request) bool { return true }
+
 // withOverride returns per with k's override set, leaving per unchanged.
 func withOverride(per map[rebound.Kind]rebound.Override, k rebound.Kind, o rebound.Override) map[rebound.Kind]rebound.Override {
 	m := make(map[rebound.Kind]rebound.Override, len(per)+1)
@@ -182,20 +196,20 @@ func (c *callBreaker) classify(err error) rebound.Verdict {
 	return v
 }
 
-// lastGiveUp returns the verdict and reason of the give-up that ended the
-// latest upstream's call, from err or from the events; known is false
-// when there was none.
-func (c *call) lastGiveUp(err error) (v rebound.Verdict, reason rebound.StopReason, known bool) {
+// lastGiveUp returns the verdict, reason and attempts of the give-up that
+// ended the latest upstream's call, from err or from the events; known is
+// false when there was none.
+func (c *call) lastGiveUp(err error) (v rebound.Verdict, reason rebound.StopReason, attempts int, known bool) {
 	var g *rebound.GiveUpError
 	if errors.As(err, &g) {
-		return g.Verdict, g.Reason, true
+		return g.Verdict, g.Reason, g.Attempts, true
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.giveUp == nil {
-		return v, reason, false
+		return v, reason, 0, false
 	}
-	return c.giveUp.Verdict, c.giveUp.Reason, true
+	return c.giveUp.Verdict, c.giveUp.Reason, c.giveUp.Attempt, true
 }
 
 // callKey is the context key of a request's *call.

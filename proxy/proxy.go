@@ -149,6 +149,7 @@ type route struct {
 	targets    []target // the upstream, then the fallbacks
 	policy     rebound.Policy
 	maxBody    int64
+	safe       map[string]bool // paths without side effects, besides the model calls
 }
 
 // target is an upstream, and the model to ask it for ("": the request's).
@@ -275,7 +276,7 @@ func New(o Options) (*Proxy, error) {
 			p.routed = true
 		}
 		for i, rc := range routes {
-			r := &route{name: rc.Name, pathPrefix: rc.PathPrefix, model: rc.Model, maxBody: rc.MaxBodyBytes}
+			r := &route{name: rc.Name, pathPrefix: rc.PathPrefix, model: rc.Model, maxBody: rc.MaxBodyBytes, safe: safePaths(rc.SafePaths)}
 			if r.name == "" {
 				r.name = fmt.Sprint(i)
 			}
@@ -470,8 +471,6 @@ func (p *Proxy) gatewayError(w http.ResponseWriter, r *http.Request, err error) 
 	status, msg := http.StatusBadGateway, "upstream unreachable"
 	var g *rebound.GiveUpError
 	switch {
-	case errors.As(err, &g) && g.Reason == rebound.StopBreakerOpen:
-		status, msg = http.StatusServiceUnavailable, "upstream circuit open"
 	case errors.Is(err, ratelimit.ErrNoSlot), errors.Is(err, ratelimit.ErrQueueFull):
 		// Never sent: the upstream's limit on requests in flight is
 		// taken. Slots free as the requests ahead get their first
@@ -479,6 +478,11 @@ func (p *Proxy) gatewayError(w http.ResponseWriter, r *http.Request, err error) 
 		status, msg = http.StatusServiceUnavailable, "too many requests in flight to the upstream: none came free in time"
 		c.outcome = "no_slot"
 		w.Header().Set("Retry-After", "1")
+	case !errors.As(err, &g):
+	case g.Reason == rebound.StopBreakerOpen:
+		status, msg = http.StatusServiceUnavailable, "upstream circuit open"
+	case g.Reason == rebound.StopSideEffects:
+		msg = "the upstream failed after it had the request, which may have been carried out: not sent again (an Idempotency-Key lets it be retried)"
 	}
 	writeError(w, c.dialect, status, msg)
 }

@@ -42,6 +42,11 @@ Transport with the recommended setup:
     event streams that fail before their first content, up to 4 attempts
     (rebound's backoff, server waits obeyed up to 60 s); an exhausted quota,
     a 400 or a 401 never;
+  - a request that may create something at the provider (any but a model
+    call, a GET, or a path in the route's safe_paths: a file, a batch, a
+    job, a thread's run) is not sent again once it may have reached the
+    upstream, unless it carries an Idempotency-Key; after a refused
+    connection, a 429, 503 or 529 it still is;
   - a retry budget per upstream (retries near a tenth of the calls under a
     full outage);
   - a breaker per upstream and model (models neither in the config nor

@@ -1,0 +1,191 @@
+package rebound
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"sync/atomic"
+)
+
+// ProviderSideEffects reports whether req may have side effects, by what
+// rebound knows of the providers' HTTP APIs. Set as Transport.SideEffects,
+// it keeps the requests that create something at a provider (a file, a
+// batch, a fine-tuning job, an upload, a vector store, an assistant, a
+// thread's message or run) from being made twice.
+//
+// A request has none when it is a GET, HEAD, OPTIONS or TRACE, or a POST
+// to a model call whose only product is its answer, known by the end of
+// its path:
+//
+//	OpenAI, and the servers that speak its API
+//	          …/chat/completions  …/completions  …/responses
+//	          …/responses/input_tokens  …/embeddings  …/moderations
+//	          …/audio/speech  …/audio/transcriptions  …/audio/translations
+//	          …/images/generations  …/images/edits  …/images/variations
+//	Anthropic …/v1/messages  …/v1/messages/count_tokens  …/v1/complete
+//	Gemini    …:generateContent  …:streamGenerateContent  …:countTokens
+//	          …:embedContent  …:batchEmbedContents
+//	Ollama    …/api/chat  …/api/generate  …/api/embed  …/api/embeddings
+//	rerankers …/rerank
+//
+// Any other request may: a path rebound does not know is taken to create
+// something, and so is a path it knows with any other method, or a
+// trailing slash. A model call has side effects too when it asks the
+// provider to act beyond answering: a Responses call that adds its turn to
+// a stored conversation ("conversation") or lets the provider call a
+// remote MCP server (a tool of type "mcp"), a Messages call with
+// "mcp_servers". For these, and only these, the body of a Responses or
+// Messages call is read, through GetBody (without one, a body that cannot
+// be read without being consumed is taken to have them), for the JSON
+// strings "conversation", "mcp" and "mcp_servers": a quoted name is found
+// only where it is a whole key or value, and one that is not what it
+// looks like costs a retry, never a duplicate. A stored or background
+// answer (Responses' and Chat Completions' "store", Responses'
+// "background") is still only the answer, paid for again on a retry as any
+// other answer is, and does not count.
+func ProviderSideEffects(req *http.Request) bool {
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return false
+	case http.MethodPost:
+	default:
+		return true
+	}
+	if req.URL == nil {
+		return true
+	}
+	path := req.URL.Path
+	if _, method, ok := strings.Cut(path[strings.LastIndexByte(path, '/')+1:], ":"); ok {
+		switch method {
+		case "generateContent", "streamGenerateContent", "countTokens", "embedContent", "batchEmbedContents":
+			return false
+		}
+		return true
+	}
+	for _, p := range pureCalls {
+		if strings.HasSuffix(path, p.tail) {
+			return p.acts != nil && bodyNames(req, p.acts)
+		}
+	}
+	return true
+}
+
+// pureCalls are the model calls of ProviderSideEffects, by the end of
+// their path, with the JSON names by which such a call asks the provider
+// to act beyond answering.
+var pureCalls = []struct {
+	tail string
+	acts []string
+}{
+	{"/responses", []string{`"conversation"`, `"mcp"`}},
+	{"/v1/messages", []string{`"mcp_servers"`}},
+	{"/completions", nil}, // chat completions too
+	{"/responses/input_tokens", nil},
+	{"/embeddings", nil},
+	{"/moderations", nil},
+	{"/audio/speech", nil},
+	{"/audio/transcriptions", nil},
+	{"/audio/translations", nil},
+	{"/images/generations", nil},
+	{"/images/edits", nil},
+	{"/images/variations", nil},
+	{"/v1/messages/count_tokens", nil},
+	{"/v1/complete", nil},
+	{"/api/chat", nil},
+	{"/api/generate", nil},
+	{"/api/embed", nil},
+	{"/rerank", nil},
+}
+
+// bodyNames reports whether req's body, read through GetBody, holds any
+// of names (each quoted, as JSON writes it); a body it cannot read is
+// taken to. In JSON a string's own quotes are escaped, so a quoted name
+// is found only where a whole string is that name.
+func bodyNames(req *http.Request, names []string) bool {
+	if req.Body == nil || req.Body == http.NoBody {
+		return false
+	}
+	if req.GetBody == nil {
+		return true
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return true
+	}
+	defer body.Close()
+	longest := 0
+	for _, n := range names {
+		longest = max(longest, len(n))
+	}
+	// A name cut between two reads is found whole in the next: each read
+	// goes on after the last longest-1 bytes of the one before.
+	buf := make([]byte, 8<<10)
+	kept := 0
+	for {
+		n, err := io.ReadAtLeast(body, buf[kept:], 1)
+		seen := buf[:kept+n]
+		for _, name := range names {
+			if bytes.Contains(seen, []byte(name)) {
+				return true
+			}
+		}
+		switch {
+		case err == io.EOF:
+			return false
+		case err != nil:
+			return true
+		}
+		kept = copy(buf, seen[max(len(seen)-(longest-1), 0):])
+	}
+}
+
+// Statuses by which a server says it did not take a request on: too many
+// requests (429), unavailable (503), and the providers' own overloaded
+// (Anthropic's 529) and at capacity (Groq's 498). A gateway that answers
+// one of them for a request its backend had already acted on breaks their
+// meaning; 500, 502, 504 and 408 (which some gateways send when a backend
+// took too long) say no such thing.
+func refusal(status int) bool {
+	switch status {
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable, 529, 498:
+		return true
+	}
+	return false
+}
+
+// sentTrace notes, through net/http's client trace, whether an attempt
+// asked for a connection and whether it got one: net/http writes a
+// request only on a connection it got.
+type sentTrace struct{ asked, got atomic.Bool }
+
+// traceSent returns req with a trace that notes what happened to its
+// connection, as well as any trace it had.
+func traceSent(req *http.Request) (*http.Request, *sentTrace) {
+	s := &sentTrace{}
+	trace := &httptrace.ClientTrace{
+		GetConn: func(string) { s.asked.Store(true) },
+		GotConn: func(httptrace.GotConnInfo) { s.got.Store(true) },
+	}
+	return req.WithContext(httptrace.WithClientTrace(req.Context(), trace)), s
+}
+
+// unreached reports whether an attempt that failed with err provably
+// never reached the server: it got no connection (not one net/http wrote
+// it on before sending it again itself, on a connection it then failed to
+// make), and either net/http asked for one (a dial, a TLS handshake or a
+// proxy's tunnel failed, or the attempt's time ran out first) or err is a
+// failure to connect, from a Base that does not trace.
+func (s *sentTrace) unreached(err error) bool {
+	if s.got.Load() {
+		return false
+	}
+	if s.asked.Load() {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect")
+}
