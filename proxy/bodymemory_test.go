@@ -1,0 +1,148 @@
+package proxy
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// upstreamFunc is an in-memory upstream.
+type upstreamFunc func(*http.Request) (*http.Response, error)
+
+func (f upstreamFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func answer(r *http.Request, contentType string, body io.Reader) *http.Response {
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {contentType}}, Body: io.NopCloser(body), ContentLength: -1, Request: r}
+}
+
+// TestBodyReservedAsItArrives: a body of declared length is given memory
+// as its bytes come (at most twice what came, or firstChunk before
+// anything), never its declared length ahead; once read it holds its
+// length (the look-ahead may send it again), and once the upstream has
+// answered (its first content come, the stream going on) nothing.
+func TestBodyReservedAsItArrives(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		events, stream := io.Pipe()
+		p, err := New(Options{Upstream: "http://upstream.test", Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+			Base: upstreamFunc(func(r *http.Request) (*http.Response, error) {
+				io.Copy(io.Discard, r.Body)
+				return answer(r, "text/event-stream", events), nil
+			})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const declared = 1 << 20
+		body, client := io.Pipe()
+		req := httptest.NewRequest("POST", "http://127.0.0.1/v1/chat/completions", body)
+		req.ContentLength = declared
+		rec := httptest.NewRecorder()
+		go p.ServeHTTP(rec, req)
+		synctest.Wait()
+		if got := p.memory.inUse(); got > firstChunk {
+			t.Fatalf("headers alone: %d bytes reserved, want at most %d", got, firstChunk)
+		}
+		sent := 0
+		for _, n := range []int{20, 40 << 10, 200 << 10, 300 << 10} {
+			chunk := strings.Repeat(" ", n)
+			if sent == 0 {
+				chunk = `{"model":"m","x":"` + chunk[len(`{"model":"m","x":"`):]
+			}
+			client.Write([]byte(chunk))
+			sent += n
+			synctest.Wait()
+			if got := p.memory.inUse(); got > max(2*int64(sent), firstChunk) {
+				t.Errorf("%d bytes sent: %d reserved, want at most twice that", sent, got)
+			}
+		}
+		client.Write([]byte(strings.Repeat("x", declared-sent-2) + `"}`))
+		synctest.Wait()
+		if got := p.memory.inUse(); got < declared {
+			t.Errorf("read whole, the upstream's stream not yet begun: %d bytes reserved, want at least %d", got, declared)
+		}
+		stream.Write([]byte("data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n"))
+		synctest.Wait()
+		if got := p.memory.inUse(); got != 0 {
+			t.Errorf("the upstream has answered, its stream going on: %d bytes still reserved", got)
+		}
+		stream.Close()
+		synctest.Wait()
+		if rec.Code != 200 || p.memory.inUse() != 0 {
+			t.Errorf("status %d, %d bytes reserved", rec.Code, p.memory.inUse())
+		}
+	})
+}
+
+// TestBodyMemoryBounded: past MaxBodyMemory a request waits for memory to
+// come back, BodyMemoryWait at most, then gets a 503 with Retry-After in
+// its dialect; the upstream never sees it. Memory that comes back in time
+// lets it through.
+func TestBodyMemoryBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		seen := 0
+		p, err := New(Options{Upstream: "http://upstream.test", MaxBody: 64 << 10, MaxBodyMemory: 128 << 10,
+			Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+			Base: upstreamFunc(func(r *http.Request) (*http.Response, error) {
+				io.Copy(io.Discard, r.Body)
+				seen++
+				<-release
+				return answer(r, "application/json", strings.NewReader(`{}`)), nil
+			})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := `{"model":"m","x":"` + strings.Repeat("x", 64<<10-len(`{"model":"m","x":""}`)) + `"}`
+		serve := func(path string) *httptest.ResponseRecorder {
+			rec := httptest.NewRecorder()
+			p.ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1"+path, strings.NewReader(body)))
+			return rec
+		}
+		held := make(chan *httptest.ResponseRecorder)
+		go func() { held <- serve("/v1/chat/completions") }()
+		synctest.Wait() // its body is with the upstream; its memory not back yet
+		start := time.Now()
+		refused := serve("/v1/messages")
+		if refused.Code != 503 || refused.Header().Get("Retry-After") == "" || !strings.HasPrefix(refused.Body.String(), `{"type":"error","error":{"type":"overloaded_error"`) {
+			t.Errorf("past the bound: %d %v %s, want a 503 with Retry-After in Anthropic's shape", refused.Code, refused.Header(), refused.Body)
+		}
+		if waited := time.Now().Sub(start); waited != BodyMemoryWait {
+			t.Errorf("waited %v, want BodyMemoryWait (%v)", waited, BodyMemoryWait)
+		}
+		if seen != 1 {
+			t.Errorf("the upstream saw %d requests, want 1", seen)
+		}
+		waiting := make(chan *httptest.ResponseRecorder)
+		go func() { waiting <- serve("/v1/chat/completions") }()
+		synctest.Wait() // waiting for memory
+		release <- struct{}{}
+		if rec := <-held; rec.Code != 200 {
+			t.Errorf("the first: %d", rec.Code)
+		}
+		close(release)
+		if rec := <-waiting; rec.Code != 200 {
+			t.Errorf("memory back while it waited: %d %s, want 200", rec.Code, rec.Body)
+		}
+		if got := p.memory.inUse(); got != 0 {
+			t.Errorf("all done: %d bytes still reserved", got)
+		}
+	})
+}
+
+// TestBodyMemoryOptions: a bound that could never hold one body of the
+// largest cap, or a negative one, is refused at New.
+func TestBodyMemoryOptions(t *testing.T) {
+	for _, o := range []Options{
+		{Upstream: "http://u.test", MaxBody: 1 << 20, MaxBodyMemory: 2<<20 - 1},
+		{Upstream: "http://u.test", MaxBodyMemory: -1},
+		{Config: &FileConfig{Upstreams: map[string]UpstreamConfig{"a": {URL: "http://u.test"}}, Routes: []RouteConfig{{Upstream: "a", MaxBodyBytes: 1 << 30}}}},
+	} {
+		if _, err := New(o); err == nil || strings.Contains(err.Error(), "\n") {
+			t.Errorf("MaxBody %d, MaxBodyMemory %d: %v, want a one-line error", o.MaxBody, o.MaxBodyMemory, err)
+		}
+	}
+}

@@ -1,0 +1,317 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// DefaultMaxBodyMemory is the bound on the memory of all request bodies
+// in flight together of a zero Options.MaxBodyMemory.
+const DefaultMaxBodyMemory = 1 << 30
+
+// BodyMemoryWait is how long a request whose body finds the proxy's body
+// memory spent waits for some to come back, before it gets a 503.
+const BodyMemoryWait = 2 * time.Second
+
+// firstChunk is the most memory a body gets before any of it has come.
+const firstChunk = 16 << 10
+
+var errBodyMemory = errors.New("the memory for request bodies is spent")
+
+// bodyMemory bounds the memory of the request bodies in flight together.
+// A body reserves memory before it allocates it, as its bytes arrive, and
+// gives it back when the forwarder is done with it.
+type bodyMemory struct {
+	limit int64
+
+	mu    sync.Mutex
+	used  int64
+	freed chan struct{} // closed, and replaced, when memory comes back to those waiting
+}
+
+func newBodyMemory(limit int64) *bodyMemory {
+	return &bodyMemory{limit: limit, freed: make(chan struct{})}
+}
+
+// reserve takes n bytes, waiting for them until deadline at most; it
+// returns errBodyMemory when they did not come in time, or ctx's error.
+func (m *bodyMemory) reserve(ctx context.Context, n int64, deadline time.Time) error {
+	var timer *time.Timer
+	for {
+		m.mu.Lock()
+		if m.used+n <= m.limit {
+			m.used += n
+			m.mu.Unlock()
+			if timer != nil {
+				timer.Stop()
+			}
+			return nil
+		}
+		freed := m.freed
+		m.mu.Unlock()
+		if timer == nil {
+			timer = time.NewTimer(time.Until(deadline))
+			defer timer.Stop()
+		}
+		select {
+		case <-freed:
+		case <-timer.C:
+			return errBodyMemory
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// release gives n bytes back.
+func (m *bodyMemory) release(n int64) {
+	if n == 0 {
+		return
+	}
+	m.mu.Lock()
+	m.used -= n
+	close(m.freed)
+	m.freed = make(chan struct{})
+	m.mu.Unlock()
+}
+
+// inUse returns the memory reserved.
+func (m *bodyMemory) inUse() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.used
+}
+
+// heldBody is a request body read whole, with the memory it holds
+// reserved until release. The forwarder sends it, maybe several times
+// and with its model renamed, without copying it; once released, nothing
+// the proxy keeps (a request sent, a response's Request) holds its bytes.
+type heldBody struct {
+	mem        *bodyMemory
+	mu         sync.Mutex
+	b          []byte // nil once released
+	reserved   int64
+	released   bool
+	start, end int    // the span of the JSON "model" value, or -1
+	prefix     string // of a Gemini body's model: "models/"
+}
+
+// release drops the body's bytes and gives their memory back; the body is
+// not sent again. It may be called more than once.
+func (h *heldBody) release() {
+	h.mu.Lock()
+	n := h.reserved
+	h.b, h.reserved, h.released = nil, 0, true
+	h.mu.Unlock()
+	h.mem.release(n)
+}
+
+var errReleased = errors.New("proxy: the request body was already released")
+
+// parts returns the body as the pieces that send it with its model
+// renamed to model ("" or no model in the body: unrenamed), and their
+// length; ok is false once the body is released.
+func (h *heldBody) parts(model string) (p [3][]byte, n int64, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.released {
+		return p, 0, false
+	}
+	if model == "" || h.start < 0 {
+		p[0] = h.b
+	} else {
+		p[0], p[1], p[2] = h.b[:h.start], strconv.AppendQuote(nil, h.prefix+model), h.b[h.end:]
+	}
+	return p, int64(len(p[0]) + len(p[1]) + len(p[2])), true
+}
+
+// attach makes the body req's, its model renamed to model unless that is
+// empty: Body and GetBody read the held bytes in place.
+func (h *heldBody) attach(req *http.Request, model string) {
+	p, n, _ := h.parts(model)
+	if n == 0 {
+		req.Body, req.GetBody, req.ContentLength = http.NoBody, nil, 0
+		return
+	}
+	req.ContentLength = n
+	req.Body = &partsReader{p: p}
+	req.GetBody = func() (io.ReadCloser, error) {
+		p, _, ok := h.parts(model)
+		if !ok {
+			return nil, errReleased
+		}
+		return &partsReader{p: p}, nil
+	}
+}
+
+// partsReader reads its pieces in turn, and lets go of them when closed
+// or read to the end.
+type partsReader struct{ p [3][]byte }
+
+func (r *partsReader) Read(b []byte) (int, error) {
+	n := 0
+	for i := range r.p {
+		for len(r.p[i]) > 0 && n < len(b) {
+			c := copy(b[n:], r.p[i])
+			r.p[i] = r.p[i][c:]
+			n += c
+		}
+	}
+	if len(r.p[0])+len(r.p[1])+len(r.p[2]) == 0 {
+		r.p = [3][]byte{}
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// WriteTo writes the pieces out without a buffer between.
+func (r *partsReader) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	for i := range r.p {
+		for len(r.p[i]) > 0 {
+			c, err := w.Write(r.p[i])
+			r.p[i] = r.p[i][c:]
+			n += int64(c)
+			if err != nil {
+				return n, err
+			}
+		}
+	}
+	r.p = [3][]byte{}
+	return n, nil
+}
+
+func (r *partsReader) Close() error {
+	r.p = [3][]byte{}
+	return nil
+}
+
+// readBody reads r's body, at most limit bytes, within timeout and with
+// no stall of BodyStall: a body that does not come holds a connection, a
+// goroutine and its bytes so far. rc sets the connection's read deadline
+// (a ResponseWriter that cannot has its body read without one).
+//
+// The memory the body takes is reserved from mem as its bytes arrive,
+// never on its declared length alone (a client could then make the proxy
+// allocate up to the cap with headers): the proxy allocates at most twice
+// what has come, or firstChunk before anything has. The bytes go into
+// chunks, each as large as all before it, until half the declared length
+// has come; then into one buffer of that length, the body's own. Without
+// a declared length, the chunks are joined at the end. Past mem's bound a
+// read waits BodyMemoryWait at most, then fails with errBodyMemory.
+func readBody(r *http.Request, rc *http.ResponseController, mem *bodyMemory, limit int64, timeout time.Duration) (*heldBody, error) {
+	h := &heldBody{mem: mem, start: -1, end: -1}
+	if r.Body == nil || r.Body == http.NoBody {
+		return h, nil
+	}
+	body := &deadlineReader{r: r.Body, rc: rc, end: time.Now().Add(timeout), left: r.ContentLength}
+	declared := r.ContentLength
+	if declared > limit {
+		body.push() // for the server, which may read the rest before it answers
+		return nil, errTooLarge
+	}
+	fail := func(err error) (*heldBody, error) {
+		// The deadline stays: the server reads what is left of a body
+		// before it answers, and must not wait for this one.
+		h.release()
+		return nil, err
+	}
+	reserve := func(n int64) error {
+		wait := time.Now().Add(min(time.Until(body.end), BodyMemoryWait))
+		if err := mem.reserve(r.Context(), n, wait); err != nil {
+			return err
+		}
+		h.mu.Lock()
+		h.reserved += n
+		h.mu.Unlock()
+		return nil
+	}
+	var chunks [][]byte // full, in order
+	var cur []byte      // the one being filled
+	var got int64       // bytes read
+	for declared < 0 || got < declared {
+		if len(cur) == cap(cur) {
+			size := got
+			switch {
+			case declared >= 0 && (got == 0 && declared <= firstChunk || got > 0 && 2*got >= declared):
+				size = declared
+			case got == 0:
+				size = firstChunk
+			case declared < 0:
+				size = min(size, limit-got)
+			}
+			if size == 0 {
+				// Without a declared length, at the cap: one byte more
+				// is one too many.
+				var probe [1]byte
+				n, err := io.ReadFull(body, probe[:])
+				if n > 0 {
+					return fail(errTooLarge)
+				}
+				if err != io.EOF {
+					return fail(err)
+				}
+				break
+			}
+			if err := reserve(size); err != nil {
+				return fail(err)
+			}
+			if cur != nil {
+				chunks = append(chunks, cur)
+			}
+			cur = make([]byte, 0, size)
+			if size == declared {
+				cur = join(cur, chunks)
+				h.drop(chunks)
+				chunks = nil
+			}
+		}
+		n, err := body.Read(cur[len(cur):cap(cur)])
+		cur = cur[:len(cur)+n]
+		got += int64(n)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fail(err)
+		}
+	}
+	if len(chunks) > 0 {
+		chunks = append(chunks, cur)
+		if err := reserve(got); err != nil {
+			return fail(err)
+		}
+		cur = join(make([]byte, 0, got), chunks)
+		h.drop(chunks)
+	}
+	if body.pushed {
+		rc.SetReadDeadline(time.Time{})
+	}
+	h.b = cur
+	return h, nil
+}
+
+// join appends the chunks to b.
+func join(b []byte, chunks [][]byte) []byte {
+	for _, c := range chunks {
+		b = append(b, c...)
+	}
+	return b
+}
+
+// drop gives back the memory of chunks, which the body no longer holds.
+func (h *heldBody) drop(chunks [][]byte) {
+	var n int64
+	for _, c := range chunks {
+		n += int64(cap(c))
+	}
+	h.mu.Lock()
+	h.reserved -= n
+	h.mu.Unlock()
+	h.mem.release(n)
+}
