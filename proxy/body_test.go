@@ -99,6 +99,11 @@ func TestReleasedBodyLetsGo(t *testing.T) {
 	if _, err := req.GetBody(); err == nil {
 		t.Errorf("GetBody after release: no error")
 	}
+	late, _ := http.NewRequest("POST", "http://upstream.test/", nil)
+	h.attach(late, "")
+	if _, err := io.ReadAll(late.Body); !errors.Is(err, errReleased) {
+		t.Errorf("a body attached after release reads %v, want errReleased", err)
+	}
 	if h.b != nil || h.mem.inUse() != 0 {
 		t.Errorf("released: still holds %d bytes, %d reserved", len(h.b), h.mem.inUse())
 	}

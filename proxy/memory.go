@@ -29,9 +29,10 @@ var errBodyMemory = errors.New("the memory for request bodies is spent")
 type bodyMemory struct {
 	limit int64
 
-	mu    sync.Mutex
-	used  int64
-	freed chan struct{} // closed, and replaced, when memory comes back to those waiting
+	mu      sync.Mutex
+	used    int64
+	waiting int           // requests waiting for memory
+	freed   chan struct{} // closed, and replaced, when memory comes back to those waiting
 }
 
 func newBodyMemory(limit int64) *bodyMemory {
@@ -53,17 +54,25 @@ func (m *bodyMemory) reserve(ctx context.Context, n int64, deadline time.Time) e
 			return nil
 		}
 		freed := m.freed
+		m.waiting++
 		m.mu.Unlock()
 		if timer == nil {
 			timer = time.NewTimer(time.Until(deadline))
 			defer timer.Stop()
 		}
+		var err error
 		select {
 		case <-freed:
 		case <-timer.C:
-			return errBodyMemory
+			err = errBodyMemory
 		case <-ctx.Done():
-			return ctx.Err()
+			err = ctx.Err()
+		}
+		m.mu.Lock()
+		m.waiting--
+		m.mu.Unlock()
+		if err != nil {
+			return err
 		}
 	}
 }
@@ -75,8 +84,10 @@ func (m *bodyMemory) release(n int64) {
 	}
 	m.mu.Lock()
 	m.used -= n
-	close(m.freed)
-	m.freed = make(chan struct{})
+	if m.waiting > 0 {
+		close(m.freed)
+		m.freed = make(chan struct{})
+	}
 	m.mu.Unlock()
 }
 
@@ -133,7 +144,13 @@ func (h *heldBody) parts(model string) (p [3][]byte, n int64, ok bool) {
 // attach makes the body req's, its model renamed to model unless that is
 // empty: Body and GetBody read the held bytes in place.
 func (h *heldBody) attach(req *http.Request, model string) {
-	p, n, _ := h.parts(model)
+	p, n, ok := h.parts(model)
+	if !ok {
+		// Sent after the forwarder was done with it: fail the attempt
+		// rather than send an empty body.
+		req.Body, req.GetBody, req.ContentLength = io.NopCloser(failingReader{}), nil, -1
+		return
+	}
 	if n == 0 {
 		req.Body, req.GetBody, req.ContentLength = http.NoBody, nil, 0
 		return
@@ -148,6 +165,11 @@ func (h *heldBody) attach(req *http.Request, model string) {
 		return &partsReader{p: p}, nil
 	}
 }
+
+// failingReader fails every read with errReleased.
+type failingReader struct{}
+
+func (failingReader) Read([]byte) (int, error) { return 0, errReleased }
 
 // partsReader reads its pieces in turn, and lets go of them when closed
 // or read to the end.
