@@ -146,3 +146,44 @@ func TestBodyMemoryOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestReadBodySizes: bodies of every size around the chunk boundaries,
+// with a declared length or without (chunked), are read byte for byte,
+// hold at most twice their size (or firstChunk) once read, give it all
+// back when released, and one byte over the cap is a 413 that holds
+// nothing.
+func TestReadBodySizes(t *testing.T) {
+	const limit = 1<<20 + 3
+	mem := newBodyMemory(4 * limit)
+	for _, size := range []int{0, 1, firstChunk - 1, firstChunk, firstChunk + 1, 3*firstChunk + 5, 100 << 10, limit - 1, limit, limit + 1} {
+		for _, declared := range []bool{true, false} {
+			want := strings.Repeat("abcdefg", size/7+1)[:size]
+			req := httptest.NewRequest("POST", "http://127.0.0.1/", io.MultiReader(strings.NewReader(want))) // no length of its own
+			req.ContentLength = -1
+			if declared {
+				req.ContentLength = int64(size)
+			}
+			h, err := readBody(req, http.NewResponseController(httptest.NewRecorder()), mem, limit, time.Minute)
+			switch {
+			case size > limit:
+				if err != errTooLarge || mem.inUse() != 0 {
+					t.Errorf("size %d, declared %v: %v, %d bytes reserved; want errTooLarge and none", size, declared, err, mem.inUse())
+				}
+				continue
+			case err != nil:
+				t.Errorf("size %d, declared %v: %v", size, declared, err)
+				continue
+			}
+			if string(h.b) != want {
+				t.Errorf("size %d, declared %v: read %d bytes, not the body", size, declared, len(h.b))
+			}
+			if got := mem.inUse(); got < int64(size) || got > max(int64(2*size), firstChunk) {
+				t.Errorf("size %d, declared %v: %d bytes reserved, want between its size and twice it", size, declared, got)
+			}
+			h.release()
+			if got := mem.inUse(); got != 0 {
+				t.Errorf("size %d, declared %v: %d bytes reserved after release", size, declared, got)
+			}
+		}
+	}
+}

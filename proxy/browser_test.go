@@ -122,3 +122,48 @@ func roundTrip(t *testing.T, req *http.Request) (*http.Response, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp, string(b)
 }
+
+// TestProxyTokensAndBrowsers: with client tokens any Host is answered
+// (the token stands guard); a page's Origin is still judged, and an
+// allowed page's pre-flight, which carries no token, is answered without
+// one. "*" allows every origin, and only with tokens.
+func TestProxyTokensAndBrowsers(t *testing.T) {
+	up, s := reviewUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { w.Write([]byte(`{}`)) })
+	const token = "tok-client-000001"
+	front, _ := newReviewProxy(t, proxy.Options{Upstream: up.URL, UpstreamKey: operatorKey, Tokens: []string{token},
+		AllowOrigins: []string{"https://App.Example:443"}})
+	if resp, body := doHost(t, "proxy.example.com", "POST", front.URL+"/v1/chat/completions", `{"model":"m"}`, "Authorization", "Bearer "+token); resp.StatusCode != 200 {
+		t.Errorf("with a token, Host proxy.example.com: %d %s", resp.StatusCode, body)
+	}
+	if resp, _ := do(t, "POST", front.URL+"/v1/chat/completions", `{"model":"m"}`, "Authorization", "Bearer "+token, "Origin", "https://evil.example"); resp.StatusCode != 403 {
+		t.Errorf("with a token, from another page: %d, want 403", resp.StatusCode)
+	}
+	resp, _ := do(t, "OPTIONS", front.URL+"/v1/chat/completions", "", "Origin", "https://app.example", "Access-Control-Request-Method", "POST")
+	if resp.StatusCode != 204 || resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example" {
+		t.Errorf("an allowed page's pre-flight: %d %v", resp.StatusCode, resp.Header)
+	}
+	if resp, _ := do(t, "POST", front.URL+"/v1/chat/completions", `{"model":"m"}`, "Origin", "https://app.example"); resp.StatusCode != 401 || resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example" {
+		t.Errorf("an allowed page without its token: %d %v, want a 401 it can read", resp.StatusCode, resp.Header)
+	}
+	if s.hits != 1 {
+		t.Errorf("the upstream saw %d requests, want 1", s.hits)
+	}
+	star, _ := newReviewProxy(t, proxy.Options{Upstream: up.URL, UpstreamKey: operatorKey, Tokens: []string{token}, AllowOrigins: []string{"*"}})
+	if resp, _ := do(t, "POST", star.URL+"/v1/chat/completions", `{"model":"m"}`, "Authorization", "Bearer "+token, "Origin", "https://any.example"); resp.StatusCode != 200 || resp.Header.Get("Access-Control-Allow-Origin") != "https://any.example" {
+		t.Errorf(`"*": %d %v`, resp.StatusCode, resp.Header)
+	}
+	if got := s.header.Get("Origin"); s.hits != 2 || got != "" {
+		t.Errorf("the upstream got the page's Origin %q (%d requests)", got, s.hits)
+	}
+	for _, o := range []proxy.Options{
+		{Upstream: up.URL, AllowOrigins: []string{"*"}},
+		{Upstream: up.URL, AllowOrigins: []string{"https://app.example/path"}},
+		{Upstream: up.URL, AllowOrigins: []string{"null"}},
+		{Upstream: up.URL, AllowHosts: []string{"host:80"}},
+		{Upstream: up.URL, AllowHosts: []string{""}},
+	} {
+		if _, err := proxy.New(o); err == nil {
+			t.Errorf("hosts %q, origins %q: no error", o.AllowHosts, o.AllowOrigins)
+		}
+	}
+}

@@ -507,8 +507,14 @@ func hasDotSegment(path string) bool {
 }
 
 // rewrite is the ReverseProxy's: it keeps the request as it came, the
-// forwarder points it at each upstream in turn.
-func (p *Proxy) rewrite(pr *httputil.ProxyRequest) { pr.Out.Host = "" }
+// forwarder points it at each upstream in turn. An allowed page's Origin
+// stays with the proxy, which has judged it: the upstream's own browser
+// rules (Anthropic's refuses a page without a header of its own) are for
+// pages that call it directly.
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	pr.Out.Host = ""
+	pr.Out.Header.Del("Origin")
+}
 
 // gatewayError answers a request no upstream answered, in its dialect.
 func (p *Proxy) gatewayError(w http.ResponseWriter, r *http.Request, err error) {
