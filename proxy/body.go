@@ -74,11 +74,11 @@ func (d *deadlineReader) push() {
 // Anything else
 // could be read one way by the proxy, which routes by it, and another by
 // the upstream, which serves it: it is an error (a 400). A body that is
-// not JSON (a file upload's form) has no model here: only a route that
-// names none takes it.
-func modelOf(path, contentType string, h *heldBody) (string, error) {
+// not JSON (a file upload's form, a compressed body) has no model here:
+// only a route that names none takes it.
+func modelOf(path string, header http.Header, h *heldBody) (string, error) {
 	m := provider.GeminiModel(path)
-	if sentAsJSON(contentType, h.b) {
+	if sentAsJSON(header, h.b) {
 		sb, err := scanStrict(h.b)
 		switch {
 		case err != nil:
@@ -124,15 +124,19 @@ func geminiCall(path string) bool {
 }
 
 // sentAsJSON reports whether a body is meant as JSON: its Content-Type
-// says so, or it begins as an object or an array does.
-func sentAsJSON(contentType string, body []byte) bool {
+// says so, or it begins as an object or an array does. A body with a
+// Content-Encoding (gzip) is not read: it is not JSON as it comes.
+func sentAsJSON(header http.Header, body []byte) bool {
 	if len(body) == 0 {
+		return false
+	}
+	if enc := header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
 		return false
 	}
 	if i := skipSpace(body, 0); i < len(body) && (body[i] == '{' || body[i] == '[') {
 		return true
 	}
-	media, _, _ := mime.ParseMediaType(contentType)
+	media, _, _ := mime.ParseMediaType(header.Get("Content-Type"))
 	return media == "application/json" || strings.HasSuffix(media, "+json")
 }
 

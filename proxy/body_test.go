@@ -50,7 +50,7 @@ func TestModel(t *testing.T) {
 		{"/v1beta/models/gemini-x:generateContent", "application/json", `{"model":"models/gemini-x"}`, "gemini-x", `{"model":"models/gpt-y"}`},
 	} {
 		h := held(c.body)
-		if got, err := modelOf(c.path, c.contentType, h); got != c.model || err != nil {
+		if got, err := modelOf(c.path, http.Header{"Content-Type": {c.contentType}}, h); got != c.model || err != nil {
 			t.Errorf("modelOf(%q) = %q, %v, want %q", c.body, got, err, c.model)
 		}
 		if got := sent(t, h, "gpt-y"); got != c.renamed {
@@ -70,14 +70,18 @@ func TestModel(t *testing.T) {
 		`{"model":"a\udc00"}`,
 		`{"model":"a"`,
 	} {
-		if m, err := modelOf("/v1/chat/completions", "application/json", held(body)); err == nil {
+		if m, err := modelOf("/v1/chat/completions", http.Header{"Content-Type": {"application/json"}}, held(body)); err == nil {
 			t.Errorf("modelOf(%.40q) = %q, want an error", body, m)
 		}
 	}
 	for body, want := range map[string]error{`{"model":"gemini-y"}`: errModelTwice, `{"model":"gemini-x"}`: nil, `{"model":"models/gemini-x"}`: nil} {
-		if m, err := modelOf("/v1beta/models/gemini-x:generateContent", "", held(body)); err != want || err == nil && m != "gemini-x" {
+		if m, err := modelOf("/v1beta/models/gemini-x:generateContent", nil, held(body)); err != want || err == nil && m != "gemini-x" {
 			t.Errorf("Gemini, %s: %q, %v; want gemini-x, %v", body, m, err, want)
 		}
+	}
+	gzipped := http.Header{"Content-Type": {"application/json"}, "Content-Encoding": {"gzip"}}
+	if m, err := modelOf("/v1/chat/completions", gzipped, held("\x1f\x8b{\"model\":")); m != "" || err != nil {
+		t.Errorf("a compressed body: %q, %v; want no model and no error", m, err)
 	}
 	if got := renamePathModel("/v1beta/models/gemini-x:generateContent", "gemini-y"); got != "/v1beta/models/gemini-y:generateContent" {
 		t.Errorf("renamePathModel: %q", got)
@@ -88,7 +92,7 @@ func TestModel(t *testing.T) {
 // readers already made have let go of its bytes once read or closed.
 func TestReleasedBodyLetsGo(t *testing.T) {
 	h := held(`{"model":"a"}`)
-	modelOf("/v1/chat/completions", "", h)
+	modelOf("/v1/chat/completions", nil, h)
 	req, _ := http.NewRequest("POST", "http://upstream.test/", nil)
 	h.attach(req, "b")
 	io.ReadAll(req.Body)

@@ -30,8 +30,8 @@
 // is over MaxModel bytes (it becomes a breaker's key, a metric's label, a
 // log field); the proxy would route by one reading, the upstream serve
 // another, past a route's model. A body that is not JSON (a file upload's
-// form) goes as it came, the upstream's 400 the truth, but names no
-// model: only a route that names none takes it. Refused too: a path with
+// form, a compressed body) goes as it came, the upstream's 400 the truth,
+// but names no model: only a route that names none takes it. Refused too: a path with
 // "." or ".." segments (they would leave the upstream's base path, with
 // its key), and a protocol upgrade (a 501: websockets, the Realtime API
 // among them, are not proxied). The client's Accept-Encoding is not passed on:

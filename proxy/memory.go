@@ -171,8 +171,8 @@ type failingReader struct{}
 
 func (failingReader) Read([]byte) (int, error) { return 0, errReleased }
 
-// partsReader reads its pieces in turn, and lets go of them when closed
-// or read to the end.
+// partsReader reads its pieces in turn, and lets go of them once read to
+// the end.
 type partsReader struct{ p [3][]byte }
 
 func (r *partsReader) Read(b []byte) (int, error) {
@@ -208,10 +208,9 @@ func (r *partsReader) WriteTo(w io.Writer) (int64, error) {
 	return n, nil
 }
 
-func (r *partsReader) Close() error {
-	r.p = [3][]byte{}
-	return nil
-}
+// Close does nothing: a transport may close a body while another of its
+// goroutines reads it, and the pieces go at the end of the reading.
+func (r *partsReader) Close() error { return nil }
 
 // readBody reads r's body, at most limit bytes, within timeout and with
 // no stall of BodyStall: a body that does not come holds a connection, a

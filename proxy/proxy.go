@@ -448,7 +448,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer body.release()
-	if c.model, err = modelOf(r.URL.Path, r.Header.Get("Content-Type"), body); err != nil {
+	if c.model, err = modelOf(r.URL.Path, r.Header, body); err != nil {
 		c.outcome = "client_error"
 		writeError(sw, dialect, http.StatusBadRequest, err.Error())
 		return
