@@ -83,10 +83,11 @@ with "." or ".." segments (400); a protocol upgrade (501: websockets, and
 so OpenAI's Realtime API, are not proxied); and a body that sends nothing
 for 10 s or takes over 60 s (408). A body that is not JSON (a file upload's
 form, a compressed body) goes as it came, but names no model: only a route
-without one takes it. The request bodies in flight together hold at most --max-body-memory,
-taken as their bytes arrive; past it a request waits up to 2 s, then gets a
-503 with Retry-After. It asks the upstreams for gzip itself, whatever the
-client accepts, and answers uncompressed: it reads every answer. Keys and
+without one takes it. The request bodies in flight together hold at most
+--max-body-memory, taken as their bytes arrive; past it a request waits up
+to 2 s, then gets a 503 with Retry-After. It asks the upstreams for gzip
+itself, whatever the client accepts, and answers uncompressed: it reads
+every answer. Keys and
 tokens it knows are scrubbed from the response headers and error bodies an
 upstream might echo them in.
 
