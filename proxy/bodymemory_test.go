@@ -187,3 +187,103 @@ func TestReadBodySizes(t *testing.T) {
 		}
 	}
 }
+
+// TestBodyMemoryUnderLoad: many bodies at once against a bound that
+// holds two: each gets through or a 503, none waits past BodyMemoryWait
+// in all, and all the memory comes back. Bodies that hold some memory and
+// wait for more do not starve one another: memory goes to the oldest, so
+// that as the upstream answers, others go on (more than the two that fit
+// at first).
+func TestBodyMemoryUnderLoad(t *testing.T) {
+	const upstreamTime = 250 * time.Millisecond
+	synctest.Test(t, func(t *testing.T) {
+		p, err := New(Options{Upstream: "http://upstream.test", MaxBody: 64 << 10, MaxBodyMemory: 128 << 10,
+			Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+			Base: upstreamFunc(func(r *http.Request) (*http.Response, error) {
+				io.Copy(io.Discard, r.Body)
+				time.Sleep(upstreamTime)
+				return answer(r, "application/json", strings.NewReader(`{}`)), nil
+			})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := `{"model":"m","x":"` + strings.Repeat("x", 60<<10) + `"}`
+		codes := make(chan int, 20)
+		start := time.Now()
+		for range cap(codes) {
+			go func() {
+				rec := httptest.NewRecorder()
+				p.ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1/v1/chat/completions", strings.NewReader(body)))
+				codes <- rec.Code
+			}()
+		}
+		ok := 0
+		for range cap(codes) {
+			switch code := <-codes; code {
+			case 200:
+				ok++
+			case 503:
+			default:
+				t.Errorf("status %d", code)
+			}
+		}
+		took := time.Since(start)
+		t.Logf("%d of %d through in %v", ok, cap(codes), took)
+		if ok < 4 || took > BodyMemoryWait+upstreamTime {
+			t.Errorf("%d of %d through in %v; want at least 4, within %v", ok, cap(codes), took, BodyMemoryWait+upstreamTime)
+		}
+		if got := p.memory.inUse(); got != 0 {
+			t.Errorf("all done: %d bytes reserved", got)
+		}
+	})
+}
+
+// TestBodyMemoryOldestGoesOn: two bodies hold all the memory and each
+// waits for more: rather than both waiting out BodyMemoryWait, the newer
+// gives up at once, and once its memory is back the older goes on; a
+// newcomer waits behind an older body rather than taking what it needs.
+func TestBodyMemoryOldestGoesOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := newBodyMemory(100)
+		ctx := t.Context()
+		deadline := time.Now().Add(BodyMemoryWait)
+		older, newer := m.start(), m.start()
+		if m.reserve(ctx, older, 0, 50, deadline) != nil || m.reserve(ctx, newer, 0, 50, deadline) != nil {
+			t.Fatal("the first reservations were refused")
+		}
+		olderDone := make(chan error, 1)
+		go func() { olderDone <- m.reserve(ctx, older, 50, 40, deadline) }()
+		synctest.Wait()
+		start := time.Now()
+		if err := m.reserve(ctx, newer, 50, 40, deadline); err != errBodyMemory || time.Since(start) != 0 {
+			t.Fatalf("the newer body, all memory held by waiters: %v after %v, want errBodyMemory at once", err, time.Since(start))
+		}
+		m.release(50) // the newer gives up what it held
+		if err := <-olderDone; err != nil || time.Since(start) != 0 {
+			t.Fatalf("the older body: %v after %v, want its memory at once", err, time.Since(start))
+		}
+		// 90 in use; an older body waits for 20: a newcomer asking 5,
+		// which would fit, waits behind it.
+		waiting := make(chan error, 1)
+		go func() { waiting <- m.reserve(ctx, older, 90, 20, deadline) }()
+		synctest.Wait()
+		newcomer := make(chan error, 1)
+		go func() { newcomer <- m.reserve(ctx, m.start(), 0, 5, deadline) }()
+		synctest.Wait()
+		select {
+		case err := <-newcomer:
+			t.Fatalf("a newcomer took memory (%v) before an older body waiting", err)
+		default:
+		}
+		m.release(30)
+		if err := <-waiting; err != nil {
+			t.Errorf("the older body: %v", err)
+		}
+		if err := <-newcomer; err != nil {
+			t.Errorf("the newcomer: %v", err)
+		}
+		if got := m.inUse(); got != 85 {
+			t.Errorf("%d in use, want 85", got)
+		}
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -26,54 +27,112 @@ var errBodyMemory = errors.New("the memory for request bodies is spent")
 // bodyMemory bounds the memory of the request bodies in flight together.
 // A body reserves memory before it allocates it, as its bytes arrive, and
 // gives it back when the forwarder is done with it.
+//
+// A body that must wait holds what it has read, so bodies that all wait
+// for more while holding the rest would wait for one another until their
+// time ran out, and none would go on. So memory goes to those waiting
+// oldest first (no newer body takes any while an older one waits), and
+// when all the memory reserved is held by bodies waiting for more, the
+// newest of them that holds some gives up at once (a 503), for the older
+// ones to go on.
 type bodyMemory struct {
 	limit int64
 
-	mu      sync.Mutex
-	used    int64
-	waiting int           // requests waiting for memory
-	freed   chan struct{} // closed, and replaced, when memory comes back to those waiting
+	mu          sync.Mutex
+	used        int64
+	bodies      uint64       // bodies started, for their age
+	waiting     []*memWaiter // oldest first
+	heldWaiting int64        // what the waiting bodies hold
 }
 
-func newBodyMemory(limit int64) *bodyMemory {
-	return &bodyMemory{limit: limit, freed: make(chan struct{})}
+// memWaiter is a body waiting for memory.
+type memWaiter struct {
+	age  uint64
+	need int64
+	held int64
+	done chan error // nil: granted; errBodyMemory: give up
 }
 
-// reserve takes n bytes, waiting for them until deadline at most; it
-// returns errBodyMemory when they did not come in time, or ctx's error.
-func (m *bodyMemory) reserve(ctx context.Context, n int64, deadline time.Time) error {
-	var timer *time.Timer
-	for {
-		m.mu.Lock()
-		if m.used+n <= m.limit {
-			m.used += n
-			m.mu.Unlock()
-			if timer != nil {
-				timer.Stop()
-			}
-			return nil
-		}
-		freed := m.freed
-		m.waiting++
+func newBodyMemory(limit int64) *bodyMemory { return &bodyMemory{limit: limit} }
+
+// start returns the age of a body that starts.
+func (m *bodyMemory) start() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.bodies++
+	return m.bodies
+}
+
+// reserve takes n bytes for the body of that age, which holds held bytes
+// already; it waits for them until deadline at most, and returns
+// errBodyMemory when they did not come in time or the body had to give
+// up, or ctx's error.
+func (m *bodyMemory) reserve(ctx context.Context, age uint64, held, n int64, deadline time.Time) error {
+	m.mu.Lock()
+	if len(m.waiting) == 0 && m.used+n <= m.limit {
+		m.used += n
 		m.mu.Unlock()
-		if timer == nil {
-			timer = time.NewTimer(time.Until(deadline))
-			defer timer.Stop()
+		return nil
+	}
+	w := &memWaiter{age: age, need: n, held: held, done: make(chan error, 1)}
+	i := len(m.waiting)
+	for i > 0 && m.waiting[i-1].age > age {
+		i--
+	}
+	m.waiting = slices.Insert(m.waiting, i, w)
+	m.heldWaiting += held
+	m.settle()
+	m.mu.Unlock()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	var err error
+	select {
+	case err = <-w.done:
+		return err
+	case <-timer.C:
+		err = errBodyMemory
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i := slices.Index(m.waiting, w); i >= 0 {
+		m.waiting = slices.Delete(m.waiting, i, i+1)
+		m.heldWaiting -= w.held
+		m.settle() // those behind it may go on now
+		return err
+	}
+	return <-w.done // settled meanwhile
+}
+
+// settle grants memory to those waiting, oldest first, and when all the
+// memory reserved is held by bodies waiting for more, has the newest of
+// them that holds some give up.
+func (m *bodyMemory) settle() {
+	for len(m.waiting) > 0 {
+		w := m.waiting[0]
+		if m.used+w.need <= m.limit {
+			m.used += w.need
+			m.waiting = m.waiting[1:]
+			m.heldWaiting -= w.held
+			w.done <- nil
+			continue
 		}
-		var err error
-		select {
-		case <-freed:
-		case <-timer.C:
-			err = errBodyMemory
-		case <-ctx.Done():
-			err = ctx.Err()
+		if m.used > m.heldWaiting {
+			return // bodies not waiting will give memory back
 		}
-		m.mu.Lock()
-		m.waiting--
-		m.mu.Unlock()
-		if err != nil {
-			return err
+		i := len(m.waiting) - 1
+		for i > 0 && m.waiting[i].held == 0 {
+			i--
 		}
+		if i == 0 {
+			return
+		}
+		y := m.waiting[i]
+		m.waiting = slices.Delete(m.waiting, i, i+1)
+		m.heldWaiting -= y.held
+		y.done <- errBodyMemory // its memory comes back when it has given up
+		return
 	}
 }
 
@@ -84,10 +143,7 @@ func (m *bodyMemory) release(n int64) {
 	}
 	m.mu.Lock()
 	m.used -= n
-	if m.waiting > 0 {
-		close(m.freed)
-		m.freed = make(chan struct{})
-	}
+	m.settle()
 	m.mu.Unlock()
 }
 
@@ -242,9 +298,16 @@ func readBody(r *http.Request, rc *http.ResponseController, mem *bodyMemory, lim
 		h.release()
 		return nil, err
 	}
+	age := mem.start()
+	wait := BodyMemoryWait // in all, however many times the body waits
 	reserve := func(n int64) error {
-		wait := time.Now().Add(min(time.Until(body.end), BodyMemoryWait))
-		if err := mem.reserve(r.Context(), n, wait); err != nil {
+		h.mu.Lock()
+		held := h.reserved
+		h.mu.Unlock()
+		asked := time.Now()
+		err := mem.reserve(r.Context(), age, held, n, asked.Add(min(time.Until(body.end), wait)))
+		wait -= time.Since(asked)
+		if err != nil {
 			return err
 		}
 		h.mu.Lock()
