@@ -16,8 +16,10 @@
 // hold at most Options.MaxBodyMemory, reserved as their bytes arrive (the
 // proxy allocates at most twice what has come, never a declared length
 // ahead) and given back as soon as the upstream has answered; a request
-// that finds it spent waits BodyMemoryWait at most, then gets a 503 with
-// Retry-After.
+// that finds it spent waits BodyMemoryWait at most in all, then gets a 503
+// with Retry-After. Memory goes to the oldest body waiting, and when the
+// bodies waiting for more hold all of it the newest gives up at once:
+// under load bodies go on rather than wait each other out.
 //
 // What the proxy cannot route truthfully it refuses in the dialect, with
 // a 400: a body sent as JSON (by its Content-Type, or that begins as an
