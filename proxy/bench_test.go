@@ -44,7 +44,7 @@ func benchServe(b *testing.B, upstream http.RoundTripper, body, want string) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(body))
+		req := httptest.NewRequest("POST", "http://127.0.0.1:8080/v1/chat/completions", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer sk-client")
 		rec := httptest.NewRecorder()
 		p.ServeHTTP(rec, req)

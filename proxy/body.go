@@ -1,11 +1,10 @@
 package proxy
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -25,40 +24,13 @@ const BodyStall = 10 * time.Second
 
 var (
 	errTooLarge       = errors.New("request body too large")
-	errDuplicateModel = errors.New(`the request body has more than one top-level "model"`)
+	errDuplicateModel = errors.New(`the request body has more than one top-level "model" key (written in another case, escaped or cut by a NUL, each counts)`)
+	errModelVariant   = errors.New(`the request body's top-level model key is not written "model" (parsers differ on "Model" and the like)`)
+	errModelTwice     = errors.New(`the body names another model than the path`)
+	errModelNotString = errors.New(`the request body's "model" is not a string`)
+	errModelSurrogate = errors.New(`the request body's "model" holds a lone surrogate escape, which parsers read differently`)
 	errLongModel      = fmt.Errorf("the model name is over %d bytes", MaxModel)
 )
-
-// readBody reads r's body, at most limit bytes, within timeout and with
-// no stall of BodyStall: a body that does not come holds a connection, a
-// goroutine and its bytes so far. rc sets the connection's read deadline
-// (a ResponseWriter that cannot has its body read without one).
-func readBody(r *http.Request, rc *http.ResponseController, limit int64, timeout time.Duration) ([]byte, error) {
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil
-	}
-	body := &deadlineReader{r: r.Body, rc: rc, end: time.Now().Add(timeout), left: r.ContentLength}
-	if r.ContentLength > limit {
-		body.push() // for the server, which may read the rest before it answers
-		return nil, errTooLarge
-	}
-	// Read as it comes: a buffer sized by the declared length would let
-	// a client that sends only headers make the proxy allocate up to the
-	// cap.
-	b, err := io.ReadAll(io.LimitReader(body, limit+1))
-	switch {
-	case err != nil:
-		// The deadline stays: the server reads what is left of a body
-		// before it answers, and must not wait for this one.
-		return nil, err
-	case int64(len(b)) > limit:
-		return nil, errTooLarge
-	}
-	if body.pushed {
-		rc.SetReadDeadline(time.Time{})
-	}
-	return b, nil
-}
 
 // deadlineReader reads a request body with the connection's read
 // deadline pushed on before each read, up to end.
@@ -91,27 +63,81 @@ func (d *deadlineReader) push() {
 	d.pushed = true
 }
 
-// modelOf returns the model a request asks for: in a Gemini path
-// (".../models/NAME:verb"), or the JSON body's top-level "model"; empty
-// when it has none, or is not JSON (it goes to the upstream unchanged all
-// the same, whose 400 is the truth). A body with two top-level "model"s
-// is an error: the proxy would route by one and the upstream serve the
-// other (JSON parsers keep the last), past a route's model.
-func modelOf(path string, body []byte) (string, error) {
+// modelOf returns the model a request asks for, from a Gemini path
+// (".../models/NAME:verb") or a JSON body's top-level "model", and notes
+// where the body's lies in h, for a fallback to rename it.
+//
+// A body sent as JSON (sentAsJSON) must be strict JSON (scanStrict) with
+// at most one top-level key that any common parser would take for
+// "model": written "model" (escapes allowed), holding a string without a
+// lone surrogate, and on a Gemini call naming the path's model if any.
+// Anything else
+// could be read one way by the proxy, which routes by it, and another by
+// the upstream, which serves it: it is an error (a 400). A body that is
+// not JSON (a file upload's form, a compressed body) has no model here:
+// only a route that names none takes it.
+func modelOf(path string, header http.Header, h *heldBody) (string, error) {
 	m := provider.GeminiModel(path)
-	if m == "" {
-		start, end, dup := modelSpan(body)
-		if dup {
+	if sentAsJSON(header, h.b) {
+		sb, err := scanStrict(h.b)
+		switch {
+		case err != nil:
+			return "", err
+		case sb.modelKeys > 1:
 			return "", errDuplicateModel
-		}
-		if start < 0 || json.Unmarshal(body[start:end], &m) != nil {
-			m = ""
+		case sb.variant:
+			return "", errModelVariant
+		case sb.modelKeys == 1 && !sb.str:
+			return "", errModelNotString
+		case sb.modelKeys == 1:
+			raw := h.b[sb.start+1 : sb.end-1]
+			if len(raw) > MaxModel*len(`\uffff`) {
+				return "", errLongModel
+			}
+			text, whole := unescape(make([]byte, 0, len(raw)), raw)
+			switch body := string(text); {
+			case !whole:
+				return "", errModelSurrogate
+			case m == "":
+				m = body
+				h.start, h.end = sb.start, sb.end
+			case geminiCall(path) && (body == m || body == "models/"+m):
+				h.start, h.end, h.prefix = sb.start, sb.end, strings.TrimSuffix(body, m)
+			case geminiCall(path):
+				// Gemini's request has a model field the path fills:
+				// which one an upstream serves is its own affair.
+				return "", errModelTwice
+			}
 		}
 	}
 	if len(m) > MaxModel {
 		return "", errLongModel
 	}
 	return m, nil
+}
+
+// geminiCall reports whether path calls a method of a model, as Gemini's
+// do (".../models/NAME:generateContent").
+func geminiCall(path string) bool {
+	_, rest, ok := strings.Cut(path, "/models/")
+	return ok && strings.Contains(rest, ":")
+}
+
+// sentAsJSON reports whether a body is meant as JSON: its Content-Type
+// says so, or it begins as an object or an array does. A body with a
+// Content-Encoding (gzip) is not read: it is not JSON as it comes.
+func sentAsJSON(header http.Header, body []byte) bool {
+	if len(body) == 0 {
+		return false
+	}
+	if enc := header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		return false
+	}
+	if i := skipSpace(body, 0); i < len(body) && (body[i] == '{' || body[i] == '[') {
+		return true
+	}
+	media, _, _ := mime.ParseMediaType(header.Get("Content-Type"))
+	return media == "application/json" || strings.HasSuffix(media, "+json")
 }
 
 // renamePathModel returns path asking for model instead, if it names one.
@@ -122,49 +148,6 @@ func renamePathModel(path, model string) string {
 	}
 	i := strings.Index(path, "/models/") + len("/models/")
 	return path[:i] + model + path[i+len(old):]
-}
-
-// renameModel returns body with its top-level "model" set to model, and
-// every other byte as it was; a body without one, or not JSON, is
-// returned as it is.
-func renameModel(body []byte, model string) []byte {
-	start, end, _ := modelSpan(body)
-	if start < 0 {
-		return body
-	}
-	out := make([]byte, 0, len(body)+len(model))
-	out = append(out, body[:start]...)
-	out = strconv.AppendQuote(out, model)
-	return append(out, body[end:]...)
-}
-
-// modelSpan returns where the value of a JSON object's top-level "model"
-// key lies in body, or -1, -1; dup reports a second "model" key (escapes
-// decoded, as every parser does), which the whole object is read to find.
-func modelSpan(body []byte) (start, end int, dup bool) {
-	start, end = -1, -1
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return start, end, false
-	}
-	for dec.More() {
-		k, err := dec.Token()
-		if err != nil {
-			return start, end, false // not JSON after all: the upstream will say so
-		}
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return start, end, false
-		}
-		if k == "model" {
-			if start >= 0 {
-				return -1, -1, true
-			}
-			end = int(dec.InputOffset())
-			start = end - len(v)
-		}
-	}
-	return start, end, false
 }
 
 // writeJSON writes a JSON body with status.
@@ -200,6 +183,8 @@ func errorType(status int) string {
 		return "overloaded_error"
 	case http.StatusBadRequest:
 		return "invalid_request_error"
+	case http.StatusForbidden:
+		return "permission_error"
 	}
 	return "api_error"
 }
@@ -212,6 +197,8 @@ func geminiStatus(status int) string {
 		return "UNAVAILABLE"
 	case http.StatusNotImplemented:
 		return "UNIMPLEMENTED"
+	case http.StatusForbidden:
+		return "PERMISSION_DENIED"
 	case http.StatusRequestTimeout:
 		return "DEADLINE_EXCEEDED"
 	}

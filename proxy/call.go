@@ -21,7 +21,7 @@ type call struct {
 	dialect string
 	route   string
 	rt      *route
-	body    []byte
+	body    *heldBody
 
 	// Set by the forwarder, on the handler's goroutine.
 	upstream string

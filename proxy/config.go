@@ -40,6 +40,10 @@ type FileConfig struct {
 	// provider's. False (the default) strips it. It cannot be set with
 	// client tokens, which travel in the same places.
 	PassClientKey bool `json:"pass_client_key"`
+	// AllowHosts and AllowOrigins add to Options' AllowHosts and
+	// AllowOrigins.
+	AllowHosts   []string `json:"allow_hosts"`
+	AllowOrigins []string `json:"allow_origins"`
 }
 
 // UpstreamConfig is one provider endpoint.

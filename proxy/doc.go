@@ -12,15 +12,32 @@
 // the route's policy, paced by the limits the upstream's headers announce,
 // held to an adaptive limit of requests in flight (a stream counts until
 // its first content; a request that finds no slot within MaxQueueWait gets
-// a 503 with Retry-After, never sent), with a retry budget per upstream.
-// A body that is not JSON goes as it came: the upstream's 400 is
-// the truth. What the proxy cannot route truthfully it refuses in the
-// dialect: a body with two top-level "model" keys (the proxy would route
-// by one, the upstream serve the other), a model over MaxModel bytes (it
-// becomes a breaker's key, a metric's label, a log field), a path with "."
-// or ".." segments (they would leave the upstream's base path, with its
-// key), and a protocol upgrade (a 501: websockets, the Realtime API among
-// them, are not proxied). The client's Accept-Encoding is not passed on:
+// a 503 with Retry-After, never sent), with a retry budget per upstream. The body is kept once: its model is found in place, and it is
+// sent, renamed or not, from the bytes read. The bodies in flight together
+// hold at most Options.MaxBodyMemory, reserved as their bytes arrive (the
+// proxy allocates at most twice what has come, never a declared length
+// ahead) and given back as soon as the upstream has answered; a request
+// that finds it spent waits BodyMemoryWait at most in all, then gets a 503
+// with Retry-After. Memory goes to the oldest body waiting, and when the
+// bodies waiting for more hold all of it the newest gives up at once:
+// under load bodies go on rather than wait each other out.
+//
+// What the proxy cannot route truthfully it refuses in the dialect, with
+// a 400: a body sent as JSON (by its Content-Type, or that begins as an
+// object or array does) that is not strict JSON (RFC 8259: UTF-8
+// throughout, no NaN or Infinity, nothing after the value), or whose
+// top-level keys hold more than one that a common parser would take for
+// "model" (escaped, in another case, cut at a NUL), or one that is not
+// written "model" ("Model": Go's encoding/json takes it, Python's json
+// does not), or whose model is not a string, holds a lone surrogate, or
+// is over MaxModel bytes (it becomes a breaker's key, a metric's label, a
+// log field); the proxy would route by one reading, the upstream serve
+// another, past a route's model. A body that is not JSON (a file upload's
+// form, a compressed body) goes as it came, the upstream's 400 the truth,
+// but names no model: only a route that names none takes it. Refused too: a path with
+// "." or ".." segments (they would leave the upstream's base path, with
+// its key), and a protocol upgrade (a 501: websockets, the Realtime API
+// among them, are not proxied). The client's Accept-Encoding is not passed on:
 // the transport asks for gzip and decodes it, so that every answer is read
 // (classified, scrubbed, its tokens counted) and reaches the client
 // uncompressed. Event streams are looked into up to their first content,
@@ -70,6 +87,19 @@
 // breaker is open, when it is overloaded (at once, without retrying it),
 // out of quota (and then skips it for a cool-down) or out of retries; a
 // permanent failure is the same everywhere and goes back to the client.
+//
+// Browsers: a proxy that holds a key and asks no token is what a local
+// developer server with credentials is, and does what they do. Without
+// client tokens it answers only requests for a loopback Host (localhost,
+// 127.0.0.0/8, ::1, any port) or one of Options.AllowHosts, so that a web
+// page that rebinds its own name to 127.0.0.1 cannot use the key. Tokens
+// or not, a request from a web page (an Origin header, or a
+// Sec-Fetch-Site that is not same-origin) is answered only from
+// Options.AllowOrigins, which alone get CORS headers; an upstream's own
+// CORS headers never reach the client, and a pre-flight OPTIONS is
+// answered by the proxy, never forwarded. A refused request gets a 403 in
+// its dialect. With tokens the Host is not checked: the token stands
+// guard, and a proxy behind another server sees that server's names.
 //
 // Keys: with one upstream and no config, the client's own key passes
 // through. Otherwise it does only when the config says so, and then only

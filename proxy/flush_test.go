@@ -127,7 +127,7 @@ func TestDeclaredLengthNotAllocatedAhead(t *testing.T) {
 				return
 			}
 			defer c.Close()
-			fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n{", declared)
+			fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n{", declared)
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 			if err != nil {
 				t.Error(err)

@@ -1,9 +1,7 @@
 package proxy
 
 import (
-	"bytes"
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -106,9 +104,7 @@ func (p *Proxy) upstreamRequest(out *http.Request, c *call, t target, model stri
 	req := out.Clone(out.Context())
 	u := *t.up.base
 	path, rawPath := out.URL.Path, out.URL.EscapedPath()
-	body := c.body
 	if t.model != "" {
-		body = renameModel(body, t.model)
 		path = renamePathModel(path, t.model)
 		rawPath = renamePathModel(rawPath, url.PathEscape(t.model))
 	}
@@ -117,12 +113,7 @@ func (p *Proxy) upstreamRequest(out *http.Request, c *call, t target, model stri
 	u.RawQuery = out.URL.RawQuery
 	req.URL = &u
 	req.Host = ""
-	req.Body = io.NopCloser(bytes.NewReader(body))
-	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	req.ContentLength = int64(len(body))
-	if len(body) == 0 {
-		req.Body, req.GetBody = http.NoBody, nil
-	}
+	c.body.attach(req, t.model)
 	req.Header.Del("Accept-Encoding")
 	if t.up.key != "" || !p.passClientKey || t.up != c.rt.targets[0].up {
 		for _, h := range clientKeyHeaders {

@@ -116,7 +116,7 @@ func TestOpenStreamsLeaveRoomForOtherCalls(t *testing.T) {
 		stream := func(i int) {
 			t.Helper()
 			w := &streamWriter{header: http.Header{}}
-			req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true}`))
+			req := httptest.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true}`))
 			wg.Go(func() { p.ServeHTTP(w, req) })
 			synctest.Wait()
 			if !w.content() {
@@ -128,7 +128,7 @@ func TestOpenStreamsLeaveRoomForOtherCalls(t *testing.T) {
 		}
 		start := time.Now()
 		rec := httptest.NewRecorder()
-		p.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"m"}`)))
+		p.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1/v1/chat/completions", strings.NewReader(`{"model":"m"}`)))
 		if rec.Code != 200 || rec.Body.String() != canned || time.Since(start) != 0 {
 			t.Fatalf("a plain call with 20 streams open: status %d, %q after %v", rec.Code, rec.Body, time.Since(start))
 		}
@@ -162,13 +162,13 @@ func TestNoSlotInTimeGets503(t *testing.T) {
 			held := make([]*httptest.ResponseRecorder, 20) // the limit at first
 			for i := range held {
 				held[i] = httptest.NewRecorder()
-				req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/messages", strings.NewReader(`{"model":"m"}`))
+				req := httptest.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1/v1/messages", strings.NewReader(`{"model":"m"}`))
 				wg.Go(func() { p.ServeHTTP(held[i], req) })
 			}
 			synctest.Wait()
 			rec := httptest.NewRecorder()
 			start := time.Now()
-			p.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/messages", strings.NewReader(`{"model":"m"}`)))
+			p.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1/v1/messages", strings.NewReader(`{"model":"m"}`)))
 			waited := time.Since(start)
 			hits := up.hits.Load()
 			close(up.end)

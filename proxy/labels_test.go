@@ -66,7 +66,7 @@ func (k *keysSeen) options(o proxy.Options) proxy.Options {
 
 // serve sends a chat request for model through p, in memory.
 func serve(p http.Handler, model string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(`{"model":"`+model+`","messages":[]}`))
+	req := httptest.NewRequest("POST", "http://127.0.0.1/v1/chat/completions", strings.NewReader(`{"model":"`+model+`","messages":[]}`))
 	rec := httptest.NewRecorder()
 	p.ServeHTTP(rec, req)
 	return rec

@@ -1,11 +1,9 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"log/slog"
 	"net/http"
@@ -72,8 +70,32 @@ type Options struct {
 	// x-api-key, x-goog-api-key, api-key or the "key" query parameter.
 	// None means no check.
 	Tokens []string
+	// AllowHosts are the Host names (or addresses), besides the loopback
+	// ones, that a proxy without Tokens answers: localhost, 127.0.0.0/8
+	// and ::1 always, with any port; any other Host gets a 403, so that
+	// a web page that rebinds its own name to 127.0.0.1 cannot use the
+	// upstream's key. Give the names a server in front of the proxy
+	// sends. With Tokens the Host is not checked.
+	AllowHosts []string
+	// AllowOrigins are the web origins ("https://app.example.com") whose
+	// pages may call the proxy from a browser: they get CORS headers and
+	// answers to their pre-flights. A request from any other page (an
+	// Origin header not listed, or a Sec-Fetch-Site that is not
+	// same-origin) gets a 403, tokens or not; "*" allows every origin,
+	// and only with Tokens. None means no page may. An upstream's own
+	// CORS headers never reach the client.
+	AllowOrigins []string
 	// MaxBody caps a request body. Zero means DefaultMaxBody (32 MiB).
 	MaxBody int64
+	// MaxBodyMemory bounds the memory of all request bodies in flight
+	// together, reserved as their bytes arrive and given back when the
+	// upstream has answered; a request that finds it spent waits up to
+	// BodyMemoryWait, then gets a 503 with Retry-After. It must be at
+	// least twice the largest body cap (a body's reading may hold twice
+	// its size for a moment). Zero means DefaultMaxBodyMemory (1 GiB);
+	// the command's default is a quarter of the machine's memory, at most
+	// 1 GiB.
+	MaxBodyMemory int64
 	// BodyTimeout bounds the reading of a request body; a body that takes
 	// longer, or sends nothing for BodyStall, gets a 408. Zero means
 	// DefaultBodyTimeout (60 s).
@@ -117,8 +139,10 @@ type Proxy struct {
 	routes        []*route
 	routed        bool // routes come from a config that has some: an unknown one is a 404
 	tokens        tokens
+	browsers      browsers
 	passClientKey bool
 	maxBody       int64 // the largest cap of any route: what is read before routing
+	memory        *bodyMemory
 	bodyTimeout   time.Duration
 	breakers      *breakers
 	models        *modelLabels // the model part of every per-model key
@@ -304,10 +328,30 @@ func New(o Options) (*Proxy, error) {
 	}
 	p.models = newModelLabels(p.routes)
 	p.secrets = secretsOf(append(keys, o.Tokens...))
+	hosts, origins := o.AllowHosts, o.AllowOrigins
+	if o.Config != nil {
+		hosts = append(hosts[:len(hosts):len(hosts)], o.Config.AllowHosts...)
+		origins = append(origins[:len(origins):len(origins)], o.Config.AllowOrigins...)
+	}
+	var err error
+	if p.browsers, err = newBrowsers(hosts, origins, len(p.tokens) > 0); err != nil {
+		return nil, err
+	}
+	memory := o.MaxBodyMemory
+	switch {
+	case memory < 0:
+		return nil, fmt.Errorf("body memory (--max-body-memory) %d is negative", memory)
+	case memory == 0:
+		memory = DefaultMaxBodyMemory
+	}
+	if memory/2 < p.maxBody {
+		return nil, fmt.Errorf("body memory (--max-body-memory) %d bytes is under twice the largest body cap (%d bytes): a body that large could not be read", memory, p.maxBody)
+	}
+	p.memory = newBodyMemory(memory)
 	p.reverse = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,
 		ModifyResponse: p.scrubResponse,
-		Transport:      forwarder{p},
+		Transport:      releasing{forwarder{p}},
 		// No FlushInterval: a stream, or an answer of unknown length, is
 		// flushed at each write all the same (ReverseProxy's own rule),
 		// and an answer of known length goes out in one piece, without a
@@ -336,6 +380,16 @@ func (p *Proxy) Drain() { p.draining.Store(true) }
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if why := p.browsers.refusal(r); why != "" {
+		writeError(w, dialectOfPath(r.URL.Path), http.StatusForbidden, why)
+		p.logCall(&call{start: time.Now(), method: r.Method, path: r.URL.Path, outcome: "forbidden"}, http.StatusForbidden)
+		return
+	}
+	if r.Method == http.MethodOptions {
+		p.browsers.options(w, r)
+		return
+	}
+	p.browsers.allowOrigin(w.Header(), r)
 	switch r.URL.Path {
 	case "/healthz":
 		writeJSON(w, http.StatusOK, `{"status":"ok"}`)
@@ -390,8 +444,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.outcome = "upgrade"
 		return
 	}
-	body, err := readBody(r, http.NewResponseController(w), p.maxBody, p.bodyTimeout)
+	body, err := readBody(r, http.NewResponseController(w), p.memory, p.maxBody, p.bodyTimeout)
 	switch {
+	case errors.Is(err, errBodyMemory):
+		sw.Header().Set("Retry-After", "1")
+		writeError(sw, dialect, http.StatusServiceUnavailable, "the proxy holds as many request bodies as its memory allows; try again")
+		c.outcome = "body_memory"
+		return
 	case errors.Is(err, errTooLarge):
 		writeError(sw, dialect, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", p.maxBody))
 		c.outcome = "too_large"
@@ -407,7 +466,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(sw, dialect, http.StatusBadRequest, "could not read the request body")
 		return
 	}
-	if c.model, err = modelOf(r.URL.Path, body); err != nil {
+	defer body.release()
+	if c.model, err = modelOf(r.URL.Path, r.Header, body); err != nil {
 		c.outcome = "client_error"
 		writeError(sw, dialect, http.StatusBadRequest, err.Error())
 		return
@@ -423,16 +483,25 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		dialect = d
 	}
 	c.dialect = dialect
-	if int64(len(body)) > rt.maxBody {
+	if int64(len(body.b)) > rt.maxBody {
 		writeError(sw, dialect, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", rt.maxBody))
 		c.outcome = "too_large"
 		return
 	}
 	c.rt, c.body = rt, body
 	out := r.WithContext(context.WithValue(r.Context(), callKey{}, c))
-	out.Body = io.NopCloser(bytes.NewReader(body))
-	out.ContentLength = int64(len(body))
+	out.Body, out.ContentLength = http.NoBody, 0 // the forwarder sends c.body
 	p.reverse.ServeHTTP(sw, out)
+}
+
+// releasing is the ReverseProxy's transport: the forwarder, after which
+// the request body is no longer needed (a stream goes on without it), and
+// its memory goes back at once rather than when the answer ends.
+type releasing struct{ f forwarder }
+
+func (r releasing) RoundTrip(out *http.Request) (*http.Response, error) {
+	defer out.Context().Value(callKey{}).(*call).body.release()
+	return r.f.RoundTrip(out)
 }
 
 // match returns the first route for path and model, or nil.
@@ -457,8 +526,14 @@ func hasDotSegment(path string) bool {
 }
 
 // rewrite is the ReverseProxy's: it keeps the request as it came, the
-// forwarder points it at each upstream in turn.
-func (p *Proxy) rewrite(pr *httputil.ProxyRequest) { pr.Out.Host = "" }
+// forwarder points it at each upstream in turn. An allowed page's Origin
+// stays with the proxy, which has judged it: the upstream's own browser
+// rules (Anthropic's refuses a page without a header of its own) are for
+// pages that call it directly.
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	pr.Out.Host = ""
+	pr.Out.Header.Del("Origin")
+}
 
 // gatewayError answers a request no upstream answered, in its dialect.
 func (p *Proxy) gatewayError(w http.ResponseWriter, r *http.Request, err error) {

@@ -13,7 +13,8 @@ import (
 // bytes.
 const maxErrorBody = 1 << 20
 
-// scrubResponse is the ReverseProxy's ModifyResponse: an upstream that
+// scrubResponse is the ReverseProxy's ModifyResponse. It strips the
+// upstream's CORS headers (stripCORS). And an upstream that
 // echoes the key it was sent (in a response header, or in an error's
 // body) must not hand the operator's key to a client that holds only a
 // token. Header values lose the keys and tokens the proxy knows; an error
@@ -21,6 +22,7 @@ const maxErrorBody = 1 << 20
 // and is cut at maxErrorBody. A body the transport did not decode (an
 // encoding the proxy did not ask for) goes as it came.
 func (p *Proxy) scrubResponse(resp *http.Response) error {
+	stripCORS(resp.Header)
 	if p.secrets.Empty() {
 		return nil
 	}

@@ -19,7 +19,10 @@ import (
 // front of base, as `rebound proxy --upstream` runs it.
 func newProxy(t *testing.T, base http.RoundTripper) http.Handler {
 	t.Helper()
-	p, err := proxy.New(proxy.Options{Upstream: baseURL, Base: base, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	// The SDKs call the proxy by the provider's test name, not a loopback
+	// one.
+	p, err := proxy.New(proxy.Options{Upstream: baseURL, Base: base, AllowHosts: []string{"provider.test"},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

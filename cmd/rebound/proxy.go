@@ -70,18 +70,33 @@ upstreams' keys come from the environment variables it names. With
 pass_client_key, the client's key goes only to the route's own upstream,
 never to a fallback.
 
-Bound to a loopback address the proxy asks nothing of its clients; bound to
-any other, it refuses to start without client tokens (--token-env or
+Bound to a loopback address the proxy asks no token of its clients; bound
+to any other, it refuses to start without client tokens (--token-env or
 --tokens-file), which clients send where their SDK sends its key
 ("Authorization: Bearer TOKEN", x-api-key, x-goog-api-key, api-key or
-?key=TOKEN).
+?key=TOKEN). Without tokens it answers only requests for a loopback host
+name (localhost, 127.0.0.0/8, [::1], any port; others with --allow-host),
+so that a web page that rebinds its own name to 127.0.0.1 cannot use the
+key. Tokens or not, a request from a web page (an Origin header, or a
+Sec-Fetch-Site other than same-origin) is refused unless its origin is
+given with --allow-origin; only those get CORS headers, an upstream's own
+never reach the client, and pre-flight OPTIONS are answered by the proxy,
+never forwarded. Refused: a 403 in the request's dialect.
 
-The proxy refuses, in the dialect of the request: a body with two top-level
-"model" keys or a model name over 256 bytes (400), a path with "." or ".."
-segments (400), a protocol upgrade (501: websockets, and so OpenAI's
-Realtime API, are not proxied), and a body that sends nothing for 10 s or
-takes over 60 s (408). It asks the upstreams for gzip itself, whatever the
-client accepts, and answers uncompressed: it reads every answer. Keys and
+The proxy refuses, in the dialect of the request: a body sent as JSON that
+is not strict JSON (RFC 8259: UTF-8 throughout, no NaN or Infinity,
+nothing after the value), or whose top-level model key is not written
+"model" exactly once (a "Model", an escaped or NUL-cut second one: parsers
+disagree), or whose model is not a string or over 256 bytes (400); a path
+with "." or ".." segments (400); a protocol upgrade (501: websockets, and
+so OpenAI's Realtime API, are not proxied); and a body that sends nothing
+for 10 s or takes over 60 s (408). A body that is not JSON (a file upload's
+form, a compressed body) goes as it came, but names no model: only a route
+without one takes it. The request bodies in flight together hold at most
+--max-body-memory, taken as their bytes arrive; past it a request waits up
+to 2 s, then gets a 503 with Retry-After. It asks the upstreams for gzip
+itself, whatever the client accepts, and answers uncompressed: it reads
+every answer. Keys and
 tokens it knows are scrubbed from the response headers and error bodies an
 upstream might echo them in.
 
@@ -105,6 +120,10 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	tokenEnv := fs.String("token-env", "", "environment `variable` holding the client tokens, comma-separated")
 	tokensFile := fs.String("tokens-file", "", "`file` of client tokens, one a line")
 	maxBody := fs.Int64("max-body", proxy.DefaultMaxBody, "largest request body in `bytes`; a larger one gets a 413")
+	maxBodyMemory := fs.Int64("max-body-memory", 0, "bound on the memory of all request bodies in flight together, in `bytes`, at least twice the largest body cap (0: a quarter of the machine's memory, at most 1 GiB)")
+	var allowHosts, allowOrigins listFlag
+	fs.Var(&allowHosts, "allow-host", "without client tokens, answer requests for this host `name` too, besides loopback names (repeatable, or comma-separated)")
+	fs.Var(&allowOrigins, "allow-origin", "let web pages of this `origin` (https://app.example.com) call the proxy, with CORS headers (repeatable, or comma-separated; * only with client tokens)")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "how long requests in flight may finish after SIGTERM")
 	redisURL := fs.String("redis", "", "share limits, breakers and cool-downs with other replicas on this Redis `URL` (one with a password: --redis-env)")
 	redisEnv := fs.String("redis-env", "", "as --redis, with the URL (and its password) in this environment `variable`, out of ps's sight")
@@ -127,6 +146,10 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return usageErr("--key-env goes with --upstream (a config names its keys' variables)")
 	case *maxBody <= 0:
 		return usageErr("--max-body %d: want a positive number of bytes", *maxBody)
+	case *maxBodyMemory < 0:
+		return usageErr("--max-body-memory %d: want a positive number of bytes (0: the default)", *maxBodyMemory)
+	case *maxBodyMemory > 0 && *maxBodyMemory/2 < *maxBody:
+		return usageErr("--max-body-memory %d: want at least twice --max-body (%d)", *maxBodyMemory, *maxBody)
 	case *drain < 0:
 		return usageErr("--drain-timeout %v is negative", *drain)
 	case *attemptTimeout < 0:
@@ -155,7 +178,11 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if !isLoopback(host) && len(tokens) == 0 {
 		return usageErr("--addr %s is not a loopback address: give client tokens (--token-env or --tokens-file)", *addr)
 	}
-	opts := proxy.Options{Upstream: *upstream, Tokens: tokens, MaxBody: *maxBody, MaxQueueWait: *maxQueueWait, Getenv: os.Getenv}
+	opts := proxy.Options{Upstream: *upstream, Tokens: tokens, MaxBody: *maxBody, MaxQueueWait: *maxQueueWait, Getenv: os.Getenv,
+		AllowHosts: allowHosts, AllowOrigins: allowOrigins, MaxBodyMemory: *maxBodyMemory}
+	if opts.MaxBodyMemory == 0 {
+		opts.MaxBodyMemory = defaultBodyMemory()
+	}
 	if *keyEnv != "" {
 		if opts.UpstreamKey = os.Getenv(*keyEnv); opts.UpstreamKey == "" {
 			return usageErr("--key-env: environment variable %s is not set", *keyEnv)
@@ -293,6 +320,62 @@ func readTokens(env, file string) ([]string, error) {
 		return nil, errors.New("no client token in --token-env or --tokens-file")
 	}
 	return kept, nil
+}
+
+// listFlag is a flag that may be given several times, each a value or a
+// comma-separated list.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for s := range strings.SplitSeq(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+// defaultBodyMemory is --max-body-memory's default: a quarter of the
+// memory the process may use (the machine's, or its cgroup's limit if
+// lower), at most 1 GiB; 1 GiB when neither can be read.
+func defaultBodyMemory() int64 {
+	limit := int64(proxy.DefaultMaxBodyMemory)
+	if m := memoryLimit(); m > 0 {
+		limit = min(limit, m/4)
+	}
+	return limit
+}
+
+// memoryLimit returns the memory the process may use, in bytes: the
+// machine's (/proc/meminfo's MemTotal) or, when lower, its cgroup's
+// limit (v2's memory.max, v1's memory.limit_in_bytes); 0 when none can be
+// read.
+func memoryLimit() int64 {
+	var total int64
+	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for line := range strings.SplitSeq(string(data), "\n") {
+			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+				if err == nil && kb > 0 {
+					total = kb << 10
+				}
+				break
+			}
+		}
+	}
+	for _, f := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// "max", or v1's near-2^63 "no limit", leave the machine's.
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); err == nil && n > 0 && (total == 0 || n < total) {
+			total = n
+		}
+	}
+	return total
 }
 
 // isLoopback reports whether host names a loopback address only.

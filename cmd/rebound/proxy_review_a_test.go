@@ -85,7 +85,7 @@ func TestReviewProxySlowBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+	io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n{")
 	conn.SetReadDeadline(time.Now().Add(15 * time.Second))
 	_, err = conn.Read(make([]byte, 1))
 	if ne, ok := err.(net.Error); ok && ne.Timeout() {

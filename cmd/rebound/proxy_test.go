@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound/chaos"
+	"github.com/rebound-go/rebound/proxy"
 )
 
 // startProxy runs "rebound proxy" with args on a free port, in process. It
@@ -136,10 +137,15 @@ func TestProxyForwards(t *testing.T) {
 	if r.Header.Get("Authorization") != "Bearer sk-client-own-key-123456" {
 		t.Errorf("the client's key did not pass through: %q", r.Header.Get("Authorization"))
 	}
-	// A malformed body goes as it is: the upstream's 400 is the truth.
-	post(t, url+"/v1/chat/completions", `{"model": nope`)
-	if _, got := up.lastRequest(); got != `{"model": nope` {
-		t.Errorf("malformed body reached the upstream as %q", got)
+	// A body that is not JSON goes as it is: the upstream's 400 is the
+	// truth. One sent as JSON must be strict JSON: the proxy reads its
+	// model.
+	post(t, url+"/v1/chat/completions", "plain text", "Content-Type", "text/plain")
+	if _, got := up.lastRequest(); got != "plain text" {
+		t.Errorf("a body that is not JSON reached the upstream as %q", got)
+	}
+	if resp, body := post(t, url+"/v1/chat/completions", `{"model": nope`); resp.StatusCode != 400 || !strings.Contains(body, "not strict JSON") || up.hits.Load() != 2 {
+		t.Errorf("malformed JSON: %d %q, %d upstream requests; want a 400 and none more", resp.StatusCode, body, up.hits.Load())
 	}
 }
 
@@ -294,6 +300,12 @@ func TestProxyUsage(t *testing.T) {
 		{[]string{"--config", file(`{"upstreams":{"a":{"url":"http://127.0.0.1:1"}},"routes":[{"upstream":"a","policy":{"max_attempts":-1}}]}`)}, "routes[0].policy: max_attempts"},
 		{[]string{"--config", file(`{"upstreams":{"a":{"url":"http://127.0.0.1:1"}},"route":[]}`)}, `unknown field "route"`},
 		{[]string{"--config", file(`{"upstreams":{"a":{"url":"http://127.0.0.1:1","dialect":"anthropic"},"b":{"url":"http://127.0.0.1:2"}},"routes":[{"upstream":"a","fallbacks":[{"upstream":"b"}]}]}`)}, "speaks openai"},
+		{[]string{"--upstream", "http://127.0.0.1:1", "--max-body-memory", "-1"}, "--max-body-memory -1"},
+		{[]string{"--upstream", "http://127.0.0.1:1", "--max-body", "1000", "--max-body-memory", "1999"}, "at least twice --max-body"},
+		{[]string{"--config", file(`{"upstreams":{"a":{"url":"http://127.0.0.1:1"}},"routes":[{"upstream":"a","max_body_bytes":1000}]}`), "--max-body", "10", "--max-body-memory", "1999"}, "under twice the largest body cap (1000 bytes)"},
+		{[]string{"--upstream", "http://127.0.0.1:1", "--allow-origin", "*"}, "without client tokens"},
+		{[]string{"--upstream", "http://127.0.0.1:1", "--allow-origin", "app.example.com"}, "not scheme://host"},
+		{[]string{"--upstream", "http://127.0.0.1:1", "--allow-host", "proxy.internal:8080"}, "without a port"},
 	} {
 		code, stdout, stderr := runCmd(append([]string{"proxy"}, c.args...)...)
 		if code != 2 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, c.want) {
@@ -315,7 +327,7 @@ func TestProxyAnswersItself(t *testing.T) {
 	if resp.StatusCode != 413 || !strings.HasPrefix(body, `{"type":"error","error":{"type":"request_too_large"`) {
 		t.Errorf("anthropic: %d %q", resp.StatusCode, body)
 	}
-	resp, body = post(t, url+"/v1beta/models/gemini-x:generateContent", big)
+	resp, body = post(t, url+"/v1beta/models/gemini-x:generateContent", `{"contents":"`+strings.Repeat("x", 100)+`"}`)
 	if resp.StatusCode != 413 || !strings.HasPrefix(body, `{"error":{"code":413,`) {
 		t.Errorf("gemini: %d %q", resp.StatusCode, body)
 	}
@@ -550,5 +562,23 @@ func TestProxyRedis(t *testing.T) {
 	}
 	if n := up.hits.Load(); n != 3 {
 		t.Errorf("%d upstream requests, want 3", n)
+	}
+}
+
+// TestProxyBodyMemoryDefault: --max-body-memory's default is a quarter of
+// the memory the process may use, read from the machine, at most 1 GiB.
+func TestProxyBodyMemoryDefault(t *testing.T) {
+	limit := memoryLimit()
+	if runtime.GOOS == "linux" && limit <= 0 {
+		t.Fatalf("memoryLimit() = %d on Linux: /proc/meminfo not read", limit)
+	}
+	got := defaultBodyMemory()
+	want := int64(proxy.DefaultMaxBodyMemory)
+	if limit > 0 {
+		want = min(want, limit/4)
+	}
+	t.Logf("memory %d bytes, default body memory %d", limit, got)
+	if got != want || got <= 0 {
+		t.Errorf("defaultBodyMemory() = %d, want %d", got, want)
 	}
 }
