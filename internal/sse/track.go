@@ -3,6 +3,7 @@ package sse
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 )
 
@@ -22,8 +23,8 @@ var dialectNames = [...]string{"unknown", "openai-chat", "openai-responses", "an
 
 func (d Dialect) String() string { return dialectNames[d] }
 
-// Kind is what one event means to a stream: its preamble, its answer, its
-// normal end or an in-band error.
+// Kind is what one event means to a stream: its preamble, its answer, the
+// answer's end, the stream's normal end or an in-band error.
 type Kind uint8
 
 const (
@@ -31,6 +32,10 @@ const (
 	Content              // part of the answer
 	End                  // the stream's normal end
 	Error                // an in-band error, or an end that says the answer is not whole
+	// Finish ends the answer, or one of its parts, ahead of the stream's
+	// end: OpenAI's chunk with a finish_reason or the usage, Anthropic's
+	// content_block_stop and message_delta.
+	Finish
 )
 
 // MaxText bounds how much text a Tracker keeps; past it Text is no longer
@@ -57,7 +62,9 @@ type Tracker struct {
 	textN       int
 	text        []byte
 	cut         bool         // text passed MaxText and is no longer kept
-	notText     bool         // some content was not text
+	notText     bool         // some content was not text, or an end named a tool call
+	blocks      int          // an Anthropic stream's content blocks: one past the highest index
+	blockOpen   bool         // and whether the last of them is open
 	choices     map[int]bool // a chat stream's choices by index: finished or not
 	chatID      string
 	chatCreated json.RawMessage
@@ -205,8 +212,14 @@ func (t *Tracker) Text() []byte { return t.text }
 func (t *Tracker) TextKept() bool { return !t.cut }
 
 // TextOnly reports whether all content so far was text: no tool call,
-// function call, tool input or refusal.
+// function call, tool input, refusal or thinking block, and no end that
+// names a tool call (finish_reason tool_calls, stop_reason tool_use).
 func (t *Tracker) TextOnly() bool { return !t.notText }
+
+// Blocks reports how many content blocks an Anthropic stream has begun
+// (one past the highest index that started or was written to), and
+// whether the last of them is still open.
+func (t *Tracker) Blocks() (n int, lastOpen bool) { return t.blocks, t.blockOpen }
 
 // chunk is the union of the providers' stream chunks, as far as tracking
 // needs.
@@ -216,9 +229,14 @@ type chunk struct {
 	Delta        json.RawMessage `json:"delta"`
 	ID           string          `json:"id"`
 	Created      json.RawMessage `json:"created"`
+	Usage        json.RawMessage `json:"usage"`
+	Index        int             `json:"index"`
 	ContentBlock struct {
 		Type string `json:"type"`
 	} `json:"content_block"`
+	Item struct {
+		Type string `json:"type"`
+	} `json:"item"`
 	Choices *[]struct {
 		Index int `json:"index"`
 		Delta struct {
@@ -240,10 +258,11 @@ type chunk struct {
 	} `json:"candidates"`
 }
 
-// anthropicDelta is the delta of a content_block_delta.
+// anthropicDelta is the delta of a content_block_delta or message_delta.
 type anthropicDelta struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
+	Type       string `json:"type"`
+	Text       string `json:"text"`
+	StopReason string `json:"stop_reason"`
 }
 
 // observe takes in one complete event and says what it was.
@@ -269,8 +288,13 @@ func (t *Tracker) kind(name string, trimmed []byte) Kind {
 	if name == "error" {
 		return Error
 	}
-	if json.Unmarshal(trimmed, &c) != nil {
-		return Preamble // not JSON: nothing a tracked dialect sends
+	if err := json.Unmarshal(trimmed, &c); err != nil {
+		// A field of the wrong type is skipped, the rest read: a tool
+		// call is one, whatever else is off in it.
+		var wrongType *json.UnmarshalTypeError
+		if !errors.As(err, &wrongType) {
+			return Preamble // not JSON: nothing a tracked dialect sends
+		}
 	}
 	if nonEmpty(c.Error) || c.Type == "error" {
 		return Error
@@ -313,6 +337,9 @@ func (t *Tracker) chat(c *chunk) Kind {
 		t.choices = map[int]bool{}
 	}
 	k := Preamble
+	if nonEmpty(c.Usage) {
+		k = Finish
+	}
 	for _, ch := range *c.Choices {
 		d := ch.Delta
 		content := false
@@ -324,12 +351,22 @@ func (t *Tracker) chat(c *chunk) Kind {
 			t.notText = true
 			content = true
 		}
-		if content {
+		finish := ""
+		if ch.FinishReason != nil {
+			finish = *ch.FinishReason
+		}
+		switch {
+		case content:
 			k = Content
+		case finish != "":
+			k = Finish
+		}
+		if finish == "tool_calls" || finish == "function_call" {
+			t.notText = true
 		}
 		// A choice is finished by its finish_reason, and open again if
 		// content follows it.
-		t.choices[ch.Index] = ch.FinishReason != nil && *ch.FinishReason != "" || t.choices[ch.Index] && !content
+		t.choices[ch.Index] = finish != "" || t.choices[ch.Index] && !content
 	}
 	t.finished = len(t.choices) > 0
 	for _, done := range t.choices {
@@ -383,6 +420,9 @@ func (t *Tracker) responses(c *chunk) Kind {
 		t.ended = true
 		return Error
 	}
+	if c.Type == "response.output_item.added" && c.Item.Type != "message" && c.Item.Type != "reasoning" {
+		t.notText = true // a function call, a hosted tool's call
+	}
 	if !strings.HasSuffix(c.Type, ".delta") || !nonEmpty(c.Delta) {
 		return Preamble
 	}
@@ -407,8 +447,23 @@ func (t *Tracker) anthropic(c *chunk) Kind {
 		if b := c.ContentBlock.Type; b != "" && b != "text" {
 			t.notText = true // a tool_use, a thinking block: not text to continue
 		}
+		t.block(c.Index)
 		return Preamble
-	case "message_start", "message_delta", "content_block_stop", "ping":
+	case "content_block_stop":
+		t.recognise(Anthropic)
+		if c.Index == t.blocks-1 {
+			t.blockOpen = false
+		}
+		return Finish
+	case "message_delta":
+		t.recognise(Anthropic)
+		var d anthropicDelta
+		json.Unmarshal(c.Delta, &d)
+		if d.StopReason == "tool_use" || d.StopReason == "pause_turn" {
+			t.notText = true // the turn is a tool's: pause_turn, a server tool's
+		}
+		return Finish
+	case "message_start", "ping":
 		t.recognise(Anthropic)
 		return Preamble
 	case "message_stop":
@@ -417,6 +472,7 @@ func (t *Tracker) anthropic(c *chunk) Kind {
 		return End
 	case "content_block_delta":
 		t.recognise(Anthropic)
+		t.block(c.Index)
 		var d anthropicDelta
 		json.Unmarshal(c.Delta, &d)
 		switch d.Type {
@@ -430,6 +486,15 @@ func (t *Tracker) anthropic(c *chunk) Kind {
 		return Content
 	}
 	return Preamble
+}
+
+// block notes that an Anthropic stream's block i has started, or been
+// written to. A block that comes back after its stop, or out of turn, is
+// not opened again: a well-formed stream has neither.
+func (t *Tracker) block(i int) {
+	if i >= t.blocks {
+		t.blocks, t.blockOpen = i+1, true
+	}
 }
 
 func (t *Tracker) addText(s string) {
