@@ -287,6 +287,9 @@ func TestTransportRefusesAContinuationThatIsNotText(t *testing.T) {
 				anthCut, anthMessageStart + anthBlockStart(0, "text") + anthDelta(0, " world") + anthBlockStop(0) + anthMessageDelta("tool_use") + anthMessageStop, "Hello world"},
 			{"anthropic end that names tool use, no text", "/v1/messages", reviewAnthBody,
 				anthCut, anthMessageStart + anthMessageDelta("tool_use") + anthMessageStop, "Hello"},
+			{"anthropic thinking delta without its block", "/v1/messages", reviewAnthBody,
+				anthCut, anthMessageStart + "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"a secret plan\"}}\n\n" +
+					anthDelta(0, " world") + anthBlockStop(0) + anthMessageDelta("end_turn") + anthMessageStop, "Hello"},
 			{"anthropic tool use with an index of the wrong type", "/v1/messages", reviewAnthBody,
 				anthCut, anthMessageStart + strings.ReplaceAll(anthTool, `"index":1`, `"index":"1"`), "Hello"},
 			{"openai tool call with an id of the wrong type", "/v1/chat/completions", reviewChatBody,
@@ -370,4 +373,18 @@ func (c cancelable) RoundTrip(req *http.Request) (*http.Response, error) {
 		context.AfterFunc(req.Context(), func() { resp.Body.Close() })
 	}
 	return resp, err
+}
+
+// TestTransportAnthropicStopReasonEndsTheAnswer cuts an Anthropic stream
+// after its message_delta, before message_stop: the stop reason says the
+// answer is whole, as a chat stream's finish_reason does, so the stream
+// ends with io.EOF and is not continued (a continuation would only send a
+// second message_delta).
+func TestTransportAnthropicStopReasonEndsTheAnswer(t *testing.T) {
+	cut := anthMessageStart + anthBlockStart(0, "text") + anthDelta(0, "Hello") + anthBlockStop(0) + anthMessageDelta("max_tokens")
+	st := &sseTransport{streams: []string{cut, anthMessageStart + anthMessageDelta("end_turn") + anthMessageStop}}
+	got, err := reviewDo(t, &Transport{Base: st, Continuations: 1}, "/v1/messages", reviewAnthBody)
+	if err != io.EOF || got != cut || st.calls != 1 {
+		t.Errorf("%d calls, read %v after\n%s\nwant 1 call, EOF after the cut stream", st.calls, err, got)
+	}
 }

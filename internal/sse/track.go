@@ -189,8 +189,8 @@ func (t *Tracker) Dialect() Dialect { return t.dialect }
 func (t *Tracker) Ended() bool { return t.ended && !t.errored }
 
 // Finished reports whether a chunk said why the answer finished (OpenAI's
-// finish_reason): the answer is whole, though what follows it (usage,
-// [DONE]) may not have come.
+// finish_reason, Anthropic's stop_reason): the answer is whole, though
+// what follows it (usage, [DONE], message_stop) may not have come.
 func (t *Tracker) Finished() bool { return t.finished && !t.errored }
 
 // Errored reports whether an error event, response.failed or
@@ -462,6 +462,7 @@ func (t *Tracker) anthropic(c *chunk) Kind {
 		if d.StopReason == "tool_use" || d.StopReason == "pause_turn" {
 			t.notText = true // the turn is a tool's: pause_turn, a server tool's
 		}
+		t.finished = d.StopReason != ""
 		return Finish
 	case "message_start", "ping":
 		t.recognise(Anthropic)
@@ -475,13 +476,12 @@ func (t *Tracker) anthropic(c *chunk) Kind {
 		t.block(c.Index)
 		var d anthropicDelta
 		json.Unmarshal(c.Delta, &d)
-		switch d.Type {
-		case "text_delta":
+		if d.Type == "text_delta" {
 			t.addText(d.Text)
-		case "thinking_delta", "signature_delta":
-		default: // input_json_delta, citations
-			t.notText = true
+		} else {
+			t.notText = true // tool input, thinking, citations
 		}
+		t.finished = false // content after the stop reason: the answer goes on
 		t.events++
 		return Content
 	}
