@@ -3,7 +3,6 @@ package sse
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"strings"
 )
 
@@ -291,8 +290,7 @@ func (t *Tracker) kind(name string, trimmed []byte) Kind {
 	if err := json.Unmarshal(trimmed, &c); err != nil {
 		// A field of the wrong type is skipped, the rest read: a tool
 		// call is one, whatever else is off in it.
-		var wrongType *json.UnmarshalTypeError
-		if !errors.As(err, &wrongType) {
+		if _, wrongType := err.(*json.UnmarshalTypeError); !wrongType {
 			return Preamble // not JSON: nothing a tracked dialect sends
 		}
 	}
