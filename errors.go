@@ -170,9 +170,14 @@ const (
 	// IncompleteErrorEvent: the stream ended on an in-band error
 	// (an error event, OpenAI's response.failed or response.incomplete).
 	IncompleteErrorEvent
+	// IncompleteNotText: the stream was cut and its continuation
+	// (see Transport.Continuations) answered with something other than
+	// text (a tool call, a thinking block, an end that names a tool
+	// call), which was not handed on.
+	IncompleteNotText
 )
 
-var incompleteNames = [...]string{"", "cut", "stalled", "too slow", "ended without its end marker", "error event"}
+var incompleteNames = [...]string{"", "cut", "stalled", "too slow", "ended without its end marker", "error event", "continued with other than text"}
 
 func (r IncompleteReason) String() string {
 	if int(r) < len(incompleteNames) && r > 0 {

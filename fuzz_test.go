@@ -2,11 +2,15 @@ package rebound
 
 import (
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/rebound-go/rebound/internal/header"
+	"github.com/rebound-go/rebound/internal/sse"
 )
 
 // The fuzz targets feed the hint and body parsers whatever a server might
@@ -79,6 +83,41 @@ func FuzzPolicyJSON(f *testing.F) {
 		again, _ := json.Marshal(q)
 		if string(again) != string(out) {
 			t.Fatalf("round trip changed %s into %s", out, again)
+		}
+	})
+}
+
+// FuzzContinuationHandsOnOnlyText continues a cut text answer, in each
+// dialect that has continuations, with whatever stream a server might
+// send: the caller's stream, read by a fresh tracker, holds text only,
+// and ends with io.EOF or an *IncompleteStreamError.
+func FuzzContinuationHandsOnOnlyText(f *testing.F) {
+	f.Add(false, chatRole+chatChunk(`{"content":" world"}`)+chatChunk(`{"tool_calls":[{"index":0,"function":{"name":"f"}}]}`)+chatFinish("tool_calls")+chatDone)
+	f.Add(false, chatRole+chatFinish("stop")+chatUsage+chatDone)
+	f.Add(true, anthMessageStart+anthBlockStart(0, "text")+anthDelta(0, " world")+anthBlockStop(0)+anthBlockStart(1, "tool_use")+anthBlockStop(1)+anthMessageDelta("tool_use")+anthMessageStop)
+	f.Add(true, anthMessageStart+anthBlockStart(0, "thinking")+anthBlockStop(0)+anthMessageDelta("end_turn")+anthMessageStop)
+	f.Add(true, anthMessageStart+anthMessageDelta("end_turn")+anthMessageStop)
+	f.Fuzz(func(t *testing.T, anthropic bool, cont string) {
+		path, body, cut := "/v1/chat/completions", reviewChatBody, chatRole+chatChunkOf("c1", `{"content":"Hello"}`)
+		if anthropic {
+			path, body, cut = "/v1/messages", reviewAnthBody, anthMessageStart+anthBlockStart(0, "text")+anthDelta(0, "Hello")
+		}
+		tr := &Transport{Base: &sseTransport{streams: []string{cut, cont}}, Continuations: 1, Policy: Policy{MaxAttempts: 1}}
+		req, _ := http.NewRequest(http.MethodPost, "http://provider.test"+path, strings.NewReader(body))
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var ie *IncompleteStreamError
+		if err != nil && !errors.As(err, &ie) {
+			t.Fatalf("the stream ended with %v", err)
+		}
+		var fresh sse.Tracker
+		fresh.Write(got)
+		if !fresh.TextOnly() || !strings.HasPrefix(string(got), cut) {
+			t.Fatalf("the caller read other than text, or lost the cut stream:\n%s", got)
 		}
 	})
 }

@@ -181,7 +181,15 @@ type Transport struct {
 	// it, get it as an assistant message and a request to continue. Only
 	// plain text is continued: never tool calls, structured output
 	// (response_format), several choices, or other APIs; those, and a
-	// continuation that fails, end with the *IncompleteStreamError. Each
+	// continuation that fails, end with the *IncompleteStreamError. A
+	// continuation is offered no tools where the API allows: OpenAI's
+	// under tool_choice "none", Anthropic's without tools (kept, under
+	// tool_choice none, when the conversation holds tool blocks, as the
+	// API demands); one that answers with other than text (a tool call,
+	// a thinking block, an end naming a tool call) ends the stream with
+	// IncompleteNotText, none of it handed on. One that adds no text but
+	// ends (the cut came after the last text) hands on its end: the
+	// finish reason, usage and end marker. Each
 	// continuation is a call of its own, retried under Policy, and is
 	// reported to Policy.Observer as an EventContinue. Zero (the default)
 	// means never: a continuation is paid for again as input.

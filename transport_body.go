@@ -65,6 +65,9 @@ func (t *Transport) try(actx context.Context, req, areq *http.Request, cancel co
 	case resp.StatusCode == http.StatusOK && isEventStream(resp):
 		bound := t.firstTokenBound(key)
 		head, failed := t.lookahead(resp, bound)
+		if failed == errStreamEnded && endsContinuation(areq.Context(), head) {
+			failed = nil
+		}
 		if failed == errFirstToken {
 			// A stream cut at the bound took at least that long: noted,
 			// so that a provider that has slowed for good raises the

@@ -2,6 +2,7 @@ package sdk_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -85,4 +86,68 @@ func finish(acc openai.ChatCompletionAccumulator) string {
 		return ""
 	}
 	return string(acc.Choices[0].FinishReason)
+}
+
+// TestSDKAccumulatorsOverACutAfterTheLastText cuts each SDK's stream after
+// its last text, before the events that end it, in each of the three
+// ways: with continuations, the SDK's accumulator holds the whole answer
+// and the provider's finish reason ("stop", "end_turn"), no error, after
+// one continuation request.
+func TestSDKAccumulatorsOverACutAfterTheLastText(t *testing.T) {
+	answer := chaos.AnswerText(3, "hi")
+	for _, how := range []string{"abort", "close", "error"} {
+		for _, profile := range []string{chaos.ProfileOpenAI, chaos.ProfileAnthropic} {
+			srv, err := chaos.New(chaos.Config{Mode: chaos.ModeText, Seed: 3, Profile: profile})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				r.Header.Set(chaos.HeaderCutAt, strconv.Itoa(len(answer)))
+				r.Header.Set(chaos.HeaderCutHow, how)
+				srv.ServeHTTP(w, r)
+			}))
+			hc := &http.Client{Transport: &rebound.Transport{Continuations: 2, Policy: rebound.Policy{BaseDelay: time.Millisecond}}}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			var text, end string
+			var streamErr, accErr error
+			if profile == chaos.ProfileOpenAI {
+				oc := openai.NewClient(openaioption.WithBaseURL(ts.URL+"/v1/"), openaioption.WithAPIKey("sk-test"), openaioption.WithHTTPClient(hc), openaioption.WithMaxRetries(0))
+				s := oc.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: "gpt-test", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
+				acc := openai.ChatCompletionAccumulator{}
+				for s.Next() {
+					if !acc.AddChunk(s.Current()) && accErr == nil {
+						accErr = errors.New("a chunk the accumulator refused")
+					}
+				}
+				streamErr = s.Err()
+				s.Close()
+				if len(acc.Choices) > 0 {
+					text = acc.Choices[0].Message.Content
+				}
+				end = finish(acc)
+			} else {
+				ac := anthropic.NewClient(anthropicoption.WithBaseURL(ts.URL), anthropicoption.WithAPIKey("sk-ant-test"), anthropicoption.WithHTTPClient(hc), anthropicoption.WithMaxRetries(0))
+				s := ac.Messages.NewStreaming(ctx, anthropic.MessageNewParams{Model: "claude-test", MaxTokens: 1024, Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}})
+				msg := anthropic.Message{}
+				for s.Next() {
+					if err := msg.Accumulate(s.Current()); err != nil && accErr == nil {
+						accErr = err
+					}
+				}
+				streamErr = s.Err()
+				s.Close()
+				for _, b := range msg.Content {
+					text += b.Text
+				}
+				end = string(msg.StopReason)
+			}
+			cancel()
+			ts.Close()
+			want := map[string]string{chaos.ProfileOpenAI: "stop", chaos.ProfileAnthropic: "end_turn"}[profile]
+			if st := srv.Stats(); streamErr != nil || accErr != nil || text != answer || end != want || st.Requests != 2 {
+				t.Errorf("%s, cut %s after the last text: %d requests, stream %v, accumulator %v, finish %q (want %q), text whole %v",
+					profile, how, st.Requests, streamErr, accErr, end, want, text == answer)
+			}
+		}
+	}
 }

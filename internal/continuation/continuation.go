@@ -15,7 +15,15 @@
 //
 // Only text is continued: a request that asks for structured output, for
 // several choices, or whose last message is already the assistant's is
-// refused with ErrUnsupported, as are the other APIs.
+// refused with ErrUnsupported, as are the other APIs. A continuation is
+// offered no tool the API lets it go without: OpenAI's keep their tools
+// (the conversation may refer to them) under tool_choice "none"
+// (function_call "none" for the older functions); Anthropic's lose their
+// tools, tool_choice and MCP servers, unless the conversation holds a tool
+// block (tool_use, tool_result, a server tool's), which the API refuses
+// without the tools: then they stay, under tool_choice {"type":"none"}.
+// What a continuation answers is still to be checked: a server may ignore
+// tool_choice.
 package continuation
 
 import (
@@ -95,12 +103,27 @@ func Continue(d Dialect, body []byte, delivered string) (Request, error) {
 			}
 		}
 		messages = append(messages, message("assistant", delivered), message("user", Ask))
+		if offered(req["tools"]) {
+			req["tool_choice"] = json.RawMessage(`"none"`)
+		}
+		if offered(req["functions"]) {
+			req["function_call"] = json.RawMessage(`"none"`)
+		}
 	case AnthropicMessages:
 		prefill := strings.TrimRightFunc(delivered, unicode.IsSpace)
 		if prefill == "" {
 			return Request{}, ErrUnsupported
 		}
 		out.Trimmed = delivered[len(prefill):]
+		if holdsToolBlocks(messages) {
+			if offered(req["tools"]) {
+				req["tool_choice"] = json.RawMessage(`{"type":"none"}`)
+			}
+		} else {
+			delete(req, "tools")
+			delete(req, "tool_choice")
+			delete(req, "mcp_servers")
+		}
 		messages = append(messages, message("assistant", prefill))
 	default:
 		return Request{}, ErrUnsupported
@@ -114,6 +137,44 @@ func Continue(d Dialect, body []byte, delivered string) (Request, error) {
 		return Request{}, ErrUnsupported
 	}
 	return out, nil
+}
+
+// offered reports whether raw, a request's tools (or functions), offers
+// any.
+func offered(raw json.RawMessage) bool {
+	var list []json.RawMessage
+	return json.Unmarshal(raw, &list) == nil && len(list) > 0
+}
+
+// holdsToolBlocks reports whether an Anthropic conversation holds a tool
+// block: a tool_use or tool_result, or a server tool's (server_tool_use,
+// web_search_tool_result, mcp_tool_use...). The API refuses such a
+// conversation without the tools. A message it cannot read counts as one.
+func holdsToolBlocks(messages []json.RawMessage) bool {
+	for _, m := range messages {
+		var msg struct {
+			Content json.RawMessage `json:"content"`
+		}
+		if json.Unmarshal(m, &msg) != nil {
+			return true
+		}
+		var text string
+		if json.Unmarshal(msg.Content, &text) == nil {
+			continue
+		}
+		var blocks []struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(msg.Content, &blocks) != nil {
+			return true
+		}
+		for _, b := range blocks {
+			if strings.HasSuffix(b.Type, "tool_use") || strings.HasSuffix(b.Type, "tool_result") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func message(role, text string) json.RawMessage {

@@ -70,3 +70,63 @@ func TestDialectOf(t *testing.T) {
 		}
 	}
 }
+
+// TestContinueOffersNoTools checks that a continuation, which is to write
+// text, is offered no tool the API lets it go without: OpenAI's tools are
+// kept with tool_choice "none" (function_call "none" for the older
+// functions); Anthropic's tools, tool_choice and MCP servers are left out,
+// unless the conversation holds tool blocks, which the API refuses without
+// tools: then they stay, with tool_choice "none".
+func TestContinueOffersNoTools(t *testing.T) {
+	const tools = `"tools":[{"type":"function","function":{"name":"transfer_funds","parameters":{}}}]`
+	const anthTools = `"tools":[{"name":"transfer_funds","input_schema":{"type":"object"}}]`
+	const hi = `"messages":[{"role":"user","content":"hi"}]`
+	const toolTurns = `"messages":[{"role":"user","content":"pay bob"},` +
+		`{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"transfer_funds","input":{}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"done"}]}]`
+	const serverTurns = `"messages":[{"role":"user","content":"news?"},` +
+		`{"role":"assistant","content":[{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{}},{"type":"web_search_tool_result","tool_use_id":"srvtoolu_1","content":[]}]},` +
+		`{"role":"user","content":"more"}]`
+	for _, c := range []struct {
+		d          Dialect
+		body       string
+		want, gone map[string]string // fields and their values; fields left out
+	}{
+		{OpenAIChat, `{"model":"m",` + hi + `,` + tools + `,"tool_choice":"required","parallel_tool_calls":true}`,
+			map[string]string{"tool_choice": `"none"`, "parallel_tool_calls": "true"}, nil},
+		{OpenAIChat, `{"model":"m",` + hi + `,` + tools + `,"tool_choice":{"type":"function","function":{"name":"transfer_funds"}}}`,
+			map[string]string{"tool_choice": `"none"`}, nil},
+		{OpenAIChat, `{"model":"m",` + hi + `,"functions":[{"name":"transfer_funds","parameters":{}}],"function_call":{"name":"transfer_funds"}}`,
+			map[string]string{"function_call": `"none"`}, nil},
+		{OpenAIChat, `{"model":"m",` + hi + `}`, nil, map[string]string{"tool_choice": "", "function_call": ""}},
+		{OpenAIChat, `{"model":"m",` + hi + `,"tools":[]}`, nil, map[string]string{"tool_choice": ""}},
+		{AnthropicMessages, `{"model":"m","max_tokens":9,` + hi + `,` + anthTools + `,"tool_choice":{"type":"any"},"mcp_servers":[{"type":"url","url":"https://mcp.test","name":"x"}]}`,
+			nil, map[string]string{"tools": "", "tool_choice": "", "mcp_servers": ""}},
+		{AnthropicMessages, `{"model":"m","max_tokens":9,` + toolTurns + `,` + anthTools + `,"tool_choice":{"type":"auto"}}`,
+			map[string]string{"tool_choice": `{"type":"none"}`}, nil},
+		{AnthropicMessages, `{"model":"m","max_tokens":9,` + serverTurns + `,"tools":[{"type":"web_search_20250305","name":"web_search"}]}`,
+			map[string]string{"tool_choice": `{"type":"none"}`}, nil},
+	} {
+		r, err := Continue(c.d, []byte(c.body), "Hello")
+		if err != nil {
+			t.Fatalf("%v %s: %v", c.d, c.body, err)
+		}
+		var got map[string]json.RawMessage
+		if err := json.Unmarshal(r.Body, &got); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range c.want {
+			if string(got[k]) != v {
+				t.Errorf("%v %s:\n%s is %s, want %s", c.d, c.body, k, got[k], v)
+			}
+		}
+		for k := range c.gone {
+			if _, ok := got[k]; ok {
+				t.Errorf("%v %s:\n%s is %s, want it left out", c.d, c.body, k, got[k])
+			}
+		}
+		if _, kept := got["tools"]; c.d == AnthropicMessages && kept != (c.want != nil) {
+			t.Errorf("%v %s: tools kept %v", c.d, c.body, kept)
+		}
+	}
+}

@@ -8,13 +8,16 @@ import (
 )
 
 // TestKindOfEvent holds the Tracker to what each event of each dialect
-// means before content, as the look ahead asks it.
+// means before content, as the look ahead asks it (it reads on past a
+// preamble or a finish) and a continuation's splice (it drops a
+// preamble, hands on a finish).
 func TestKindOfEvent(t *testing.T) {
 	const (
 		eventPreamble = Preamble
 		eventContent  = Content
 		eventError    = Error
 		eventEnd      = End
+		eventFinish   = Finish
 	)
 	for _, tc := range []struct {
 		name, event, data string
@@ -22,7 +25,9 @@ func TestKindOfEvent(t *testing.T) {
 	}{
 		{"openai role chunk", "", `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`, eventPreamble},
 		{"openai empty delta", "", `{"choices":[{"index":0,"delta":{}}]}`, eventPreamble},
-		{"openai usage chunk", "", `{"choices":[],"usage":{"prompt_tokens":5}}`, eventPreamble},
+		{"openai usage chunk", "", `{"choices":[],"usage":{"prompt_tokens":5}}`, eventFinish},
+		{"openai finish chunk", "", `{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null}`, eventFinish},
+		{"openai text with its finish", "", `{"choices":[{"index":0,"delta":{"content":"."},"finish_reason":"stop"}]}`, eventContent},
 		{"openai text", "", `{"choices":[{"delta":{"content":"Hel"}}]}`, eventContent},
 		{"openai tool call", "", `{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"search"}}]}}]}`, eventContent},
 		{"openai refusal", "", `{"choices":[{"delta":{"refusal":"I can't"}}]}`, eventContent},
@@ -42,6 +47,8 @@ func TestKindOfEvent(t *testing.T) {
 		{"anthropic empty block start", "content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`, eventPreamble},
 		{"anthropic delta", "content_block_delta", `{"type":"content_block_delta","delta":{"type":"text_delta","text":"Hel"}}`, eventContent},
 		{"anthropic overloaded", "error", `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, eventError},
+		{"anthropic block stop", "content_block_stop", `{"type":"content_block_stop","index":0}`, eventFinish},
+		{"anthropic message delta", "message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":1}}`, eventFinish},
 		{"anthropic stop", "message_stop", `{"type":"message_stop"}`, eventEnd},
 		{"gemini text", "", `{"candidates":[{"content":{"parts":[{"text":"Hel"}],"role":"model"}}]}`, eventContent},
 		{"gemini empty", "", `{"candidates":[{"content":{"parts":[{"text":""}],"role":"model"}}]}`, eventPreamble},
@@ -73,7 +80,11 @@ func TestPeekPassesOnWhatNoDialectHas(t *testing.T) {
 			t.Errorf("%q: %v after %q", s, err, head.Read)
 		}
 	}
-	_, err := Peek(strings.NewReader("event: response.failed\ndata: {\"type\":\"response.failed\"}\n\n"), 1<<16, 1<<10)
+	_, err := Peek(strings.NewReader("data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: {\"choices\":[],\"usage\":{}}\n\ndata: [DONE]\n\n"), 1<<16, 1<<10)
+	if err != ErrEnded {
+		t.Errorf("a finish and [DONE] before content: %v, want ErrEnded", err)
+	}
+	_, err = Peek(strings.NewReader("event: response.failed\ndata: {\"type\":\"response.failed\"}\n\n"), 1<<16, 1<<10)
 	var ev *ErrorEvent
 	if !errors.As(err, &ev) || !strings.Contains(string(ev.Data), "response.failed") {
 		t.Errorf("response.failed before content: %v", err)

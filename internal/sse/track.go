@@ -22,8 +22,8 @@ var dialectNames = [...]string{"unknown", "openai-chat", "openai-responses", "an
 
 func (d Dialect) String() string { return dialectNames[d] }
 
-// Kind is what one event means to a stream: its preamble, its answer, its
-// normal end or an in-band error.
+// Kind is what one event means to a stream: its preamble, its answer, the
+// answer's end, the stream's normal end or an in-band error.
 type Kind uint8
 
 const (
@@ -31,6 +31,10 @@ const (
 	Content              // part of the answer
 	End                  // the stream's normal end
 	Error                // an in-band error, or an end that says the answer is not whole
+	// Finish ends the answer, or one of its parts, ahead of the stream's
+	// end: OpenAI's chunk with a finish_reason or the usage, Anthropic's
+	// content_block_stop and message_delta.
+	Finish
 )
 
 // MaxText bounds how much text a Tracker keeps; past it Text is no longer
@@ -57,7 +61,9 @@ type Tracker struct {
 	textN       int
 	text        []byte
 	cut         bool         // text passed MaxText and is no longer kept
-	notText     bool         // some content was not text
+	notText     bool         // some content was not text, or an end named a tool call
+	blocks      int          // an Anthropic stream's content blocks: one past the highest index
+	blockOpen   bool         // and whether the last of them is open
 	choices     map[int]bool // a chat stream's choices by index: finished or not
 	chatID      string
 	chatCreated json.RawMessage
@@ -182,8 +188,8 @@ func (t *Tracker) Dialect() Dialect { return t.dialect }
 func (t *Tracker) Ended() bool { return t.ended && !t.errored }
 
 // Finished reports whether a chunk said why the answer finished (OpenAI's
-// finish_reason): the answer is whole, though what follows it (usage,
-// [DONE]) may not have come.
+// finish_reason, Anthropic's stop_reason): the answer is whole, though
+// what follows it (usage, [DONE], message_stop) may not have come.
 func (t *Tracker) Finished() bool { return t.finished && !t.errored }
 
 // Errored reports whether an error event, response.failed or
@@ -205,8 +211,14 @@ func (t *Tracker) Text() []byte { return t.text }
 func (t *Tracker) TextKept() bool { return !t.cut }
 
 // TextOnly reports whether all content so far was text: no tool call,
-// function call, tool input or refusal.
+// function call, tool input, refusal or thinking block, and no end that
+// names a tool call (finish_reason tool_calls, stop_reason tool_use).
 func (t *Tracker) TextOnly() bool { return !t.notText }
+
+// Blocks reports how many content blocks an Anthropic stream has begun
+// (one past the highest index that started or was written to), and
+// whether the last of them is still open.
+func (t *Tracker) Blocks() (n int, lastOpen bool) { return t.blocks, t.blockOpen }
 
 // chunk is the union of the providers' stream chunks, as far as tracking
 // needs.
@@ -216,9 +228,14 @@ type chunk struct {
 	Delta        json.RawMessage `json:"delta"`
 	ID           string          `json:"id"`
 	Created      json.RawMessage `json:"created"`
+	Usage        json.RawMessage `json:"usage"`
+	Index        int             `json:"index"`
 	ContentBlock struct {
 		Type string `json:"type"`
 	} `json:"content_block"`
+	Item struct {
+		Type string `json:"type"`
+	} `json:"item"`
 	Choices *[]struct {
 		Index int `json:"index"`
 		Delta struct {
@@ -240,10 +257,11 @@ type chunk struct {
 	} `json:"candidates"`
 }
 
-// anthropicDelta is the delta of a content_block_delta.
+// anthropicDelta is the delta of a content_block_delta or message_delta.
 type anthropicDelta struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
+	Type       string `json:"type"`
+	Text       string `json:"text"`
+	StopReason string `json:"stop_reason"`
 }
 
 // observe takes in one complete event and says what it was.
@@ -269,8 +287,12 @@ func (t *Tracker) kind(name string, trimmed []byte) Kind {
 	if name == "error" {
 		return Error
 	}
-	if json.Unmarshal(trimmed, &c) != nil {
-		return Preamble // not JSON: nothing a tracked dialect sends
+	if err := json.Unmarshal(trimmed, &c); err != nil {
+		// A field of the wrong type is skipped, the rest read: a tool
+		// call is one, whatever else is off in it.
+		if _, wrongType := err.(*json.UnmarshalTypeError); !wrongType {
+			return Preamble // not JSON: nothing a tracked dialect sends
+		}
 	}
 	if nonEmpty(c.Error) || c.Type == "error" {
 		return Error
@@ -313,6 +335,9 @@ func (t *Tracker) chat(c *chunk) Kind {
 		t.choices = map[int]bool{}
 	}
 	k := Preamble
+	if nonEmpty(c.Usage) {
+		k = Finish
+	}
 	for _, ch := range *c.Choices {
 		d := ch.Delta
 		content := false
@@ -324,12 +349,22 @@ func (t *Tracker) chat(c *chunk) Kind {
 			t.notText = true
 			content = true
 		}
-		if content {
+		finish := ""
+		if ch.FinishReason != nil {
+			finish = *ch.FinishReason
+		}
+		switch {
+		case content:
 			k = Content
+		case finish != "":
+			k = Finish
+		}
+		if finish == "tool_calls" || finish == "function_call" {
+			t.notText = true
 		}
 		// A choice is finished by its finish_reason, and open again if
 		// content follows it.
-		t.choices[ch.Index] = ch.FinishReason != nil && *ch.FinishReason != "" || t.choices[ch.Index] && !content
+		t.choices[ch.Index] = finish != "" || t.choices[ch.Index] && !content
 	}
 	t.finished = len(t.choices) > 0
 	for _, done := range t.choices {
@@ -383,6 +418,9 @@ func (t *Tracker) responses(c *chunk) Kind {
 		t.ended = true
 		return Error
 	}
+	if c.Type == "response.output_item.added" && c.Item.Type != "message" && c.Item.Type != "reasoning" {
+		t.notText = true // a function call, a hosted tool's call
+	}
 	if !strings.HasSuffix(c.Type, ".delta") || !nonEmpty(c.Delta) {
 		return Preamble
 	}
@@ -407,8 +445,24 @@ func (t *Tracker) anthropic(c *chunk) Kind {
 		if b := c.ContentBlock.Type; b != "" && b != "text" {
 			t.notText = true // a tool_use, a thinking block: not text to continue
 		}
+		t.block(c.Index)
 		return Preamble
-	case "message_start", "message_delta", "content_block_stop", "ping":
+	case "content_block_stop":
+		t.recognise(Anthropic)
+		if c.Index == t.blocks-1 {
+			t.blockOpen = false
+		}
+		return Finish
+	case "message_delta":
+		t.recognise(Anthropic)
+		var d anthropicDelta
+		json.Unmarshal(c.Delta, &d)
+		if d.StopReason == "tool_use" || d.StopReason == "pause_turn" {
+			t.notText = true // the turn is a tool's: pause_turn, a server tool's
+		}
+		t.finished = d.StopReason != ""
+		return Finish
+	case "message_start", "ping":
 		t.recognise(Anthropic)
 		return Preamble
 	case "message_stop":
@@ -417,19 +471,28 @@ func (t *Tracker) anthropic(c *chunk) Kind {
 		return End
 	case "content_block_delta":
 		t.recognise(Anthropic)
+		t.block(c.Index)
 		var d anthropicDelta
 		json.Unmarshal(c.Delta, &d)
-		switch d.Type {
-		case "text_delta":
+		if d.Type == "text_delta" {
 			t.addText(d.Text)
-		case "thinking_delta", "signature_delta":
-		default: // input_json_delta, citations
-			t.notText = true
+		} else {
+			t.notText = true // tool input, thinking, citations
 		}
+		t.finished = false // content after the stop reason: the answer goes on
 		t.events++
 		return Content
 	}
 	return Preamble
+}
+
+// block notes that an Anthropic stream's block i has started, or been
+// written to. A block that comes back after its stop, or out of turn, is
+// not opened again: a well-formed stream has neither.
+func (t *Tracker) block(i int) {
+	if i >= t.blocks {
+		t.blocks, t.blockOpen = i+1, true
+	}
 }
 
 func (t *Tracker) addText(s string) {
