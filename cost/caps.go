@@ -194,14 +194,25 @@ func (s *spender) Admit(ctx context.Context, req *http.Request) (context.Context
 	)
 	if req != nil {
 		r := readRequest(req)
-		if r.model == "" && r.input == 0 {
+		if len(r.models) == 0 && r.input == 0 {
 			return ctx, func(*http.Response, error) {}, nil // no model, no body: nothing to pay for
 		}
-		p, ok := s.prices[r.model]
-		if !ok {
-			return ctx, nil, fmt.Errorf("%w: %q (%s %s)", ErrNoPrice, r.model, req.Method, req.URL.Path)
+		models := r.models
+		if len(models) == 0 {
+			models = []string{""}
 		}
-		most, price = r.most(p), p
+		// A body that names several models (in keys that differ in case,
+		// or twice) is held at the dearest: servers differ in which they
+		// take.
+		for i, m := range models {
+			p, ok := s.prices[m]
+			if !ok {
+				return ctx, nil, fmt.Errorf("%w: %q (%s %s)", ErrNoPrice, m, req.Method, req.URL.Path)
+			}
+			if u := r.most(p); i == 0 || p.Of(u) > price.Of(most) {
+				most, price = u, p
+			}
+		}
 	} else {
 		e, ok := ctx.Value(estimateKey{}).(estimate)
 		if !ok {

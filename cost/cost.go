@@ -37,11 +37,11 @@ func (p Price) maxOutput() int64 {
 	return defaultMaxOutput
 }
 
-func (p Price) maxInput() int64 {
+func (p Price) maxInput(d dialect) int64 {
 	if p.MaxInputTokens > 0 {
 		return p.MaxInputTokens
 	}
-	return defaultMaxInput
+	return d.window()
 }
 
 // Of returns the price of u.

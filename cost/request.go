@@ -2,15 +2,18 @@ package cost
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"encoding/json"
 	"io"
 	"math"
 	"mime"
 	"net/http"
-	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"unicode"
 
 	"github.com/rebound-go/rebound/internal/provider"
 )
@@ -19,6 +22,20 @@ import (
 // dialects rebound.Transport speaks: OpenAI's Chat Completions and
 // Responses, Anthropic's Messages, Gemini's generateContent, and the
 // servers that copy them.
+//
+// The estimate of what a request may use must never be lower than what a
+// server bills for it, whichever server reads it, and servers read a body
+// differently: Python's and JavaScript's parsers match keys exactly and
+// keep the last of a duplicate, Go's match them whatever their case, a
+// lenient server ignores a field it does not know where a strict one
+// refuses the request, and Gemini takes its fields in camelCase and
+// snake_case alike. So a figure that can only raise the estimate (an
+// answer count, a reference to kept context, an output cap larger than
+// the default) is taken from any key that some server might read as it,
+// in any case or spelling, named once or many times; while what lowers it
+// (an output cap below the default, a thinking budget of 0) is taken only
+// from the exact key, at the place the dialect has it, with a positive
+// number, in a body that is JSON throughout.
 
 // bytesPerToken is the estimate of input: a token for every 4 bytes of
 // the request body, a common rule for English text (scripts that take
@@ -26,42 +43,134 @@ import (
 // it: a cap is passed only by an attempt whose use passes its estimate).
 const bytesPerToken = 4
 
-// Defaults of what a request that does not say is held at: its output, with
-// no output cap (the providers' defaults reach a model's maximum), and its
-// input, when it refers to a conversation stored with the provider
-// (previous_response_id, conversation), a model's context window.
+// defaultMaxOutput is what the output of a request that names no output
+// cap is held at, for each answer: the providers' defaults reach a model's
+// maximum.
+const defaultMaxOutput = 32768
+
+// The largest context window each dialect's provider serves: what the
+// input of a request that refers to context the provider keeps is held at,
+// beyond its body, when its Price does not say.
 const (
-	defaultMaxOutput = 32768
-	defaultMaxInput  = 200000
+	// Gemini 1.5 Pro's 2 097 152 tokens (ai.google.dev/gemini-api/docs/models,
+	// "Input token limit"); the later models take 1 048 576.
+	geminiWindow = 2097152
+	// GPT-4.1's 1 047 576 tokens (platform.openai.com/docs/models/gpt-4.1,
+	// "Context window").
+	openAIWindow = 1047576
+	// Claude's 1 000 000 tokens with the context-1m-2025-08-07 beta
+	// (docs.anthropic.com/en/docs/build-with-claude/context-windows);
+	// 200 000 without it, which a request cannot be held to, since a
+	// header it does not send would lower its estimate.
+	anthropicWindow = 1000000
+	// Any other: the largest of them.
+	otherWindow = geminiWindow
 )
 
-// mediaTokens is what a part of the prompt that refers to an image or a
-// file is held at: a few bytes of URL or file id stand for a picture
-// providers count in hundreds to thousands of tokens.
+// mediaTokens is what a part of the prompt that refers to an image is held
+// at: a few bytes of URL or file id stand for a picture providers count in
+// hundreds to thousands of tokens.
 const mediaTokens = 2000
 
 // unknownBody is the size assumed for a body whose length is unknown and
 // that cannot be read again.
 const unknownBody = 1 << 20
 
-// request is what an HTTP attempt says of what it may use.
-type request struct {
-	model string
-	input int64 // estimated from the body
-	// output is its output cap, for all its answers; -1: it names none.
-	output int64
-	// stored says it continues a conversation kept by the provider, whose
-	// size it does not show.
-	stored bool
+// Bounds on what a request is held at, so that the product of absurd
+// figures does not overflow: an output cap of each answer, and a count of
+// answers.
+const (
+	maxFigure  = math.MaxInt32
+	maxAnswers = math.MaxInt16
+)
+
+// A dialect is the API a request's path addresses: it says where the
+// request's own output cap and thinking budget are, and the largest
+// context window its provider serves.
+type dialect uint8
+
+const (
+	dialectOther dialect = iota // a path rebound does not know: read as any of the others
+	dialectOpenAI
+	dialectAnthropic
+	dialectGemini
+)
+
+// dialectOf returns the dialect of req, from its path (Gemini's names its
+// model, as in ".../models/NAME:generateContent") and, for Anthropic, its
+// anthropic-version header.
+func dialectOf(req *http.Request) dialect {
+	path := req.URL.Path
+	switch {
+	case provider.GeminiModel(path) != "":
+		return dialectGemini
+	case strings.HasSuffix(path, "/completions"), strings.HasSuffix(path, "/responses"),
+		strings.Contains(path, "/responses/"), strings.Contains(path, "/deployments/"):
+		return dialectOpenAI
+	case strings.HasSuffix(path, "/messages"), req.Header.Get("anthropic-version") != "":
+		return dialectAnthropic
+	}
+	return dialectOther
 }
 
-// mediaPart matches a part of a prompt that refers to an image or a file.
-var mediaPart = regexp.MustCompile(`"type"\s*:\s*"(?:image|image_url|input_image|document|file|input_file)"|"(?:fileData|file_data)"`)
+// window returns the largest context window d's provider serves.
+func (d dialect) window() int64 {
+	switch d {
+	case dialectOpenAI:
+		return openAIWindow
+	case dialectAnthropic:
+		return anthropicWindow
+	case dialectGemini:
+		return geminiWindow
+	}
+	return otherWindow
+}
 
-// readRequest reads what req may use: its model (the body's "model", else
+// request is what an HTTP attempt says of what it may use.
+type request struct {
+	// models are the models it names: the body's (every key a server
+	// might take for "model"), else its path's or query's.
+	models  []string
+	dialect dialect
+	input   int64 // estimated from the body
+	// output is the output cap of each answer; thoughts Gemini's thinking
+	// budget, spent beyond it; predicted the tokens of a predicted output,
+	// which a provider bills as output where it rejects them.
+	output, thoughts figure
+	predicted        int64
+	answers          int64 // the answers it asks for, at least 1
+	// kept says it refers to context the provider keeps, whose size it
+	// does not show: a conversation, a stored prompt, cached content, a
+	// file by id or a document, tools the provider runs.
+	kept bool
+}
+
+// A figure is a number of tokens a request names, possibly in several
+// fields: the largest named, and whether that is all (else the request is
+// held at a default as well).
+type figure struct {
+	largest int64
+	// own says the dialect's own field names it, with a positive number
+	// (for a thinking budget, zero included), in a body that is JSON
+	// throughout; open says some field names it with a value that may
+	// mean no limit (zero, negative, not a number), or in a way not every
+	// server reads.
+	own, open bool
+}
+
+// or returns f's tokens, held at least at def unless the request's own
+// field alone names them.
+func (f figure) or(def int64) int64 {
+	if !f.own || f.open {
+		return max(f.largest, def)
+	}
+	return f.largest
+}
+
+// readRequest reads what req may use: its models (the body's "model", else
 // a Gemini or Azure path's, else the query's), its input, from the body's
-// size (decoded, if it is gzip) and the media it refers to, and its output
-// cap times the answers it asks for (n, candidateCount).
+// size (decoded, if it is gzip), the images it refers to and the context
+// the provider keeps that it refers to, and its output (see readBody).
 func readRequest(req *http.Request) request {
 	var (
 		body []byte
@@ -86,57 +195,34 @@ func readRequest(req *http.Request) request {
 			size = unknownBody
 		}
 	}
-	var fields struct {
-		Model               string `json:"model"`
-		N                   *int64 `json:"n"`
-		MaxTokens           *int64 `json:"max_tokens"`
-		MaxCompletionTokens *int64 `json:"max_completion_tokens"`
-		MaxOutputTokens     *int64 `json:"max_output_tokens"`
-		PreviousResponseID  string `json:"previous_response_id"`
-		Conversation        any    `json:"conversation"`
-		GenerationConfig    struct {
-			MaxOutputTokens *int64 `json:"maxOutputTokens"`
-			CandidateCount  *int64 `json:"candidateCount"`
-		} `json:"generationConfig"`
-	}
-	_ = json.Unmarshal(body, &fields) // a body that is not JSON is the provider's to refuse
-	r := request{model: fields.Model, output: -1,
-		input:  (size+bytesPerToken-1)/bytesPerToken + mediaTokens*int64(len(mediaPart.FindAllIndex(body, -1))),
-		stored: fields.PreviousResponseID != "" || fields.Conversation != nil}
-	if r.model == "" {
-		r.model = pathModel(req.URL.Path)
-	}
-	if r.model == "" {
-		r.model = req.URL.Query().Get("model")
-	}
-	for _, n := range []*int64{fields.MaxTokens, fields.MaxCompletionTokens, fields.MaxOutputTokens, fields.GenerationConfig.MaxOutputTokens} {
-		if n != nil && *n >= 0 {
-			r.output = *n
-			break
+	r := request{dialect: dialectOf(req), answers: 1}
+	media := r.readBody(body)
+	r.input = (size+bytesPerToken-1)/bytesPerToken + mediaTokens*media
+	if len(r.models) == 0 {
+		if m := cmp.Or(pathModel(req.URL.Path), req.URL.Query().Get("model")); m != "" {
+			r.models = []string{m}
 		}
-	}
-	answers := int64(1)
-	for _, n := range []*int64{fields.N, fields.GenerationConfig.CandidateCount} {
-		if n != nil && *n > 1 {
-			answers = *n
-		}
-	}
-	if r.output >= 0 {
-		r.output = min(r.output, math.MaxInt32) * min(answers, math.MaxInt16)
-	} else if answers > 1 {
-		r.output = -answers // no cap, several answers: -n times the default
 	}
 	return r
 }
 
 // most is the most r may use, priced by p's limits where r does not say.
 func (r request) most(p Price) Usage {
-	u := Usage{InputTokens: r.input, OutputTokens: r.output}
-	if r.output < 0 {
-		u.OutputTokens = -r.output * p.maxOutput()
+	each := r.output.or(p.maxOutput()) + r.predicted
+	switch {
+	case r.dialect == dialectGemini:
+		// Gemini's documentation has thoughts beyond maxOutputTokens, and
+		// a model that thinks by default: they are held at the budget
+		// the request sets, else at the default output.
+		each += r.thoughts.or(p.maxOutput())
+	case r.thoughts.open:
+		each += max(r.thoughts.largest, p.maxOutput())
+	default:
+		each += r.thoughts.largest
 	}
-	if r.stored {
-		u.InputTokens += p.maxInput()
+	u := Usage{InputTokens: r.input, OutputTokens: min(each, 4*maxFigure) * r.answers}
+	if r.kept {
+		u.InputTokens += p.maxInput(r.dialect)
 	}
 	return u
 }
@@ -152,6 +238,307 @@ func pathModel(path string) string {
 		return name
 	}
 	return ""
+}
+
+// A place is where in a body a value is: it says which exact keys are the
+// dialect's own fields there, and whether its numbers can be settings.
+type place uint8
+
+const (
+	placeTop        place = iota // the body's own members
+	placeGeneration              // Gemini's generationConfig
+	placeThinking                // Gemini's generationConfig.thinkingConfig
+	placeSettings                // any other object that is not content
+	placeContent                 // what the model reads: messages, schemas, a predicted output
+	placeTools                   // the tools the request offers
+)
+
+// The dialects' own fields: an output cap at the top of a body (OpenAI's
+// and Anthropic's), or in Gemini's generationConfig, whose thinkingConfig
+// has the thinking budget. Gemini takes both spellings of its fields.
+var (
+	topOutput        = []string{"max_tokens", "max_completion_tokens", "max_output_tokens"}
+	generationKeys   = []string{"generationConfig", "generation_config"}
+	generationOutput = []string{"maxOutputTokens", "max_output_tokens"}
+	thinkingKeys     = []string{"thinkingConfig", "thinking_config"}
+	thinkingBudget   = []string{"thinkingBudget", "thinking_budget"}
+)
+
+// contentKeys name, folded (see fold), the members whose values are what
+// the model reads, not settings: their numbers (a tool result's, a
+// schema's) are none of the request's.
+var contentKeys = map[string]bool{
+	"messages": true, "input": true, "contents": true, "system": true, "systeminstruction": true,
+	"instructions": true, "prompt": true, "toolchoice": true, "toolconfig": true, "functions": true,
+	"responseformat": true, "responseschema": true, "responsejsonschema": true, "text": true,
+	"metadata": true, "stop": true, "stopsequences": true, "logitbias": true, "safetysettings": true,
+	"prediction": true,
+}
+
+// What a key other than the dialect's own fields may name, by its folded
+// name. Such a key only ever raises the estimate: a server that knows it
+// may honour it, one that does not ignores it.
+var (
+	// answerKeys count answers: OpenAI's n and best_of (which generates
+	// best_of answers and returns n), Gemini's candidateCount, and those
+	// of servers that copy them. Any other key ending in "count" counts
+	// too.
+	answerKeys = map[string]bool{
+		"n": true, "bestof": true, "candidatecount": true, "numreturnsequences": true,
+		"numgenerations": true, "numcompletions": true, "numchoices": true, "numcandidates": true,
+		"samplecount": true, "numsamples": true,
+	}
+	// outputKeys are output caps without "token" in their name (any key
+	// with it is one): Ollama's num_predict, Llama's max_gen_len on
+	// Bedrock. A key with "budget" in it is a thinking budget.
+	outputKeys = map[string]bool{"numpredict": true, "maxgenlen": true}
+	// keptKeys, where they hold anything, refer to context the provider
+	// keeps: the Responses API's previous_response_id and conversation,
+	// Gemini's cachedContent and previous_interaction_id, the Assistants
+	// API's thread and assistant, a file by id, URI, URL or as file data,
+	// Anthropic's container and MCP servers, a vector store.
+	keptKeys = []string{"previousresponse", "previousinteraction", "conversation", "cachedcontent",
+		"threadid", "assistantid", "fileid", "fileuri", "fileurl", "filedata", "container",
+		"mcpserver", "vectorstore"}
+	// providerTools name, in a tool's type or in a key of a tool, the
+	// tools a provider runs itself, whose results enter the context on
+	// its side.
+	providerTools = []string{"websearch", "webfetch", "filesearch", "codeinterpreter", "codeexecution",
+		"mcp", "urlcontext", "googlesearch", "googlemaps", "retrieval", "toolsearch"}
+	// imageTypes and documentTypes are the types of a part that refers to
+	// an image, held at mediaTokens, and to a document or a file, whose
+	// size the provider decides (it bills a PDF's pages as text and as
+	// images), held as kept context.
+	imageTypes    = map[string]bool{"image": true, "imageurl": true, "inputimage": true, "computerscreenshot": true}
+	documentTypes = map[string]bool{"document": true, "file": true, "inputfile": true}
+)
+
+// fold returns key as any parser might match it: case folded (the Kelvin
+// sign is a k, as Go's encoding/json folds it) and without the separators
+// a spelling may add (max_output_tokens and maxOutputTokens are one).
+func fold(key string) string {
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '_', '-', '.', ' ':
+			return -1
+		}
+		return unicode.ToLower(unicode.ToUpper(r))
+	}, key)
+}
+
+// readBody reads body into r: its models, output cap, thinking budget,
+// answers, predicted output and kept context, and returns the images it
+// refers to. A body that is not JSON throughout names no output cap or
+// thinking budget of its own, whatever it says before its flaw, and
+// every value of a body of several is read.
+func (r *request) readBody(body []byte) (media int64) {
+	if len(body) == 0 {
+		return 0
+	}
+	w := walker{d: json.NewDecoder(bytes.NewReader(body)), r: r}
+	w.d.UseNumber()
+	docs := 0
+	for ; !w.ended; docs++ {
+		w.value(placeTop, "", false)
+	}
+	if docs != 2 || w.broken { // one document, then the end
+		r.output.own, r.thoughts.own = false, false
+	}
+	return w.media
+}
+
+// A walker reads the values of a body in order, and what they say into r.
+type walker struct {
+	d     *json.Decoder
+	r     *request
+	media int64 // the parts that refer to an image
+	// ended says the body ended, or broke, which broken says: nothing
+	// more is read.
+	ended, broken bool
+}
+
+// fail ends the walk on err, which breaks the body unless it is the end
+// of the body between two documents.
+func (w *walker) fail(err error, between bool) {
+	w.ended = true
+	w.broken = w.broken || err != io.EOF || !between
+}
+
+// value reads the next value: if member, that of a member named key of an
+// object at at, or an element of an array that is (its elements are read
+// as values of the member too); else a document of the body, at placeTop.
+func (w *walker) value(at place, key string, member bool) {
+	start := w.d.InputOffset()
+	t, err := w.d.Token()
+	if err != nil {
+		w.fail(err, !member)
+		return
+	}
+	if member {
+		w.named(at, key, t)
+	}
+	if d, ok := t.(json.Delim); ok {
+		in := w.within(at, key)
+		if !member && d == '{' {
+			in = placeTop // the body's own members
+		}
+		for w.d.More() && !w.ended {
+			if d == '[' {
+				w.value(in, key, true)
+				continue
+			}
+			t, err := w.d.Token()
+			k, ok := t.(string)
+			if err != nil || !ok {
+				w.fail(err, false)
+				return
+			}
+			w.value(in, k, true)
+		}
+		if _, err := w.d.Token(); err != nil && !w.ended { // the closing delimiter
+			w.fail(err, false)
+		}
+	}
+	if member && at == placeTop && fold(key) == "prediction" {
+		w.r.predicted += (w.d.InputOffset() - start + bytesPerToken - 1) / bytesPerToken
+	}
+}
+
+// within returns the place of the members or elements of a value named
+// key of an object at at.
+func (w *walker) within(at place, key string) place {
+	switch f := fold(key); {
+	case at == placeContent || at == placeTools:
+		return at
+	case at == placeTop && slices.Contains(generationKeys, key):
+		return placeGeneration
+	case at == placeGeneration && slices.Contains(thinkingKeys, key):
+		return placeThinking
+	case f == "tools":
+		return placeTools
+	case contentKeys[f]:
+		return placeContent
+	}
+	return placeSettings
+}
+
+// named reads what a member named key of an object at at, whose value
+// begins with t, says.
+func (w *walker) named(at place, key string, t json.Token) {
+	r := w.r
+	f := fold(key)
+	switch {
+	case containsAny(f, keptKeys) && holds(t),
+		at == placeTools && containsAny(f, providerTools),
+		at == placeTop && f == "prompt" && t == json.Delim('{'): // a stored prompt, {"id": …}
+		r.kept = true
+	case f == "type":
+		if s, ok := t.(string); ok {
+			switch s := fold(s); {
+			case imageTypes[s]:
+				w.media++
+			case documentTypes[s], at == placeTools && containsAny(s, providerTools):
+				r.kept = true
+			}
+		}
+	case at == placeTop && strings.EqualFold(key, "model"):
+		if s, ok := t.(string); ok && s != "" && !slices.Contains(r.models, s) {
+			r.models = append(r.models, s)
+		}
+	}
+	if at == placeContent || at == placeTools {
+		return
+	}
+	switch {
+	case at == placeTop && r.dialect != dialectGemini && slices.Contains(topOutput, key),
+		at == placeGeneration && r.dialect != dialectOpenAI && r.dialect != dialectAnthropic && slices.Contains(generationOutput, key):
+		r.output.ownField(t, false)
+	case at == placeThinking && r.dialect != dialectOpenAI && r.dialect != dialectAnthropic && slices.Contains(thinkingBudget, key):
+		r.thoughts.ownField(t, true)
+	case strings.Contains(f, "token"), outputKeys[f]:
+		r.output.otherField(t)
+	case strings.Contains(f, "budget"):
+		r.thoughts.otherField(t)
+	case answerKeys[f], strings.HasSuffix(f, "count"):
+		if n, ok := number(t); ok {
+			r.answers = max(r.answers, min(tokens(n), maxAnswers))
+		}
+	}
+}
+
+// ownField takes t, the value of the dialect's own field for f, into f: a
+// positive number names it (zero too where zero is a limit: a thinking
+// budget of 0 turns thinking off); null does not; any other value leaves
+// f open: zero or a negative number (Ollama's -1 is no limit, Gemini's -1
+// thinks as it likes), a string (which some servers read as its number,
+// and others refuse or ignore), anything else.
+func (f *figure) ownField(t json.Token, zeroLimits bool) {
+	v, isNumber := number(t)
+	_, literal := t.(json.Number)
+	switch {
+	case t == nil:
+	case literal && (v > 0 || v == 0 && zeroLimits):
+		f.largest, f.own = max(f.largest, tokens(v)), true
+	default:
+		f.open = true
+		if isNumber && v > 0 {
+			f.largest = max(f.largest, tokens(v))
+		}
+	}
+}
+
+// otherField takes t, the value of a field that may name f, into f: it only
+// raises it, by a positive number (or a string of one), or opens it, by a
+// negative one.
+func (f *figure) otherField(t json.Token) {
+	switch v, ok := number(t); {
+	case !ok:
+	case v > 0:
+		f.largest = max(f.largest, tokens(v))
+	case v < 0:
+		f.open = true
+	}
+}
+
+// number returns t as a number: a JSON number, or a string that reads as
+// one (as Python's lax parsers read it: spaces and underscores aside).
+func number(t json.Token) (float64, bool) {
+	var s string
+	switch t := t.(type) {
+	case json.Number:
+		s = string(t)
+	case string:
+		s = strings.ReplaceAll(strings.TrimSpace(t), "_", "")
+	default:
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	return v, (err == nil || math.IsInf(v, 0)) && !math.IsNaN(v)
+}
+
+// tokens returns v, a count of tokens or answers, rounded up and bounded
+// by maxFigure.
+func tokens(v float64) int64 {
+	if v >= maxFigure {
+		return maxFigure
+	}
+	return int64(math.Ceil(v))
+}
+
+// holds reports whether t, a value a key names, holds anything: not null,
+// "", or false.
+func holds(t json.Token) bool {
+	return t != nil && t != "" && t != false
+}
+
+// containsAny reports whether s contains any of subs.
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // WatchUsage replaces resp.Body with one that reads the token usage the
