@@ -1,6 +1,9 @@
 package cost_test
 
 import (
+	"bytes"
+	"compress/gzip"
+	"compress/zlib"
 	"errors"
 	"fmt"
 	"io"
@@ -138,5 +141,89 @@ func TestCapsHoldConcurrentCallsOfEveryShape(t *testing.T) {
 				t.Errorf("no call answered: the caps refuse what they could hold")
 			}
 		})
+	}
+}
+
+// TestCapsReadEncodedBodies: a body encoded as HTTP allows (gzip, x-gzip,
+// deflate, several in turn) is read for what it asks, here eight answers
+// of 1000 tokens, $0.12, past a $0.05 cap.
+func TestCapsReadEncodedBodies(t *testing.T) {
+	const body = `{"model":"big","max_tokens":1000,"n":8,"messages":[{"role":"user","content":"Hi"}]}`
+	zip := func(data []byte) []byte {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		zw.Write(data)
+		zw.Close()
+		return buf.Bytes()
+	}
+	deflate := func(data []byte) []byte {
+		var buf bytes.Buffer
+		zw := zlib.NewWriter(&buf)
+		zw.Write(data)
+		zw.Close()
+		return buf.Bytes()
+	}
+	table := cost.Table{"big": {InputPerMillion: 3, OutputPerMillion: 15, MaxOutputTokens: 100}}
+	for _, c := range []struct {
+		encoding string
+		data     []byte
+	}{
+		{"gzip", zip([]byte(body))},
+		{"x-gzip", zip([]byte(body))},
+		{"deflate", deflate([]byte(body))},
+		{"gzip, deflate", deflate(zip([]byte(body)))},
+		{"identity, GZIP", zip([]byte(body))},
+	} {
+		sent := 0
+		tr := &rebound.Transport{Base: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			sent++
+			return jsonResponse(req, 200, answer(1, 1)), nil
+		})}
+		ctx := cost.WithCaps(t.Context(), table, &cost.Limit{USD: 0.05})
+		req, _ := http.NewRequestWithContext(ctx, "POST", "http://provider.test/v1/chat/completions", bytes.NewReader(c.data))
+		req.Header.Set("Content-Encoding", c.encoding)
+		_, err := tr.RoundTrip(req)
+		var ce *cost.CapError
+		if !errors.As(err, &ce) || sent != 0 || !near(ce.Need, 8000*15e-6+float64((len(body)+3)/4)*3e-6) {
+			t.Errorf("%s: %v after %d sent; want a *CapError for eight answers and nothing sent", c.encoding, err, sent)
+		}
+	}
+}
+
+// TestCapsRefuseBodiesTheyCannotRead: a body the caps cannot read (sent
+// once, unbuffered; encoded in a way they do not decode; broken in its
+// encoding) may ask for anything, so its attempt is refused with
+// ErrUnreadBody and nothing is sent.
+func TestCapsRefuseBodiesTheyCannotRead(t *testing.T) {
+	const body = `{"model":"big","max_tokens":1000,"n":128,"messages":[{"role":"user","content":"Hi"}]}`
+	for _, c := range []struct {
+		name     string
+		encoding string
+		data     []byte
+		reader   func([]byte) io.Reader
+	}{
+		{"sent once", "", []byte(body), func(b []byte) io.Reader { return io.MultiReader(bytes.NewReader(b)) }},
+		{"brotli", "br", []byte(body), nil},
+		{"an unknown coding after gzip", "gzip, zstd", []byte(body), nil},
+		{"not gzip", "gzip", []byte(body), nil},
+	} {
+		sent := 0
+		tr := &rebound.Transport{MaxBufferedBody: -1, Base: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			sent++
+			return jsonResponse(req, 200, answer(1, 1)), nil
+		})}
+		ctx := cost.WithCaps(t.Context(), prices, &cost.Limit{USD: 100})
+		var r io.Reader = bytes.NewReader(c.data)
+		if c.reader != nil {
+			r = c.reader(c.data)
+		}
+		req, _ := http.NewRequestWithContext(ctx, "POST", "http://provider.test/v1/chat/completions", r)
+		if c.encoding != "" {
+			req.Header.Set("Content-Encoding", c.encoding)
+		}
+		_, err := tr.RoundTrip(req)
+		if !errors.Is(err, cost.ErrUnreadBody) || sent != 0 {
+			t.Errorf("%s: %v after %d sent; want ErrUnreadBody and nothing sent", c.name, err, sent)
+		}
 	}
 }

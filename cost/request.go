@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"cmp"
 	"compress/gzip"
+	"compress/zlib"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"mime"
@@ -71,10 +73,6 @@ const (
 // at: a few bytes of URL or file id stand for a picture providers count in
 // hundreds to thousands of tokens.
 const mediaTokens = 2000
-
-// unknownBody is the size assumed for a body whose length is unknown and
-// that cannot be read again.
-const unknownBody = 1 << 20
 
 // Bounds on what a request is held at, so that the product of absurd
 // figures does not overflow: an output cap of each answer, and a count of
@@ -167,43 +165,79 @@ func (f figure) or(def int64) int64 {
 	return f.largest
 }
 
+// maxBody is the most of a request body that is read for what it may
+// cost; a larger one cannot be.
+const maxBody = 64 << 20
+
 // readRequest reads what req may use: its models (the body's "model", else
 // a Gemini or Azure path's, else the query's), its input, from the body's
-// size (decoded, if it is gzip), the images it refers to and the context
-// the provider keeps that it refers to, and its output (see readBody).
-func readRequest(req *http.Request) request {
-	var (
-		body []byte
-		size int64
-	)
-	switch {
-	case req.GetBody != nil:
-		if rc, err := req.GetBody(); err == nil {
-			var r io.Reader = rc
-			if strings.EqualFold(req.Header.Get("Content-Encoding"), "gzip") {
-				if zr, err := gzip.NewReader(rc); err == nil {
-					r = zr
-				}
-			}
-			body, _ = io.ReadAll(io.LimitReader(r, 64<<20))
-			rc.Close()
+// size (decoded as its Content-Encoding says), the images it refers to and
+// the context the provider keeps that it refers to, and its output (see
+// readBody). It returns an error wrapping ErrUnreadBody for a body it
+// cannot read.
+func readRequest(req *http.Request) (request, error) {
+	var body []byte
+	if req.Body != nil && req.Body != http.NoBody {
+		if req.GetBody == nil {
+			return request{}, fmt.Errorf("%w: it is sent once, unbuffered", ErrUnreadBody)
 		}
-		size = int64(len(body))
-	case req.Body != nil && req.Body != http.NoBody:
-		// A body sent once, unread: its length is all there is.
-		if size = req.ContentLength; size < 0 {
-			size = unknownBody
+		rc, err := req.GetBody()
+		if err != nil {
+			return request{}, fmt.Errorf("%w: %w", ErrUnreadBody, err)
+		}
+		body, err = decodedBody(rc, req.Header.Values("Content-Encoding"))
+		rc.Close()
+		if err != nil {
+			return request{}, fmt.Errorf("%w: %w", ErrUnreadBody, err)
 		}
 	}
 	r := request{dialect: dialectOf(req), answers: 1}
 	media := r.readBody(body)
-	r.input = (size+bytesPerToken-1)/bytesPerToken + mediaTokens*media
+	r.input = (int64(len(body))+bytesPerToken-1)/bytesPerToken + mediaTokens*media
 	if len(r.models) == 0 {
 		if m := cmp.Or(pathModel(req.URL.Path), req.URL.Query().Get("model")); m != "" {
 			r.models = []string{m}
 		}
 	}
-	return r
+	return r, nil
+}
+
+// decodedBody reads a request body encoded in turn by the codings of
+// encodings, the values of its Content-Encoding headers, and returns it
+// decoded: up to maxBody bytes, the codings HTTP names for gzip and
+// deflate (zlib) alone.
+func decodedBody(rc io.Reader, encodings []string) ([]byte, error) {
+	var codings []string
+	for _, v := range encodings {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.ToLower(strings.TrimSpace(c)); c != "" && c != "identity" {
+				codings = append(codings, c)
+			}
+		}
+	}
+	r := rc
+	for _, c := range slices.Backward(codings) { // the last applied is undone first
+		var err error
+		switch c {
+		case "gzip", "x-gzip":
+			r, err = gzip.NewReader(r)
+		case "deflate":
+			r, err = zlib.NewReader(r)
+		default:
+			return nil, fmt.Errorf("it is encoded as %q", c)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("decoding it as %s: %w", c, err)
+		}
+	}
+	body, err := io.ReadAll(io.LimitReader(r, maxBody+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("reading it: %w", err)
+	case len(body) > maxBody:
+		return nil, fmt.Errorf("it is larger than %d MiB", maxBody>>20)
+	}
+	return body, nil
 }
 
 // most is the most r may use, priced by p's limits where r does not say.

@@ -55,7 +55,7 @@ func FuzzEstimate(f *testing.F) {
 		}
 		req, _ := http.NewRequest("POST", "http://provider.test"+target.path, bytes.NewReader(body))
 		req.Header.Set(chaos.HeaderContextTokens, strconv.Itoa(fuzzKept))
-		held := readRequest(req).most(fuzzPrice)
+		held := read(t, req).most(fuzzPrice)
 		srv.ServeHTTP(httptest.NewRecorder(), req)
 		st := srv.Stats()
 		if int64(st.InputTokens) > held.InputTokens || int64(st.OutputTokens) > held.OutputTokens {

@@ -22,12 +22,19 @@ var estimatePrice = Price{InputPerMillion: 1, OutputPerMillion: 1, MaxOutputToke
 
 // heldAt returns what Transport holds a request of body to path at,
 // under estimatePrice.
-func heldAt(path, body string, header ...string) Usage {
+func heldAt(t testing.TB, path, body string) Usage {
 	req, _ := http.NewRequest("POST", "http://provider.test"+path, strings.NewReader(body))
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
+	return read(t, req).most(estimatePrice)
+}
+
+// read returns what req may use.
+func read(t testing.TB, req *http.Request) request {
+	t.Helper()
+	r, err := readRequest(req)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return readRequest(req).most(estimatePrice)
+	return r
 }
 
 // in returns the input tokens of body alone: a token per 4 bytes.
@@ -42,7 +49,7 @@ type estimateCase struct {
 func checkEstimates(t *testing.T, cases []estimateCase) {
 	t.Helper()
 	for _, c := range cases {
-		got := heldAt(c.path, c.body)
+		got := heldAt(t, c.path, c.body)
 		if want := (Usage{InputTokens: in(c.body) + c.kept, OutputTokens: c.out}); got != want {
 			t.Errorf("%s: %s to %s is held at %+v, want %+v", c.name, c.body, c.path, got, want)
 		}
@@ -160,13 +167,13 @@ func TestEstimateHoldsKeptContextAtTheWindow(t *testing.T) {
 	})
 	req, _ := http.NewRequest("POST", "http://provider.test/anthropic/v1/chat", strings.NewReader(`{"max_tokens":10,"container":"c"}`))
 	req.Header.Set("anthropic-version", "2023-06-01")
-	if got := readRequest(req).most(estimatePrice).InputTokens; got != anthropicWindow+in(`{"max_tokens":10,"container":"c"}`) {
+	if got := read(t, req).most(estimatePrice).InputTokens; got != anthropicWindow+in(`{"max_tokens":10,"container":"c"}`) {
 		t.Errorf("a request with anthropic-version is held at %d input tokens, want Anthropic's window", got)
 	}
 	p := estimatePrice
 	p.MaxInputTokens = 5000
 	req, _ = http.NewRequest("POST", "http://provider.test"+responsesPath, strings.NewReader(`{"previous_response_id":"r"}`))
-	if got := readRequest(req).most(p).InputTokens; got != 5000+in(`{"previous_response_id":"r"}`) {
+	if got := read(t, req).most(p).InputTokens; got != 5000+in(`{"previous_response_id":"r"}`) {
 		t.Errorf("MaxInputTokens 5000: held at %d input tokens", got)
 	}
 }
@@ -185,7 +192,7 @@ func BenchmarkReadRequest(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		req, _ := http.NewRequest("POST", "http://provider.test"+chatPath, bytes.NewReader(data))
-		if readRequest(req).most(estimatePrice).OutputTokens != 1024 {
+		if read(b, req).most(estimatePrice).OutputTokens != 1024 {
 			b.Fatal("misread")
 		}
 	}
