@@ -227,3 +227,31 @@ func TestCapsRefuseBodiesTheyCannotRead(t *testing.T) {
 		}
 	}
 }
+
+// TestCapsHoldTheDearestModelNamed: a body that names its model in keys a
+// server might each take for "model" is priced as the dearest of them,
+// and refused if one has no price.
+func TestCapsHoldTheDearestModelNamed(t *testing.T) {
+	const hold = 1000 * 15e-6 // "big"'s output; the input is a few tokens more
+	for _, c := range []struct {
+		body    string
+		noPrice bool
+	}{
+		{`{"Model":"big","model":"small","max_tokens":1000}`, false},
+		{`{"model":"big","model":"small","max_tokens":1000}`, false},
+		{`{"model":"small","MODEL":"unpriced","max_tokens":1000}`, true},
+	} {
+		tr := &rebound.Transport{Base: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			return jsonResponse(req, 200, answer(1, 1)), nil
+		})}
+		ctx := cost.WithCaps(t.Context(), prices, &cost.Limit{USD: hold})
+		_, err := post(t, ctx, tr, "/v1/chat/completions", c.body)
+		var ce *cost.CapError
+		switch {
+		case c.noPrice && !errors.Is(err, cost.ErrNoPrice):
+			t.Errorf("%s: %v, want ErrNoPrice", c.body, err)
+		case !c.noPrice && (!errors.As(err, &ce) || ce.Need <= hold):
+			t.Errorf("%s: %v, want a *CapError for big's price", c.body, err)
+		}
+	}
+}

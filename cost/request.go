@@ -95,12 +95,14 @@ const (
 )
 
 // dialectOf returns the dialect of req, from its path (Gemini's names its
-// model, as in ".../models/NAME:generateContent") and, for Anthropic, its
+// model and a verb of generating content, as in
+// ".../models/NAME:generateContent"; Vertex AI's paths to other
+// publishers' models have verbs of their own) and, for Anthropic, its
 // anthropic-version header.
 func dialectOf(req *http.Request) dialect {
 	path := req.URL.Path
 	switch {
-	case provider.GeminiModel(path) != "":
+	case provider.GeminiModel(path) != "" && strings.Contains(strings.ToLower(path), "generatecontent"):
 		return dialectGemini
 	case strings.HasSuffix(path, "/completions"), strings.HasSuffix(path, "/responses"),
 		strings.Contains(path, "/responses/"), strings.Contains(path, "/deployments/"):

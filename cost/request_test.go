@@ -98,6 +98,8 @@ func TestEstimateTakesTheLargestOutputCap(t *testing.T) {
 		{"Gemini, both objects", geminiPath, `{"generationConfig":{"maxOutputTokens":10,"thinkingConfig":{"thinkingBudget":0}},"generation_config":{"max_output_tokens":5000}}`, 5000, 0},
 		{"Gemini, a case variant alone", geminiPath, `{"GenerationConfig":{"maxOutputTokens":10,"thinkingConfig":{"thinkingBudget":0}}}`, 1000 + 1000, 0}, // thoughts too
 		{"an unknown path reads either", "/v2/generate", `{"generationConfig":{"maxOutputTokens":10}}`, 10, 0},
+		{"Anthropic on Vertex is not Gemini", "/v1/projects/p/locations/l/publishers/anthropic/models/claude:rawPredict", `{"anthropic_version":"vertex-2023-10-16","max_tokens":10}`, 10, 0},
+		{"Gemini on Vertex", "/v1/projects/p/locations/l/publishers/google/models/gem:streamGenerateContent", `{"generationConfig":{"maxOutputTokens":10,"thinkingConfig":{"thinkingBudget":0}}}`, 10, 0},
 		{"a predicted output", chatPath, `{"max_tokens":10,"prediction":{"type":"content","content":"` + strings.Repeat("x", 400) + `"}}`, 10 + 108, 0}, // its 431 bytes
 	})
 }
