@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"unicode"
+	"unicode/utf16"
 
 	"github.com/rebound-go/rebound/internal/provider"
 )
@@ -113,6 +114,24 @@ func dialectOf(req *http.Request) dialect {
 	return dialectOther
 }
 
+// topCaps returns the output caps a request to path in dialect d has at
+// the top of its body: those of its endpoint, where rebound knows it
+// (a server that does not know a field may ignore it, and a cap it
+// ignores must not lower the estimate), else any of them.
+func topCaps(d dialect, path string) []string {
+	switch {
+	case d == dialectGemini:
+		return nil
+	case d == dialectAnthropic, strings.HasSuffix(path, "/completions") && !strings.HasSuffix(path, "/chat/completions"):
+		return topOutput[:1] // max_tokens
+	case strings.HasSuffix(path, "/chat/completions"):
+		return topOutput[:2] // max_tokens, max_completion_tokens
+	case strings.HasSuffix(path, "/responses"):
+		return topOutput[2:] // max_output_tokens
+	}
+	return topOutput
+}
+
 // window returns the largest context window d's provider serves.
 func (d dialect) window() int64 {
 	switch d {
@@ -132,7 +151,8 @@ type request struct {
 	// might take for "model"), else its path's or query's.
 	models  []string
 	dialect dialect
-	input   int64 // estimated from the body
+	topCaps []string // the output caps its endpoint has at the top of a body
+	input   int64    // estimated from the body
 	// output is the output cap of each answer; thoughts Gemini's thinking
 	// budget, spent beyond it; predicted the tokens of a predicted output,
 	// which a provider bills as output where it rejects them.
@@ -194,6 +214,7 @@ func readRequest(req *http.Request) (request, error) {
 		}
 	}
 	r := request{dialect: dialectOf(req), answers: 1}
+	r.topCaps = topCaps(r.dialect, req.URL.Path)
 	media := r.readBody(body)
 	r.input = (int64(len(body))+bytesPerToken-1)/bytesPerToken + mediaTokens*media
 	if len(r.models) == 0 {
@@ -293,7 +314,7 @@ const (
 // and Anthropic's), or in Gemini's generationConfig, whose thinkingConfig
 // has the thinking budget. Gemini takes both spellings of its fields.
 var (
-	topOutput        = []string{"max_tokens", "max_completion_tokens", "max_output_tokens"}
+	topOutput        = []string{"max_tokens", "max_completion_tokens", "max_output_tokens"} // see topCaps
 	generationKeys   = []string{"generationConfig", "generation_config"}
 	generationOutput = []string{"maxOutputTokens", "max_output_tokens"}
 	thinkingKeys     = []string{"thinkingConfig", "thinking_config"}
@@ -371,16 +392,112 @@ func (r *request) readBody(body []byte) (media int64) {
 	if len(body) == 0 {
 		return 0
 	}
-	w := walker{d: json.NewDecoder(bytes.NewReader(body)), r: r}
+	text, exact := pythonText(body)
+	w := walker{d: json.NewDecoder(bytes.NewReader(text)), r: r}
 	w.d.UseNumber()
 	docs := 0
 	for ; !w.ended; docs++ {
 		w.value(placeTop, "", false)
 	}
-	if docs != 2 || w.broken { // one document, then the end
+	if docs != 2 || w.broken || !exact { // one document, then the end
 		r.output.own, r.thoughts.own = false, false
 	}
 	return w.media
+}
+
+// pythonText returns body as Python's json.loads reads bytes, in JSON's
+// UTF-8: decoded from UTF-16 or UTF-32, or with its byte order mark
+// dropped (each detected as Python detects it), and with the NaN,
+// Infinity and -Infinity it takes for numbers made null and numbers too
+// large for any count. exact says it is body as it was.
+func pythonText(body []byte) (text []byte, exact bool) {
+	b := body
+	switch {
+	case bytes.HasPrefix(b, []byte{0, 0, 0xfe, 0xff}), bytes.HasPrefix(b, []byte{0xff, 0xfe, 0, 0}):
+		text = decodeUTF32(b[4:], b[0] == 0)
+	case bytes.HasPrefix(b, []byte{0xfe, 0xff}), bytes.HasPrefix(b, []byte{0xff, 0xfe}):
+		text = decodeUTF16(b[2:], b[0] == 0xfe)
+	case bytes.HasPrefix(b, []byte{0xef, 0xbb, 0xbf}):
+		text = b[3:]
+	case len(b) >= 4 && b[0] == 0 && b[1] != 0, len(b) == 2 && b[0] == 0:
+		text = decodeUTF16(b, true)
+	case len(b) >= 4 && b[0] == 0:
+		text = decodeUTF32(b, true)
+	case len(b) >= 4 && b[1] == 0 && (b[2] != 0 || b[3] != 0), len(b) == 2 && b[1] == 0:
+		text = decodeUTF16(b, false)
+	case len(b) >= 4 && b[1] == 0:
+		text = decodeUTF32(b, false)
+	default:
+		text, exact = b, true
+	}
+	if !bytes.Contains(text, []byte("NaN")) && !bytes.Contains(text, []byte("Infinity")) {
+		return text, exact
+	}
+	var out []byte
+	copied := 0 // text[:copied] is in out
+	inString, escaped := false, false
+	for i := 0; i < len(text); i++ {
+		c := text[i]
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		var word, number string
+		switch rest := text[i:]; {
+		case c == '"':
+			inString = true
+			continue
+		case bytes.HasPrefix(rest, []byte("NaN")):
+			word, number = "NaN", "null"
+		case bytes.HasPrefix(rest, []byte("-Infinity")):
+			word, number = "-Infinity", "-1e999"
+		case bytes.HasPrefix(rest, []byte("Infinity")):
+			word, number = "Infinity", "1e999"
+		default:
+			continue
+		}
+		out = append(append(out, text[copied:i]...), number...)
+		i += len(word) - 1
+		copied = i + 1
+	}
+	if out == nil {
+		return text, exact
+	}
+	return append(out, text[copied:]...), false
+}
+
+// decodeUTF16 returns b, UTF-16 text, in UTF-8.
+func decodeUTF16(b []byte, bigEndian bool) []byte {
+	units := make([]uint16, len(b)/2)
+	for i := range units {
+		if bigEndian {
+			units[i] = uint16(b[2*i])<<8 | uint16(b[2*i+1])
+		} else {
+			units[i] = uint16(b[2*i+1])<<8 | uint16(b[2*i])
+		}
+	}
+	return []byte(string(utf16.Decode(units)))
+}
+
+// decodeUTF32 returns b, UTF-32 text, in UTF-8.
+func decodeUTF32(b []byte, bigEndian bool) []byte {
+	runes := make([]rune, len(b)/4)
+	for i := range runes {
+		w := b[4*i : 4*i+4]
+		if bigEndian {
+			runes[i] = rune(uint32(w[0])<<24 | uint32(w[1])<<16 | uint32(w[2])<<8 | uint32(w[3]))
+		} else {
+			runes[i] = rune(uint32(w[3])<<24 | uint32(w[2])<<16 | uint32(w[1])<<8 | uint32(w[0]))
+		}
+	}
+	return []byte(string(runes))
 }
 
 // A walker reads the values of a body in order, and what they say into r.
@@ -486,7 +603,7 @@ func (w *walker) named(at place, key string, t json.Token) {
 		return
 	}
 	switch {
-	case at == placeTop && r.dialect != dialectGemini && slices.Contains(topOutput, key),
+	case at == placeTop && slices.Contains(r.topCaps, key),
 		at == placeGeneration && r.dialect != dialectOpenAI && r.dialect != dialectAnthropic && slices.Contains(generationOutput, key):
 		r.output.ownField(t, false)
 	case at == placeThinking && r.dialect != dialectOpenAI && r.dialect != dialectAnthropic && slices.Contains(thinkingBudget, key):

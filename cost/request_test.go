@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf16"
 )
 
 // Paths of each dialect.
@@ -98,6 +99,11 @@ func TestEstimateTakesTheLargestOutputCap(t *testing.T) {
 		{"Gemini, both objects", geminiPath, `{"generationConfig":{"maxOutputTokens":10,"thinkingConfig":{"thinkingBudget":0}},"generation_config":{"max_output_tokens":5000}}`, 5000, 0},
 		{"Gemini, a case variant alone", geminiPath, `{"GenerationConfig":{"maxOutputTokens":10,"thinkingConfig":{"thinkingBudget":0}}}`, 1000 + 1000, 0}, // thoughts too
 		{"an unknown path reads either", "/v2/generate", `{"generationConfig":{"maxOutputTokens":10}}`, 10, 0},
+		{"an unknown path reads any top cap", "/v2/generate", `{"max_output_tokens":10}`, 10, 0},
+		{"the Responses API's cap in a chat", chatPath, `{"max_output_tokens":10}`, 1000, 0},
+		{"a chat's cap in the Responses API", responsesPath, `{"max_tokens":10}`, 1000, 0},
+		{"a chat's new cap in Anthropic", messagesPath, `{"max_completion_tokens":10}`, 1000, 0},
+		{"legacy completions", "/v1/completions", `{"max_tokens":10}`, 10, 0},
 		{"Anthropic on Vertex is not Gemini", "/v1/projects/p/locations/l/publishers/anthropic/models/claude:rawPredict", `{"anthropic_version":"vertex-2023-10-16","max_tokens":10}`, 10, 0},
 		{"Gemini on Vertex", "/v1/projects/p/locations/l/publishers/google/models/gem:streamGenerateContent", `{"generationConfig":{"maxOutputTokens":10,"thinkingConfig":{"thinkingBudget":0}}}`, 10, 0},
 		{"a predicted output", chatPath, `{"max_tokens":10,"prediction":{"type":"content","content":"` + strings.Repeat("x", 400) + `"}}`, 10 + 108, 0}, // its 431 bytes
@@ -196,6 +202,51 @@ func BenchmarkReadRequest(b *testing.B) {
 		req, _ := http.NewRequest("POST", "http://provider.test"+chatPath, bytes.NewReader(data))
 		if read(b, req).most(estimatePrice).OutputTokens != 1024 {
 			b.Fatal("misread")
+		}
+	}
+}
+
+// TestEstimateReadsWhatPythonReads: servers in Python read a body's bytes
+// as UTF-8 with or without a byte order mark, or as UTF-16 or UTF-32, and
+// take NaN, Infinity and -Infinity for numbers: such a body's counts are
+// read, and its caps held at the default, since Go's servers and others
+// refuse it.
+func TestEstimateReadsWhatPythonReads(t *testing.T) {
+	const body = `{"max_tokens":10,"n":4}`
+	utf16 := func(s string, bigEndian bool) string {
+		var b []byte
+		for _, u := range utf16.Encode([]rune(s)) {
+			if bigEndian {
+				b = append(b, byte(u>>8), byte(u))
+			} else {
+				b = append(b, byte(u), byte(u>>8))
+			}
+		}
+		return string(b)
+	}
+	utf32 := func(s string) string {
+		var b []byte
+		for _, r := range s {
+			b = append(b, byte(r), byte(r>>8), byte(r>>16), byte(r>>24))
+		}
+		return string(b)
+	}
+	for _, c := range []struct {
+		name, body string
+		out        int64
+	}{
+		{"UTF-8 with a byte order mark", "\xef\xbb\xbf" + body, 4000},
+		{"UTF-16, big-endian", utf16(body, true), 4000},
+		{"UTF-16, little-endian, with a byte order mark", "\xff\xfe" + utf16(body, false), 4000},
+		{"UTF-32, little-endian", utf32(body), 4000},
+		{"NaN before the count", `{"temperature":NaN,"n":4,"max_tokens":10}`, 4000},
+		{"Infinity as the count", `{"n":Infinity,"max_tokens":10}`, 1000 * maxAnswers},
+		{"-Infinity as a cap", `{"n":2,"max_tokens":-Infinity}`, 2000},
+		{"NaN in a string is text", `{"n":2,"max_tokens":10,"messages":[{"role":"user","content":"NaN \\\" Infinity"}]}`, 20},
+	} {
+		got := heldAt(t, chatPath, c.body).OutputTokens
+		if got != c.out {
+			t.Errorf("%s: %q held at %d output tokens, want %d", c.name, c.body, got, c.out)
 		}
 	}
 }
