@@ -306,8 +306,9 @@ const (
 	placeGeneration              // Gemini's generationConfig
 	placeThinking                // Gemini's generationConfig.thinkingConfig
 	placeSettings                // any other object that is not content
-	placeContent                 // what the model reads: messages, schemas, a predicted output
-	placeTools                   // the tools the request offers
+	placeContent                 // what the model reads: messages, a prompt, a predicted output
+	placeTools                   // the tools the request offers, and their members
+	placeSchema                  // data of the caller's: schemas, tools' insides, a tool call's arguments or result
 )
 
 // The dialects' own fields: an output cap at the top of a body (OpenAI's
@@ -322,15 +323,24 @@ var (
 )
 
 // contentKeys name, folded (see fold), the members whose values are what
-// the model reads, not settings: their numbers (a tool result's, a
-// schema's) are none of the request's.
-var contentKeys = map[string]bool{
-	"messages": true, "input": true, "contents": true, "system": true, "systeminstruction": true,
-	"instructions": true, "prompt": true, "toolchoice": true, "toolconfig": true, "functions": true,
-	"responseformat": true, "responseschema": true, "responsejsonschema": true, "text": true,
-	"metadata": true, "stop": true, "stopsequences": true, "logitbias": true, "safetysettings": true,
-	"prediction": true,
-}
+// the model reads, not settings: in them only the parts that refer to an
+// image, a document or a file count. schemaKeys name those whose values
+// are the caller's data, in which nothing counts: schemas, a tool call's
+// arguments and a tool's result (Gemini's functionCall and
+// functionResponse, Anthropic's tool_use input), in which a key named
+// file_id or a "type": "file" is the caller's, not a reference.
+var (
+	contentKeys = map[string]bool{
+		"messages": true, "input": true, "contents": true, "system": true, "systeminstruction": true,
+		"instructions": true, "prompt": true, "prediction": true,
+	}
+	schemaKeys = map[string]bool{
+		"responseformat": true, "responseschema": true, "responsejsonschema": true, "text": true,
+		"toolchoice": true, "toolconfig": true, "functions": true, "metadata": true, "logitbias": true,
+		"stop": true, "stopsequences": true, "safetysettings": true,
+		"functioncall": true, "functionresponse": true, "input": true, "args": true, "arguments": true,
+	}
+)
 
 // What a key other than the dialect's own fields may name, by its folded
 // name. Such a key only ever raises the estimate: a server that knows it
@@ -397,7 +407,7 @@ func (r *request) readBody(body []byte) (media int64) {
 	w.d.UseNumber()
 	docs := 0
 	for ; !w.ended; docs++ {
-		w.value(placeTop, "", false)
+		w.value(placeTop, "", document)
 	}
 	if docs != 2 || w.broken || !exact { // one document, then the end
 		r.output.own, r.thoughts.own = false, false
@@ -517,27 +527,41 @@ func (w *walker) fail(err error, between bool) {
 	w.broken = w.broken || err != io.EOF || !between
 }
 
-// value reads the next value: if member, that of a member named key of an
-// object at at, or an element of an array that is (its elements are read
-// as values of the member too); else a document of the body, at placeTop.
-func (w *walker) value(at place, key string, member bool) {
+// What a value is to the walk: a document of the body, a member of an
+// object, or an element of an array.
+type role uint8
+
+const (
+	document role = iota
+	member
+	element
+)
+
+// value reads the next value, a document, a member named key of an
+// object at at, or an element at at of an array that is the value of a
+// member named key (an element says what its member says: "n": [4]
+// counts as much as "n": 4).
+func (w *walker) value(at place, key string, as role) {
 	start := w.d.InputOffset()
 	t, err := w.d.Token()
 	if err != nil {
-		w.fail(err, !member)
+		w.fail(err, as == document)
 		return
 	}
-	if member {
+	if as != document {
 		w.named(at, key, t)
 	}
 	if d, ok := t.(json.Delim); ok {
-		in := w.within(at, key)
-		if !member && d == '{' {
-			in = placeTop // the body's own members
+		in := at // an element's members and elements are where the element is
+		switch {
+		case as == document && d == '{':
+			in = placeTop
+		case as != element:
+			in = w.within(at, key)
 		}
 		for w.d.More() && !w.ended {
 			if d == '[' {
-				w.value(in, key, true)
+				w.value(in, key, element)
 				continue
 			}
 			t, err := w.d.Token()
@@ -546,13 +570,13 @@ func (w *walker) value(at place, key string, member bool) {
 				w.fail(err, false)
 				return
 			}
-			w.value(in, k, true)
+			w.value(in, k, member)
 		}
 		if _, err := w.d.Token(); err != nil && !w.ended { // the closing delimiter
 			w.fail(err, false)
 		}
 	}
-	if member && at == placeTop && fold(key) == "prediction" {
+	if as == member && at == placeTop && fold(key) == "prediction" {
 		w.r.predicted += (w.d.InputOffset() - start + bytesPerToken - 1) / bytesPerToken
 	}
 }
@@ -561,7 +585,13 @@ func (w *walker) value(at place, key string, member bool) {
 // key of an object at at.
 func (w *walker) within(at place, key string) place {
 	switch f := fold(key); {
-	case at == placeContent || at == placeTools:
+	case at == placeSchema:
+		return at
+	case at == placeTools: // a tool's insides: its function, its schema
+		return placeSchema
+	case at == placeContent && schemaKeys[f]:
+		return placeSchema
+	case at == placeContent:
 		return at
 	case at == placeTop && slices.Contains(generationKeys, key):
 		return placeGeneration
@@ -571,6 +601,8 @@ func (w *walker) within(at place, key string) place {
 		return placeTools
 	case contentKeys[f]:
 		return placeContent
+	case schemaKeys[f]:
+		return placeSchema
 	}
 	return placeSettings
 }
@@ -580,27 +612,35 @@ func (w *walker) within(at place, key string) place {
 func (w *walker) named(at place, key string, t json.Token) {
 	r := w.r
 	f := fold(key)
+	switch at {
+	case placeSchema:
+		return
+	case placeContent:
+		// A part that refers to an image, a document, a file (Gemini's
+		// fileData) or a file that is one.
+		s, _ := t.(string)
+		switch s = fold(s); {
+		case f == "type" && imageTypes[s]:
+			w.media++
+		case f == "type" && documentTypes[s], f == "filedata":
+			r.kept = true
+		}
+		return
+	case placeTools:
+		s, _ := t.(string)
+		if containsAny(f, providerTools) || f == "type" && containsAny(fold(s), providerTools) {
+			r.kept = true
+		}
+		return
+	}
 	switch {
 	case containsAny(f, keptKeys) && holds(t),
-		at == placeTools && containsAny(f, providerTools),
 		at == placeTop && f == "prompt" && t == json.Delim('{'): // a stored prompt, {"id": …}
 		r.kept = true
-	case f == "type":
-		if s, ok := t.(string); ok {
-			switch s := fold(s); {
-			case imageTypes[s]:
-				w.media++
-			case documentTypes[s], at == placeTools && containsAny(s, providerTools):
-				r.kept = true
-			}
-		}
 	case at == placeTop && strings.EqualFold(key, "model"):
 		if s, ok := t.(string); ok && s != "" && !slices.Contains(r.models, s) {
 			r.models = append(r.models, s)
 		}
-	}
-	if at == placeContent || at == placeTools {
-		return
 	}
 	switch {
 	case at == placeTop && slices.Contains(r.topCaps, key),

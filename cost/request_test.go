@@ -171,6 +171,10 @@ func TestEstimateHoldsKeptContextAtTheWindow(t *testing.T) {
 		{"none: null", responsesPath, `{"max_output_tokens":10,"previous_response_id":null,"conversation":""}`, 10, 0},
 		{"none: a prompt's text", "/v1/completions", `{"max_tokens":10,"prompt":"Say hi"}`, 10, 0},
 		{"none: a function named after a provider tool", chatPath, `{"max_tokens":10,"tools":[{"type":"function","function":{"name":"web_search"}}]}`, 10, 0},
+		{"none: a function's parameter named file_id", chatPath, `{"max_tokens":10,"tools":[{"type":"function","function":{"name":"read","parameters":{"type":"object","properties":{"file_id":{"type":"string"},"web_search":{"type":"boolean"}}}}}]}`, 10, 0},
+		{"none: a schema's property named conversation", responsesPath, `{"max_output_tokens":10,"text":{"format":{"type":"json_schema","schema":{"properties":{"conversation":{"type":"string"}}}}}}`, 10, 0},
+		{"none: a tool's result that lists files", geminiPath, `{"contents":[{"role":"user","parts":[{"functionResponse":{"name":"ls","response":{"files":[{"type":"file","file_id":"f1","container":"c"}]}}}]}],"generationConfig":{"maxOutputTokens":10,"thinkingConfig":{"thinkingBudget":0}}}`, 10, 0},
+		{"none: a tool call's arguments", messagesPath, `{"max_tokens":10,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"open","input":{"type":"document","file_id":"f1"}}]}]}`, 10, 0},
 		{"none: Anthropic's cache_control, in the body", messagesPath, `{"max_tokens":10,"system":[{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}]}`, 10, 0},
 	})
 	req, _ := http.NewRequest("POST", "http://provider.test/anthropic/v1/chat", strings.NewReader(`{"max_tokens":10,"container":"c"}`))
