@@ -29,11 +29,12 @@ type Price struct {
 	// MaxInputTokens is what the input of a request that refers to
 	// context the provider keeps is held at, beyond its own body: the
 	// model's context window. Such a request continues a stored
-	// conversation (previous_response_id, conversation), uses a stored
-	// prompt or Gemini's cachedContent, refers to a file by id or URI or
-	// sends a document (whose pages a provider bills as text and
-	// images), or offers tools the provider runs (web search, file
-	// search, code execution, MCP servers). Zero means the largest window
+	// conversation (previous_response_id, conversation, an
+	// item_reference), uses a stored prompt or Gemini's cachedContent,
+	// sends a document or a file, by id, URI or inline (a provider bills
+	// a PDF's pages as text and images), or offers tools the provider
+	// runs (web search, file search, code execution, MCP servers, a
+	// container). Zero means the largest window
 	// the request's dialect serves: 2 097 152 for Gemini's paths,
 	// 1 047 576 for OpenAI's, 1 000 000 for Anthropic's (its 1M-token
 	// beta), 2 097 152 for any other. A server with a larger window (an

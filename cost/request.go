@@ -372,12 +372,14 @@ var (
 	// its side.
 	providerTools = []string{"websearch", "webfetch", "filesearch", "codeinterpreter", "codeexecution",
 		"mcp", "urlcontext", "googlesearch", "googlemaps", "retrieval", "toolsearch"}
-	// imageTypes and documentTypes are the types of a part that refers to
-	// an image, held at mediaTokens, and to a document or a file, whose
-	// size the provider decides (it bills a PDF's pages as text and as
-	// images), held as kept context.
-	imageTypes    = map[string]bool{"image": true, "imageurl": true, "inputimage": true, "computerscreenshot": true}
-	documentTypes = map[string]bool{"document": true, "file": true, "inputfile": true}
+	// imageTypes and keptTypes are the types of a part that refers to an
+	// image, held at mediaTokens, and to something whose size the
+	// provider decides, held as kept context: a document or a file (it
+	// bills a PDF's pages as text and as images), an item of a stored
+	// response (the Responses API's item_reference), a file put in a code
+	// execution container (Anthropic's container_upload).
+	imageTypes = map[string]bool{"image": true, "imageurl": true, "inputimage": true, "computerscreenshot": true}
+	keptTypes  = map[string]bool{"document": true, "file": true, "inputfile": true, "itemreference": true, "containerupload": true}
 )
 
 // fold returns key as any parser might match it: case folded (the Kelvin
@@ -622,7 +624,7 @@ func (w *walker) named(at place, key string, t json.Token) {
 		switch s = fold(s); {
 		case f == "type" && imageTypes[s]:
 			w.media++
-		case f == "type" && documentTypes[s], f == "filedata":
+		case f == "type" && keptTypes[s], f == "filedata":
 			r.kept = true
 		}
 		return

@@ -158,6 +158,7 @@ func TestEstimateHoldsKeptContextAtTheWindow(t *testing.T) {
 		{"conversation", responsesPath, `{"max_output_tokens":10,"conversation":"conv_1"}`, 10, openAIWindow},
 		{"a stored prompt", responsesPath, `{"max_output_tokens":10,"prompt":{"id":"pmpt_1"}}`, 10, openAIWindow},
 		{"a file by id", responsesPath, `{"max_output_tokens":10,"input":[{"role":"user","content":[{"type":"input_file","file_id":"file-1"}]}]}`, 10, openAIWindow},
+		{"an item of a stored response", responsesPath, `{"max_output_tokens":10,"input":[{"type":"item_reference","id":"msg_1"}]}`, 10, openAIWindow},
 		{"a thread", "/v1/threads/thread_1/runs", `{"max_completion_tokens":10,"assistant_id":"asst_1"}`, 10, otherWindow},
 		{"provider tools", responsesPath, `{"max_output_tokens":10,"tools":[{"type":"web_search"}]}`, 10, openAIWindow},
 		{"cachedContent", geminiPath, `{"cachedContent":"cachedContents/c","generationConfig":{"maxOutputTokens":10,"thinkingConfig":{"thinkingBudget":0}}}`, 10, geminiWindow},
