@@ -618,8 +618,9 @@ func (w *walker) named(at place, key string, t json.Token) {
 	case placeSchema:
 		return
 	case placeContent:
-		// A part that refers to an image, a document, a file (Gemini's
-		// fileData) or a file that is one.
+		// In what the model reads, only a part that refers to an image
+		// counts, or one that refers to a document, a file (Gemini's
+		// fileData) or a stored item.
 		s, _ := t.(string)
 		switch s = fold(s); {
 		case f == "type" && imageTypes[s]:
@@ -628,7 +629,7 @@ func (w *walker) named(at place, key string, t json.Token) {
 			r.kept = true
 		}
 		return
-	case placeTools:
+	case placeTools: // a tool's members: a provider's tool is named in its type or its key
 		s, _ := t.(string)
 		if containsAny(f, providerTools) || f == "type" && containsAny(fold(s), providerTools) {
 			r.kept = true
