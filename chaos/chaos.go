@@ -229,8 +229,9 @@
 //   - Output tokens are ceil(bytes of the answer's text / 4): 5 for
 //     "Hello from chaos.". A request with an output cap ("max_tokens",
 //     "max_completion_tokens", the Responses API's "max_output_tokens",
-//     Gemini's "generationConfig": {"maxOutputTokens": …}; the least, if it
-//     names several) gets no more than 4 × cap bytes of the answer, cut
+//     Gemini's "generationConfig": {"maxOutputTokens": …}; the largest, if
+//     it names several, and none if one is negative) gets no more than 4 ×
+//     cap bytes of the answer, cut
 //     wherever that falls, even within a word, and the provider's finish
 //     reason for it: "length" in chat completions; in the Responses API the
 //     status "incomplete", with incomplete_details {"reason":
@@ -238,6 +239,30 @@
 //     "max_tokens" in Anthropic and Bedrock; "MAX_TOKENS" in Gemini. In
 //     text mode the cap applies to the text a request is served, the rest
 //     of the answer in a continuation.
+//   - A chat completion (openai, azure and local profiles) that asks for
+//     "n" answers, and a Gemini request that asks for
+//     generationConfig.candidateCount, gets that many (at most 128), each
+//     the same text, each billed. Anthropic, the Responses API and the
+//     plain profile give one.
+//   - A Gemini request with a thinking budget
+//     (generationConfig.thinkingConfig.thinkingBudget, at most 32768) is
+//     billed all of it as thought tokens, beyond its output cap, as
+//     Gemini's documentation counts them, and reports them in
+//     thoughtsTokenCount.
+//   - A request that refers to context the provider keeps
+//     ("previous_response_id", "conversation", a stored prompt: a "prompt"
+//     object, Gemini's "cachedContent") is billed the number of input
+//     tokens its [HeaderContextTokens] header says (a malformed value gets
+//     400; none, nothing) beyond its prompt's.
+//
+// These fields are read as the most generous of the servers that parse
+// them would read them: Gemini's in either spelling (maxOutputTokens or
+// max_output_tokens, generationConfig or generation_config), keys matched
+// whatever their case, as Go's encoding/json matches them, and a field
+// named more than once, or in several spellings, taken at its largest. A
+// field that is not a number is no cap or count; a body that is not JSON
+// names none, and one with a field of the wrong type elsewhere has no
+// prompt text but keeps them.
 //
 // Each profile reports them where its provider does: a chat completion's
 // usage (prompt_tokens, completion_tokens, total_tokens), in a stream in a
@@ -411,6 +436,12 @@ const (
 	// wait D after the piece of text that brings the text delivered to N
 	// bytes of the full answer; its value is N:D, such as 120:2s.
 	HeaderStall = "X-Chaos-Stall"
+	// HeaderContextTokens is the request header that says how many tokens
+	// the context the provider keeps holds, for a request that refers to
+	// it (previous_response_id, conversation, a stored prompt, Gemini's
+	// cachedContent): a whole number, billed as input beyond the prompt's.
+	// It is 0 if absent.
+	HeaderContextTokens = "X-Chaos-Context-Tokens"
 	// HeaderTally is the request header that names the tally a request is
 	// counted under in [Stats.Tallies]: any string of up to MaxTallyKey
 	// bytes.
@@ -653,7 +684,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the server does not know, it returns the rejection to answer with and a
 // call good enough to answer it in.
 func (s *Server) newCall(r *http.Request) (*call, *rejection) {
-	c := &call{srv: s, ctx: r.Context(), profile: plain, wait: noHint, req: readRequest(r)}
+	c := &call{srv: s, ctx: r.Context(), profile: plain, wait: noHint, req: readRequest(r), answers: 1}
 	c.input = c.req.inputTokens()
 	c.out = textOutput(successText, successEnds)
 	c.tally = tallyID{r.Header.Get(HeaderTally), c.req.Model}
@@ -690,6 +721,17 @@ func (s *Server) newCall(r *http.Request) (*call, *rejection) {
 		c.wait = int64(secs)
 	} else if c.mode == ModeRetryAfter || s.cfg.HintEveryFailure {
 		c.wait = s.retryAfter
+	}
+
+	if v := r.Header.Get(HeaderContextTokens); v != "" {
+		n, err := strconv.ParseUint(v, 10, 31)
+		if err != nil {
+			msg := fmt.Sprintf("chaos: %s %q is not a whole number of tokens", HeaderContextTokens, v)
+			return c, &rejection{"chaos_bad_context_tokens", v, msg}
+		}
+		if c.req.asks.kept {
+			c.input += int(n)
+		}
 	}
 
 	if c.mode == ModeStreamCut {

@@ -75,6 +75,8 @@ type call struct {
 	input    int       // the input tokens of req
 	tally    tallyID   // what the call is tallied under
 	out      output    // the answer text a success serves
+	answers  int       // how many answers a success serves, each out's text: 1 unless the request asks for more
+	thoughts int       // the thought tokens a success is billed beyond its answers (Gemini's thinking budget)
 	// delivered is how many bytes of answer text have gone to the client:
 	// the whole text of an answer, or the pieces a stream sent.
 	delivered int
@@ -199,9 +201,10 @@ func (c *call) deliver() string {
 	return c.out.text()
 }
 
-// outputTokens returns the output tokens of c's success, whole.
+// outputTokens returns the output tokens of c's success, whole: its
+// answers' and its thoughts.
 func (c *call) outputTokens() int {
-	return tokens(len(c.out.text()))
+	return c.answers*tokens(len(c.out.text())) + c.thoughts
 }
 
 // finish returns the finish reason of c's success: stopped, or cut short
@@ -229,29 +232,29 @@ type request struct {
 	Instructions      json.RawMessage `json:"instructions"`      // the Responses API
 	SystemInstruction json.RawMessage `json:"systemInstruction"` // Gemini: a Content
 
-	// The caps on the answer's output tokens (see request.outputCap).
-	MaxTokens           *float64 `json:"max_tokens"`            // chat completions, Anthropic
-	MaxCompletionTokens *float64 `json:"max_completion_tokens"` // chat completions
-	MaxOutputTokens     *float64 `json:"max_output_tokens"`     // the Responses API
-	GenerationConfig    struct {
-		MaxOutputTokens *float64 `json:"maxOutputTokens"`
-	} `json:"generationConfig"` // Gemini
-
-	size int // the bytes of the body read
+	asks asks // its output caps, answers, thinking budget and kept context
+	size int  // the bytes of the body read
 }
 
 // maxBody is how much of a request body readRequest looks at.
 const maxBody = 1 << 20
 
 // readRequest reads the JSON body of r, at most maxBody bytes of it. A body
-// it cannot read or parse is the zero request.
+// it cannot read or parse is the zero request; one that is JSON with a
+// field of the wrong type has no prompt, but what it asks of the answer
+// (see readAsks) stands.
 func readRequest(r *http.Request) request {
 	var req request
 	data, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
-	if err != nil || json.Unmarshal(data, &req) != nil {
+	if err != nil {
 		return request{}
 	}
-	req.size = len(data)
+	if json.Unmarshal(data, &req) != nil {
+		req = request{} // a field of the wrong type: the body has no prompt, but may still cap or multiply its answers
+	} else {
+		req.size = len(data)
+	}
+	req.asks = readAsks(data)
 	return req
 }
 
@@ -370,17 +373,23 @@ func nullable(s string) *string {
 }
 
 func openAIChat(c *call, model string) object {
-	return object{
-		"id":      "chatcmpl-chaos-" + strconv.FormatUint(c.n, 10),
-		"object":  "chat.completion",
-		"created": time.Now().Unix(),
-		"model":   model,
-		"choices": []object{{
-			"index":         0,
-			"message":       object{"role": "assistant", "content": c.deliver(), "refusal": nil, "annotations": []any{}},
+	c.answers = c.req.asks.answers
+	text := c.deliver()
+	choices := make([]object, c.answers)
+	for i := range choices {
+		choices[i] = object{
+			"index":         i,
+			"message":       object{"role": "assistant", "content": text, "refusal": nil, "annotations": []any{}},
 			"logprobs":      nil,
 			"finish_reason": c.finish("stop", "length"),
-		}},
+		}
+	}
+	return object{
+		"id":           "chatcmpl-chaos-" + strconv.FormatUint(c.n, 10),
+		"object":       "chat.completion",
+		"created":      time.Now().Unix(),
+		"model":        model,
+		"choices":      choices,
 		"usage":        openAIChatUsage(c),
 		"service_tier": "default",
 	}
@@ -587,6 +596,7 @@ var gemini = &profile{
 	},
 	success: func(w http.ResponseWriter, r *http.Request, c *call) {
 		model := cmp.Or(geminiModel(r.URL.Path), c.profile.model)
+		c.answers, c.thoughts = c.req.asks.answers, c.req.asks.thoughts
 		if strings.Contains(r.URL.Path, ":streamGenerateContent") {
 			streamGemini(w, c, model)
 			return
@@ -617,26 +627,37 @@ func geminiModel(path string) string {
 	return model
 }
 
-// geminiResponse returns a GenerateContentResponse with text; the last one
-// of an answer also has the finish reason and the usage.
+// geminiResponse returns a GenerateContentResponse with text, in each of
+// c's candidates; the last one of an answer also has the finish reason
+// and the usage, its thoughts counted apart (and only if there were any,
+// as Gemini does).
 func geminiResponse(c *call, model, text string, last bool) object {
-	candidate := object{
-		"content": object{"parts": []object{{"text": text}}, "role": "model"},
-		"index":   0,
+	candidates := make([]object, c.answers)
+	for i := range candidates {
+		candidates[i] = object{
+			"content": object{"parts": []object{{"text": text}}, "role": "model"},
+			"index":   i,
+		}
+		if last {
+			candidates[i]["finishReason"] = c.finish("STOP", "MAX_TOKENS")
+		}
 	}
 	resp := object{
-		"candidates":   []object{candidate},
+		"candidates":   candidates,
 		"modelVersion": model,
 		"responseId":   "chaos-" + strconv.FormatUint(c.n, 10),
 	}
 	if last {
-		candidate["finishReason"] = c.finish("STOP", "MAX_TOKENS")
 		out := c.outputTokens()
-		resp["usageMetadata"] = object{
+		usage := object{
 			"promptTokenCount":     c.input,
-			"candidatesTokenCount": out,
+			"candidatesTokenCount": out - c.thoughts,
 			"totalTokenCount":      c.input + out,
 		}
+		if c.thoughts > 0 {
+			usage["thoughtsTokenCount"] = c.thoughts
+		}
+		resp["usageMetadata"] = usage
 	}
 	return resp
 }

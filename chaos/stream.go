@@ -140,8 +140,13 @@ func streamChat(w http.ResponseWriter, c *call, model string, usage bool) {
 			"choices": choices,
 		}
 	}
+	c.answers = c.req.asks.answers
 	choice := func(delta object, finish any) []object {
-		return []object{{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": finish}}
+		choices := make([]object, c.answers)
+		for i := range choices {
+			choices[i] = object{"index": i, "delta": delta, "logprobs": nil, "finish_reason": finish}
+		}
+		return choices
 	}
 	s.send("", chunk(choice(object{"role": "assistant", "content": ""}, nil)))
 	emit := func(piece string, _ bool) { s.send("", chunk(choice(object{"content": piece}, nil))) }

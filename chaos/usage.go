@@ -1,8 +1,10 @@
 package chaos
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
+	"strings"
 )
 
 // tokens is the server's tokenizer: ceil(n / 4) tokens for n bytes of
@@ -27,16 +29,140 @@ func (req request) inputTokens() int {
 	return tokens(min(n, req.size))
 }
 
-// outputCap returns the most output tokens req allows, the least of the
-// caps it names, and whether it names one. A negative cap is no cap.
-func (req request) outputCap() (int, bool) {
-	least, capped := math.MaxInt32, false
-	for _, v := range []*float64{req.MaxTokens, req.MaxCompletionTokens, req.MaxOutputTokens, req.GenerationConfig.MaxOutputTokens} {
-		if v != nil && *v >= 0 {
-			least, capped = min(least, int(min(*v, math.MaxInt32))), true
+// maxAnswers is the most answers a request is given: OpenAI's bound on
+// n. maxThoughts is the largest thinking budget spent: Gemini 2.5 Pro's.
+const (
+	maxAnswers  = 128
+	maxThoughts = 32768
+)
+
+// asks is what a request body asks of its answer, read as the most
+// generous of the servers that parse it would read it: keys matched
+// whatever their case, as Go's encoding/json matches them, and a key named
+// more than once, or in several spellings, taken at its largest, as the
+// parser that keeps that one would.
+type asks struct {
+	// outputCap is the largest output cap named, in tokens of each answer
+	// (max_tokens, max_completion_tokens, max_output_tokens,
+	// generationConfig's maxOutputTokens); capped says one was named and
+	// none was negative (a negative cap is none).
+	outputCap        float64
+	capped, uncapped bool
+	// answers is the largest count of answers asked for (n,
+	// generationConfig's candidateCount), 1 if none.
+	answers int
+	// thoughts is the largest thinking budget named (generationConfig's
+	// thinkingConfig.thinkingBudget), 0 if none.
+	thoughts int
+	// kept says the request refers to context the provider keeps:
+	// previous_response_id, conversation, a stored prompt (an object
+	// "prompt"), Gemini's cachedContent.
+	kept bool
+}
+
+// readAsks reads what body asks of its answer (see asks). A body that is
+// not JSON asks nothing.
+func readAsks(body []byte) asks {
+	a := asks{answers: 1}
+	if json.Valid(body) {
+		a.members(body, topKeys)
+	}
+	return a
+}
+
+// The keys asks are read from, at the top of a body, in Gemini's
+// generationConfig, and in its thinkingConfig; Gemini takes both the
+// camelCase and the snake_case spelling of its fields.
+var (
+	topKeys = map[string]func(*asks, json.RawMessage){
+		"max_tokens": (*asks).outputCapOf, "max_completion_tokens": (*asks).outputCapOf,
+		"max_output_tokens": (*asks).outputCapOf, "n": (*asks).answersOf,
+		"previous_response_id": (*asks).keptOf, "conversation": (*asks).keptOf,
+		"cachedContent": (*asks).keptOf, "cached_content": (*asks).keptOf,
+		"prompt":           func(a *asks, v json.RawMessage) { a.kept = a.kept || bytes.HasPrefix(v, []byte("{")) },
+		"generationConfig": generationConfig, "generation_config": generationConfig,
+	}
+	generationKeys = map[string]func(*asks, json.RawMessage){
+		"maxOutputTokens": (*asks).outputCapOf, "max_output_tokens": (*asks).outputCapOf,
+		"candidateCount": (*asks).answersOf, "candidate_count": (*asks).answersOf,
+		"thinkingConfig": thinkingConfig, "thinking_config": thinkingConfig,
+	}
+	thinkingKeys = map[string]func(*asks, json.RawMessage){
+		"thinkingBudget": (*asks).thoughtsOf, "thinking_budget": (*asks).thoughtsOf,
+	}
+)
+
+func generationConfig(a *asks, v json.RawMessage) { a.members(v, generationKeys) }
+func thinkingConfig(a *asks, v json.RawMessage)   { a.members(v, thinkingKeys) }
+
+// members reads the members of obj, a valid JSON object (anything else is
+// passed over), whose keys match those of keys as Go matches a struct's
+// fields.
+func (a *asks) members(obj json.RawMessage, keys map[string]func(*asks, json.RawMessage)) {
+	d := json.NewDecoder(bytes.NewReader(obj))
+	if t, err := d.Token(); err != nil || t != json.Delim('{') {
+		return
+	}
+	for d.More() {
+		t, _ := d.Token()
+		key, _ := t.(string)
+		var v json.RawMessage
+		if d.Decode(&v) != nil {
+			return
+		}
+		for name, read := range keys {
+			if strings.EqualFold(key, name) {
+				read(a, v)
+			}
 		}
 	}
-	return least, capped
+}
+
+// number returns v as a number, false if it is none.
+func number(v json.RawMessage) (float64, bool) {
+	var n float64
+	return n, json.Unmarshal(v, &n) == nil && !bytes.Equal(v, []byte("null"))
+}
+
+func (a *asks) outputCapOf(v json.RawMessage) {
+	switch n, ok := number(v); {
+	case !ok:
+	case n < 0:
+		a.uncapped = true
+	default:
+		a.outputCap, a.capped = max(a.outputCap, n), true
+	}
+}
+
+func (a *asks) answersOf(v json.RawMessage) {
+	if n, ok := number(v); ok && n > 1 {
+		a.answers = max(a.answers, int(min(n, maxAnswers)))
+	}
+}
+
+func (a *asks) thoughtsOf(v json.RawMessage) {
+	if n, ok := number(v); ok && n > 0 {
+		a.thoughts = max(a.thoughts, int(min(n, maxThoughts)))
+	}
+}
+
+func (a *asks) keptOf(v json.RawMessage) {
+	switch string(v) {
+	case "null", `""`, "false":
+	default:
+		a.kept = true
+	}
+}
+
+// outputCap returns the most output tokens of each answer req allows, the
+// largest of the caps it names, and whether it names one: a negative cap
+// is none.
+func (req request) outputCap() (int, bool) {
+	a := req.asks
+	if !a.capped || a.uncapped {
+		return 0, false
+	}
+	return int(min(a.outputCap, math.MaxInt32)), true
 }
 
 // An output is the answer text a success serves: the part of a full answer
@@ -151,7 +277,7 @@ func (s *Server) bill(c *call) {
 	if c.fault != faultNone {
 		return
 	}
-	in, out := c.input, tokens(c.delivered)
+	in, out := c.input, c.answers*tokens(c.delivered)+c.thoughts
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inputTokens += in

@@ -1,12 +1,14 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -372,15 +374,25 @@ func TestOutputCap(t *testing.T) {
 		}
 	}
 
-	// The least of several caps; a negative one is none.
+	// The largest of several caps, of a key named twice or in another
+	// case (servers honour the larger of max_tokens and
+	// max_completion_tokens, and parsers differ in which duplicate they
+	// keep); a negative one is none; a cap that is no number is not one.
 	s := newServer(t, Config{Mode: ModeOK, Profile: ProfileOpenAI})
 	for _, c := range []struct {
 		fields string
 		text   string
 	}{
-		{`"max_tokens":4,"max_completion_tokens":2`, "Hello fr"},
+		{`"max_tokens":4,"max_completion_tokens":2`, "Hello from chaos"},
+		{`"max_completion_tokens":2,"max_tokens":4`, "Hello from chaos"},
+		{`"max_tokens":4,"max_tokens":2`, "Hello from chaos"},
+		{`"max_tokens":2,"MAX_TOKENS":4`, "Hello from chaos"},
+		{`"max_tokens":2,"max_to\u212aens":4`, "Hello from chaos"}, // the Kelvin sign folds to k, as in Go
+		{`"max_tokens":2,"max_completion_tokens":-1`, successText},
 		{`"max_tokens":-1`, successText},
 		{`"max_completion_tokens":1.5`, "Hell"},
+		{`"max_tokens":"2"`, successText},
+		{`"max_tokens":2,"stream":"no"`, "Hello fr"},
 	} {
 		var cc chat
 		decode(t, send(s, "POST", "/v1/chat/completions", "{"+c.fields+"}").Body.Bytes(), &cc)
@@ -602,5 +614,147 @@ func TestTalliesConcurrent(t *testing.T) {
 	}
 	if len(st.Tallies) != 4 {
 		t.Errorf("%d tally keys, want 4", len(st.Tallies))
+	}
+}
+
+func TestSeveralAnswersAndThoughts(t *testing.T) {
+	const capped = "Hello fr" // 2 tokens
+	for _, c := range []struct {
+		name, profile, path, body string
+		answers                   int // each capped
+		thoughts                  int
+	}{
+		{"n", ProfileOpenAI, "/v1/chat/completions", `{"model":"m","n":3,"max_tokens":2}`, 3, 0},
+		{"n stream", ProfileOpenAI, "/v1/chat/completions", `{"model":"m","n":3,"max_tokens":2,"stream":true,"stream_options":{"include_usage":true}}`, 3, 0},
+		{"n twice", ProfileLocal, "/v1/chat/completions", `{"model":"m","n":2,"N":3,"max_tokens":2}`, 3, 0},
+		{"n beyond the bound", ProfileOpenAI, "/v1/chat/completions", `{"model":"m","n":1e9,"max_tokens":2}`, maxAnswers, 0},
+		{"n in the Responses API", ProfileOpenAI, "/v1/responses", `{"model":"m","n":3,"max_output_tokens":2}`, 1, 0},
+		{"n in Anthropic", ProfileAnthropic, "/v1/messages", `{"model":"m","n":3,"max_tokens":2}`, 1, 0},
+		{"candidateCount", ProfileGemini, "/v1beta/models/m:generateContent", `{"generationConfig":{"candidateCount":2,"maxOutputTokens":2}}`, 2, 0},
+		{"candidate_count", ProfileGemini, "/v1beta/models/m:generateContent", `{"generation_config":{"candidate_count":2,"max_output_tokens":2}}`, 2, 0},
+		{"both spellings", ProfileGemini, "/v1beta/models/m:streamGenerateContent", `{"generationConfig":{"candidateCount":2,"max_output_tokens":2},"generation_config":{"candidate_count":4}}`, 4, 0},
+		{"thinkingBudget", ProfileGemini, "/v1beta/models/m:generateContent", `{"generationConfig":{"maxOutputTokens":2,"thinkingConfig":{"thinkingBudget":100}}}`, 1, 100},
+		{"thinking_budget", ProfileGemini, "/v1beta/models/m:generateContent", `{"generation_config":{"max_output_tokens":2,"thinking_config":{"thinking_budget":1e9}}}`, 1, maxThoughts},
+		{"dynamic thinking", ProfileGemini, "/v1beta/models/m:generateContent", `{"generationConfig":{"maxOutputTokens":2,"thinkingConfig":{"thinkingBudget":-1}}}`, 1, 0},
+		{"thinking in OpenAI", ProfileOpenAI, "/v1/chat/completions", `{"model":"m","max_tokens":2,"generationConfig":{"thinkingConfig":{"thinkingBudget":100}}}`, 1, 0},
+	} {
+		s := newServer(t, Config{Mode: ModeOK, Profile: c.profile})
+		rec := send(s, "POST", c.path, c.body, HeaderTally, "k")
+		var texts []string
+		var reported int
+		if strings.Contains(rec.Header().Get("Content-Type"), "event-stream") {
+			n := map[int]string{}
+			for _, e := range readStream(t, rec) {
+				if e.data == "[DONE]" {
+					continue
+				}
+				var chunk struct {
+					chat
+					generated
+				}
+				decode(t, []byte(e.data), &chunk.chat)
+				decode(t, []byte(e.data), &chunk.generated)
+				for _, ch := range chunk.chat.Choices {
+					if ch.Delta != nil {
+						n[ch.Index] += derefOr(ch.Delta.Content)
+					}
+				}
+				for i, g := range chunk.generated.Candidates {
+					n[i] += g.Content.Parts[0].Text
+				}
+				if u := chunk.chat.Usage; u != nil {
+					reported = u.CompletionTokens
+				}
+				if u := chunk.generated.UsageMetadata; u != nil {
+					reported = u.CandidatesTokenCount
+				}
+			}
+			for i := range len(n) {
+				texts = append(texts, n[i])
+			}
+		} else {
+			var body struct {
+				Choices []struct {
+					Index   int
+					Message struct{ Content string }
+				}
+				Candidates []struct {
+					Index   int
+					Content struct{ Parts []struct{ Text string } }
+				}
+				Content []struct{ Text string }
+				Output  []struct{ Content []struct{ Text string } }
+				Usage   struct {
+					CompletionTokens int `json:"completion_tokens"`
+					OutputTokens     int `json:"output_tokens"`
+				}
+				UsageMetadata struct{ CandidatesTokenCount, ThoughtsTokenCount int }
+			}
+			decode(t, rec.Body.Bytes(), &body)
+			for i, ch := range body.Choices {
+				if ch.Index != i {
+					t.Errorf("%s: choice %d has index %d", c.name, i, ch.Index)
+				}
+				texts = append(texts, ch.Message.Content)
+			}
+			for i, g := range body.Candidates {
+				if g.Index != i {
+					t.Errorf("%s: candidate %d has index %d", c.name, i, g.Index)
+				}
+				texts = append(texts, g.Content.Parts[0].Text)
+			}
+			for _, m := range body.Content {
+				texts = append(texts, m.Text)
+			}
+			for _, o := range body.Output {
+				texts = append(texts, o.Content[0].Text)
+			}
+			reported = body.Usage.CompletionTokens + body.Usage.OutputTokens + body.UsageMetadata.CandidatesTokenCount
+			if body.UsageMetadata.ThoughtsTokenCount != c.thoughts {
+				t.Errorf("%s: %d thought tokens reported, want %d", c.name, body.UsageMetadata.ThoughtsTokenCount, c.thoughts)
+			}
+			reported += body.UsageMetadata.ThoughtsTokenCount
+		}
+		want := slices.Repeat([]string{capped}, c.answers)
+		if !slices.Equal(texts, want) {
+			t.Errorf("%s: answers %q, want %d of %q", c.name, texts, c.answers, capped)
+		}
+		out := 2*c.answers + c.thoughts
+		if reported != out {
+			t.Errorf("%s: %d output tokens reported, want %d", c.name, reported, out)
+		}
+		checkTally(t, s, "k", cmp.Or(geminiModel(c.path), "m"), Tally{Requests: 1, OutputTokens: out})
+	}
+}
+
+func TestContextTokens(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		kept bool
+	}{
+		{`{"model":"m","previous_response_id":"resp_1","input":"Hi"}`, true},
+		{`{"model":"m","conversation":{"id":"conv_1"},"input":"Hi"}`, true},
+		{`{"model":"m","prompt":{"id":"pmpt_1"},"input":"Hi"}`, true},
+		{`{"model":"m","cachedContent":"cachedContents/c","input":"Hi"}`, true},
+		{`{"model":"m","Cached_Content":"cachedContents/c","input":"Hi"}`, true},
+		{`{"model":"m","previous_response_id":null,"input":"Hi"}`, false},
+		{`{"model":"m","previous_response_id":"","conversation":false,"input":"Hi"}`, false},
+		{`{"model":"m","prompt":"Hi","input":"Hi"}`, false},
+		{`{"model":"m","input":"Hi"}`, false},
+	} {
+		s := newServer(t, Config{Mode: ModeOK, Profile: ProfileOpenAI})
+		send(s, "POST", "/v1/responses", c.body, HeaderContextTokens, "1000", HeaderTally, "k")
+		in := 1 // "Hi"
+		if c.kept {
+			in += 1000
+		}
+		if got := s.Stats().InputTokens; got != in {
+			t.Errorf("%s: %d input tokens billed, want %d", c.body, got, in)
+		}
+	}
+	s := newServer(t, Config{Mode: ModeOK, Profile: ProfileOpenAI})
+	rec := send(s, "POST", "/v1/responses", `{"previous_response_id":"r"}`, HeaderContextTokens, "lots")
+	if rec.Code != 400 || !strings.Contains(rec.Body.String(), HeaderContextTokens) || s.Stats().InputTokens != 0 {
+		t.Errorf("a malformed %s: %d %s, %d tokens billed", HeaderContextTokens, rec.Code, rec.Body, s.Stats().InputTokens)
 	}
 }

@@ -17,6 +17,14 @@ import (
 // keep.
 var ErrNoPrice = errors.New("cost: no price for the target in the caps' table")
 
+// ErrUnreadBody is the error of an attempt refused because its request
+// body cannot be read for what it may cost, so that it may ask for
+// anything: a body sent once (too large for rebound.Transport to buffer,
+// see its MaxBufferedBody, and without GetBody), one larger than 64 MiB,
+// or one encoded other than in gzip or deflate, or broken in its
+// encoding.
+var ErrUnreadBody = errors.New("cost: the request body cannot be read for what it may cost")
+
 // CapError is the error of an attempt refused before it was sent because
 // what it may cost would take a cap past its limit.
 type CapError struct {
@@ -111,15 +119,26 @@ func (h *limitHold) Settle(usd float64) {
 //
 // What an attempt may cost, priced by prices under its target's name:
 //
-//   - Transport reads the request: its model; its output cap
-//     (max_tokens, max_completion_tokens, max_output_tokens,
-//     generationConfig.maxOutputTokens; Price.MaxOutputTokens when it
-//     names none) times the answers it asks for (n, candidateCount); and
-//     its input, a token for every 4 bytes of the body, 2000 more for
-//     each image or file it refers to, and Price.MaxInputTokens more
-//     when it continues a conversation the provider keeps. A request
-//     that names no model and has no body (a list of models) costs
-//     nothing. It settles with the usage the response reports (in the
+//   - Transport reads the request as the most generous server would:
+//     its model (the dearest, if it names several); its output cap for
+//     each answer, the largest any field names (max_tokens,
+//     max_completion_tokens, max_output_tokens, Gemini's
+//     maxOutputTokens or max_output_tokens, and any other key a server
+//     might take for one, in any case or spelling, named once or more),
+//     or Price.MaxOutputTokens when its dialect's own field does not
+//     name one with a positive number in a body that is JSON
+//     throughout; for a Gemini request, its thinking budget beyond that
+//     (Price.MaxOutputTokens if it sets none); a predicted output's
+//     tokens; all of it times the answers it asks for (the largest of n,
+//     best_of, candidateCount or candidate_count, any key ending in
+//     "count"); and its input, a token for every 4 bytes of the body,
+//     2000 more for each image it refers to, and Price.MaxInputTokens
+//     more when it refers to context the provider keeps (see Price). A
+//     field the estimate does not know can raise it, never lower it. A
+//     body it cannot read (sent once, unbuffered; over 64 MiB; encoded
+//     other than in gzip or deflate) is refused with ErrUnreadBody. A
+//     request that names no model and has no body (a list of models)
+//     costs nothing. It settles with the usage the response reports (in the
 //     body; for a stream, its final usage event), cache tokens counted
 //     as input; with its reservation when none came (a stream cut short,
 //     or an OpenAI stream without stream_options.include_usage, a body
@@ -139,9 +158,12 @@ func (h *limitHold) Settle(usd float64) {
 // attempt's, reserved and settled once, by what it reports.
 //
 // A cap is therefore passed only by an attempt whose use passes its
-// estimate: input in a script of more tokens a byte than 1 in 4, or tools
-// the provider adds. A target missing from prices refuses its attempts
-// with ErrNoPrice.
+// estimate: input in a script of more tokens a byte than 1 in 4, a
+// provider's own tool loop that reads its context more than once, a
+// price that rises past a prompt's length (Gemini's and Anthropic's
+// beyond 200 000 tokens), or a Gemini model that thinks past the budget
+// it was given. A target missing from prices refuses its attempts with
+// ErrNoPrice.
 func WithCaps(ctx context.Context, prices Table, caps ...Cap) context.Context {
 	s := &spender{prices: prices}
 	if outer, ok := ctx.Value(spenderKey{}).(*spender); ok {
@@ -193,15 +215,29 @@ func (s *spender) Admit(ctx context.Context, req *http.Request) (context.Context
 		price Price
 	)
 	if req != nil {
-		r := readRequest(req)
-		if r.model == "" && r.input == 0 {
+		r, err := readRequest(req)
+		if err != nil {
+			return ctx, nil, fmt.Errorf("%w (%s %s)", err, req.Method, req.URL.Path)
+		}
+		if len(r.models) == 0 && r.input == 0 {
 			return ctx, func(*http.Response, error) {}, nil // no model, no body: nothing to pay for
 		}
-		p, ok := s.prices[r.model]
-		if !ok {
-			return ctx, nil, fmt.Errorf("%w: %q (%s %s)", ErrNoPrice, r.model, req.Method, req.URL.Path)
+		models := r.models
+		if len(models) == 0 {
+			models = []string{""}
 		}
-		most, price = r.most(p), p
+		// A body that names several models (in keys that differ in case,
+		// or twice) is held at the dearest: servers differ in which they
+		// take.
+		for i, m := range models {
+			p, ok := s.prices[m]
+			if !ok {
+				return ctx, nil, fmt.Errorf("%w: %q (%s %s)", ErrNoPrice, m, req.Method, req.URL.Path)
+			}
+			if u := r.most(p); i == 0 || p.Of(u) > price.Of(most) {
+				most, price = u, p
+			}
+		}
 	} else {
 		e, ok := ctx.Value(estimateKey{}).(estimate)
 		if !ok {

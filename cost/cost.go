@@ -19,14 +19,26 @@ import (
 // for spend caps, what its requests may use when they do not say.
 type Price struct {
 	InputPerMillion, OutputPerMillion float64
-	// MaxOutputTokens is what a request that names no output cap is held
-	// at, for each answer it asks for (a provider's default is the
-	// model's maximum). Zero means 32 768.
+	// MaxOutputTokens is what a request that names no output cap of its
+	// own is held at, for each answer it asks for (a provider's default
+	// is the model's maximum: set it to that, 100 000 for OpenAI's
+	// o-series, whose reasoning counts as output), and what a Gemini
+	// request that sets no thinking budget is held at for its thoughts,
+	// beyond its cap. Zero means 32 768.
 	MaxOutputTokens int64
-	// MaxInputTokens is what the input of a request that continues a
-	// conversation the provider keeps (previous_response_id,
-	// conversation) is held at, beyond its own body: the model's
-	// context window. Zero means 200 000.
+	// MaxInputTokens is what the input of a request that refers to
+	// context the provider keeps is held at, beyond its own body: the
+	// model's context window. Such a request continues a stored
+	// conversation (previous_response_id, conversation, an
+	// item_reference), uses a stored prompt or Gemini's cachedContent,
+	// sends a document or a file, by id, URI or inline (a provider bills
+	// a PDF's pages as text and images), or offers tools the provider
+	// runs (web search, file search, code execution, MCP servers, a
+	// container). Zero means the largest window
+	// the request's dialect serves: 2 097 152 for Gemini's paths,
+	// 1 047 576 for OpenAI's, 1 000 000 for Anthropic's (its 1M-token
+	// beta), 2 097 152 for any other. A server with a larger window (an
+	// OpenAI-compatible one with a 2M-token model) needs it set.
 	MaxInputTokens int64
 }
 
@@ -37,11 +49,11 @@ func (p Price) maxOutput() int64 {
 	return defaultMaxOutput
 }
 
-func (p Price) maxInput() int64 {
+func (p Price) maxInput(d dialect) int64 {
 	if p.MaxInputTokens > 0 {
 		return p.MaxInputTokens
 	}
-	return defaultMaxInput
+	return d.window()
 }
 
 // Of returns the price of u.

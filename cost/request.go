@@ -2,15 +2,21 @@ package cost
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
+	"compress/zlib"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"mime"
 	"net/http"
-	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"unicode"
+	"unicode/utf16"
 
 	"github.com/rebound-go/rebound/internal/provider"
 )
@@ -19,6 +25,20 @@ import (
 // dialects rebound.Transport speaks: OpenAI's Chat Completions and
 // Responses, Anthropic's Messages, Gemini's generateContent, and the
 // servers that copy them.
+//
+// The estimate of what a request may use must never be lower than what a
+// server bills for it, whichever server reads it, and servers read a body
+// differently: Python's and JavaScript's parsers match keys exactly and
+// keep the last of a duplicate, Go's match them whatever their case, a
+// lenient server ignores a field it does not know where a strict one
+// refuses the request, and Gemini takes its fields in camelCase and
+// snake_case alike. So a figure that can only raise the estimate (an
+// answer count, a reference to kept context, an output cap larger than
+// the default) is taken from any key that some server might read as it,
+// in any case or spelling, named once or many times; while what lowers it
+// (an output cap below the default, a thinking budget of 0) is taken only
+// from the exact key, at the place the dialect has it, with a positive
+// number, in a body that is JSON throughout.
 
 // bytesPerToken is the estimate of input: a token for every 4 bytes of
 // the request body, a common rule for English text (scripts that take
@@ -26,117 +46,240 @@ import (
 // it: a cap is passed only by an attempt whose use passes its estimate).
 const bytesPerToken = 4
 
-// Defaults of what a request that does not say is held at: its output, with
-// no output cap (the providers' defaults reach a model's maximum), and its
-// input, when it refers to a conversation stored with the provider
-// (previous_response_id, conversation), a model's context window.
+// defaultMaxOutput is what the output of a request that names no output
+// cap is held at, for each answer: the providers' defaults reach a model's
+// maximum.
+const defaultMaxOutput = 32768
+
+// The largest context window each dialect's provider serves: what the
+// input of a request that refers to context the provider keeps is held at,
+// beyond its body, when its Price does not say.
 const (
-	defaultMaxOutput = 32768
-	defaultMaxInput  = 200000
+	// Gemini 1.5 Pro's 2 097 152 tokens (ai.google.dev/gemini-api/docs/models,
+	// "Input token limit"); the later models take 1 048 576.
+	geminiWindow = 2097152
+	// GPT-4.1's 1 047 576 tokens (platform.openai.com/docs/models/gpt-4.1,
+	// "Context window").
+	openAIWindow = 1047576
+	// Claude's 1 000 000 tokens with the context-1m-2025-08-07 beta
+	// (docs.anthropic.com/en/docs/build-with-claude/context-windows);
+	// 200 000 without it, which a request cannot be held to, since a
+	// header it does not send would lower its estimate.
+	anthropicWindow = 1000000
+	// Any other: the largest of them.
+	otherWindow = geminiWindow
 )
 
-// mediaTokens is what a part of the prompt that refers to an image or a
-// file is held at: a few bytes of URL or file id stand for a picture
-// providers count in hundreds to thousands of tokens.
+// mediaTokens is what a part of the prompt that refers to an image is held
+// at: a few bytes of URL or file id stand for a picture providers count in
+// hundreds to thousands of tokens.
 const mediaTokens = 2000
 
-// unknownBody is the size assumed for a body whose length is unknown and
-// that cannot be read again.
-const unknownBody = 1 << 20
+// Bounds on what a request is held at, so that the product of absurd
+// figures does not overflow: an output cap of each answer, and a count of
+// answers.
+const (
+	maxFigure  = math.MaxInt32
+	maxAnswers = math.MaxInt16
+)
+
+// A dialect is the API a request's path addresses: it says where the
+// request's own output cap and thinking budget are, and the largest
+// context window its provider serves.
+type dialect uint8
+
+const (
+	dialectOther dialect = iota // a path rebound does not know: read as any of the others
+	dialectOpenAI
+	dialectAnthropic
+	dialectGemini
+)
+
+// dialectOf returns the dialect of req, from its path (Gemini's names its
+// model and a verb of generating content, as in
+// ".../models/NAME:generateContent"; Vertex AI's paths to other
+// publishers' models have verbs of their own) and, for Anthropic, its
+// anthropic-version header.
+func dialectOf(req *http.Request) dialect {
+	path := req.URL.Path
+	switch {
+	case provider.GeminiModel(path) != "" && strings.Contains(strings.ToLower(path), "generatecontent"):
+		return dialectGemini
+	case strings.HasSuffix(path, "/completions"), strings.HasSuffix(path, "/responses"),
+		strings.Contains(path, "/responses/"), strings.Contains(path, "/deployments/"):
+		return dialectOpenAI
+	case strings.HasSuffix(path, "/messages"), req.Header.Get("anthropic-version") != "":
+		return dialectAnthropic
+	}
+	return dialectOther
+}
+
+// topCaps returns the output caps a request to path in dialect d has at
+// the top of its body: those of its endpoint, where rebound knows it
+// (a server that does not know a field may ignore it, and a cap it
+// ignores must not lower the estimate), else any of them.
+func topCaps(d dialect, path string) []string {
+	switch {
+	case d == dialectGemini:
+		return nil
+	case d == dialectAnthropic, strings.HasSuffix(path, "/completions") && !strings.HasSuffix(path, "/chat/completions"):
+		return topOutput[:1] // max_tokens
+	case strings.HasSuffix(path, "/chat/completions"):
+		return topOutput[:2] // max_tokens, max_completion_tokens
+	case strings.HasSuffix(path, "/responses"):
+		return topOutput[2:] // max_output_tokens
+	}
+	return topOutput
+}
+
+// window returns the largest context window d's provider serves.
+func (d dialect) window() int64 {
+	switch d {
+	case dialectOpenAI:
+		return openAIWindow
+	case dialectAnthropic:
+		return anthropicWindow
+	case dialectGemini:
+		return geminiWindow
+	}
+	return otherWindow
+}
 
 // request is what an HTTP attempt says of what it may use.
 type request struct {
-	model string
-	input int64 // estimated from the body
-	// output is its output cap, for all its answers; -1: it names none.
-	output int64
-	// stored says it continues a conversation kept by the provider, whose
-	// size it does not show.
-	stored bool
+	// models are the models it names: the body's (every key a server
+	// might take for "model"), else its path's or query's.
+	models  []string
+	dialect dialect
+	topCaps []string // the output caps its endpoint has at the top of a body
+	input   int64    // estimated from the body
+	// output is the output cap of each answer; thoughts Gemini's thinking
+	// budget, spent beyond it; predicted the tokens of a predicted output,
+	// which a provider bills as output where it rejects them.
+	output, thoughts figure
+	predicted        int64
+	answers          int64 // the answers it asks for, at least 1
+	// kept says it refers to context the provider keeps, whose size it
+	// does not show: a conversation, a stored prompt, cached content, a
+	// file by id or a document, tools the provider runs.
+	kept bool
 }
 
-// mediaPart matches a part of a prompt that refers to an image or a file.
-var mediaPart = regexp.MustCompile(`"type"\s*:\s*"(?:image|image_url|input_image|document|file|input_file)"|"(?:fileData|file_data)"`)
+// A figure is a number of tokens a request names, possibly in several
+// fields: the largest named, and whether that is all (else the request is
+// held at a default as well).
+type figure struct {
+	largest int64
+	// own says the dialect's own field names it, with a positive number
+	// (for a thinking budget, zero included), in a body that is JSON
+	// throughout; open says some field names it with a value that may
+	// mean no limit (zero, negative, not a number), or in a way not every
+	// server reads.
+	own, open bool
+}
 
-// readRequest reads what req may use: its model (the body's "model", else
+// or returns f's tokens, held at least at def unless the request's own
+// field alone names them.
+func (f figure) or(def int64) int64 {
+	if !f.own || f.open {
+		return max(f.largest, def)
+	}
+	return f.largest
+}
+
+// maxBody is the most of a request body that is read for what it may
+// cost; a larger one cannot be.
+const maxBody = 64 << 20
+
+// readRequest reads what req may use: its models (the body's "model", else
 // a Gemini or Azure path's, else the query's), its input, from the body's
-// size (decoded, if it is gzip) and the media it refers to, and its output
-// cap times the answers it asks for (n, candidateCount).
-func readRequest(req *http.Request) request {
-	var (
-		body []byte
-		size int64
-	)
-	switch {
-	case req.GetBody != nil:
-		if rc, err := req.GetBody(); err == nil {
-			var r io.Reader = rc
-			if strings.EqualFold(req.Header.Get("Content-Encoding"), "gzip") {
-				if zr, err := gzip.NewReader(rc); err == nil {
-					r = zr
-				}
+// size (decoded as its Content-Encoding says), the images it refers to and
+// the context the provider keeps that it refers to, and its output (see
+// readBody). It returns an error wrapping ErrUnreadBody for a body it
+// cannot read.
+func readRequest(req *http.Request) (request, error) {
+	var body []byte
+	if req.Body != nil && req.Body != http.NoBody {
+		if req.GetBody == nil {
+			return request{}, fmt.Errorf("%w: it is sent once, unbuffered", ErrUnreadBody)
+		}
+		rc, err := req.GetBody()
+		if err != nil {
+			return request{}, fmt.Errorf("%w: %w", ErrUnreadBody, err)
+		}
+		body, err = decodedBody(rc, req.Header.Values("Content-Encoding"))
+		rc.Close()
+		if err != nil {
+			return request{}, fmt.Errorf("%w: %w", ErrUnreadBody, err)
+		}
+	}
+	r := request{dialect: dialectOf(req), answers: 1}
+	r.topCaps = topCaps(r.dialect, req.URL.Path)
+	media := r.readBody(body)
+	r.input = (int64(len(body))+bytesPerToken-1)/bytesPerToken + mediaTokens*media
+	if len(r.models) == 0 {
+		if m := cmp.Or(pathModel(req.URL.Path), req.URL.Query().Get("model")); m != "" {
+			r.models = []string{m}
+		}
+	}
+	return r, nil
+}
+
+// decodedBody reads a request body encoded in turn by the codings of
+// encodings, the values of its Content-Encoding headers, and returns it
+// decoded: up to maxBody bytes, the codings HTTP names for gzip and
+// deflate (zlib) alone.
+func decodedBody(rc io.Reader, encodings []string) ([]byte, error) {
+	var codings []string
+	for _, v := range encodings {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.ToLower(strings.TrimSpace(c)); c != "" && c != "identity" {
+				codings = append(codings, c)
 			}
-			body, _ = io.ReadAll(io.LimitReader(r, 64<<20))
-			rc.Close()
-		}
-		size = int64(len(body))
-	case req.Body != nil && req.Body != http.NoBody:
-		// A body sent once, unread: its length is all there is.
-		if size = req.ContentLength; size < 0 {
-			size = unknownBody
 		}
 	}
-	var fields struct {
-		Model               string `json:"model"`
-		N                   *int64 `json:"n"`
-		MaxTokens           *int64 `json:"max_tokens"`
-		MaxCompletionTokens *int64 `json:"max_completion_tokens"`
-		MaxOutputTokens     *int64 `json:"max_output_tokens"`
-		PreviousResponseID  string `json:"previous_response_id"`
-		Conversation        any    `json:"conversation"`
-		GenerationConfig    struct {
-			MaxOutputTokens *int64 `json:"maxOutputTokens"`
-			CandidateCount  *int64 `json:"candidateCount"`
-		} `json:"generationConfig"`
-	}
-	_ = json.Unmarshal(body, &fields) // a body that is not JSON is the provider's to refuse
-	r := request{model: fields.Model, output: -1,
-		input:  (size+bytesPerToken-1)/bytesPerToken + mediaTokens*int64(len(mediaPart.FindAllIndex(body, -1))),
-		stored: fields.PreviousResponseID != "" || fields.Conversation != nil}
-	if r.model == "" {
-		r.model = pathModel(req.URL.Path)
-	}
-	if r.model == "" {
-		r.model = req.URL.Query().Get("model")
-	}
-	for _, n := range []*int64{fields.MaxTokens, fields.MaxCompletionTokens, fields.MaxOutputTokens, fields.GenerationConfig.MaxOutputTokens} {
-		if n != nil && *n >= 0 {
-			r.output = *n
-			break
+	r := rc
+	for _, c := range slices.Backward(codings) { // the last applied is undone first
+		var err error
+		switch c {
+		case "gzip", "x-gzip":
+			r, err = gzip.NewReader(r)
+		case "deflate":
+			r, err = zlib.NewReader(r)
+		default:
+			return nil, fmt.Errorf("it is encoded as %q", c)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("decoding it as %s: %w", c, err)
 		}
 	}
-	answers := int64(1)
-	for _, n := range []*int64{fields.N, fields.GenerationConfig.CandidateCount} {
-		if n != nil && *n > 1 {
-			answers = *n
-		}
+	body, err := io.ReadAll(io.LimitReader(r, maxBody+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("reading it: %w", err)
+	case len(body) > maxBody:
+		return nil, fmt.Errorf("it is larger than %d MiB", maxBody>>20)
 	}
-	if r.output >= 0 {
-		r.output = min(r.output, math.MaxInt32) * min(answers, math.MaxInt16)
-	} else if answers > 1 {
-		r.output = -answers // no cap, several answers: -n times the default
-	}
-	return r
+	return body, nil
 }
 
 // most is the most r may use, priced by p's limits where r does not say.
 func (r request) most(p Price) Usage {
-	u := Usage{InputTokens: r.input, OutputTokens: r.output}
-	if r.output < 0 {
-		u.OutputTokens = -r.output * p.maxOutput()
+	each := r.output.or(p.maxOutput()) + r.predicted
+	switch {
+	case r.dialect == dialectGemini:
+		// Gemini's documentation has thoughts beyond maxOutputTokens, and
+		// a model that thinks by default: they are held at the budget
+		// the request sets, else at the default output.
+		each += r.thoughts.or(p.maxOutput())
+	case r.thoughts.open:
+		each += max(r.thoughts.largest, p.maxOutput())
+	default:
+		each += r.thoughts.largest
 	}
-	if r.stored {
-		u.InputTokens += p.maxInput()
+	u := Usage{InputTokens: r.input, OutputTokens: min(each, 4*maxFigure) * r.answers}
+	if r.kept {
+		u.InputTokens += p.maxInput(r.dialect)
 	}
 	return u
 }
@@ -152,6 +295,446 @@ func pathModel(path string) string {
 		return name
 	}
 	return ""
+}
+
+// A place is where in a body a value is: it says which exact keys are the
+// dialect's own fields there, and whether its numbers can be settings.
+type place uint8
+
+const (
+	placeTop        place = iota // the body's own members
+	placeGeneration              // Gemini's generationConfig
+	placeThinking                // Gemini's generationConfig.thinkingConfig
+	placeSettings                // any other object that is not content
+	placeContent                 // what the model reads: messages, a prompt, a predicted output
+	placeTools                   // the tools the request offers, and their members
+	placeSchema                  // data of the caller's: schemas, tools' insides, a tool call's arguments or result
+)
+
+// The dialects' own fields: an output cap at the top of a body (OpenAI's
+// and Anthropic's), or in Gemini's generationConfig, whose thinkingConfig
+// has the thinking budget. Gemini takes both spellings of its fields.
+var (
+	topOutput        = []string{"max_tokens", "max_completion_tokens", "max_output_tokens"} // see topCaps
+	generationKeys   = []string{"generationConfig", "generation_config"}
+	generationOutput = []string{"maxOutputTokens", "max_output_tokens"}
+	thinkingKeys     = []string{"thinkingConfig", "thinking_config"}
+	thinkingBudget   = []string{"thinkingBudget", "thinking_budget"}
+)
+
+// contentKeys name, folded (see fold), the members whose values are what
+// the model reads, not settings: in them only the parts that refer to an
+// image, a document or a file count. schemaKeys name those whose values
+// are the caller's data, in which nothing counts: schemas, a tool call's
+// arguments and a tool's result (Gemini's functionCall and
+// functionResponse, Anthropic's tool_use input), in which a key named
+// file_id or a "type": "file" is the caller's, not a reference.
+var (
+	contentKeys = map[string]bool{
+		"messages": true, "input": true, "contents": true, "system": true, "systeminstruction": true,
+		"instructions": true, "prompt": true, "prediction": true,
+	}
+	schemaKeys = map[string]bool{
+		"responseformat": true, "responseschema": true, "responsejsonschema": true, "text": true,
+		"toolchoice": true, "toolconfig": true, "functions": true, "metadata": true, "logitbias": true,
+		"stop": true, "stopsequences": true, "safetysettings": true,
+		"functioncall": true, "functionresponse": true, "input": true, "args": true, "arguments": true,
+	}
+)
+
+// What a key other than the dialect's own fields may name, by its folded
+// name. Such a key only ever raises the estimate: a server that knows it
+// may honour it, one that does not ignores it.
+var (
+	// answerKeys count answers: OpenAI's n and best_of (which generates
+	// best_of answers and returns n), Gemini's candidateCount, and those
+	// of servers that copy them. Any other key ending in "count" counts
+	// too.
+	answerKeys = map[string]bool{
+		"n": true, "bestof": true, "candidatecount": true, "numreturnsequences": true,
+		"numgenerations": true, "numcompletions": true, "numchoices": true, "numcandidates": true,
+		"samplecount": true, "numsamples": true,
+	}
+	// outputKeys are output caps without "token" in their name (any key
+	// with it is one): Ollama's num_predict, Llama's max_gen_len on
+	// Bedrock. A key with "budget" in it is a thinking budget.
+	outputKeys = map[string]bool{"numpredict": true, "maxgenlen": true}
+	// keptKeys, where they hold anything, refer to context the provider
+	// keeps: the Responses API's previous_response_id and conversation,
+	// Gemini's cachedContent and previous_interaction_id, the Assistants
+	// API's thread and assistant, a file by id, URI, URL or as file data,
+	// Anthropic's container and MCP servers, a vector store.
+	keptKeys = []string{"previousresponse", "previousinteraction", "conversation", "cachedcontent",
+		"threadid", "assistantid", "fileid", "fileuri", "fileurl", "filedata", "container",
+		"mcpserver", "vectorstore"}
+	// providerTools name, in a tool's type or in a key of a tool, the
+	// tools a provider runs itself, whose results enter the context on
+	// its side.
+	providerTools = []string{"websearch", "webfetch", "filesearch", "codeinterpreter", "codeexecution",
+		"mcp", "urlcontext", "googlesearch", "googlemaps", "retrieval", "toolsearch"}
+	// imageTypes and keptTypes are the types of a part that refers to an
+	// image, held at mediaTokens, and to something whose size the
+	// provider decides, held as kept context: a document or a file (it
+	// bills a PDF's pages as text and as images), an item of a stored
+	// response (the Responses API's item_reference), a file put in a code
+	// execution container (Anthropic's container_upload).
+	imageTypes = map[string]bool{"image": true, "imageurl": true, "inputimage": true, "computerscreenshot": true}
+	keptTypes  = map[string]bool{"document": true, "file": true, "inputfile": true, "itemreference": true, "containerupload": true}
+)
+
+// fold returns key as any parser might match it: case folded (the Kelvin
+// sign is a k, as Go's encoding/json folds it) and without the separators
+// a spelling may add (max_output_tokens and maxOutputTokens are one).
+func fold(key string) string {
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '_', '-', '.', ' ':
+			return -1
+		}
+		return unicode.ToLower(unicode.ToUpper(r))
+	}, key)
+}
+
+// readBody reads body into r: its models, output cap, thinking budget,
+// answers, predicted output and kept context, and returns the images it
+// refers to. A body that is not JSON throughout names no output cap or
+// thinking budget of its own, whatever it says before its flaw, and
+// every value of a body of several is read.
+func (r *request) readBody(body []byte) (media int64) {
+	if len(body) == 0 {
+		return 0
+	}
+	text, exact := pythonText(body)
+	w := walker{d: json.NewDecoder(bytes.NewReader(text)), r: r}
+	w.d.UseNumber()
+	docs := 0
+	for ; !w.ended; docs++ {
+		w.value(placeTop, "", document)
+	}
+	if docs != 2 || w.broken || !exact { // one document, then the end
+		r.output.own, r.thoughts.own = false, false
+	}
+	return w.media
+}
+
+// pythonText returns body as Python's json.loads reads bytes, in JSON's
+// UTF-8: decoded from UTF-16 or UTF-32, or with its byte order mark
+// dropped (each detected as Python detects it), and with the NaN,
+// Infinity and -Infinity it takes for numbers made null and numbers too
+// large for any count. exact says it is body as it was.
+func pythonText(body []byte) (text []byte, exact bool) {
+	b := body
+	switch {
+	case bytes.HasPrefix(b, []byte{0, 0, 0xfe, 0xff}), bytes.HasPrefix(b, []byte{0xff, 0xfe, 0, 0}):
+		text = decodeUTF32(b[4:], b[0] == 0)
+	case bytes.HasPrefix(b, []byte{0xfe, 0xff}), bytes.HasPrefix(b, []byte{0xff, 0xfe}):
+		text = decodeUTF16(b[2:], b[0] == 0xfe)
+	case bytes.HasPrefix(b, []byte{0xef, 0xbb, 0xbf}):
+		text = b[3:]
+	case len(b) >= 4 && b[0] == 0 && b[1] != 0, len(b) == 2 && b[0] == 0:
+		text = decodeUTF16(b, true)
+	case len(b) >= 4 && b[0] == 0:
+		text = decodeUTF32(b, true)
+	case len(b) >= 4 && b[1] == 0 && (b[2] != 0 || b[3] != 0), len(b) == 2 && b[1] == 0:
+		text = decodeUTF16(b, false)
+	case len(b) >= 4 && b[1] == 0:
+		text = decodeUTF32(b, false)
+	default:
+		text, exact = b, true
+	}
+	if !bytes.Contains(text, []byte("NaN")) && !bytes.Contains(text, []byte("Infinity")) {
+		return text, exact
+	}
+	var out []byte
+	copied := 0 // text[:copied] is in out
+	inString, escaped := false, false
+	for i := 0; i < len(text); i++ {
+		c := text[i]
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		var word, number string
+		switch rest := text[i:]; {
+		case c == '"':
+			inString = true
+			continue
+		case bytes.HasPrefix(rest, []byte("NaN")):
+			word, number = "NaN", "null"
+		case bytes.HasPrefix(rest, []byte("-Infinity")):
+			word, number = "-Infinity", "-1e999"
+		case bytes.HasPrefix(rest, []byte("Infinity")):
+			word, number = "Infinity", "1e999"
+		default:
+			continue
+		}
+		out = append(append(out, text[copied:i]...), number...)
+		i += len(word) - 1
+		copied = i + 1
+	}
+	if out == nil {
+		return text, exact
+	}
+	return append(out, text[copied:]...), false
+}
+
+// decodeUTF16 returns b, UTF-16 text, in UTF-8.
+func decodeUTF16(b []byte, bigEndian bool) []byte {
+	units := make([]uint16, len(b)/2)
+	for i := range units {
+		if bigEndian {
+			units[i] = uint16(b[2*i])<<8 | uint16(b[2*i+1])
+		} else {
+			units[i] = uint16(b[2*i+1])<<8 | uint16(b[2*i])
+		}
+	}
+	return []byte(string(utf16.Decode(units)))
+}
+
+// decodeUTF32 returns b, UTF-32 text, in UTF-8.
+func decodeUTF32(b []byte, bigEndian bool) []byte {
+	runes := make([]rune, len(b)/4)
+	for i := range runes {
+		w := b[4*i : 4*i+4]
+		if bigEndian {
+			runes[i] = rune(uint32(w[0])<<24 | uint32(w[1])<<16 | uint32(w[2])<<8 | uint32(w[3]))
+		} else {
+			runes[i] = rune(uint32(w[3])<<24 | uint32(w[2])<<16 | uint32(w[1])<<8 | uint32(w[0]))
+		}
+	}
+	return []byte(string(runes))
+}
+
+// A walker reads the values of a body in order, and what they say into r.
+type walker struct {
+	d     *json.Decoder
+	r     *request
+	media int64 // the parts that refer to an image
+	// ended says the body ended, or broke, which broken says: nothing
+	// more is read.
+	ended, broken bool
+}
+
+// fail ends the walk on err, which breaks the body unless it is the end
+// of the body between two documents.
+func (w *walker) fail(err error, between bool) {
+	w.ended = true
+	w.broken = w.broken || err != io.EOF || !between
+}
+
+// What a value is to the walk: a document of the body, a member of an
+// object, or an element of an array.
+type role uint8
+
+const (
+	document role = iota
+	member
+	element
+)
+
+// value reads the next value, a document, a member named key of an
+// object at at, or an element at at of an array that is the value of a
+// member named key (an element says what its member says: "n": [4]
+// counts as much as "n": 4).
+func (w *walker) value(at place, key string, as role) {
+	start := w.d.InputOffset()
+	t, err := w.d.Token()
+	if err != nil {
+		w.fail(err, as == document)
+		return
+	}
+	if as != document {
+		w.named(at, key, t)
+	}
+	if d, ok := t.(json.Delim); ok {
+		in := at // an element's members and elements are where the element is
+		switch {
+		case as == document && d == '{':
+			in = placeTop
+		case as != element:
+			in = w.within(at, key)
+		}
+		for w.d.More() && !w.ended {
+			if d == '[' {
+				w.value(in, key, element)
+				continue
+			}
+			t, err := w.d.Token()
+			k, ok := t.(string)
+			if err != nil || !ok {
+				w.fail(err, false)
+				return
+			}
+			w.value(in, k, member)
+		}
+		if _, err := w.d.Token(); err != nil && !w.ended { // the closing delimiter
+			w.fail(err, false)
+		}
+	}
+	if as == member && at == placeTop && fold(key) == "prediction" {
+		w.r.predicted += (w.d.InputOffset() - start + bytesPerToken - 1) / bytesPerToken
+	}
+}
+
+// within returns the place of the members or elements of a value named
+// key of an object at at.
+func (w *walker) within(at place, key string) place {
+	switch f := fold(key); {
+	case at == placeSchema:
+		return at
+	case at == placeTools: // a tool's insides: its function, its schema
+		return placeSchema
+	case at == placeContent && schemaKeys[f]:
+		return placeSchema
+	case at == placeContent:
+		return at
+	case at == placeTop && slices.Contains(generationKeys, key):
+		return placeGeneration
+	case at == placeGeneration && slices.Contains(thinkingKeys, key):
+		return placeThinking
+	case f == "tools":
+		return placeTools
+	case contentKeys[f]:
+		return placeContent
+	case schemaKeys[f]:
+		return placeSchema
+	}
+	return placeSettings
+}
+
+// named reads what a member named key of an object at at, whose value
+// begins with t, says.
+func (w *walker) named(at place, key string, t json.Token) {
+	r := w.r
+	f := fold(key)
+	switch at {
+	case placeSchema:
+		return
+	case placeContent:
+		// In what the model reads, only a part that refers to an image
+		// counts, or one that refers to a document, a file (Gemini's
+		// fileData) or a stored item.
+		s, _ := t.(string)
+		switch s = fold(s); {
+		case f == "type" && imageTypes[s]:
+			w.media++
+		case f == "type" && keptTypes[s], f == "filedata":
+			r.kept = true
+		}
+		return
+	case placeTools: // a tool's members: a provider's tool is named in its type or its key
+		s, _ := t.(string)
+		if containsAny(f, providerTools) || f == "type" && containsAny(fold(s), providerTools) {
+			r.kept = true
+		}
+		return
+	}
+	switch {
+	case containsAny(f, keptKeys) && holds(t),
+		at == placeTop && f == "prompt" && t == json.Delim('{'): // a stored prompt, {"id": …}
+		r.kept = true
+	case at == placeTop && strings.EqualFold(key, "model"):
+		if s, ok := t.(string); ok && s != "" && !slices.Contains(r.models, s) {
+			r.models = append(r.models, s)
+		}
+	}
+	switch {
+	case at == placeTop && slices.Contains(r.topCaps, key),
+		at == placeGeneration && r.dialect != dialectOpenAI && r.dialect != dialectAnthropic && slices.Contains(generationOutput, key):
+		r.output.ownField(t, false)
+	case at == placeThinking && r.dialect != dialectOpenAI && r.dialect != dialectAnthropic && slices.Contains(thinkingBudget, key):
+		r.thoughts.ownField(t, true)
+	case strings.Contains(f, "token"), outputKeys[f]:
+		r.output.otherField(t)
+	case strings.Contains(f, "budget"):
+		r.thoughts.otherField(t)
+	case answerKeys[f], strings.HasSuffix(f, "count"):
+		if n, ok := number(t); ok {
+			r.answers = max(r.answers, min(tokens(n), maxAnswers))
+		}
+	}
+}
+
+// ownField takes t, the value of the dialect's own field for f, into f: a
+// positive number names it (zero too where zero is a limit: a thinking
+// budget of 0 turns thinking off); null does not; any other value leaves
+// f open: zero or a negative number (Ollama's -1 is no limit, Gemini's -1
+// thinks as it likes), a string (which some servers read as its number,
+// and others refuse or ignore), anything else.
+func (f *figure) ownField(t json.Token, zeroLimits bool) {
+	v, isNumber := number(t)
+	_, literal := t.(json.Number)
+	switch {
+	case t == nil:
+	case literal && (v > 0 || v == 0 && zeroLimits):
+		f.largest, f.own = max(f.largest, tokens(v)), true
+	default:
+		f.open = true
+		if isNumber && v > 0 {
+			f.largest = max(f.largest, tokens(v))
+		}
+	}
+}
+
+// otherField takes t, the value of a field that may name f, into f: it only
+// raises it, by a positive number (or a string of one), or opens it, by a
+// negative one.
+func (f *figure) otherField(t json.Token) {
+	switch v, ok := number(t); {
+	case !ok:
+	case v > 0:
+		f.largest = max(f.largest, tokens(v))
+	case v < 0:
+		f.open = true
+	}
+}
+
+// number returns t as a number: a JSON number, or a string that reads as
+// one (as Python's lax parsers read it: spaces and underscores aside).
+func number(t json.Token) (float64, bool) {
+	var s string
+	switch t := t.(type) {
+	case json.Number:
+		s = string(t)
+	case string:
+		s = strings.ReplaceAll(strings.TrimSpace(t), "_", "")
+	default:
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	return v, (err == nil || math.IsInf(v, 0)) && !math.IsNaN(v)
+}
+
+// tokens returns v, a count of tokens or answers, rounded up and bounded
+// by maxFigure.
+func tokens(v float64) int64 {
+	if v >= maxFigure {
+		return maxFigure
+	}
+	return int64(math.Ceil(v))
+}
+
+// holds reports whether t, a value a key names, holds anything: not null,
+// "", or false.
+func holds(t json.Token) bool {
+	return t != nil && t != "" && t != false
+}
+
+// containsAny reports whether s contains any of subs.
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // WatchUsage replaces resp.Body with one that reads the token usage the

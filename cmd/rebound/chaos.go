@@ -40,7 +40,11 @@ request asks with an X-Chaos-Retry-After: SECONDS header. A success
 reports the token usage of its profile: a token per 4 bytes, rounded up, of
 the prompt's text and of the answer's, which is cut short to fit the
 request's max_tokens (or max_completion_tokens, max_output_tokens,
-maxOutputTokens). GET /chaos/stats reports counts by status, of broken
+maxOutputTokens; the largest it names), for each of the n (candidateCount)
+answers it asks for, with a Gemini thinking budget billed in full and, for
+context the provider keeps (previous_response_id, conversation, a stored
+prompt, cachedContent), the tokens an X-Chaos-Context-Tokens header says.
+GET /chaos/stats reports counts by status, of broken
 streams, of actions and of continuations, the tokens billed (a success's
 usage, a cut stream's output delivered before the cut, nothing for a
 failure), and requests and tokens by X-Chaos-Tally header and model; POST

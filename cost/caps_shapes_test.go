@@ -1,0 +1,257 @@
+package cost_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"compress/zlib"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/chaos"
+	"github.com/rebound-go/rebound/cost"
+)
+
+// TestCapsHoldConcurrentCallsOfEveryShape sends 16 concurrent calls of one
+// request shape at a time through Transport, under a $1 cost.Limit, to
+// the chaos server, which bills each as the most generous server would
+// read it: the largest output cap it names in any spelling, every answer
+// it asks for, a Gemini thinking budget beyond the output cap, the
+// context the provider keeps. Every call is admitted or refused before
+// any is answered, as when a burst of calls arrives at once, so that what
+// the caps hold is all that stands between the burst and the bill. A
+// shape is priced so that one call costs about $0.25: the server's own
+// count of what it billed must stay within the cap, and at least one call
+// must have been answered.
+func TestCapsHoldConcurrentCallsOfEveryShape(t *testing.T) {
+	const (
+		seed   = 1
+		prompt = "Tell me of rivers."
+		calls  = 16
+		kept   = 100000 // the tokens of the context the provider keeps
+		capUSD = 1.0
+	)
+	t.Logf("chaos seed %d", seed)
+	answer := (len(chaos.AnswerText(seed, prompt)) + 3) / 4 // the tokens of the whole answer
+	chat := func(fields string) string {
+		return `{"model":"gpt-x",` + fields + `,"messages":[{"role":"user","content":"` + prompt + `"}]}`
+	}
+	gemini := func(fields string) string {
+		return `{` + fields + `,"contents":[{"role":"user","parts":[{"text":"` + prompt + `"}]}]}`
+	}
+	const (
+		chatPath      = "/v1/chat/completions"
+		responsesPath = "/v1/responses"
+		geminiPath    = "/v1beta/models/gem:generateContent"
+	)
+	a := fmt.Sprint(answer)
+	shapes := []struct {
+		name, profile, path, body string
+	}{
+		{"max_tokens and a larger max_completion_tokens", "openai", chatPath, chat(`"max_tokens":1,"max_completion_tokens":` + a)},
+		{"max_tokens named twice", "openai", chatPath, chat(`"max_tokens":` + a + `,"max_tokens":1`)},
+		{"MAX_TOKENS before max_tokens", "openai", chatPath, chat(`"MAX_TOKENS":` + a + `,"max_tokens":1`)},
+		{"candidate_count", "gemini", geminiPath, gemini(`"generationConfig":{"maxOutputTokens":` + a + `,"candidate_count":8}`)},
+		{"generation_config's max_output_tokens", "gemini", geminiPath, gemini(`"generationConfig":{"maxOutputTokens":1},"generation_config":{"max_output_tokens":` + a + `}`)},
+		{"thinkingBudget", "gemini", geminiPath, gemini(`"generationConfig":{"maxOutputTokens":` + a + `,"thinkingConfig":{"thinkingBudget":` + fmt.Sprint(8*answer) + `}}`)},
+		{"thinking_budget", "gemini", geminiPath, gemini(`"generation_config":{"max_output_tokens":` + a + `,"thinking_config":{"thinking_budget":` + fmt.Sprint(8*answer) + `}}`)},
+		{"cachedContent", "gemini", geminiPath, gemini(`"cachedContent":"cachedContents/c1","generationConfig":{"maxOutputTokens":` + a + `}`)},
+		{"cached_content", "gemini", geminiPath, gemini(`"cached_content":"cachedContents/c1","generationConfig":{"maxOutputTokens":` + a + `}`)},
+		{"a stored prompt", "openai", responsesPath, `{"model":"gpt-x","prompt":{"id":"pmpt_1"},"max_output_tokens":` + a + `,"input":"` + prompt + `"}`},
+	}
+	for _, sh := range shapes {
+		t.Run(sh.name, func(t *testing.T) {
+			srv, err := chaos.New(chaos.Config{Mode: chaos.ModeText, Seed: seed, Profile: sh.profile})
+			if err != nil {
+				t.Fatal(err)
+			}
+			send := func(rt http.RoundTripper, req *http.Request) (*http.Response, error) {
+				req.Header.Set(chaos.HeaderContextTokens, fmt.Sprint(kept))
+				return rt.RoundTrip(req)
+			}
+			// One call, uncapped, prices the shape: what it was billed is
+			// what each call will be.
+			direct := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				rec := httptest.NewRecorder()
+				srv.ServeHTTP(rec, req)
+				return rec.Result(), nil
+			})
+			req, _ := http.NewRequest("POST", "http://chaos.test"+sh.path, strings.NewReader(sh.body))
+			if _, err := send(direct, req); err != nil {
+				t.Fatal(err)
+			}
+			st := srv.Stats()
+			perToken := 0.25 / float64(st.InputTokens+st.OutputTokens) // dollars: a call costs $0.25
+			price := cost.Price{InputPerMillion: perToken * 1e6, OutputPerMillion: perToken * 1e6,
+				MaxOutputTokens: int64(answer), MaxInputTokens: kept}
+			srv.Reset()
+
+			// Every call is admitted or refused before any is answered.
+			var decided sync.WaitGroup
+			decided.Add(calls)
+			base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				decided.Done()
+				decided.Wait()
+				return direct(req)
+			})
+			tr := &rebound.Transport{Base: base, DisableRetryBudget: true}
+			run := &cost.Limit{USD: capUSD}
+			ctx := cost.WithCaps(t.Context(), cost.Table{"gpt-x": price, "gem": price}, run)
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			answered, refused := 0, 0
+			for range calls {
+				wg.Go(func() {
+					req, _ := http.NewRequestWithContext(ctx, "POST", "http://chaos.test"+sh.path, strings.NewReader(sh.body))
+					resp, err := send(tr, req)
+					var ce *cost.CapError
+					switch {
+					case errors.As(err, &ce):
+						mu.Lock()
+						refused++
+						mu.Unlock()
+						decided.Done()
+						return
+					case err != nil:
+						t.Error(err)
+						decided.Done()
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					mu.Lock()
+					answered++
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			st = srv.Stats()
+			billed := price.Of(cost.Usage{InputTokens: int64(st.InputTokens), OutputTokens: int64(st.OutputTokens)})
+			t.Logf("%d answered, %d refused: billed $%.4f (%.1f times the cap), the cap counted $%.4f", answered, refused, billed, billed/capUSD, run.Spent())
+			if billed > capUSD+1e-9 {
+				t.Errorf("the server billed $%.4f under a $%.2f cap", billed, capUSD)
+			}
+			if answered == 0 {
+				t.Errorf("no call answered: the caps refuse what they could hold")
+			}
+		})
+	}
+}
+
+// TestCapsReadEncodedBodies: a body encoded as HTTP allows (gzip, x-gzip,
+// deflate, several in turn) is read for what it asks, here eight answers
+// of 1000 tokens, $0.12, past a $0.05 cap.
+func TestCapsReadEncodedBodies(t *testing.T) {
+	const body = `{"model":"big","max_tokens":1000,"n":8,"messages":[{"role":"user","content":"Hi"}]}`
+	zip := func(data []byte) []byte {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		zw.Write(data)
+		zw.Close()
+		return buf.Bytes()
+	}
+	deflate := func(data []byte) []byte {
+		var buf bytes.Buffer
+		zw := zlib.NewWriter(&buf)
+		zw.Write(data)
+		zw.Close()
+		return buf.Bytes()
+	}
+	table := cost.Table{"big": {InputPerMillion: 3, OutputPerMillion: 15, MaxOutputTokens: 100}}
+	for _, c := range []struct {
+		encoding string
+		data     []byte
+	}{
+		{"gzip", zip([]byte(body))},
+		{"x-gzip", zip([]byte(body))},
+		{"deflate", deflate([]byte(body))},
+		{"gzip, deflate", deflate(zip([]byte(body)))},
+		{"identity, GZIP", zip([]byte(body))},
+	} {
+		sent := 0
+		tr := &rebound.Transport{Base: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			sent++
+			return jsonResponse(req, 200, answer(1, 1)), nil
+		})}
+		ctx := cost.WithCaps(t.Context(), table, &cost.Limit{USD: 0.05})
+		req, _ := http.NewRequestWithContext(ctx, "POST", "http://provider.test/v1/chat/completions", bytes.NewReader(c.data))
+		req.Header.Set("Content-Encoding", c.encoding)
+		_, err := tr.RoundTrip(req)
+		var ce *cost.CapError
+		if !errors.As(err, &ce) || sent != 0 || !near(ce.Need, 8000*15e-6+float64((len(body)+3)/4)*3e-6) {
+			t.Errorf("%s: %v after %d sent; want a *CapError for eight answers and nothing sent", c.encoding, err, sent)
+		}
+	}
+}
+
+// TestCapsRefuseBodiesTheyCannotRead: a body the caps cannot read (sent
+// once, unbuffered; encoded in a way they do not decode; broken in its
+// encoding) may ask for anything, so its attempt is refused with
+// ErrUnreadBody and nothing is sent.
+func TestCapsRefuseBodiesTheyCannotRead(t *testing.T) {
+	const body = `{"model":"big","max_tokens":1000,"n":128,"messages":[{"role":"user","content":"Hi"}]}`
+	for _, c := range []struct {
+		name     string
+		encoding string
+		data     []byte
+		reader   func([]byte) io.Reader
+	}{
+		{"sent once", "", []byte(body), func(b []byte) io.Reader { return io.MultiReader(bytes.NewReader(b)) }},
+		{"brotli", "br", []byte(body), nil},
+		{"an unknown coding after gzip", "gzip, zstd", []byte(body), nil},
+		{"not gzip", "gzip", []byte(body), nil},
+	} {
+		sent := 0
+		tr := &rebound.Transport{MaxBufferedBody: -1, Base: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			sent++
+			return jsonResponse(req, 200, answer(1, 1)), nil
+		})}
+		ctx := cost.WithCaps(t.Context(), prices, &cost.Limit{USD: 100})
+		var r io.Reader = bytes.NewReader(c.data)
+		if c.reader != nil {
+			r = c.reader(c.data)
+		}
+		req, _ := http.NewRequestWithContext(ctx, "POST", "http://provider.test/v1/chat/completions", r)
+		if c.encoding != "" {
+			req.Header.Set("Content-Encoding", c.encoding)
+		}
+		_, err := tr.RoundTrip(req)
+		if !errors.Is(err, cost.ErrUnreadBody) || sent != 0 {
+			t.Errorf("%s: %v after %d sent; want ErrUnreadBody and nothing sent", c.name, err, sent)
+		}
+	}
+}
+
+// TestCapsHoldTheDearestModelNamed: a body that names its model in keys a
+// server might each take for "model" is priced as the dearest of them,
+// and refused if one has no price.
+func TestCapsHoldTheDearestModelNamed(t *testing.T) {
+	const hold = 1000 * 15e-6 // "big"'s output; the input is a few tokens more
+	for _, c := range []struct {
+		body    string
+		noPrice bool
+	}{
+		{`{"Model":"big","model":"small","max_tokens":1000}`, false},
+		{`{"model":"big","model":"small","max_tokens":1000}`, false},
+		{`{"model":"small","MODEL":"unpriced","max_tokens":1000}`, true},
+	} {
+		tr := &rebound.Transport{Base: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			return jsonResponse(req, 200, answer(1, 1)), nil
+		})}
+		ctx := cost.WithCaps(t.Context(), prices, &cost.Limit{USD: hold})
+		_, err := post(t, ctx, tr, "/v1/chat/completions", c.body)
+		var ce *cost.CapError
+		switch {
+		case c.noPrice && !errors.Is(err, cost.ErrNoPrice):
+			t.Errorf("%s: %v, want ErrNoPrice", c.body, err)
+		case !c.noPrice && (!errors.As(err, &ce) || ce.Need <= hold):
+			t.Errorf("%s: %v, want a *CapError for big's price", c.body, err)
+		}
+	}
+}
