@@ -121,6 +121,7 @@ func TestForeignKeyIsReportedAway(t *testing.T) {
 				t.Error("a decision was shared on a key of another type")
 			}
 			h.check(t, "WRONGTYPE", false)
+			h.check(t, key, false) // which key, for the operator to find
 			if n := s.Stats().Errors; n != 1 {
 				t.Errorf("Stats().Errors = %d; want 1", n)
 			}

@@ -285,6 +285,9 @@ func (s *Store) runFor(ctx context.Context, timeout time.Duration, script *redis
 	defer cancel()
 	res, err := script.Run(ctx, s.client, keys, args...).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
+		if len(keys) > 0 {
+			err = fmt.Errorf("%w (key %s)", err, keys[0]) // for the operator to find a foreign key
+		}
 		return nil, s.noDecision(err)
 	}
 	s.cameBack()
