@@ -300,7 +300,7 @@ func TestBreakerLocalWhileRedisAway(t *testing.T) {
 
 	// The restarted Redis holds no state: shared, the breaker is closed.
 	srv.Start()
-	untilShared(t, func() bool {
+	eventually(t, "decisions shared again after Redis came back", func() bool {
 		p, err := b.Allow()
 		if err == nil && p&3 != permitLocal {
 			b.Done(p, rebound.OutcomeSuccess)
@@ -431,8 +431,12 @@ func TestBreakerReleasesLostProbe(t *testing.T) {
 		t.Fatalf("with Redis stalled: %x %v; want a local permit", p, err)
 	}
 	bs[0].Done(p, rebound.OutcomeSuccess)
-	time.Sleep(200 * time.Millisecond) // real time: Redis ran the lost Allow; RetryEvery passed
-	leases, err := cfg.Client.ZCard(t.Context(), bs[0].keys[2]).Result()
+	time.Sleep(cfg.RetryEvery) // real time: the store tries Redis again once RetryEvery has passed
+	var leases int64
+	eventually(t, "Redis, resumed, runs the lost Allow", func() bool {
+		leases, err = cfg.Client.ZCard(t.Context(), bs[0].keys[2]).Result()
+		return err != nil || leases > 0
+	})
 	if err != nil || leases != 1 {
 		t.Fatalf("the lost Allow left %d leases (%v); want the one it took", leases, err)
 	}

@@ -254,7 +254,7 @@ func TestCapKilledRedis(t *testing.T) {
 	srv.Start()
 	settle := func() int64 {
 		for _, c := range caps {
-			untilShared(t, func() bool {
+			eventually(t, "Redis heard back", func() bool {
 				h, err := c.Reserve(context.Background(), 0)
 				if err == nil {
 					h.Settle(0)

@@ -228,17 +228,17 @@ func childArg(args []string, name string) string {
 	return ""
 }
 
-// untilShared calls decide until it says its decision was shared, as it
-// must be once a Redis that was away answers again: the store tries it
-// again every RetryEvery, and go-redis dials a server that refused it
-// again within a second. Real time: a real server came back. The bound
-// only keeps a broken test from hanging; when shared decisions resume is
-// tested in virtual time (TestStoreWaitsForAStalledRedisNoLongerThanTimeout).
-func untilShared(t testing.TB, decide func() bool) {
+// eventually calls done until it reports true, as it must once what the
+// test waits for in real time has happened (a real server that came back
+// answering, and the store trying it again within RetryEvery; a resumed
+// one running what it was sent). The bound only keeps a broken test from
+// hanging: when shared decisions resume is tested in virtual time
+// (TestStoreWaitsForAStalledRedisNoLongerThanTimeout).
+func eventually(t testing.TB, what string, done func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !decide(); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); !done(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("decisions were not shared again after Redis came back")
+			t.Fatalf("never: %s", what)
 		}
 	}
 }

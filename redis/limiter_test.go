@@ -356,7 +356,7 @@ func TestLimiterWithoutRedis(t *testing.T) {
 	// find it takes the new server's burst, the other is then refused.
 	var allowed []bool
 	for _, l := range []*Limiter{a, b} {
-		untilShared(t, func() bool {
+		eventually(t, "decisions shared again after Redis came back", func() bool {
 			ok, _, err := l.decide(t.Context(), "allow", 1, -1)
 			if err == nil {
 				allowed = append(allowed, ok)

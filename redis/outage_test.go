@@ -110,7 +110,7 @@ func TestRedisKilledMidRun(t *testing.T) {
 	srv.Stop()
 	time.Sleep(time.Second)
 	srv.Start()
-	untilShared(t, func() bool {
+	eventually(t, "Redis heard back", func() bool {
 		changesMu.Lock()
 		defer changesMu.Unlock()
 		return len(changes) > 0 && changes[len(changes)-1] && !store.down.Load()

@@ -165,7 +165,7 @@ func TestRecordsWhileRedisIsAway(t *testing.T) {
 	}
 
 	srv.Start()
-	untilShared(t, func() bool {
+	eventually(t, "claims shared again after Redis came back", func() bool {
 		c, _ := a.Claim(ctx, "probe", time.Minute)
 		a.Release(ctx, "probe", c.Token)
 		return strings.HasPrefix(c.Token, sharedToken)

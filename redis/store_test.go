@@ -46,7 +46,7 @@ func TestStoreGoesAwayAndComesBack(t *testing.T) {
 		}
 	}
 	srv.Start()
-	untilShared(t, func() bool {
+	eventually(t, "decisions shared again after Redis came back", func() bool {
 		_, err := s.run(ctx, echo, nil, "x")
 		return err == nil
 	})
