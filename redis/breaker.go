@@ -107,14 +107,8 @@ func NewBreaker(s *Store, name string, cfg breaker.Config) *Breaker {
 	local := breaker.New(name, cfg)
 	cfg = local.Config()
 	// The three keys share a hash tag, so that a cluster keeps them in one
-	// slot. An empty name's tag would be {}, which a cluster does not take
-	// for a tag; its keys take a form no name's keys have (those go on
-	// with a brace).
-	tag := "{" + name + "}"
-	if name == "" {
-		tag = "-{-}"
-	}
-	ms := func(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
+	// slot.
+	tag := hashTag(name)
 	return &Breaker{
 		store: s, name: name, cfg: cfg, local: local, born: time.Now(),
 		keys: []string{s.key("breaker", tag), s.key("breaker", tag, "window"), s.key("breaker", tag, "probes")},
@@ -148,11 +142,12 @@ func (b *Breaker) Allow() (rebound.Permit, error) {
 		// did not try Redis): the script may yet run and lease a slot.
 		b.keep([]uint64{ticket})
 	}
-	r, ok := ints(res, 1)
-	if err != nil || !ok {
+	if err != nil {
 		return b.allowLocal()
 	}
+	r, ok := ints(res, 1)
 	switch {
+	case !ok:
 	case r[0] == allowFull:
 		return 0, &breaker.OpenError{Name: b.name, State: breaker.HalfOpen}
 	case r[0] == allowClosed && len(r) == 3:
@@ -170,7 +165,8 @@ func (b *Breaker) Allow() (rebound.Permit, error) {
 		}
 		return rebound.Permit(ticket<<2 | permitProbe), nil
 	}
-	return b.allowLocal() // an answer this version cannot read
+	b.store.unreadable(res)
+	return b.allowLocal()
 }
 
 // allowLocal asks the local breaker, Redis having given no answer.
@@ -206,8 +202,12 @@ func (b *Breaker) Done(p rebound.Permit, o rebound.Outcome) {
 		outcome = "failure"
 	}
 	res, err := b.run(doneScript, kind, id, outcome)
+	if err != nil {
+		return
+	}
 	r, ok := ints(res, 1)
-	if err != nil || !ok {
+	if !ok {
+		b.store.unreadable(res)
 		return
 	}
 	now := time.Now()

@@ -25,15 +25,14 @@ const fleetCooldown = 2 * time.Second
 
 func init() { children["breaker"] = breakerChild }
 
-// childStore is a child's Store on the parent's Redis and prefix, with a
-// timeout no busy machine reaches: these tests are of the shared state,
-// not of its loss.
+// childStore is a child's Store on the parent's Redis and prefix, with the
+// tests' patience: these tests are of the shared state, not of its loss.
 func childStore(args []string) (*Store, redis.UniversalClient, error) {
-	cfg, err := Open(childArg(args, "redis"))
+	cfg, err := open(childArg(args, "redis"))
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg.Prefix, cfg.Timeout = childArg(args, "prefix"), time.Second
+	cfg.Prefix = childArg(args, "prefix")
 	s, err := New(cfg)
 	return s, cfg.Client, err
 }

@@ -215,7 +215,7 @@ func (c *Cap) state() *capState {
 	if st == nil {
 		// One hash tag, so that a cluster keeps a period's keys in one
 		// slot.
-		k := c.store.key("cap", "{"+c.name+"}", name)
+		k := c.store.key("cap", hashTag(c.name), name)
 		st = &capState{keys: []string{k, k + ":leases"}}
 		c.periods[name] = st
 	}
@@ -322,12 +322,12 @@ func (c *Cap) decide(ctx context.Context, st *capState, mode string, need int64,
 
 	res, err := c.store.run(ctx, capScript, st.keys, args...)
 	r, ok := ints(res, 5)
+	if err == nil && (!ok || len(r) != 5) {
+		err = c.store.unreadable(res)
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if err != nil || !ok || len(r) != 5 {
-		if err == nil {
-			err = errBadAnswer
-		}
+	if err != nil {
 		st.settles = append(st.settles, items...)
 		return capAnswer{}, err
 	}

@@ -196,8 +196,9 @@ func TestCapKilledRedis(t *testing.T) {
 		killed  = make(chan struct{})
 		once    sync.Once
 	)
+	// Every replica is made before any spends: a replica made while the
+	// others spend could find Redis killed already.
 	var caps []*Cap
-	var wg sync.WaitGroup
 	prefix := ""
 	for i := range replicas {
 		cfg := testConfig(t, srv.URL())
@@ -205,13 +206,15 @@ func TestCapKilledRedis(t *testing.T) {
 			prefix = cfg.Prefix
 		}
 		cfg.Prefix = prefix // one cap, shared
-		cfg.Timeout, cfg.RetryEvery = 50*time.Millisecond, 20*time.Millisecond
+		cfg.RetryEvery = 20 * time.Millisecond
 		store, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := store.Cap("killed", CapConfig{USD: capUSD, Replicas: replicas})
-		caps = append(caps, c)
+		caps = append(caps, store.Cap("killed", CapConfig{USD: capUSD, Replicas: replicas}))
+	}
+	var wg sync.WaitGroup
+	for i, c := range caps {
 		for g := range 4 {
 			r := rand.New(rand.NewPCG(seed, uint64(i*10+g)))
 			wg.Go(func() {
@@ -251,19 +254,13 @@ func TestCapKilledRedis(t *testing.T) {
 	srv.Start()
 	settle := func() int64 {
 		for _, c := range caps {
-			for deadline := time.Now().Add(5 * time.Second); ; {
+			eventually(t, "Redis heard back", func() bool {
 				h, err := c.Reserve(context.Background(), 0)
 				if err == nil {
 					h.Settle(0)
 				}
-				if !c.store.down.Load() {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("Redis was not heard back")
-				}
-				time.Sleep(5 * time.Millisecond) // polling a server we started again
-			}
+				return !c.store.down.Load()
+			})
 		}
 		n, _ := caps[0].store.client.HGet(context.Background(), caps[0].state().keys[0], "spent").Int64()
 		return n

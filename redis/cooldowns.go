@@ -57,8 +57,14 @@ func (c *Cooldowns) Cooling(ctx context.Context, target string, now time.Time) b
 		return true
 	}
 	res, err := c.store.run(ctx, cooldownLeft, []string{c.store.key("cooldown", target)})
+	if err != nil {
+		return false
+	}
 	left, ok := res.(int64)
-	if err != nil || !ok || left <= 0 {
+	if !ok {
+		c.store.unreadable(res)
+	}
+	if left <= 0 {
 		return false
 	}
 	c.known.Start(ctx, target, now, time.Duration(left)*time.Millisecond)

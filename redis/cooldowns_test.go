@@ -30,8 +30,8 @@ func TestCooldownsShared(t *testing.T) {
 		t.Fatal("another replica does not see the cool-down")
 	}
 	left := cfg.Client.PTTL(ctx, cs[0].store.key("cooldown", "gpt-x")).Val()
-	if left <= 59*time.Minute || left > time.Hour {
-		t.Errorf("the cool-down ends in %v, want an hour", left)
+	if left < time.Hour-time.Since(now)-time.Millisecond || left > time.Hour {
+		t.Errorf("the cool-down ends in %v, %v after it started; want an hour after", left, time.Since(now))
 	}
 	// What a replica has learnt it answers without asking: the key gone
 	// (as if Redis had been emptied), it still knows.
@@ -49,25 +49,23 @@ func TestCooldownsShared(t *testing.T) {
 }
 
 // While Redis is away, the cool-downs a replica started itself still hold
-// there, and no decision waits longer than the timeout.
+// there. (How long a decision waits for Redis:
+// TestEveryPartWaitsForAStalledRedisNoLongerThanTimeout.)
 func TestCooldownsLocalWhileRedisAway(t *testing.T) {
 	srv := startRedis(t)
-	cfg := testConfig(t, srv.URL())
-	cfg.Timeout = 50 * time.Millisecond
-	s, err := New(cfg)
+	s, err := New(testConfig(t, srv.URL()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := NewCooldowns(s)
 	ctx, now := t.Context(), time.Now()
 	srv.Stop()
-	start := time.Now()
 	c.Start(ctx, "gpt-x", now, time.Hour)
 	if !c.Cooling(ctx, "gpt-x", now) || c.Cooling(ctx, "gpt-y", now) {
 		t.Error("with Redis away: want gpt-x, and only it, cooling down")
 	}
-	if d := time.Since(start); d > 2*cfg.Timeout+50*time.Millisecond {
-		t.Errorf("three decisions took %v with Redis away", d)
+	if !s.down.Load() {
+		t.Error("the store did not find Redis away")
 	}
 }
 

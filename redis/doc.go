@@ -13,14 +13,21 @@
 // milliseconds by default.
 //
 // A call is never held hostage by the store: no decision waits for Redis
-// longer than Config.Timeout. When Redis does not answer in
-// time, the part decides on local, in-memory state, exactly as the
-// in-memory part would; Config.OnChange hears once that Redis went away and
-// once that it is back. While it is away, decisions stay local without
-// trying it, except one every Config.RetryEvery, which brings the shared
-// state back as soon as Redis answers.
+// longer than Config.Timeout. When Redis does not answer in time, or
+// answers with an error rather than a decision (a key of another type
+// where one of this package's keys lives, a script it will not run, a
+// Redis out of memory or read-only), Redis is away: the part decides on
+// local, in-memory state, exactly as the in-memory part would;
+// Config.OnChange hears once that Redis went away, and why, and once that
+// it is back; Store.Stats counts the round trips that gave no decision.
+// While it is away, decisions stay local without trying it, except one
+// every Config.RetryEvery, which brings the shared state back as soon as
+// Redis answers.
 //
 // Keys start with Config.Prefix, so that services sharing a Redis keep
 // apart; every key expires by itself, so a part that stops leaves nothing
-// behind for long.
+// behind for long. The keys one decision touches (a Breaker's three, a
+// Cap's period's two) share a Redis Cluster hash tag made from the name:
+// {name}, with "{", "}" and "%" in the name escaped as %7B, %7D and %25,
+// and -{-} for the empty name, so that no name can split them over slots.
 package reboundredis

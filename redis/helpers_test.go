@@ -34,16 +34,38 @@ var runID = strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixN
 
 var stores atomic.Int64
 
+// patience bounds a round trip to Redis, and the dial of a connection, in
+// the tests: they are of the shared state, and a decision that timed out
+// would be made locally. On a machine that other test runs keep busy, a
+// local Redis has been seen to take over 100 ms to accept a connection and
+// over 200 ms to answer. How long a decision may wait is tested in virtual
+// time (stall_test.go), where no load can move it.
+const patience = 5 * time.Second
+
+// open is Open with the tests' patience: the same client, whose dial
+// waits as long as its decisions.
+func open(url string) (Config, error) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return Config{}, err
+	}
+	decisionOptions(opt)
+	opt.DialTimeout = patience
+	// One dial a decision, as with a production Timeout, which ends
+	// go-redis's backoff between dials (100 ms) before a second one.
+	opt.DialerRetries = 1
+	return Config{Client: redis.NewClient(opt), Timeout: patience}, nil
+}
+
 // testConfig returns a Config on the test Redis with a prefix unique to
 // the run and the test; every key under it is deleted when the test ends.
 func testConfig(t testing.TB, url string) Config {
 	t.Helper()
-	cfg, err := Open(url)
+	cfg, err := open(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.Prefix = fmt.Sprintf("rebound-test:%s:%d:", runID, stores.Add(1))
-	cfg.Timeout = 250 * time.Millisecond // the race detector and a shared machine are slow; the fault tests set their own
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := cfg.Client.Ping(ctx).Err(); err != nil {
@@ -204,4 +226,19 @@ func childArg(args []string, name string) string {
 		}
 	}
 	return ""
+}
+
+// eventually calls done until it reports true, as it must once what the
+// test waits for in real time has happened (a real server that came back
+// answering, and the store trying it again within RetryEvery; a resumed
+// one running what it was sent). The bound only keeps a broken test from
+// hanging: when shared decisions resume is tested in virtual time
+// (TestStoreWaitsForAStalledRedisNoLongerThanTimeout).
+func eventually(t testing.TB, what string, done func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !done(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+	}
 }

@@ -3,7 +3,6 @@ package reboundredis
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"math"
 	"net/http"
 	"sync/atomic"
@@ -22,10 +21,6 @@ import (
 // holding more than the limit there (see Limiter): a call late by d can
 // join a 60 s window at the provider whose slots spanned 60 s + d.
 const arrivalMargin = 500 * time.Millisecond
-
-// errBadAnswer is the error of an answer of the script that is not a
-// decision; it cannot come from the script as written.
-var errBadAnswer = errors.New("reboundredis: the limit script's answer is not a decision")
 
 // Limiter paces the calls of every replica to one target (a provider
 // organisation's key, a model) to requests- and tokens-per-minute limits
@@ -207,13 +202,11 @@ func (l *Limiter) decide(ctx context.Context, mode string, tokens int, most time
 	args = append(args, learn...)
 	res, err := l.store.run(ctx, limitScript, l.keys, args...)
 	if err != nil {
-		// Redis away, or an answer that is not a decision (a full memory,
-		// a key of another type): this process decides.
-		return false, 0, err
+		return false, 0, err // Redis away: this process decides
 	}
 	v, isInt := res.(int64)
 	if !isInt || v < 0 {
-		return false, 0, errBadAnswer
+		return false, 0, l.store.unreadable(res)
 	}
 	l.learned.Store(v&2 != 0)
 	return v&1 != 0, time.Duration(v>>2) * time.Microsecond, nil

@@ -16,32 +16,23 @@ import (
 
 // TestRedisKilledMidRun runs every shared part on a Redis that is killed
 // mid-run and started again: no caller sees an error that local state
-// would not give, no decision waits for Redis longer than the timeout, and
-// shared decisions resume within a second of Redis's return.
+// would not give, OnChange hears Redis go and come back, and decisions
+// are shared again once it is. (How long a decision waits for Redis, and
+// how soon shared decisions resume, is tested in virtual time, where no
+// load on the machine moves it: TestStoreWaitsForAStalledRedisNoLongerThanTimeout,
+// TestEveryPartWaitsForAStalledRedisNoLongerThanTimeout.)
 func TestRedisKilledMidRun(t *testing.T) {
 	srv := startRedis(t)
 	cfg := testConfig(t, srv.URL())
-	// The timeout is wider than the 5 ms default: under the race detector
-	// on a shared machine a live Redis's answer takes that long at times,
-	// and this test must tell a slow answer from a dead server's.
-	cfg.Timeout, cfg.RetryEvery = 25*time.Millisecond, 100*time.Millisecond
-	// OnChange may hear more than one going and coming: under the race
-	// detector a live Redis's answer is now and then later than the
-	// timeout, and a late answer is treated as an absence. What must
-	// hold is that Redis, once started again, is heard back.
+	cfg.RetryEvery = 100 * time.Millisecond
 	var (
-		changesMu sync.Mutex // guards ups and downs
-		ups       []time.Time
-		downs     int
+		changesMu sync.Mutex // guards changes
+		changes   []bool
 	)
 	cfg.OnChange = func(up bool, err error) {
 		changesMu.Lock()
 		defer changesMu.Unlock()
-		if up {
-			ups = append(ups, time.Now())
-		} else {
-			downs++
-		}
+		changes = append(changes, up)
 	}
 	store, err := New(cfg)
 	if err != nil {
@@ -65,17 +56,13 @@ func TestRedisKilledMidRun(t *testing.T) {
 
 	const workers = 4
 	var (
-		mu      sync.Mutex // guards slowest and errs
-		slowest time.Duration
-		errs    []string
+		mu   sync.Mutex // guards errs
+		errs []string
 	)
 	decide := func(what string, f func() error) {
-		start := time.Now()
 		err := f()
-		d := time.Since(start)
 		mu.Lock()
 		defer mu.Unlock()
-		slowest = max(slowest, d)
 		if err != nil && len(errs) < 10 {
 			errs = append(errs, what+": "+err.Error())
 		}
@@ -122,10 +109,12 @@ func TestRedisKilledMidRun(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	srv.Stop()
 	time.Sleep(time.Second)
-	restarting := time.Now()
 	srv.Start()
-	started := time.Now()
-	time.Sleep(1500 * time.Millisecond)
+	eventually(t, "Redis heard back", func() bool {
+		changesMu.Lock()
+		defer changesMu.Unlock()
+		return len(changes) > 0 && changes[len(changes)-1] && !store.down.Load()
+	})
 	close(stop)
 	wg.Wait()
 
@@ -135,29 +124,13 @@ func TestRedisKilledMidRun(t *testing.T) {
 	if int(actions.Load()) != int(calls.Load()) {
 		t.Errorf("%d calls made %d actions", calls.Load(), actions.Load())
 	}
-	// A decision may also wait for the scheduler on a busy machine; what
-	// it must not do is wait for Redis past the timeout more than once.
-	if limit := 2*cfg.Timeout + 100*time.Millisecond; slowest > limit {
-		t.Errorf("the slowest decision took %v, beyond %v", slowest, limit)
-	}
 	changesMu.Lock()
 	defer changesMu.Unlock()
-	var back time.Time // the first time Redis was heard back after it started again
-	for _, at := range ups {
-		if at.After(restarting) {
-			back = at
-			break
-		}
+	// More than one going and coming is possible: a decision refused
+	// just before Redis listened again may be told so after another found
+	// it back.
+	if len(changes) < 2 || changes[0] {
+		t.Errorf("OnChange heard %v; want Redis gone, then back", changes)
 	}
-	if downs == 0 || back.IsZero() {
-		t.Fatalf("OnChange heard Redis go %d times and come back at %v, want it gone and back", downs, ups)
-	}
-	// Redis answers a little before Start returns, and a decision may
-	// find it then: a resumption "before" started is one at once.
-	resumed := max(back.Sub(started), 0)
-	if resumed > time.Second {
-		t.Errorf("shared decisions resumed %v after Redis came back, want within 1 s", resumed)
-	}
-	t.Logf("%d rounds of decisions by %d workers; the slowest decision took %v; shared again %v after Redis's return",
-		calls.Load(), workers, slowest, resumed.Round(time.Millisecond))
+	t.Logf("%d rounds of decisions by %d workers; %d round trips to Redis gave no decision", calls.Load(), workers, store.Stats().Errors)
 }

@@ -34,7 +34,7 @@ func actors(rs []*Records, lease time.Duration, out string, actions *atomic.Int6
 func TestRecordsRedisRestartMidCall(t *testing.T) {
 	srv := startRedis(t)
 	cfg := testConfig(t, srv.URL())
-	cfg.Timeout, cfg.RetryEvery = 25*time.Millisecond, 50*time.Millisecond
+	cfg.RetryEvery = 50 * time.Millisecond
 	var actions atomic.Int64
 	release := make(chan struct{})
 	regs := make([]*tool.Registry, 2)
@@ -90,14 +90,14 @@ func TestRecordsRenewalAfterRestart(t *testing.T) {
 }
 
 // TestRecordsLargeOutput: a record of an output up to MaxOutput is written
-// and read within a timeout that grows with it; a longer one is recorded
-// as made without its output, and a repeat fails saying so instead of
-// making the call again. Redis is never taken to be away.
+// and read; a longer one is recorded as made without its output, and a
+// repeat fails saying so instead of making the call again. Redis is never
+// taken to be away. (The timeout of a round trip that carries a record
+// grows with it: TestRecordsPayloadTimeoutGrowsWithTheRecord.)
 func TestRecordsLargeOutput(t *testing.T) {
 	for _, size := range []int{512 << 10, 8 << 20} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			cfg := testConfig(t, redisURL())
-			cfg.Timeout = DefaultTimeout
 			var downs atomic.Int32
 			var why atomic.Value
 			cfg.OnChange = func(up bool, err error) {
@@ -151,7 +151,9 @@ func TestRecordsOutputNotUTF8(t *testing.T) {
 func TestRecordsStalledClaim(t *testing.T) {
 	srv := startRedis(t)
 	cfg := testConfig(t, srv.URL())
-	cfg.Timeout, cfg.RetryEvery = 25*time.Millisecond, 50*time.Millisecond
+	// A live Redis answers well within the Timeout, however busy the
+	// machine; the stalled one makes the claim wait it out.
+	cfg.Timeout, cfg.RetryEvery = time.Second, 50*time.Millisecond
 	var actions atomic.Int64
 	regs := actors(recordReplicas(t, cfg, 2), 2*time.Second, "done", &actions)
 	regs[1].Wait = 300 * time.Millisecond

@@ -114,13 +114,13 @@ func TestRecordsLeaseExpiry(t *testing.T) {
 }
 
 // TestRecordsWhileRedisIsAway: claims are decided on each replica's own
-// records, within the Store's timeout; those records still answer the
-// replica's repeats when Redis is back, and so does a record that could
-// not be shared.
+// records; those records still answer the replica's repeats when Redis is
+// back, and so does a record that could not be shared. (How long a claim
+// waits for Redis: TestEveryPartWaitsForAStalledRedisNoLongerThanTimeout.)
 func TestRecordsWhileRedisIsAway(t *testing.T) {
 	srv := startRedis(t)
 	cfg := testConfig(t, srv.URL())
-	cfg.Timeout, cfg.RetryEvery = 50*time.Millisecond, 100*time.Millisecond
+	cfg.RetryEvery = 100 * time.Millisecond
 	rs := recordReplicas(t, cfg, 2)
 	a, b := rs[0], rs[1]
 	ctx := context.Background()
@@ -133,13 +133,9 @@ func TestRecordsWhileRedisIsAway(t *testing.T) {
 	srv.Stop()
 	decide := func(r *Records, key string) tool.Claim {
 		t.Helper()
-		start := time.Now()
 		c, err := r.Claim(ctx, key, time.Minute)
 		if err != nil {
 			t.Fatalf("a claim while Redis is away: %v", err)
-		}
-		if d := time.Since(start); d > cfg.Timeout+50*time.Millisecond {
-			t.Errorf("a claim waited %v for a Redis that is gone", d)
 		}
 		return c
 	}
@@ -169,14 +165,11 @@ func TestRecordsWhileRedisIsAway(t *testing.T) {
 	}
 
 	srv.Start()
-	deadline := time.Now().Add(time.Second + cfg.RetryEvery)
-	for c, _ := a.Claim(ctx, "probe", time.Minute); !strings.HasPrefix(c.Token, sharedToken); c, _ = a.Claim(ctx, "probe", time.Minute) {
-		if time.Now().After(deadline) {
-			t.Fatal("shared claims did not resume within a second of Redis's return")
-		}
+	eventually(t, "claims shared again after Redis came back", func() bool {
+		c, _ := a.Claim(ctx, "probe", time.Minute)
 		a.Release(ctx, "probe", c.Token)
-		time.Sleep(10 * time.Millisecond) // real time: a real server came back
-	}
+		return strings.HasPrefix(c.Token, sharedToken)
+	})
 	if c, _ := a.Claim(ctx, "local", time.Minute); c.Record == nil || c.Record.Output != "local" {
 		t.Fatalf("a record made while Redis was away was forgotten: %+v", c)
 	}

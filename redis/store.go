@@ -31,7 +31,10 @@ type Config struct {
 	// context's deadline (redis.Options.ContextTimeoutEnabled), or a
 	// Redis that stops answering could hold a call: Open sets it.
 	Client redis.UniversalClient
-	// Prefix starts every key. Zero means DefaultPrefix ("rebound:").
+	// Prefix starts every key. Zero means DefaultPrefix ("rebound:"). A
+	// prefix may hold a hash tag of its own ("app{1}:"), which puts every
+	// key in one cluster slot; New refuses one whose first "{" is followed
+	// at once by "}", which would spread a decision's keys over slots.
 	Prefix string
 	// Timeout bounds each decision's round trip to Redis; past it, local
 	// state decides. Zero means DefaultTimeout (5 ms).
@@ -39,10 +42,20 @@ type Config struct {
 	// RetryEvery is how often, while Redis is away, one decision tries it
 	// again. Zero means DefaultRetryEvery (250 ms).
 	RetryEvery time.Duration
-	// OnChange, if set, is called once when Redis stops answering (up is
-	// false, err says why) and once when it answers again. It must not
-	// block.
+	// OnChange, if set, is called once when Redis goes away (up is false,
+	// err says why: no answer in time, or an error reply that is not a
+	// decision) and once when it answers again. It must not block.
 	OnChange func(up bool, err error)
+}
+
+// Stats are what a Store has met since it was made.
+type Stats struct {
+	// Errors counts the round trips to Redis that gave no decision: Redis
+	// did not answer within the Timeout, or answered with an error (a key
+	// of another type where this package's key lives, a script it will
+	// not run, a Redis out of memory or read-only). Each took Redis for
+	// away, and the part that asked decided on local state.
+	Errors uint64
 }
 
 // Store is a connection to the shared state, used by every part of this
@@ -54,8 +67,9 @@ type Store struct {
 	retryEvery time.Duration
 	onChange   func(bool, error)
 
-	down    atomic.Bool  // Redis did not answer the last decision; changed under mu
-	retryAt atomic.Int64 // while down: when (unix ns) a decision may try it again
+	down    atomic.Bool   // Redis did not answer the last decision; changed under mu
+	retryAt atomic.Int64  // while down: when (unix ns) a decision may try it again
+	errs    atomic.Uint64 // Stats.Errors
 
 	mu sync.Mutex // serialises changes of down and their reports
 }
@@ -78,6 +92,12 @@ func Open(url string) (Config, error) {
 		}
 		return Config{}, errors.New("reboundredis: " + msg)
 	}
+	decisionOptions(opt)
+	return Config{Client: redis.NewClient(opt)}, nil
+}
+
+// decisionOptions sets opt for decisions made in milliseconds.
+func decisionOptions(opt *redis.Options) {
 	opt.ContextTimeoutEnabled = true
 	opt.DialTimeout = 100 * time.Millisecond
 	opt.MaxRetries = -1 // a retry would overrun the decision's timeout
@@ -86,7 +106,6 @@ func Open(url string) (Config, error) {
 	// them races when several connections open at once, as Warm opens
 	// them: a store deciding in milliseconds is better without them.
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	return Config{Client: redis.NewClient(opt)}, nil
 }
 
 // New returns a Store for cfg.
@@ -99,6 +118,9 @@ func New(cfg Config) (*Store, error) {
 	}
 	if cfg.Timeout < 0 || cfg.RetryEvery < 0 {
 		return nil, fmt.Errorf("reboundredis: negative Timeout (%v) or RetryEvery (%v)", cfg.Timeout, cfg.RetryEvery)
+	}
+	if i := strings.IndexByte(cfg.Prefix, '{'); i >= 0 && strings.HasPrefix(cfg.Prefix[i:], "{}") {
+		return nil, fmt.Errorf("reboundredis: Config.Prefix %q opens an empty hash tag (\"{}\"): a cluster would hash each key whole and spread a decision's keys over slots", cfg.Prefix)
 	}
 	s := &Store{client: cfg.Client, prefix: cfg.Prefix, timeout: cfg.Timeout, retryEvery: cfg.RetryEvery, onChange: cfg.OnChange}
 	if s.prefix == "" {
@@ -205,6 +227,28 @@ func boundsByContext(c redis.UniversalClient) bool {
 	return true
 }
 
+// Stats returns what the store has met since it was made.
+func (s *Store) Stats() Stats {
+	return Stats{Errors: s.errs.Load()}
+}
+
+// tagEscaper escapes the bytes of a name that would end a hash tag early
+// or open another ({ and }), and the escape itself, so that escaping stays
+// one-to-one.
+var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
+// hashTag returns name as the hash tag of the keys one decision touches:
+// a Redis Cluster keeps every key whose first {…} is the same in one slot,
+// so that one script may use them all. A name without braces or % is its
+// own tag, as in earlier versions; the empty name, whose {} a cluster
+// would not take for a tag, is -{-}, which no other name's tag is.
+func hashTag(name string) string {
+	if name == "" {
+		return "-{-}"
+	}
+	return "{" + tagEscaper.Replace(name) + "}"
+}
+
 // key returns the key of name under the store's prefix.
 func (s *Store) key(parts ...string) string {
 	k := s.prefix
@@ -219,9 +263,11 @@ func (s *Store) key(parts ...string) string {
 
 // run runs a script with the store's timeout, unless Redis is known to be
 // away and it is not yet time to try it again; then it returns
-// ErrUnavailable at once. A failure to answer marks Redis away; an answer
-// marks it back. Errors of the script itself (redis.Nil included) are
-// answers.
+// ErrUnavailable at once. An answer marks Redis back. Anything else marks
+// it away, and is counted: no answer in time, and every error reply, which
+// this package's scripts never give as a decision (a key of another type,
+// a script Redis will not run, a Redis that cannot write). Only redis.Nil,
+// a script's empty answer, is an answer.
 func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
 	return s.runFor(ctx, s.timeout, script, keys, args...)
 }
@@ -238,38 +284,36 @@ func (s *Store) runFor(ctx context.Context, timeout time.Duration, script *redis
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	res, err := script.Run(ctx, s.client, keys, args...).Result()
-	if err != nil && !isAnswer(err) {
-		s.wentAway(err)
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	if err != nil && !errors.Is(err, redis.Nil) {
+		if len(keys) > 0 {
+			err = fmt.Errorf("%w (key %s)", err, keys[0]) // for the operator to find a foreign key
+		}
+		return nil, s.noDecision(err)
 	}
 	s.cameBack()
 	return res, err
 }
 
-// isAnswer reports whether err is Redis's answer to the script, rather
-// than a failure to reach it or a Redis that cannot serve: a Redis out of
-// memory, read-only, busy with another script or loading its data is away
-// for this decision, as a dead one is.
-func isAnswer(err error) bool {
-	if err == redis.Nil {
-		return true
+// unreadable is what a part calls on an answer of a script that is not a
+// decision: none of this package's scripts gives one, so something stands
+// between this process and Redis, or runs the scripts otherwise. It is
+// away, as an error reply is. It returns the error the part decides
+// locally on.
+func (s *Store) unreadable(res any) error {
+	answer := fmt.Sprintf("%#v", res)
+	if len(answer) > 100 {
+		answer = answer[:100] + "…"
 	}
-	var re redis.Error
-	if !errors.As(err, &re) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	msg := re.Error()
-	for _, prefix := range cannotServe {
-		if strings.HasPrefix(msg, prefix) {
-			return false
-		}
-	}
-	return true
+	return s.noDecision(errors.New("reboundredis: an answer that is not a decision: " + answer))
 }
 
-// cannotServe are the prefixes of the errors of a Redis that is up but
-// cannot serve a script that writes.
-var cannotServe = []string{"OOM", "READONLY", "BUSY", "LOADING", "MASTERDOWN", "NOREPLICAS", "CLUSTERDOWN", "TRYAGAIN", "MISCONF"}
+// noDecision counts a round trip that gave no decision, and marks Redis
+// away for it.
+func (s *Store) noDecision(err error) error {
+	s.errs.Add(1)
+	s.wentAway(err)
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
 
 // wentAway and cameBack move the store between "Redis answers" and
 // "Redis is away"; the move and its report happen under mu, so that
