@@ -3,6 +3,7 @@ package reboundbolt
 import (
 	"container/heap"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -109,10 +110,10 @@ func (j *Journal) write() {
 		}
 		switch r.kind {
 		case kindPrepare:
-			r.done <- j.prepare(r)
+			r.done <- j.guard(func() error { return j.prepare(r) })
 			continue
 		case kindClose:
-			r.done <- j.closeRun()
+			r.done <- j.guard(j.closeRun)
 			return
 		}
 		group := append(j.w.group[:0], r)
@@ -164,21 +165,23 @@ func (j *Journal) update(group []*request) error {
 	if err != nil {
 		return fmt.Errorf("reboundbolt: %s: %w", j.path, err)
 	}
-	items, outcomes := tx.Bucket(itemsBucket), tx.Bucket(outcomesBucket)
-	for _, r := range group {
-		if r.kind == kindClaim {
-			err = j.applyClaim(items, r)
-		} else {
-			err = j.applyRecord(items, outcomes, r)
+	err = j.guard(func() error {
+		items, outcomes := tx.Bucket(itemsBucket), tx.Bucket(outcomesBucket)
+		for _, r := range group {
+			var err error
+			if r.kind == kindClaim {
+				err = j.applyClaim(items, r)
+			} else {
+				err = j.applyRecord(items, outcomes, r)
+			}
+			if err != nil {
+				return err
+			}
 		}
-		if err != nil {
-			break
-		}
-	}
-	if err == nil {
-		err = tx.Commit()
-	} else {
-		tx.Rollback()
+		return tx.Commit()
+	})
+	if err != nil && tx.DB() != nil { // neither committed nor rolled back by a failed commit
+		j.guard(tx.Rollback)
 	}
 	if cap(w.buf) > 4*maxGroupBytes {
 		w.buf = nil // after a group of huge bodies
@@ -187,6 +190,9 @@ func (j *Journal) update(group []*request) error {
 		j.rollback()
 		for _, r := range group {
 			r.claims = nil
+		}
+		if errors.Is(err, ErrCorrupt) {
+			return err
 		}
 		return fmt.Errorf("reboundbolt: %s: %w", j.path, err)
 	}

@@ -272,6 +272,11 @@ func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 
 	j, err := openJournal(ctx, f.journal, reboundpg.Config{Batch: f.name, Schema: f.schema, Lease: f.lease}, false)
+	if errors.Is(err, reboundbolt.ErrCorrupt) {
+		// What it recorded is lost but for the output files of the runs
+		// before; a new journal sends everything again.
+		return fail("%v; move it aside to start the batch afresh", err)
+	}
 	if err != nil {
 		return fail("%v", err)
 	}
