@@ -207,3 +207,36 @@ func useDamaged(path string, readOnly bool) (err error) {
 	j.Outcomes(ctx, func(batch.Outcome) error { return nil })
 	return nil
 }
+
+// TestAFileCutUnderTheJournal cuts the file of an open journal, as another
+// program might: bbolt's reads of it fault. The journal's methods return
+// ErrCorrupt from then on, without a crash and without waiting on the
+// locks bbolt may hold, and Close returns.
+func TestAFileCutUnderTheJournal(t *testing.T) {
+	ctx := context.Background()
+	j, path := newJournal(t, Config{})
+	in := damagedInput()
+	if err := j.Prepare(ctx, in, batch.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := j.Claim(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	err = j.Record(ctx, []batch.Outcome{{ID: claims[0].ID, State: batch.Succeeded, Body: []byte("ok")}})
+	if !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Record on a file cut short: %v; want ErrCorrupt", err)
+	}
+	if _, err := j.Claim(ctx, 1); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Claim after: %v; want ErrCorrupt", err)
+	}
+	if err := j.Outcomes(ctx, func(batch.Outcome) error { return nil }); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Outcomes after: %v; want ErrCorrupt", err)
+	}
+	if err := j.Close(); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Close: %v; want ErrCorrupt", err)
+	}
+}

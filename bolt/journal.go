@@ -86,6 +86,7 @@ type Journal struct {
 	run    *run         // guarded by mu; set by Prepare
 	counts batch.Counts // guarded by mu; the committed counts, once run is set
 	closed bool         // guarded by mu
+	broken error        // guarded by mu: bbolt panicked, and may hold its locks: it is not called again
 
 	w writer // owned by the writer goroutine
 }
@@ -130,7 +131,9 @@ func Open(path string, cfg Config) (*Journal, error) {
 	}
 	j := &Journal{db: db, path: path, readOnly: cfg.ReadOnly}
 	if err := j.init(); err != nil {
-		db.Close()
+		if j.brokenErr() == nil {
+			db.Close()
+		}
 		return nil, err
 	}
 	if !j.readOnly {
@@ -459,6 +462,12 @@ func (j *Journal) Close() error {
 			j.closeErr = <-r.done
 			<-j.done
 		}
+		if err := j.brokenErr(); err != nil {
+			// bbolt's Close would wait for the locks it may hold: the
+			// file and its map are let go when the process ends.
+			j.closeErr = err
+			return
+		}
 		if err := j.db.Close(); err != nil && j.closeErr == nil {
 			j.closeErr = fmt.Errorf("reboundbolt: %s: %w", j.path, err)
 		}
@@ -497,6 +506,9 @@ func (j *Journal) view(fn func(*bolt.Tx) error) error {
 	if closed {
 		return errClosed
 	}
+	if err := j.brokenErr(); err != nil {
+		return err
+	}
 	err := j.guard(func() error { return j.db.View(fn) })
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
 		return errClosed
@@ -507,8 +519,10 @@ func (j *Journal) view(fn func(*bolt.Tx) error) error {
 // guard calls fn, which reads the file through bbolt, and turns a panic of
 // bbolt's into ErrCorrupt. Open checked every page, so bbolt panics only
 // on a file changed under the journal, or on a page that the disk cannot
-// read: a fault in its memory map, which SetPanicOnFault makes a panic. A
-// panic of a caller's function that fn calls goes on (callerPanic).
+// read: a fault in its memory map, which SetPanicOnFault makes a panic.
+// bbolt may then hold its locks, so the journal is broken: it fails from
+// then on without calling bbolt. A panic of a caller's function that fn
+// calls goes on (callerPanic).
 func (j *Journal) guard(fn func() error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
@@ -517,10 +531,20 @@ func (j *Journal) guard(fn func() error) (err error) {
 		case callerPanic:
 			panic(r.value)
 		default:
-			err = j.corrupt("%v", r)
+			err = j.corrupt("a page could not be read (the file changed while in use, or the disk failed): %v", r)
+			j.mu.Lock()
+			j.broken = err
+			j.mu.Unlock()
 		}
 	}()
 	return fn()
+}
+
+// brokenErr returns the error that broke the journal, if one has.
+func (j *Journal) brokenErr() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.broken
 }
 
 // callerPanic carries a panic of a caller's function through guard.

@@ -108,6 +108,13 @@ func (j *Journal) write() {
 		if r == nil {
 			r = <-j.reqs
 		}
+		if err := j.brokenErr(); err != nil {
+			r.done <- err
+			if r.kind == kindClose {
+				return
+			}
+			continue
+		}
 		switch r.kind {
 		case kindPrepare:
 			r.done <- j.guard(func() error { return j.prepare(r) })
@@ -146,7 +153,7 @@ func (j *Journal) write() {
 // in its own, so that one request's failure is not the others'.
 func (j *Journal) commit(group []*request) {
 	err := j.update(group)
-	if err == nil || len(group) == 1 {
+	if err == nil || len(group) == 1 || j.brokenErr() != nil {
 		for _, r := range group {
 			r.done <- err
 		}
@@ -161,11 +168,12 @@ func (j *Journal) update(group []*request) error {
 	w := &j.w
 	w.undo = w.undo[:0]
 	w.buf = w.buf[:0]
-	tx, err := j.db.Begin(true)
-	if err != nil {
-		return fmt.Errorf("reboundbolt: %s: %w", j.path, err)
-	}
-	err = j.guard(func() error {
+	var tx *bolt.Tx
+	err := j.guard(func() error {
+		var err error
+		if tx, err = j.db.Begin(true); err != nil {
+			return err
+		}
 		items, outcomes := tx.Bucket(itemsBucket), tx.Bucket(outcomesBucket)
 		for _, r := range group {
 			var err error
@@ -180,7 +188,7 @@ func (j *Journal) update(group []*request) error {
 		}
 		return tx.Commit()
 	})
-	if err != nil && tx.DB() != nil { // neither committed nor rolled back by a failed commit
+	if err != nil && tx != nil && tx.DB() != nil { // neither committed nor rolled back by a failed commit
 		j.guard(tx.Rollback)
 	}
 	if cap(w.buf) > 4*maxGroupBytes {
