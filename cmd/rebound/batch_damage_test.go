@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -79,4 +81,89 @@ func TestBatchRefusesADamagedJournal(t *testing.T) {
 func firstLines(s string, n int) string {
 	lines := strings.SplitAfter(s, "\n")
 	return strings.Join(lines[:min(n, len(lines))], "")
+}
+
+// TestBatchKeepsTheAnswersItCannotRecord cuts the journal's file while a
+// run (a process of its own) has requests in flight, as another program
+// might: the answers that come after are not lost but kept in a file
+// beside the output, and the run exits 1. Run again with the journal moved
+// aside, the command records the kept answers first, sends them no more,
+// and removes the file.
+func TestBatchKeepsTheAnswersItCannotRecord(t *testing.T) {
+	dir := t.TempDir()
+	in, out := writeInput(t, dir, 200), filepath.Join(dir, "out.jsonl")
+	journal, kept := out+".journal", filepath.Join(dir, "out.unrecorded.jsonl")
+	arrived := &arrivals{}
+	up := &upstream{h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived.arrived()
+		if arrived.count() == 80 { // with 7 more in flight
+			if err := os.Truncate(journal, 0); err != nil {
+				t.Error(err)
+			}
+		}
+		w.Write([]byte(`{"choices":[{"message":{"content":"ok"}}]}`))
+	})}
+	hs := httptest.NewServer(up)
+	defer hs.Close()
+	args := []string{"batch", in, "--out", out, "--base-url", hs.URL, "--concurrency", "8"}
+	cmd := commandProcess(t, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.Run()
+	if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(stderr.String(), "kept in "+kept) {
+		t.Fatalf("the run whose journal was cut: exit %d, stderr %q; want exit 1, and the answers kept in %s", code, firstLines(stderr.String(), 8), kept)
+	}
+	first := up.take()
+	keptIDs := map[string]bool{}
+	b, err := os.ReadFile(kept)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
+		var a keptAnswer
+		if err := json.Unmarshal([]byte(line), &a); err != nil || a.State != "succeeded" || !strings.Contains(string(a.Body), `"ok"`) {
+			t.Errorf("kept %q: %v; want an answer, body and all", line, err)
+		}
+		keptIDs[a.CustomID] = true
+	}
+	if len(keptIDs) == 0 || len(first) >= 200 {
+		t.Errorf("%d answers kept, %d ids sent; want the run stopped, keeping the answers in flight", len(keptIDs), len(first))
+	}
+
+	if err := os.Rename(journal, journal+".damaged"); err != nil {
+		t.Fatal(err)
+	}
+	code, report, stderrText := batchJSON(t, args[1:]...)
+	second := up.take()
+	for id := range keptIDs {
+		if second[id] > 0 {
+			t.Errorf("%s, whose answer was kept, was sent again", id)
+		}
+	}
+	if code != 0 || report.Journaled.Succeeded != 200 || !strings.Contains(stderrText, fmt.Sprintf("recorded the %d answers kept", len(keptIDs))) {
+		t.Errorf("the run after: exit %d, %+v, stderr %q; want all 200 succeeded, the kept answers recorded", code, report.Journaled, stderrText)
+	}
+	if _, err := os.Stat(kept); !os.IsNotExist(err) {
+		t.Errorf("%s is still there after its answers were recorded: %v", kept, err)
+	}
+	t.Logf("%d ids sent before the cut and after, %d answers kept; %d sent by the next run", len(first), len(keptIDs), len(second))
+}
+
+// TestBatchRefusesAnotherInputsKeptAnswers: answers kept by a run of
+// another input are not recorded as this input's: the run stops before it
+// sends anything.
+func TestBatchRefusesAnotherInputsKeptAnswers(t *testing.T) {
+	up := &upstream{h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{}`)) })}
+	hs := httptest.NewServer(up)
+	defer hs.Close()
+	dir := t.TempDir()
+	in, out := writeInput(t, dir, 3), filepath.Join(dir, "out.jsonl")
+	kept := `{"input_digest":"sha256:another","custom_id":"req-0","state":"succeeded","body":"e30="}` + "\n"
+	if err := os.WriteFile(keptPath(out), []byte(kept), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCmd("batch", in, "--out", out, "--base-url", hs.URL)
+	if code != 1 || up.requests() != 0 || !strings.Contains(stderr, "another input") {
+		t.Errorf("exit %d, %d requests, stderr %q; want 1, nothing sent, and why", code, up.requests(), stderr)
+	}
 }
