@@ -1,6 +1,7 @@
 package reboundpg
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -167,15 +169,18 @@ func TestRunSurvivesKilledConnections(t *testing.T) {
 
 // forwarder carries TCP connections from a loopback port to PostgreSQL,
 // and can be cut: it then closes what it carries and every connection
-// that comes, as a database that went away, until it is restored.
+// that comes, as a database that went away, until it is restored. It can
+// also lose the answer to one message (dropReplyTo).
 type forwarder struct {
 	ln     net.Listener
 	target string
 	wg     sync.WaitGroup
 
-	mu    sync.Mutex // guards down and conns
-	down  bool
-	conns map[net.Conn]bool
+	mu     sync.Mutex // guards down, conns, trap and sprung
+	down   bool
+	conns  map[net.Conn]bool
+	trap   []byte
+	sprung bool
 }
 
 // newForwarder starts a forwarder to the tests' PostgreSQL, closed when
@@ -247,18 +252,77 @@ func (f *forwarder) carry(c net.Conn) {
 	if !f.track(s) {
 		return
 	}
-	var both sync.WaitGroup
+	var (
+		both    sync.WaitGroup
+		swallow atomic.Bool // the server's next answer is lost, and the client's connection with it
+	)
 	both.Go(func() {
-		io.Copy(s, c)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := c.Read(buf)
+			if n > 0 {
+				if f.spring(buf[:n]) {
+					swallow.Store(true) // before the server can answer
+				}
+				if _, err := s.Write(buf[:n]); err != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
 		s.Close()
 	})
-	io.Copy(c, s)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := s.Read(buf)
+		if n > 0 && swallow.Load() {
+			break
+		}
+		if n > 0 {
+			if _, err := c.Write(buf[:n]); err != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	c.Close()
+	s.Close()
 	both.Wait()
 	f.mu.Lock()
 	delete(f.conns, c)
 	delete(f.conns, s)
 	f.mu.Unlock()
+}
+
+// dropReplyTo arms the forwarder: the first message from a client that
+// holds msg reaches the server, and the server's answer is lost, the
+// client's connection closed before it: the client cannot tell whether it
+// was done.
+func (f *forwarder) dropReplyTo(msg []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.trap = msg
+}
+
+// spring reports whether b holds the armed message, disarming it.
+func (f *forwarder) spring(b []byte) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.trap == nil || !bytes.Contains(b, f.trap) {
+		return false
+	}
+	f.trap, f.sprung = nil, true
+	return true
+}
+
+func (f *forwarder) hasSprung() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sprung
 }
 
 // cut closes every connection and refuses new ones.
@@ -349,4 +413,47 @@ func TestRunStopsWhenTheDatabaseStaysAway(t *testing.T) {
 		t.Errorf("after the next run: %+v, %v; %d and %d ids sent; want all %d sent once and succeeded", c, err, len(first), len(second), items)
 	}
 	t.Logf("the next run: %d sent, %d of them resent", next.Sent, next.Resent)
+}
+
+// TestAClaimWhoseCommitGoesUnheardStands breaks the connection after the
+// server has committed a claim and before its answer comes back: Claim
+// finds the rows it claimed and hands them out, rather than claim others
+// and leave these in flight, unsent, until their lease runs out.
+func TestAClaimWhoseCommitGoesUnheardStands(t *testing.T) {
+	schema, fw := freshSchema(t), newForwarder(t)
+	j, err := Open(context.Background(), fw.url(t), Config{Batch: "b", Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	ids := items(10)
+	prepare(t, j, ids)
+	fw.dropReplyTo([]byte("commit\x00")) // the claim's: a simple query, "commit"
+	first, err := j.Claim(context.Background(), 4)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	if !fw.hasSprung() {
+		t.Fatal("the claim's commit never went through the forwarder")
+	}
+	if got := claimIDs(first); !slices.Equal(got, ids[:4]) {
+		t.Errorf("claimed %v; want the rows the unheard commit claimed, %v", got, ids[:4])
+	}
+	rest, err := j.Claim(context.Background(), 10)
+	if err != nil || !slices.Equal(claimIDs(rest), ids[4:]) {
+		t.Errorf("the next claim: %v, %v; want %v", claimIDs(rest), err, ids[4:])
+	}
+	for _, c := range append(first, rest...) {
+		if c.Resent {
+			t.Errorf("%s claimed as resent", c.ID)
+		}
+	}
+}
+
+func claimIDs(claims []batch.Claim) []string {
+	var ids []string
+	for _, c := range claims {
+		ids = append(ids, c.ID)
+	}
+	return ids
 }
