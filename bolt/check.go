@@ -127,8 +127,30 @@ type checker struct {
 	pageSize uint64
 	pages    uint64
 	seen     []uint64 // a bit per page: reached already
-	buf      []byte
+	buf      []byte   // pages from..from+n of the file
+	from, n  uint64
 }
+
+// window returns page id's first page, read with the pages after it in
+// the file, up to windowPages: a tree written in order lies in order.
+func (c *checker) window(id uint64) ([]byte, error) {
+	if id < c.from || id >= c.from+c.n {
+		n := min(windowPages, c.pages-id)
+		if cap(c.buf) < int(windowPages*c.pageSize) {
+			c.buf = make([]byte, windowPages*c.pageSize)
+		}
+		if _, err := c.r.ReadAt(c.buf[:n*c.pageSize], int64(id*c.pageSize)); err != nil {
+			c.n = 0
+			return nil, fmt.Errorf("reading page %d: %v", id, err)
+		}
+		c.from, c.n = id, n
+	}
+	at := (id - c.from) * c.pageSize
+	return c.buf[at : at+c.pageSize : at+c.pageSize], nil
+}
+
+// windowPages is how many pages the checker reads at a time.
+const windowPages = 64
 
 // page is a page as read: its header and the first bytes of its span,
 // element table included.
@@ -146,12 +168,9 @@ func (c *checker) read(id uint64, what string) (*page, error) {
 		return nil, fmt.Errorf("%s is page %d, outside the file's %d pages", what, id, c.pages)
 	}
 	off := id * c.pageSize
-	if cap(c.buf) < int(c.pageSize) {
-		c.buf = make([]byte, c.pageSize)
-	}
-	head := c.buf[:c.pageSize]
-	if _, err := c.r.ReadAt(head, int64(off)); err != nil {
-		return nil, fmt.Errorf("reading page %d: %v", id, err)
+	head, err := c.window(id)
+	if err != nil {
+		return nil, err
 	}
 	le := binary.NativeEndian
 	p := &page{id: id, off: off, flags: le.Uint16(head[8:]), count: uint64(le.Uint16(head[10:])), checker: c}
