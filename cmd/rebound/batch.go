@@ -425,28 +425,34 @@ func keepUnrecorded(path, digest string, unrecorded []batch.Outcome, existed boo
 		}
 		return os.Remove(path)
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	err := writeKept(path, digest, unrecorded)
 	if err != nil {
 		return fmt.Errorf("keeping %d answers the journal could not record: %w", len(unrecorded), err)
+	}
+	return nil
+}
+
+// writeKept writes answers to a file beside path, then renames it path.
+func writeKept(path, digest string, answers []batch.Outcome) error {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
 	w := bufio.NewWriter(f)
 	enc := json.NewEncoder(w)
-	for _, o := range unrecorded {
+	for _, o := range answers {
 		enc.Encode(keptAnswer{Input: digest, CustomID: o.ID, State: o.State.String(), StatusCode: o.StatusCode, RequestID: o.RequestID,
 			Body: o.Body, ErrorCode: o.ErrorCode, ErrorMessage: o.ErrorMessage, Attempts: o.Attempts})
 	}
 	if err := w.Flush(); err != nil {
-		return fmt.Errorf("keeping %d answers the journal could not record: %w", len(unrecorded), err)
+		return err
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("keeping %d answers the journal could not record: %w", len(unrecorded), err)
+		return err
 	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("keeping %d answers the journal could not record: %w", len(unrecorded), err)
-	}
-	return nil
+	return os.Rename(f.Name(), path)
 }
 
 // checkBatchFlags checks the numbers among f.
