@@ -208,6 +208,18 @@ func useDamaged(path string, readOnly bool) (err error) {
 	return nil
 }
 
+// TestADirectoryIsNotCorrupt: a path that is not a file is said to be
+// so, not taken for a damaged journal, which an operator might delete.
+func TestADirectoryIsNotCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	for _, readOnly := range []bool{true, false} {
+		_, err := Open(dir, Config{ReadOnly: readOnly})
+		if err == nil || errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("Open of a directory (read-only %v): %v; want it said not to be a file", readOnly, err)
+		}
+	}
+}
+
 // TestAFileCutUnderTheJournal cuts the file of an open journal, as another
 // program might: bbolt's reads of it fault. The journal's methods return
 // ErrCorrupt from then on, without a crash and without waiting on the

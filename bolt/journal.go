@@ -112,7 +112,7 @@ func Open(path string, cfg Config) (*Journal, error) {
 		timeout = time.Nanosecond // bbolt waits forever on 0
 	}
 	var db *bolt.DB
-	if st, err := os.Stat(path); cfg.ReadOnly || (err == nil && st.Size() > 0) {
+	if st, err := os.Stat(path); cfg.ReadOnly || (err == nil && (st.Size() > 0 || !st.Mode().IsRegular())) {
 		// bbolt opens a file for writing by walking its pages, in
 		// goroutines of its own: the file is checked first, read only.
 		if db, err = openChecked(path, cfg, timeout); err != nil {
@@ -160,16 +160,22 @@ func boltOptions(cfg Config, timeout time.Duration, readOnly bool) *bolt.Options
 // openChecked opens the file at path read only and checks every page
 // that bbolt may read.
 func openChecked(path string, cfg Config, timeout time.Duration) (*bolt.DB, error) {
+	st, err := os.Stat(path) // not opened first: opening a FIFO waits for a writer
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("reboundbolt: %w", err)
+	case !st.Mode().IsRegular():
+		return nil, fmt.Errorf("reboundbolt: %s is not a regular file", path)
+	case st.Size() == 0:
+		// A run stopped before bbolt wrote the file's first pages; the
+		// next run starts it afresh.
+		return nil, fmt.Errorf("reboundbolt: %s: %w: the file is empty", path, ErrCorrupt)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("reboundbolt: %w", err)
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() == 0 {
-		// A run stopped before bbolt wrote the file's first pages; the
-		// next run starts it afresh.
-		return nil, fmt.Errorf("reboundbolt: %s: %w: the file is empty", path, ErrCorrupt)
-	}
 	db, err := bolt.Open(path, 0o600, boltOptions(cfg, timeout, true))
 	if err != nil {
 		return nil, openError(path, cfg, timeout, err)
