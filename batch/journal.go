@@ -145,7 +145,9 @@ type Journal interface {
 
 	// Record writes outcomes of claimed items, all of them or, on error,
 	// none. An outcome for an item that has Succeeded is ignored: the
-	// first success stands.
+	// first success stands. It also takes the outcome of an item this run
+	// has not claimed: an answer an earlier run received and could not
+	// record (Runner.Unrecorded), which then stands as if recorded then.
 	Record(ctx context.Context, outcomes []Outcome) error
 
 	// Outcomes calls fn with the last outcome recorded for every item

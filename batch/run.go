@@ -85,6 +85,12 @@ type Runner struct {
 	// sharing its journal hold items, asks again: they may die and leave
 	// their items to it. Zero means one second.
 	Poll time.Duration
+
+	// Unrecorded are answers that an earlier run received and could not
+	// record (its Summary.Unrecorded): Run records them after Prepare,
+	// before it claims anything, so that they are not sent and paid for
+	// again. The default (nil) has none.
+	Unrecorded []Outcome
 }
 
 // Progress is a run's progress, as Runner.Progress hears it.
@@ -117,19 +123,38 @@ type Summary struct {
 	// Interrupted reports that the run stopped before its end, with the
 	// items in flight given back unanswered.
 	Interrupted bool
+	// Unrecorded are the outcomes that the run received, or was given
+	// (Runner.Unrecorded), and that are not in the journal: it failed to
+	// record them, and the run stopped. They are answers paid for: keep
+	// them, and give them to the next run's Runner.Unrecorded.
+	Unrecorded []Outcome
 }
 
 // Run sends the requests of f that j has not seen succeed, records each
 // outcome in j, and returns what it did. It stops early, giving back the
 // items in flight, when ctx is done; the error is then ctx's, with the
-// summary of what was done. An error of the journal stops the run too.
+// summary of what was done.
+//
+// An error of the journal stops the run too: it claims nothing more, and
+// the requests in flight end as they would. An answer that the journal
+// fails to record is kept, and recorded once more when the run ends; what
+// still fails is in Summary.Unrecorded, for the caller to keep.
 func (r *Runner) Run(ctx context.Context, f *File, j Journal) (Summary, error) {
 	start := time.Now()
+	kept := Summary{Unrecorded: r.Unrecorded}
 	if r.BaseURL == "" {
-		return Summary{}, errors.New("batch: Runner.BaseURL is empty")
+		return kept, errors.New("batch: Runner.BaseURL is empty")
+	}
+	if err := checkUnrecorded(f, r.Unrecorded); err != nil {
+		return kept, err
 	}
 	if err := j.Prepare(ctx, f.Input(), r.Options); err != nil {
-		return Summary{}, err
+		return kept, err
+	}
+	if len(r.Unrecorded) > 0 {
+		if err := j.Record(context.WithoutCancel(ctx), r.Unrecorded); err != nil {
+			return kept, fmt.Errorf("batch: recording the answers an earlier run could not: %w", err)
+		}
 	}
 	counts, err := j.Counts(ctx)
 	if err != nil {
@@ -155,6 +180,7 @@ func (r *Runner) Run(ctx context.Context, f *File, j Journal) (Summary, error) {
 		s.reportProgress(s.progress)
 	}
 	err = s.dispatch(ctx)
+	s.recordKept(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.summary.Progress = s.progress
@@ -341,6 +367,62 @@ func (s *state) dispatch(ctx context.Context) error {
 	}
 }
 
+// checkUnrecorded checks answers kept by an earlier run: each of an item
+// of f, and an outcome.
+func checkUnrecorded(f *File, kept []Outcome) error {
+	if len(kept) == 0 {
+		return nil
+	}
+	ids := make(map[string]bool, len(f.Requests))
+	for _, r := range f.Requests {
+		ids[r.CustomID] = true
+	}
+	for _, o := range kept {
+		switch {
+		case !ids[o.ID]:
+			return fmt.Errorf("batch: an unrecorded answer of custom_id %q, which the input does not have", o.ID)
+		case o.State < Succeeded || o.State > FailedPermanent:
+			return fmt.Errorf("batch: an unrecorded answer of %q in state %v", o.ID, o.State)
+		}
+	}
+	return nil
+}
+
+// recordKept tries once more to record the answers that the journal
+// failed to record during the run (the database may be back), and leaves
+// in the summary those it still cannot.
+func (s *state) recordKept(ctx context.Context) {
+	s.mu.Lock()
+	kept := s.summary.Unrecorded
+	s.mu.Unlock()
+	if len(kept) == 0 {
+		return
+	}
+	if err := s.journal.Record(context.WithoutCancel(ctx), kept); err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.summary.Unrecorded = nil
+	for _, o := range kept {
+		s.counted(o)
+	}
+}
+
+// counted counts a recorded outcome in the run's progress.
+func (s *state) counted(o Outcome) {
+	switch o.State {
+	case Succeeded:
+		s.progress.Succeeded++
+	case Failed:
+		s.progress.Failed++
+	case FailedPermanent:
+		s.progress.FailedPermanent++
+	case Pending:
+		s.summary.Interrupted = true
+	}
+}
+
 // claimed notes claims handed to the run.
 func (s *state) claimed(claims []Claim) {
 	s.mu.Lock()
@@ -354,12 +436,12 @@ func (s *state) handle(ctx context.Context, c Claim) error {
 	// The outcome is recorded even when ctx is done: what came is kept,
 	// and an item never sent is given back. One that was sent and not
 	// answered is left to the journal's Close, which hands it out again
-	// as resent: the server may have done its work.
+	// as resent: the server may have done its work. The journal bounds
+	// its own writes (a database away is tried for as long as the lease
+	// allows).
 	var err error
 	if o.State != Pending || o.Attempts == 0 {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		err = s.journal.Record(rctx, []Outcome{o})
-		cancel()
+		err = s.journal.Record(context.WithoutCancel(ctx), []Outcome{o})
 	}
 	s.mu.Lock()
 	s.progress.InFlight--
@@ -370,15 +452,12 @@ func (s *state) handle(ctx context.Context, c Claim) error {
 		}
 	}
 	switch {
-	case err != nil:
-	case o.State == Succeeded:
-		s.progress.Succeeded++
-	case o.State == Failed:
-		s.progress.Failed++
-	case o.State == FailedPermanent:
-		s.progress.FailedPermanent++
-	case o.State == Pending:
-		s.summary.Interrupted = true
+	case err == nil:
+		s.counted(o)
+	case o.State != Pending:
+		// An answer: kept, for the journal or the caller. (A give-back
+		// that fails leaves the claim to Close, or to the lease.)
+		s.summary.Unrecorded = append(s.summary.Unrecorded, o)
 	}
 	p := s.progress
 	s.mu.Unlock()

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/rebound-go/rebound/batch"
 )
 
@@ -88,4 +90,63 @@ func benchJournal(b *testing.B, cfg Config) {
 	}
 	b.ReportMetric(float64(items*b.N)/elapsed.Seconds(), "items/s")
 	b.ReportMetric(float64(items*b.N)/float64(commits), "items/commit")
+}
+
+// BenchmarkOpen opens a journal of 100 000 answered items of 600 bytes
+// for a run, and closes it: "journal" is Open, which checks every page
+// before bbolt reads it; "bbolt" is bbolt's own opening of the file alone,
+// which walks the same tree, to compare.
+func BenchmarkOpen(b *testing.B) {
+	const items = 100_000
+	ctx := context.Background()
+	path := filepath.Join(b.TempDir(), "open.journal")
+	j, err := Open(path, Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := batch.Input{Digest: "bench"}
+	for i := range items {
+		in.IDs = append(in.IDs, fmt.Sprintf("request-%06d", i))
+	}
+	if err := j.Prepare(ctx, in, batch.Options{}); err != nil {
+		b.Fatal(err)
+	}
+	body := []byte(strings.Repeat("lorem ipsum ", 50))
+	for {
+		claims, err := j.Claim(ctx, 1000)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(claims) == 0 {
+			break
+		}
+		outcomes := make([]batch.Outcome, len(claims))
+		for i, c := range claims {
+			outcomes[i] = batch.Outcome{ID: c.ID, State: batch.Succeeded, StatusCode: 200, Body: body}
+		}
+		if err := j.Record(ctx, outcomes); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := j.Close(); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("journal", func(b *testing.B) {
+		for b.Loop() {
+			j, err := Open(path, Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			j.Close()
+		}
+	})
+	b.Run("bbolt", func(b *testing.B) {
+		for b.Loop() {
+			db, err := bolt.Open(path, 0o600, boltOptions(Config{}, time.Second, false))
+			if err != nil {
+				b.Fatal(err)
+			}
+			db.Close()
+		}
+	})
 }

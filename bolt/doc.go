@@ -34,8 +34,27 @@
 // the item is sent again, until a new one replaces it. Prepare and Counts read only
 // the small "items" entries. A file of a newer format is refused
 // (ErrNewerFormat) rather than misread; a file that is not a journal
-// (ErrNotJournal) and a record that cannot be read (ErrCorrupt) are told
-// apart in one-line errors that name the file.
+// (ErrNotJournal) and a damaged one (ErrCorrupt) are told apart in
+// one-line errors that name the file.
+//
+// # Damaged files
+//
+// bbolt trusts its file: a page past the end of a file cut short is a
+// SIGBUS, a page id changed by one flipped byte an assertion, and when it
+// opens a file for writing it walks every page in goroutines of its own,
+// where no recover reaches. So Open first opens the file read only and
+// reads, with ReadAt and bounds checks, every page that bbolt may reach
+// from the meta page it chose: each lies in the file and is reached once,
+// is of the type its place wants, and holds its elements, keys in order,
+// and buckets in its bounds (the rules of bbolt's own Tx.Check, which
+// itself reads through the memory map). A file that fails is ErrCorrupt,
+// naming the file and what is wrong; one that passes cannot take bbolt
+// out of its pages. It reads the file 64 pages at a time, and adds a
+// little to bbolt's own walk of the tree at Open (BenchmarkOpen). As a
+// last line, the journal's reads and writes turn a panic of bbolt's, or a
+// fault of the memory map (a disk that cannot read a page, a file cut by
+// another program), into ErrCorrupt; bbolt may then hold its locks, so
+// the journal answers ErrCorrupt from then on without calling it.
 //
 // # Writing fast
 //

@@ -1,12 +1,17 @@
 package reboundbolt
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"runtime/debug"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -22,13 +27,17 @@ var (
 	// run goes on) holds the file's lock for longer than
 	// Config.LockTimeout.
 	ErrInUse = errors.New("another run is using the journal")
-	// ErrNotJournal: the file is not a journal (not a bbolt file, or one
-	// that some other program made).
+	// ErrNotJournal: the file is not a journal: a bbolt file that some
+	// other program made, or no bbolt file at all (then the error is
+	// ErrCorrupt too: a journal whose first pages were overwritten looks
+	// the same).
 	ErrNotJournal = errors.New("not a journal")
 	// ErrNewerFormat: the journal was written by a newer build of rebound,
 	// in a format this one cannot read.
 	ErrNewerFormat = errors.New("journal of a newer format")
-	// ErrCorrupt: a record of the journal cannot be read.
+	// ErrCorrupt: the file is damaged: cut short, empty, pages or records
+	// overwritten. Open checks every page that bbolt may read, so that a
+	// damaged file is this error rather than a crash.
 	ErrCorrupt = errors.New("corrupt journal")
 )
 
@@ -77,6 +86,7 @@ type Journal struct {
 	run    *run         // guarded by mu; set by Prepare
 	counts batch.Counts // guarded by mu; the committed counts, once run is set
 	closed bool         // guarded by mu
+	broken error        // guarded by mu: bbolt panicked, and may hold its locks: it is not called again
 
 	w writer // owned by the writer goroutine
 }
@@ -89,8 +99,10 @@ type run struct {
 
 // Open opens the journal at path, creating the file if it is missing
 // (unless cfg.ReadOnly). It fails with ErrInUse while another process
-// holds the file, and with ErrNotJournal, ErrNewerFormat or ErrCorrupt
-// when the file cannot be read as a journal.
+// holds the file, with ErrNotJournal or ErrNewerFormat when the file is not
+// a journal this build reads, and with ErrCorrupt when it is damaged (cut
+// short, pages overwritten): every page bbolt may read is checked before
+// it reads it, since bbolt crashes the process on a bad page.
 func Open(path string, cfg Config) (*Journal, error) {
 	timeout := cfg.LockTimeout
 	switch {
@@ -99,31 +111,29 @@ func Open(path string, cfg Config) (*Journal, error) {
 	case timeout < 0:
 		timeout = time.Nanosecond // bbolt waits forever on 0
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:  timeout,
-		ReadOnly: cfg.ReadOnly,
-		NoSync:   !cfg.Sync,
-		// The freelist is rebuilt by walking the tree when the file is
-		// opened, rather than written at every commit: commits are many,
-		// opens are few.
-		NoFreelistSync: true,
-		FreelistType:   bolt.FreelistMapType,
-	})
-	if err != nil {
-		switch {
-		case errors.Is(err, berrors.ErrTimeout):
-			if cfg.LockTimeout < 0 {
-				return nil, fmt.Errorf("reboundbolt: %s: %w (it holds the file's lock)", path, ErrInUse)
-			}
-			return nil, fmt.Errorf("reboundbolt: %s: %w (it held the file's lock for %v)", path, ErrInUse, timeout)
-		case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrChecksum):
-			return nil, fmt.Errorf("reboundbolt: %s: %w (%v)", path, ErrNotJournal, err)
+	var db *bolt.DB
+	if st, err := os.Stat(path); cfg.ReadOnly || (err == nil && (st.Size() > 0 || !st.Mode().IsRegular())) {
+		// bbolt opens a file for writing by walking its pages, in
+		// goroutines of its own: the file is checked first, read only.
+		if db, err = openChecked(path, cfg, timeout); err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("reboundbolt: %w", err)
+		if !cfg.ReadOnly {
+			db.Close()
+			db = nil
+		}
+	}
+	if db == nil {
+		var err error
+		if db, err = bolt.Open(path, 0o600, boltOptions(cfg, timeout, false)); err != nil {
+			return nil, openError(path, cfg, timeout, err)
+		}
 	}
 	j := &Journal{db: db, path: path, readOnly: cfg.ReadOnly}
 	if err := j.init(); err != nil {
-		db.Close()
+		if j.brokenErr() == nil {
+			db.Close()
+		}
 		return nil, err
 	}
 	if !j.readOnly {
@@ -134,17 +144,86 @@ func Open(path string, cfg Config) (*Journal, error) {
 	return j, nil
 }
 
+func boltOptions(cfg Config, timeout time.Duration, readOnly bool) *bolt.Options {
+	return &bolt.Options{
+		Timeout:  timeout,
+		ReadOnly: readOnly,
+		NoSync:   !cfg.Sync,
+		// The freelist is rebuilt by walking the tree when the file is
+		// opened, rather than written at every commit: commits are many,
+		// opens are few.
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+	}
+}
+
+// openChecked opens the file at path read only and checks every page
+// that bbolt may read.
+func openChecked(path string, cfg Config, timeout time.Duration) (*bolt.DB, error) {
+	st, err := os.Stat(path) // not opened first: opening a FIFO waits for a writer
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("reboundbolt: %w", err)
+	case !st.Mode().IsRegular():
+		return nil, fmt.Errorf("reboundbolt: %s is not a regular file", path)
+	case st.Size() == 0:
+		// A run stopped before bbolt wrote the file's first pages; the
+		// next run starts it afresh.
+		return nil, fmt.Errorf("reboundbolt: %s: %w: the file is empty", path, ErrCorrupt)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reboundbolt: %w", err)
+	}
+	defer f.Close()
+	db, err := bolt.Open(path, 0o600, boltOptions(cfg, timeout, true))
+	if err != nil {
+		return nil, openError(path, cfg, timeout, err)
+	}
+	if err := checkFile(f, db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("reboundbolt: %s: %w: %v", path, ErrCorrupt, err)
+	}
+	return db, nil
+}
+
+// openError is the error of Open for an error of bbolt's Open.
+func openError(path string, cfg Config, timeout time.Duration, err error) error {
+	var errno syscall.Errno
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		if cfg.LockTimeout < 0 {
+			return fmt.Errorf("reboundbolt: %s: %w (it holds the file's lock)", path, ErrInUse)
+		}
+		return fmt.Errorf("reboundbolt: %s: %w (it held the file's lock for %v)", path, ErrInUse, timeout)
+	case errors.As(err, new(*fs.PathError)) || errors.As(err, &errno):
+		// The file could not be read: it may be whole.
+		return fmt.Errorf("reboundbolt: %s: %w", path, err)
+	}
+	// No meta page that bbolt takes for its own (another kind of file,
+	// or a journal whose first pages are overwritten), or a file shorter
+	// than its meta pages.
+	return fmt.Errorf("reboundbolt: %s: %w, or %w (%v)", path, ErrCorrupt, ErrNotJournal, err)
+}
+
 // init checks that the file is a journal this build reads, and makes an
 // empty one of a new file.
 func (j *Journal) init() error {
 	fresh := false
-	err := j.db.View(func(tx *bolt.Tx) error {
+	err := j.view(func(tx *bolt.Tx) error {
 		if tx.Bucket(metaBucket) != nil {
 			return j.checkFormat(tx)
 		}
-		other := false
-		tx.ForEach(func([]byte, *bolt.Bucket) error { other = true; return nil })
-		if other {
+		other, ours := false, false
+		tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+			other = true
+			ours = ours || bytes.Equal(name, itemsBucket) || bytes.Equal(name, outcomesBucket)
+			return nil
+		})
+		switch {
+		case ours:
+			return j.corrupt("the journal's meta bucket is missing")
+		case other:
 			return fmt.Errorf("reboundbolt: %s: %w (a bbolt file of another program)", j.path, ErrNotJournal)
 		}
 		fresh = true
@@ -156,24 +235,27 @@ func (j *Journal) init() error {
 		// commit.
 		return err
 	}
-	err = j.db.Update(func(tx *bolt.Tx) error {
-		meta, err := tx.CreateBucket(metaBucket)
-		if err != nil {
-			return err
-		}
-		if err := meta.Put(keyFormat, binary.AppendUvarint(nil, formatVersion)); err != nil {
-			return err
-		}
-		if _, err := tx.CreateBucket(itemsBucket); err != nil {
-			return err
-		}
-		_, err = tx.CreateBucket(outcomesBucket)
-		return err
-	})
+	err = j.guard(func() error { return j.db.Update(j.create) })
 	if err != nil {
 		return fmt.Errorf("reboundbolt: %s: creating the journal: %w", j.path, err)
 	}
 	return nil
+}
+
+// create makes the buckets of an empty journal.
+func (j *Journal) create(tx *bolt.Tx) error {
+	meta, err := tx.CreateBucket(metaBucket)
+	if err != nil {
+		return err
+	}
+	if err := meta.Put(keyFormat, binary.AppendUvarint(nil, formatVersion)); err != nil {
+		return err
+	}
+	if _, err := tx.CreateBucket(itemsBucket); err != nil {
+		return err
+	}
+	_, err = tx.CreateBucket(outcomesBucket)
+	return err
 }
 
 func (j *Journal) checkFormat(tx *bolt.Tx) error {
@@ -295,12 +377,22 @@ func (j *Journal) Outcomes(ctx context.Context, fn func(batch.Outcome) error) er
 			if s >= batch.Succeeded && o.State != s {
 				return j.corrupt("item %d (%q) is %v and its outcome %v", pos, id, s, o.State)
 			}
-			if err := fn(o); err != nil {
+			if err := callerFn(fn, o); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// callerFn calls fn, marking its panic as the caller's.
+func callerFn(fn func(batch.Outcome) error, o batch.Outcome) error {
+	defer func() {
+		if r := recover(); r != nil {
+			panic(callerPanic{r})
+		}
+	}()
+	return fn(o)
 }
 
 // Counts implements batch.Journal. After Prepare it answers from memory;
@@ -376,6 +468,12 @@ func (j *Journal) Close() error {
 			j.closeErr = <-r.done
 			<-j.done
 		}
+		if err := j.brokenErr(); err != nil {
+			// bbolt's Close would wait for the locks it may hold: the
+			// file and its map are let go when the process ends.
+			j.closeErr = err
+			return
+		}
 		if err := j.db.Close(); err != nil && j.closeErr == nil {
 			j.closeErr = fmt.Errorf("reboundbolt: %s: %w", j.path, err)
 		}
@@ -414,12 +512,49 @@ func (j *Journal) view(fn func(*bolt.Tx) error) error {
 	if closed {
 		return errClosed
 	}
-	err := j.db.View(fn)
+	if err := j.brokenErr(); err != nil {
+		return err
+	}
+	err := j.guard(func() error { return j.db.View(fn) })
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
 		return errClosed
 	}
 	return err
 }
+
+// guard calls fn, which reads the file through bbolt, and turns a panic of
+// bbolt's into ErrCorrupt. Open checked every page, so bbolt panics only
+// on a file changed under the journal, or on a page that the disk cannot
+// read: a fault in its memory map, which SetPanicOnFault makes a panic.
+// bbolt may then hold its locks, so the journal is broken: it fails from
+// then on without calling bbolt. A panic of a caller's function that fn
+// calls goes on (callerPanic).
+func (j *Journal) guard(fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		switch r := recover().(type) {
+		case nil:
+		case callerPanic:
+			panic(r.value)
+		default:
+			err = j.corrupt("a page could not be read (the file changed while in use, or the disk failed): %v", r)
+			j.mu.Lock()
+			j.broken = err
+			j.mu.Unlock()
+		}
+	}()
+	return fn()
+}
+
+// brokenErr returns the error that broke the journal, if one has.
+func (j *Journal) brokenErr() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.broken
+}
+
+// callerPanic carries a panic of a caller's function through guard.
+type callerPanic struct{ value any }
 
 // submit hands r to the writer goroutine and waits for its answer. Once
 // the writer has r, submit waits for the commit whatever ctx says: an

@@ -3,6 +3,7 @@ package reboundbolt
 import (
 	"container/heap"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -107,12 +108,19 @@ func (j *Journal) write() {
 		if r == nil {
 			r = <-j.reqs
 		}
+		if err := j.brokenErr(); err != nil {
+			r.done <- err
+			if r.kind == kindClose {
+				return
+			}
+			continue
+		}
 		switch r.kind {
 		case kindPrepare:
-			r.done <- j.prepare(r)
+			r.done <- j.guard(func() error { return j.prepare(r) })
 			continue
 		case kindClose:
-			r.done <- j.closeRun()
+			r.done <- j.guard(j.closeRun)
 			return
 		}
 		group := append(j.w.group[:0], r)
@@ -145,7 +153,7 @@ func (j *Journal) write() {
 // in its own, so that one request's failure is not the others'.
 func (j *Journal) commit(group []*request) {
 	err := j.update(group)
-	if err == nil || len(group) == 1 {
+	if err == nil || len(group) == 1 || j.brokenErr() != nil {
 		for _, r := range group {
 			r.done <- err
 		}
@@ -160,25 +168,28 @@ func (j *Journal) update(group []*request) error {
 	w := &j.w
 	w.undo = w.undo[:0]
 	w.buf = w.buf[:0]
-	tx, err := j.db.Begin(true)
-	if err != nil {
-		return fmt.Errorf("reboundbolt: %s: %w", j.path, err)
-	}
-	items, outcomes := tx.Bucket(itemsBucket), tx.Bucket(outcomesBucket)
-	for _, r := range group {
-		if r.kind == kindClaim {
-			err = j.applyClaim(items, r)
-		} else {
-			err = j.applyRecord(items, outcomes, r)
+	var tx *bolt.Tx
+	err := j.guard(func() error {
+		var err error
+		if tx, err = j.db.Begin(true); err != nil {
+			return err
 		}
-		if err != nil {
-			break
+		items, outcomes := tx.Bucket(itemsBucket), tx.Bucket(outcomesBucket)
+		for _, r := range group {
+			var err error
+			if r.kind == kindClaim {
+				err = j.applyClaim(items, r)
+			} else {
+				err = j.applyRecord(items, outcomes, r)
+			}
+			if err != nil {
+				return err
+			}
 		}
-	}
-	if err == nil {
-		err = tx.Commit()
-	} else {
-		tx.Rollback()
+		return tx.Commit()
+	})
+	if err != nil && tx != nil && tx.DB() != nil { // neither committed nor rolled back by a failed commit
+		j.guard(tx.Rollback)
 	}
 	if cap(w.buf) > 4*maxGroupBytes {
 		w.buf = nil // after a group of huge bodies
@@ -187,6 +198,9 @@ func (j *Journal) update(group []*request) error {
 		j.rollback()
 		for _, r := range group {
 			r.claims = nil
+		}
+		if errors.Is(err, ErrCorrupt) {
+			return err
 		}
 		return fmt.Errorf("reboundbolt: %s: %w", j.path, err)
 	}

@@ -66,13 +66,32 @@
 //
 // # When PostgreSQL goes away
 //
-// The journal does not hide an outage. Claim, Record, Counts and Outcomes
-// return the database's error (a statement waits for a connection as long
-// as its context allows; the writer's transactions wait at most 30
-// seconds), and rebound batch stops on the first error of Claim or Record:
-// a run whose outcomes cannot be recorded must not send more requests. What
-// was recorded stays recorded; the claims of the stopped run come back
-// when their lease runs out, and the next run, on any worker, resumes
-// there. Close, when the server is away, cannot give the claims back: it
-// says so, and they too come back with their lease's end.
+// A failover, a restarted server, a killed backend or a dropped network
+// breaks connections in the middle of a run. A statement that fails on its
+// connection (a connection exception, a server shutting down or starting
+// up, a reset or refused connection, no answer within 30 seconds) is tried
+// again at once on a fresh connection, the pool's others being closed as
+// they come back, then with backoff (50 ms doubling to 2 s, jittered):
+// Claim, Record, the renewal of leases, Counts, Outcomes, Prepare and the
+// give-back at Close alike. Each may run twice without harm: Record leaves
+// a row as one run of it would (a success stands, a give-back applies only
+// to a row still held); a claim runs in a transaction of its own, so that
+// a connection lost before its commit leaves nothing claimed, and the rows
+// of one whose commit went unanswered are looked for before claiming
+// again.
+//
+// A retry waits at most a third of the lease for its answer (at least a
+// second), so that a network that drops everything is tried a few times.
+// The tries end when the first lease this worker holds runs out, a lease
+// after its claim or last renewal (holding none, a lease after the first
+// failure), and always after one retry: past that, its claims may be
+// other workers', and the error wraps ErrUnreachable. Until a statement
+// succeeds again, the next ones are tried once each, so that a run that
+// stops does not wait a lease for each. rebound batch then
+// stops: it claims nothing more, and an answer it could not record is
+// kept (batch.Summary.Unrecorded) for the next run to record. What was
+// recorded stays recorded; the claims of the stopped run come back when
+// their lease runs out, and the next run, on any worker, resumes there.
+// Another error of a statement (a constraint, a permission) is not tried
+// again.
 package reboundpg

@@ -46,7 +46,9 @@ type Config struct {
 	// Lease is how long a claim holds without renewal. While the journal
 	// holds claims, it renews them every Lease/3; a worker that dies stops
 	// renewing, and its items are claimable again, as Resent, when their
-	// lease runs out. The default is 30 seconds.
+	// lease runs out. It also bounds how long a statement that fails on
+	// its connection is tried again (until the leases held run out; see
+	// the package documentation). The default is 30 seconds.
 	Lease time.Duration
 }
 
@@ -56,9 +58,9 @@ const DefaultSchema = "rebound"
 // DefaultLease is the lease of a Config whose Lease is zero.
 const DefaultLease = 30 * time.Second
 
-// writeTimeout bounds a statement that no caller's context bounds: a
-// group of outcomes, a renewal, Close giving claims back. A PostgreSQL
-// that stops answering fails them after it, instead of hanging the run.
+// writeTimeout bounds each try of a statement: a PostgreSQL that stops
+// answering fails it after that, and it is tried again on a fresh
+// connection (Journal.do), instead of hanging the run.
 const writeTimeout = 30 * time.Second
 
 // Journal is a batch.Journal on PostgreSQL, shared by any number of
@@ -81,13 +83,14 @@ type Journal struct {
 	once     sync.Once
 
 	mu       sync.Mutex
-	prepared bool                // guarded by mu
-	since    time.Time           // guarded by mu: the database's time at Prepare
-	retry    bool                // guarded by mu: Options.RetryFailed
-	failFrom int64               // guarded by mu: the seq below which no failure recorded before Prepare is left
-	held     map[string]struct{} // guarded by mu: ids claimed by this journal and not yet recorded
-	queue    []*write            // guarded by mu: Records waiting for the writer
-	closed   bool                // guarded by mu
+	prepared bool                 // guarded by mu
+	since    time.Time            // guarded by mu: the database's time at Prepare
+	retry    bool                 // guarded by mu: Options.RetryFailed
+	failFrom int64                // guarded by mu: the seq below which no failure recorded before Prepare is left
+	held     map[string]time.Time // guarded by mu: ids claimed by this journal and not yet recorded, with when their lease was last set, at the latest
+	queue    []*write             // guarded by mu: Records waiting for the writer
+	closed   bool                 // guarded by mu
+	away     bool                 // guarded by mu: a statement gave up on the database, and none has succeeded since
 }
 
 var _ batch.Journal = (*Journal)(nil)
@@ -134,7 +137,7 @@ func Open(ctx context.Context, url string, cfg Config) (*Journal, error) {
 		redact: redact,
 		wake:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),
-		held:   make(map[string]struct{}),
+		held:   make(map[string]time.Time),
 	}
 	j.renewCtx, j.cancel = context.WithCancel(context.Background())
 	if err := j.createSchema(ctx, cfg.Schema); err != nil {
@@ -187,32 +190,36 @@ func (j *Journal) Prepare(ctx context.Context, in batch.Input, opt batch.Options
 	}
 	var since time.Time
 	filled := false
-	err := pgx.BeginFunc(ctx, j.pool, func(tx pgx.Tx) error {
-		// A second worker's insert waits here for the first one's
-		// transaction, then finds its row: one fills, the others compare.
-		tag, err := tx.Exec(ctx, j.sql.insertBatch, j.batch, in.Digest, len(in.IDs))
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 1 {
-			rows := make([][]any, len(in.IDs))
-			for i, id := range in.IDs {
-				rows[i] = []any{j.batch, int32(i), id}
-			}
-			if _, err := tx.CopyFrom(ctx, j.sql.items, []string{"batch", "seq", "id"}, pgx.CopyFromRows(rows)); err != nil {
+	err := j.do(ctx, func(ctx context.Context) error {
+		filled = false
+		return pgx.BeginFunc(ctx, j.pool, func(tx pgx.Tx) error {
+			// A second worker's insert waits here for the first one's
+			// transaction, then finds its row: one fills, the others
+			// compare.
+			tag, err := tx.Exec(ctx, j.sql.insertBatch, j.batch, in.Digest, len(in.IDs))
+			if err != nil {
 				return err
 			}
-			filled = true
-		} else {
-			var digest string
-			if err := tx.QueryRow(ctx, j.sql.digest, j.batch).Scan(&digest); err != nil {
-				return err
+			if tag.RowsAffected() == 1 {
+				rows := make([][]any, len(in.IDs))
+				for i, id := range in.IDs {
+					rows[i] = []any{j.batch, int32(i), id}
+				}
+				if _, err := tx.CopyFrom(ctx, j.sql.items, []string{"batch", "seq", "id"}, pgx.CopyFromRows(rows)); err != nil {
+					return err
+				}
+				filled = true
+			} else {
+				var digest string
+				if err := tx.QueryRow(ctx, j.sql.digest, j.batch).Scan(&digest); err != nil {
+					return err
+				}
+				if digest != in.Digest {
+					return fmt.Errorf("reboundpg: batch %q: %w", j.batch, batch.ErrDifferentInput)
+				}
 			}
-			if digest != in.Digest {
-				return fmt.Errorf("reboundpg: batch %q: %w", j.batch, batch.ErrDifferentInput)
-			}
-		}
-		return tx.QueryRow(ctx, `SELECT now()`).Scan(&since)
+			return tx.QueryRow(ctx, `SELECT now()`).Scan(&since)
+		})
 	})
 	if err != nil {
 		if errors.Is(err, batch.ErrDifferentInput) {
@@ -226,7 +233,11 @@ func (j *Journal) Prepare(ctx context.Context, in batch.Input, opt batch.Options
 		// batch at every claim instead of reading the index in order. A
 		// worker that does not own the table gets a warning, not an
 		// error, and the statistics of autovacuum's next pass.
-		if _, err := j.pool.Exec(ctx, j.sql.analyze); err != nil {
+		err := j.do(ctx, func(ctx context.Context) error {
+			_, err := j.pool.Exec(ctx, j.sql.analyze)
+			return err
+		})
+		if err != nil {
 			return j.fail("Prepare", err)
 		}
 	}
@@ -251,26 +262,52 @@ func (j *Journal) Claim(ctx context.Context, n int) ([]batch.Claim, error) {
 	case n <= 0:
 		return nil, nil
 	}
-	rows, err := j.pool.Query(ctx, j.sql.claim, j.batch, n, retry, from, since, j.worker, j.holder, j.lease.Microseconds())
-	if err != nil {
-		return nil, j.fail("Claim", err)
-	}
-	type row struct {
-		seq    int64
-		id     string
-		src    int16
-		failed int64
-	}
-	var got []row
-	var r row
-	_, err = pgx.ForEachRow(rows, []any{&r.seq, &r.id, &r.src, &r.failed}, func() error {
-		got = append(got, r)
+	var (
+		got    []claimRow
+		unsure []claimRow // a claim whose commit went unanswered: it may stand
+		start  time.Time  // when the claim that stands began
+	)
+	err := j.do(ctx, func(ctx context.Context) error {
+		if unsure != nil {
+			held, err := j.stillHeld(ctx, unsure)
+			if err != nil || len(held) > 0 {
+				got = held
+				return err
+			}
+			unsure = nil // it was rolled back
+		}
+		got, start = got[:0], time.Now()
+		// In a transaction of its own, so that a connection lost before
+		// the commit leaves nothing claimed, and one lost during it leaves
+		// the rows to find (stillHeld).
+		tx, err := j.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, j.sql.claim, j.batch, n, retry, from, since, j.worker, j.holder, j.lease.Microseconds())
+		if err == nil {
+			var r claimRow
+			_, err = pgx.ForEachRow(rows, []any{&r.seq, &r.id, &r.src, &r.failed}, func() error {
+				got = append(got, r)
+				return nil
+			})
+		}
+		if err != nil {
+			tx.Rollback(ctx)
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			if len(got) > 0 {
+				unsure = slices.Clone(got)
+			}
+			return err
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, j.fail("Claim", err)
 	}
-	slices.SortFunc(got, func(a, b row) int { return int(a.seq - b.seq) })
+	slices.SortFunc(got, func(a, b claimRow) int { return int(a.seq - b.seq) })
 
 	claims := make([]batch.Claim, len(got))
 	last, took, failed := int64(-1), int64(0), int64(0)
@@ -283,7 +320,7 @@ func (j *Journal) Claim(ctx context.Context, n int) ([]batch.Claim, error) {
 	}
 	j.mu.Lock()
 	for _, c := range claims {
-		j.held[c.ID] = struct{}{}
+		j.held[c.ID] = start
 	}
 	// The failures recorded before Prepare only ever leave that set, so
 	// the next claim can start its scan of them after the last one taken;
@@ -298,6 +335,33 @@ func (j *Journal) Claim(ctx context.Context, n int) ([]batch.Claim, error) {
 	return claims, nil
 }
 
+// claimRow is a row the claim statement returns.
+type claimRow struct {
+	seq    int64
+	id     string
+	src    int16
+	failed int64
+}
+
+// stillHeld returns those of rows that this journal holds: the rows of a
+// claim whose commit went unanswered, if it was made.
+func (j *Journal) stillHeld(ctx context.Context, rows []claimRow) ([]claimRow, error) {
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.id
+	}
+	res, err := j.pool.Query(ctx, j.sql.held, j.batch, ids, j.holder)
+	if err != nil {
+		return nil, err
+	}
+	held := map[string]bool{}
+	var id string
+	if _, err := pgx.ForEachRow(res, []any{&id}, func() error { held[id] = true; return nil }); err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(slices.Clone(rows), func(r claimRow) bool { return !held[r.id] }), nil
+}
+
 // Counts counts the batch's items by state; an item whose lease ran out
 // is Pending.
 func (j *Journal) Counts(ctx context.Context) (batch.Counts, error) {
@@ -305,7 +369,9 @@ func (j *Journal) Counts(ctx context.Context) (batch.Counts, error) {
 		return batch.Counts{}, ErrClosed
 	}
 	var c batch.Counts
-	err := j.pool.QueryRow(ctx, j.sql.counts, j.batch).Scan(&c.Total, &c.Pending, &c.InFlight, &c.Succeeded, &c.Failed, &c.FailedPermanent)
+	err := j.do(ctx, func(ctx context.Context) error {
+		return j.pool.QueryRow(ctx, j.sql.counts, j.batch).Scan(&c.Total, &c.Pending, &c.InFlight, &c.Succeeded, &c.Failed, &c.FailedPermanent)
+	})
 	if err != nil {
 		return batch.Counts{}, j.fail("Counts", err)
 	}
@@ -325,27 +391,39 @@ func (j *Journal) Outcomes(ctx context.Context, fn func(batch.Outcome) error) er
 		return ErrClosed
 	}
 	for after := int64(-1); ; {
-		rows, err := j.pool.Query(ctx, j.sql.outcomes, j.batch, after, outcomesPage)
-		if err != nil {
-			return j.fail("Outcomes", err)
-		}
 		var (
-			o     batch.Outcome
-			state int16
-			code  int32
-			att   int32
 			n     int
 			fnErr error
 		)
-		_, err = pgx.ForEachRow(rows, []any{&after, &o.ID, &state, &code, &o.RequestID, &o.Body, &o.ErrorCode, &o.ErrorMessage, &att}, func() error {
-			n++
-			o.State, o.StatusCode, o.Attempts = batch.State(state), int(code), int(att)
-			if err := fn(o); err != nil {
-				fnErr = err
+		// A page that fails on its connection is read again from the row
+		// after the last one fn had; a page that ends short is the last.
+		err := j.do(ctx, func(ctx context.Context) error {
+			n = 0
+			rows, err := j.pool.Query(ctx, j.sql.outcomes, j.batch, after, outcomesPage)
+			if err != nil {
 				return err
 			}
-			o.Body = nil // a fresh slice for the next row: fn may keep this one
-			return nil
+			var (
+				o     batch.Outcome
+				seq   int64
+				state int16
+				code  int32
+				att   int32
+			)
+			_, err = pgx.ForEachRow(rows, []any{&seq, &o.ID, &state, &code, &o.RequestID, &o.Body, &o.ErrorCode, &o.ErrorMessage, &att}, func() error {
+				n++
+				o.State, o.StatusCode, o.Attempts = batch.State(state), int(code), int(att)
+				if fnErr = fn(o); fnErr != nil {
+					return fnErr
+				}
+				after = seq
+				o.Body = nil // a fresh slice for the next row: fn may keep this one
+				return nil
+			})
+			if fnErr != nil {
+				return nil
+			}
+			return err
 		})
 		if fnErr != nil {
 			return fnErr
@@ -374,24 +452,31 @@ func (j *Journal) Close() error {
 
 		j.mu.Lock()
 		ids := heldIDs(j.held)
-		clear(j.held)
 		j.mu.Unlock()
 		if len(ids) > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
-			if _, err := j.pool.Exec(ctx, j.sql.giveBack, j.batch, ids, j.holder); err != nil {
+			// Tried until the leases run out, as they then give the
+			// claims back themselves.
+			err := j.do(context.Background(), func(ctx context.Context) error {
+				_, err := j.pool.Exec(ctx, j.sql.giveBack, j.batch, ids, j.holder)
+				return err
+			})
+			if err != nil {
 				j.closeErr = j.fail("Close", err)
 			}
-			cancel()
 		}
+		j.mu.Lock()
+		clear(j.held)
+		j.mu.Unlock()
 		j.pool.Close()
 	})
 	return j.closeErr
 }
 
 // renewer renews this worker's leases every third of a lease while it
-// holds any, until Close. A renewal that fails is tried again at the next
-// tick; if none succeeds before the lease ends, the items go to other
-// workers, and this worker's Records still count.
+// holds any, until Close. A renewal that fails on its connection is tried
+// again on fresh ones until the leases run out (Journal.do); if none
+// succeeds, the items go to other workers, and this worker's Records still
+// count.
 func (j *Journal) renewer() {
 	defer j.done.Done()
 	t := time.NewTicker(j.lease / 3)
@@ -402,6 +487,9 @@ func (j *Journal) renewer() {
 			return
 		case <-t.C:
 		}
+		// Taken before the ids: a claim made after it is renewed at least
+		// as late as it says.
+		start := time.Now()
 		j.mu.Lock()
 		ids := heldIDs(j.held)
 		j.mu.Unlock()
@@ -409,13 +497,24 @@ func (j *Journal) renewer() {
 			continue
 		}
 		// Close cancels a renewal under way rather than wait for it.
-		ctx, cancel := context.WithTimeout(j.renewCtx, j.lease/3)
-		j.pool.Exec(ctx, j.sql.renew, j.batch, ids, j.holder, j.lease.Microseconds())
-		cancel()
+		err := j.do(j.renewCtx, func(ctx context.Context) error {
+			_, err := j.pool.Exec(ctx, j.sql.renew, j.batch, ids, j.holder, j.lease.Microseconds())
+			return err
+		})
+		if err != nil {
+			continue
+		}
+		j.mu.Lock()
+		for _, id := range ids {
+			if at, ok := j.held[id]; ok && at.Before(start) {
+				j.held[id] = start
+			}
+		}
+		j.mu.Unlock()
 	}
 }
 
-func heldIDs(held map[string]struct{}) []string {
+func heldIDs(held map[string]time.Time) []string {
 	ids := make([]string, 0, len(held))
 	for id := range held {
 		ids = append(ids, id)
@@ -430,10 +529,25 @@ func (j *Journal) isClosed() bool {
 }
 
 // fail wraps an error of the database in one line naming the batch and
-// the method.
+// the method. (pgx puts each address it failed to connect to on a line of
+// its own.)
 func (j *Journal) fail(method string, err error) error {
-	return j.redact(fmt.Errorf("reboundpg: %s of batch %q: %w", method, j.batch, err))
+	err = fmt.Errorf("reboundpg: %s of batch %q: %w", method, j.batch, err)
+	if msg := err.Error(); strings.Contains(msg, "\n") {
+		msg = strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", "; ")), " ")
+		err = &lineError{msg: msg, err: err}
+	}
+	return j.redact(err)
 }
+
+// lineError is an error whose message is made one line.
+type lineError struct {
+	msg string
+	err error
+}
+
+func (e *lineError) Error() string { return e.msg }
+func (e *lineError) Unwrap() error { return e.err }
 
 // redactor returns a function that removes the passwords in url, and the
 // ones given, from an error's message. pgx leaves passwords out of its
@@ -505,7 +619,7 @@ func (e *redactedError) Unwrap() error { return e.kind }
 // any: a redacted error keeps them and drops the rest of its chain, which
 // may hold the password.
 func kindOf(err error) error {
-	for _, k := range []error{batch.ErrDifferentInput, ErrClosed, context.Canceled, context.DeadlineExceeded} {
+	for _, k := range []error{batch.ErrDifferentInput, ErrClosed, ErrUnreachable, context.Canceled, context.DeadlineExceeded} {
 		if errors.Is(err, k) {
 			return k
 		}

@@ -17,10 +17,10 @@ const (
 
 // statements are the SQL of a Journal, with its schema's name quoted in.
 type statements struct {
-	items                                            pgx.Identifier
-	ready, create                                    string
-	insertBatch, digest, analyze                     string
-	claim, record, giveBack, renew, counts, outcomes string
+	items                                                  pgx.Identifier
+	ready, create                                          string
+	insertBatch, digest, analyze                           string
+	claim, held, record, giveBack, renew, counts, outcomes string
 }
 
 func newStatements(schema string) statements {
@@ -92,6 +92,10 @@ WITH open AS MATERIALIZED (
 UPDATE S.items i SET state = 1, worker = $6, holder = $7, lease_until = now() + $8::bigint * interval '1 microsecond'
 FROM pick WHERE i.batch = $1 AND i.seq = pick.seq
 RETURNING i.seq::bigint, i.id, pick.src, (SELECT count(*) FROM failed)`)
+
+	// held finds which of the rows of a claim whose commit went unanswered
+	// this journal holds. $1 batch, $2 ids, $3 holder.
+	s.held = r.Replace(`SELECT id FROM S.items WHERE batch = $1 AND id = ANY($2) AND state = 1 AND holder = $3`)
 
 	// record writes a group of outcomes, one per id. A success stands
 	// (state 2 is never written over); a give-back (state 0) applies only

@@ -120,7 +120,7 @@ func (j *Journal) takeGroup() []*write {
 func (j *Journal) writeGroup(g []*write) {
 	err := j.writeOutcomes(g)
 	var pgErr *pgconn.PgError
-	if err != nil && len(g) > 1 && errors.As(err, &pgErr) {
+	if err != nil && len(g) > 1 && !transient(err) && errors.As(err, &pgErr) {
 		for _, w := range g {
 			j.finish(w, j.writeOutcomes([]*write{w}))
 		}
@@ -180,10 +180,12 @@ func (j *Journal) writeOutcomes(ws []*write) error {
 		ids[i], states[i], codes[i], attempts[i], bodies[i] = o.ID, int16(o.State), int32(o.StatusCode), int32(o.Attempts), o.Body
 		requestIDs[i], errorCodes[i], errorMessages[i] = text(o.RequestID), text(o.ErrorCode), text(o.ErrorMessage)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
-	defer cancel()
-	_, err := j.pool.Exec(ctx, j.sql.record, j.batch, j.holder, ids, states, codes, requestIDs, bodies, errorCodes, errorMessages, attempts)
-	return err
+	// Written again, the statement leaves the rows as it did once: a
+	// success stands, and a give-back applies to a row still held.
+	return j.do(context.Background(), func(ctx context.Context) error {
+		_, err := j.pool.Exec(ctx, j.sql.record, j.batch, j.holder, ids, states, codes, requestIDs, bodies, errorCodes, errorMessages, attempts)
+		return err
+	})
 }
 
 // text makes s storable in a text column, which takes neither invalid

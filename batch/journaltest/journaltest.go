@@ -39,6 +39,7 @@ func Run(t *testing.T, fresh func(t *testing.T) Opener) {
 		{"RetryFailedSendsPermanentFailuresAgain", testRetryFailed},
 		{"CloseGivesBackClaims", testCloseGivesBack},
 		{"FirstSuccessStands", testFirstSuccess},
+		{"RecordsAnswersAnEarlierRunKept", testRecordKept},
 		{"RefusesADifferentInput", testDifferentInput},
 		{"CountsWithoutPrepare", testCountsWithoutPrepare},
 	}
@@ -153,6 +154,28 @@ func ok(id string) batch.Outcome {
 
 func failed(id string, s batch.State) batch.Outcome {
 	return batch.Outcome{ID: id, State: s, StatusCode: 503, ErrorCode: "transient", ErrorMessage: "down", Attempts: 3}
+}
+
+// testRecordKept records answers that an earlier run received and could
+// not record, as the next run does before it claims anything: items it
+// never claimed, one of them claimed by a run that stopped. They stand,
+// and are not handed out again.
+func testRecordKept(t *testing.T, o Opener) {
+	in := input(4, "d1")
+	j := open(t, o, in, batch.Options{})
+	claim(t, j, 2) // the run that received the answers, stopped without recording them
+	j.Close()
+	j = open(t, o, in, batch.Options{})
+	record(t, j, ok("id-001"), failed("id-002", batch.FailedPermanent))
+	if got, want := counts(t, j), (batch.Counts{Total: 4, Pending: 2, Succeeded: 1, FailedPermanent: 1}); got != want {
+		t.Errorf("counts: %+v, want %+v", got, want)
+	}
+	if got := ids(claimAll(t, j)); !slices.Equal(got, []string{"id-000", "id-003"}) {
+		t.Errorf("claimed %v, want the two items without an answer", got)
+	}
+	if got := outcomes(t, j); len(got) != 2 || !bytes.Equal(got[0].Body, ok("id-001").Body) || got[1].State != batch.FailedPermanent {
+		t.Errorf("outcomes %+v", got)
+	}
 }
 
 func testPrepare(t *testing.T, o Opener) {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -38,7 +40,11 @@ again and it sends only what failed in a way a later run may cure (a 5xx, a
 failure (a 400, a prompt too long) is sent again only with --retry-failed.
 A run that is killed, even with SIGKILL, loses at most the requests in flight
 (up to --concurrency), which the next run sends again and reports. Each run
-writes OUTPUT and the errors file afresh from the journal.
+writes OUTPUT and the errors file afresh from the journal. An answer the
+journal cannot record (its database away for longer than the lease, its
+file damaged) is kept in OUTPUT with .unrecorded.jsonl for .jsonl, and the
+next run records it before it sends anything. A damaged journal file is
+refused: move it aside to start the batch afresh.
 
 The journal is a file (--journal PATH, by default OUTPUT.journal) that one
 run uses at a time, or PostgreSQL (--journal postgres://...), which several
@@ -101,6 +107,7 @@ type batchRun struct {
 	Attempts        int     `json:"attempts"`
 	Retries         int     `json:"retries"`
 	Interrupted     bool    `json:"interrupted"`
+	Unrecorded      int     `json:"unrecorded"`
 	Seconds         float64 `json:"seconds"`
 	PerSecond       float64 `json:"requests_per_second"`
 }
@@ -176,12 +183,13 @@ func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if u, err := url.Parse(f.baseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return usageErr("--base-url %q: want http:// or https://, a host and at most a path", f.baseURL)
 	}
-	files := []string{input, f.out, f.errs}
+	kept := keptPath(f.out)
+	files := []string{input, f.out, f.errs, kept}
 	if !isPostgres(f.journal) {
 		files = append(files, f.journal)
 	}
 	if sameFiles(files...) {
-		return usageErr("the input, --out, --errors and --journal must be different files")
+		return usageErr("the input, --out, --errors, --journal and %s must be different files", kept)
 	}
 	policy := rebound.Policy{}
 	if f.policy != "" {
@@ -215,6 +223,10 @@ func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if len(file.Malformed) > 0 && f.strict {
 		return fail("%d malformed lines in %s; nothing sent (--strict)", len(file.Malformed), input)
 	}
+	unrecorded, err := readKept(kept, file.Input().Digest)
+	if err != nil {
+		return fail("%v", err)
+	}
 
 	key := ""
 	keyEnv := f.keyEnv
@@ -229,6 +241,7 @@ func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		Concurrency: f.concurrency,
 		Policy:      policy,
 		Options:     batch.Options{RetryFailed: f.retryFailed},
+		Unrecorded:  unrecorded,
 	}
 	if key != "" {
 		r.Header = d.header(key)
@@ -272,6 +285,11 @@ func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 
 	j, err := openJournal(ctx, f.journal, reboundpg.Config{Batch: f.name, Schema: f.schema, Lease: f.lease}, false)
+	if errors.Is(err, reboundbolt.ErrCorrupt) {
+		// What it recorded is lost but for the output files of the runs
+		// before; a new journal sends everything again.
+		return fail("%v; move it aside to start the batch afresh", err)
+	}
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -282,6 +300,17 @@ func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	stopProgress := prog.start()
 	summary, runErr := r.Run(ctx, file, j)
 	stopProgress()
+	// Answers paid for and not in the journal are kept before anything
+	// else can fail.
+	if err := keepUnrecorded(kept, file.Input().Digest, summary.Unrecorded, unrecorded != nil); err != nil {
+		return fail("%v", err)
+	}
+	switch {
+	case len(summary.Unrecorded) > 0:
+		fmt.Fprintf(stderr, "rebound batch: %d answers could not be recorded in the journal; they are kept in %s, and the next run records them\n", len(summary.Unrecorded), kept)
+	case len(unrecorded) > 0:
+		fmt.Fprintf(stderr, "rebound batch: recorded the %d answers kept in %s by an earlier run\n", len(unrecorded), kept)
+	}
 	if runErr != nil && !errors.Is(runErr, context.Canceled) && !errors.Is(runErr, context.DeadlineExceeded) {
 		if summary.Sent == 0 {
 			return fail("%v", runErr)
@@ -306,7 +335,7 @@ func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		Run: batchRun{
 			Todo: summary.Todo, Sent: summary.Sent, Resent: summary.Resent,
 			Succeeded: summary.Succeeded, Failed: summary.Failed, FailedPermanent: summary.FailedPermanent,
-			Attempts: summary.Attempts, Retries: summary.Retries, Interrupted: summary.Interrupted,
+			Attempts: summary.Attempts, Retries: summary.Retries, Interrupted: summary.Interrupted, Unrecorded: len(summary.Unrecorded),
 			Seconds: summary.Elapsed.Seconds(), PerSecond: perSecond(summary.Finished(), summary.Elapsed),
 		},
 	}
@@ -328,6 +357,102 @@ func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 1
 	}
 	return 0
+}
+
+// keptPath is the file that keeps the answers a run received and could not
+// record in its journal: OUTPUT with .unrecorded.jsonl for .jsonl.
+func keptPath(out string) string {
+	return strings.TrimSuffix(out, ".jsonl") + ".unrecorded.jsonl"
+}
+
+// keptAnswer is a line of the file of kept answers. It names the input's
+// digest, so that an answer is never recorded as another input's.
+type keptAnswer struct {
+	Input        string `json:"input_digest"`
+	CustomID     string `json:"custom_id"`
+	State        string `json:"state"`
+	StatusCode   int    `json:"status_code,omitempty"`
+	RequestID    string `json:"request_id,omitempty"`
+	Body         []byte `json:"body,omitempty"`
+	ErrorCode    string `json:"error_code,omitempty"`
+	ErrorMessage string `json:"error_message,omitempty"`
+	Attempts     int    `json:"attempts,omitempty"`
+}
+
+// readKept reads the answers kept at path for the input of digest; none
+// if there is no such file.
+func readKept(path, digest string) ([]batch.Outcome, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return []batch.Outcome{}, nil // nothing kept, but a file to remove
+	}
+	states := map[string]batch.State{}
+	for s := batch.Succeeded; s <= batch.FailedPermanent; s++ {
+		states[s.String()] = s
+	}
+	var kept []batch.Outcome
+	for i, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var a keptAnswer
+		if err := json.Unmarshal(line, &a); err != nil {
+			return nil, fmt.Errorf("%s:%d: %v", path, i+1, err)
+		}
+		s, ok := states[a.State]
+		switch {
+		case a.Input != digest:
+			return nil, fmt.Errorf("%s holds answers to another input than this one; run that input to record them, or move the file aside", path)
+		case !ok || a.CustomID == "":
+			return nil, fmt.Errorf("%s:%d: not a kept answer", path, i+1)
+		}
+		kept = append(kept, batch.Outcome{ID: a.CustomID, State: s, StatusCode: a.StatusCode, RequestID: a.RequestID, Body: a.Body,
+			ErrorCode: a.ErrorCode, ErrorMessage: a.ErrorMessage, Attempts: a.Attempts})
+	}
+	return kept, nil
+}
+
+// keepUnrecorded writes the answers of unrecorded to path, whole or not
+// at all, or, with none, removes the file of an earlier run's (existed):
+// the run recorded them.
+func keepUnrecorded(path, digest string, unrecorded []batch.Outcome, existed bool) error {
+	if len(unrecorded) == 0 {
+		if !existed {
+			return nil
+		}
+		return os.Remove(path)
+	}
+	err := writeKept(path, digest, unrecorded)
+	if err != nil {
+		return fmt.Errorf("keeping %d answers the journal could not record: %w", len(unrecorded), err)
+	}
+	return nil
+}
+
+// writeKept writes answers to a file beside path, then renames it path.
+func writeKept(path, digest string, answers []batch.Outcome) error {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	for _, o := range answers {
+		enc.Encode(keptAnswer{Input: digest, CustomID: o.ID, State: o.State.String(), StatusCode: o.StatusCode, RequestID: o.RequestID,
+			Body: o.Body, ErrorCode: o.ErrorCode, ErrorMessage: o.ErrorMessage, Attempts: o.Attempts})
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
 
 // checkBatchFlags checks the numbers among f.
