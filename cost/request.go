@@ -517,6 +517,7 @@ type walker struct {
 	d     *json.Decoder
 	r     *request
 	media int64 // the parts that refer to an image
+	depth int   // of the arrays and objects the walk is in
 	// ended says the body ended, or broke, which broken says: nothing
 	// more is read.
 	ended, broken bool
@@ -553,7 +554,11 @@ func (w *walker) value(at place, key string, as role) {
 	if as != document {
 		w.named(at, key, t)
 	}
-	if d, ok := t.(json.Delim); ok {
+	if d, ok := t.(json.Delim); ok && w.depth == maxDepth {
+		w.skip()
+	} else if ok {
+		w.depth++
+		defer func() { w.depth-- }()
 		in := at // an element's members and elements are where the element is
 		switch {
 		case as == document && d == '{':
@@ -580,6 +585,32 @@ func (w *walker) value(at place, key string, as role) {
 	}
 	if as == member && at == placeTop && fold(key) == "prediction" {
 		w.r.predicted += (w.d.InputOffset() - start + bytesPerToken - 1) / bytesPerToken
+	}
+}
+
+// maxDepth is the deepest nesting of arrays and objects the walk goes
+// into, encoding/json's own bound (Python's is lower): the walk takes a
+// call for each level, and a body of a few MiB of "[" would otherwise
+// overflow the goroutine's stack.
+const maxDepth = 10000
+
+// skip reads the rest of a value nested past maxDepth, whose opening
+// delimiter was read, without a call for each level. The body is broken:
+// parsers refuse it, or read it as they like.
+func (w *walker) skip() {
+	w.broken = true
+	for open := 1; open > 0; {
+		t, err := w.d.Token()
+		if err != nil {
+			w.fail(err, false)
+			return
+		}
+		switch t {
+		case json.Delim('{'), json.Delim('['):
+			open++
+		case json.Delim('}'), json.Delim(']'):
+			open--
+		}
 	}
 }
 

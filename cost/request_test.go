@@ -3,6 +3,7 @@ package cost
 import (
 	"bytes"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -253,5 +254,19 @@ func TestEstimateReadsWhatPythonReads(t *testing.T) {
 		if got != c.out {
 			t.Errorf("%s: %q held at %d output tokens, want %d", c.name, c.body, got, c.out)
 		}
+	}
+}
+
+// TestEstimateDeepBodyKeepsTheStack: a body nested deeper than any
+// parser takes is read without a call for each level (a few MiB of "["
+// would otherwise overflow the goroutine's stack, a crash no recover
+// catches), as broken JSON, and what follows the deep value still counts.
+func TestEstimateDeepBodyKeepsTheStack(t *testing.T) {
+	defer debug.SetMaxStack(debug.SetMaxStack(64 << 20))
+	const depth = 1 << 20
+	body := `{"messages":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `,"n":5,"max_tokens":100}`
+	got := heldAt(t, chatPath, body)
+	if want := (Usage{InputTokens: in(body), OutputTokens: 5 * estimatePrice.MaxOutputTokens}); got != want {
+		t.Errorf("a body nested %d deep is held at %+v, want %+v", depth, got, want)
 	}
 }
