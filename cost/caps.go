@@ -131,7 +131,8 @@ func (h *limitHold) Settle(usd float64) {
 //     (Price.MaxOutputTokens if it sets none); a predicted output's
 //     tokens; all of it times the answers it asks for (the largest of n,
 //     best_of, candidateCount or candidate_count, any key ending in
-//     "count"); and its input, a token for every 4 bytes of the body,
+//     "count"), for each prompt of a list of them (a legacy completion's
+//     "prompt": ["…", "…"]); and its input, a token for every 4 bytes of the body,
 //     2000 more for each image it refers to, and Price.MaxInputTokens
 //     more when it refers to context the provider keeps (see Price). A
 //     field the estimate does not know can raise it, never lower it. A

@@ -158,7 +158,8 @@ type request struct {
 	// which a provider bills as output where it rejects them.
 	output, thoughts figure
 	predicted        int64
-	answers          int64 // the answers it asks for, at least 1
+	answers          int64 // the answers it asks for of each prompt, at least 1
+	prompts          int64 // the prompts a list of them holds (0: one prompt)
 	// kept says it refers to context the provider keeps, whose size it
 	// does not show: a conversation, a stored prompt, cached content, a
 	// file by id or a document, tools the provider runs.
@@ -277,7 +278,14 @@ func (r request) most(p Price) Usage {
 	default:
 		each += r.thoughts.largest
 	}
-	u := Usage{InputTokens: r.input, OutputTokens: min(each, 4*maxFigure) * r.answers}
+	u := Usage{InputTokens: r.input, OutputTokens: min(each, 4*maxFigure)}
+	// answers and prompts are bounded (by maxAnswers, and by the body's
+	// size): their product fits, and the output saturates.
+	if answers := r.answers * max(r.prompts, 1); u.OutputTokens > math.MaxInt64/answers {
+		u.OutputTokens = math.MaxInt64
+	} else {
+		u.OutputTokens *= answers
+	}
 	if r.kept {
 		u.InputTokens += p.maxInput(r.dialect)
 	}
@@ -543,13 +551,13 @@ const (
 // value reads the next value, a document, a member named key of an
 // object at at, or an element at at of an array that is the value of a
 // member named key (an element says what its member says: "n": [4]
-// counts as much as "n": 4).
-func (w *walker) value(at place, key string, as role) {
+// counts as much as "n": 4), and returns its first token.
+func (w *walker) value(at place, key string, as role) json.Token {
 	start := w.d.InputOffset()
 	t, err := w.d.Token()
 	if err != nil {
 		w.fail(err, as == document)
-		return
+		return nil
 	}
 	if as != document {
 		w.named(at, key, t)
@@ -566,19 +574,29 @@ func (w *walker) value(at place, key string, as role) {
 		case as != element:
 			in = w.within(at, key)
 		}
+		// A legacy completion's prompt may be a list of prompts, each
+		// answered n times: its strings, or its lists of token ids (a
+		// list of numbers is one prompt).
+		prompts := as == member && at == placeTop && d == '[' && fold(key) == "prompt"
+		var listed int64
 		for w.d.More() && !w.ended {
 			if d == '[' {
-				w.value(in, key, element)
+				if e := w.value(in, key, element); prompts {
+					if _, id := e.(json.Number); !id {
+						listed++
+					}
+				}
 				continue
 			}
 			t, err := w.d.Token()
 			k, ok := t.(string)
 			if err != nil || !ok {
 				w.fail(err, false)
-				return
+				return t
 			}
 			w.value(in, k, member)
 		}
+		w.r.prompts = max(w.r.prompts, listed)
 		if _, err := w.d.Token(); err != nil && !w.ended { // the closing delimiter
 			w.fail(err, false)
 		}
@@ -586,6 +604,7 @@ func (w *walker) value(at place, key string, as role) {
 	if as == member && at == placeTop && fold(key) == "prediction" {
 		w.r.predicted += (w.d.InputOffset() - start + bytesPerToken - 1) / bytesPerToken
 	}
+	return t
 }
 
 // maxDepth is the deepest nesting of arrays and objects the walk goes
