@@ -120,7 +120,9 @@ func (h *limitHold) Settle(usd float64) {
 // What an attempt may cost, priced by prices under its target's name:
 //
 //   - Transport reads the request as the most generous server would:
-//     its model (the dearest, if it names several); its output cap for
+//     its model (the dearest, if it names several: the body may name
+//     one in several keys, and a Gemini path or an Azure OpenAI
+//     deployment names the one served, whatever the body says); its output cap for
 //     each answer, the largest any field names (max_tokens,
 //     max_completion_tokens, max_output_tokens, Gemini's
 //     maxOutputTokens or max_output_tokens, and any other key a server

@@ -2,7 +2,6 @@ package cost
 
 import (
 	"bytes"
-	"cmp"
 	"compress/gzip"
 	"compress/zlib"
 	"encoding/json"
@@ -148,7 +147,7 @@ func (d dialect) window() int64 {
 // request is what an HTTP attempt says of what it may use.
 type request struct {
 	// models are the models it names: the body's (every key a server
-	// might take for "model"), else its path's or query's.
+	// might take for "model") and its path's, else its query's.
 	models  []string
 	dialect dialect
 	topCaps []string // the output caps its endpoint has at the top of a body
@@ -192,7 +191,7 @@ func (f figure) or(def int64) int64 {
 // cost; a larger one cannot be.
 const maxBody = 64 << 20
 
-// readRequest reads what req may use: its models (the body's "model", else
+// readRequest reads what req may use: its models (the body's "model" and
 // a Gemini or Azure path's, else the query's), its input, from the body's
 // size (decoded as its Content-Encoding says), the images it refers to and
 // the context the provider keeps that it refers to, and its output (see
@@ -218,10 +217,13 @@ func readRequest(req *http.Request) (request, error) {
 	r.topCaps = topCaps(r.dialect, req.URL.Path)
 	media := r.readBody(body)
 	r.input = (int64(len(body))+bytesPerToken-1)/bytesPerToken + mediaTokens*media
-	if len(r.models) == 0 {
-		if m := cmp.Or(pathModel(req.URL.Path), req.URL.Query().Get("model")); m != "" {
-			r.models = []string{m}
-		}
+	// Gemini serves the model its path names, and Azure OpenAI its
+	// deployment's, whatever the body says: it counts too.
+	if m := pathModel(req.URL.Path); m != "" && !slices.Contains(r.models, m) {
+		r.models = append(r.models, m)
+	}
+	if m := req.URL.Query().Get("model"); m != "" && len(r.models) == 0 {
+		r.models = []string{m}
 	}
 	return r, nil
 }
