@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -27,10 +26,7 @@ var errStreamEnded = fmt.Errorf("rebound: event stream ended before any content:
 // stream's first content came (see Transport).
 type contentWatcher interface{ ContentArrived() }
 
-func isEventStream(resp *http.Response) bool {
-	mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	return err == nil && mt == "text/event-stream"
-}
+func isEventStream(resp *http.Response) bool { return sse.IsStream(resp.Header) }
 
 // peekStream reads an event stream up to its first content event (see
 // sse.Peek) and says how it failed before any, in rebound's terms: a

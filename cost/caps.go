@@ -120,7 +120,9 @@ func (h *limitHold) Settle(usd float64) {
 // What an attempt may cost, priced by prices under its target's name:
 //
 //   - Transport reads the request as the most generous server would:
-//     its model (the dearest, if it names several); its output cap for
+//     its model (the dearest, if it names several: the body may name
+//     one in several keys, and a Gemini path or an Azure OpenAI
+//     deployment names the one served, whatever the body says); its output cap for
 //     each answer, the largest any field names (max_tokens,
 //     max_completion_tokens, max_output_tokens, Gemini's
 //     maxOutputTokens or max_output_tokens, and any other key a server
@@ -131,7 +133,8 @@ func (h *limitHold) Settle(usd float64) {
 //     (Price.MaxOutputTokens if it sets none); a predicted output's
 //     tokens; all of it times the answers it asks for (the largest of n,
 //     best_of, candidateCount or candidate_count, any key ending in
-//     "count"); and its input, a token for every 4 bytes of the body,
+//     "count"), for each prompt of a list of them (a legacy completion's
+//     "prompt": ["…", "…"]); and its input, a token for every 4 bytes of the body,
 //     2000 more for each image it refers to, and Price.MaxInputTokens
 //     more when it refers to context the provider keeps (see Price). A
 //     field the estimate does not know can raise it, never lower it. A

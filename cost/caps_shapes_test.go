@@ -255,3 +255,24 @@ func TestCapsHoldTheDearestModelNamed(t *testing.T) {
 		}
 	}
 }
+
+// TestCapsPriceTheModelThePathNames: Gemini serves the model its path
+// names, and Azure OpenAI its deployment's, whatever the body's "model"
+// says: a request is priced as the dearest of the path's model and the
+// body's.
+func TestCapsPriceTheModelThePathNames(t *testing.T) {
+	const hold = 1000 * 15e-6 // "big"'s output; the input is a few tokens more
+	for _, c := range []struct{ path, body string }{
+		{"/v1beta/models/big:generateContent", `{"model":"small","generationConfig":{"maxOutputTokens":1000,"thinkingConfig":{"thinkingBudget":0}}}`},
+		{"/openai/deployments/big/chat/completions", `{"model":"small","max_tokens":1000}`},
+	} {
+		tr := &rebound.Transport{Base: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			return jsonResponse(req, 200, answer(1, 1)), nil
+		})}
+		ctx := cost.WithCaps(t.Context(), prices, &cost.Limit{USD: hold})
+		_, err := post(t, ctx, tr, c.path, c.body)
+		if ce := (*cost.CapError)(nil); !errors.As(err, &ce) || ce.Need <= hold {
+			t.Errorf("%s %s: %v, want a *CapError for big's price", c.path, c.body, err)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package cost
 
 import (
 	"bytes"
-	"cmp"
 	"compress/gzip"
 	"compress/zlib"
 	"encoding/json"
@@ -148,7 +147,7 @@ func (d dialect) window() int64 {
 // request is what an HTTP attempt says of what it may use.
 type request struct {
 	// models are the models it names: the body's (every key a server
-	// might take for "model"), else its path's or query's.
+	// might take for "model") and its path's, else its query's.
 	models  []string
 	dialect dialect
 	topCaps []string // the output caps its endpoint has at the top of a body
@@ -158,7 +157,8 @@ type request struct {
 	// which a provider bills as output where it rejects them.
 	output, thoughts figure
 	predicted        int64
-	answers          int64 // the answers it asks for, at least 1
+	answers          int64 // the answers it asks for of each prompt, at least 1
+	prompts          int64 // the prompts a list of them holds (0: one prompt)
 	// kept says it refers to context the provider keeps, whose size it
 	// does not show: a conversation, a stored prompt, cached content, a
 	// file by id or a document, tools the provider runs.
@@ -191,7 +191,7 @@ func (f figure) or(def int64) int64 {
 // cost; a larger one cannot be.
 const maxBody = 64 << 20
 
-// readRequest reads what req may use: its models (the body's "model", else
+// readRequest reads what req may use: its models (the body's "model" and
 // a Gemini or Azure path's, else the query's), its input, from the body's
 // size (decoded as its Content-Encoding says), the images it refers to and
 // the context the provider keeps that it refers to, and its output (see
@@ -217,10 +217,13 @@ func readRequest(req *http.Request) (request, error) {
 	r.topCaps = topCaps(r.dialect, req.URL.Path)
 	media := r.readBody(body)
 	r.input = (int64(len(body))+bytesPerToken-1)/bytesPerToken + mediaTokens*media
-	if len(r.models) == 0 {
-		if m := cmp.Or(pathModel(req.URL.Path), req.URL.Query().Get("model")); m != "" {
-			r.models = []string{m}
-		}
+	// Gemini serves the model its path names, and Azure OpenAI its
+	// deployment's, whatever the body says: it counts too.
+	if m := pathModel(req.URL.Path); m != "" && !slices.Contains(r.models, m) {
+		r.models = append(r.models, m)
+	}
+	if m := req.URL.Query().Get("model"); m != "" && len(r.models) == 0 {
+		r.models = []string{m}
 	}
 	return r, nil
 }
@@ -277,7 +280,14 @@ func (r request) most(p Price) Usage {
 	default:
 		each += r.thoughts.largest
 	}
-	u := Usage{InputTokens: r.input, OutputTokens: min(each, 4*maxFigure) * r.answers}
+	u := Usage{InputTokens: r.input, OutputTokens: min(each, 4*maxFigure)}
+	// answers and prompts are bounded (by maxAnswers, and by the body's
+	// size): their product fits, and the output saturates.
+	if answers := r.answers * max(r.prompts, 1); u.OutputTokens > math.MaxInt64/answers {
+		u.OutputTokens = math.MaxInt64
+	} else {
+		u.OutputTokens *= answers
+	}
 	if r.kept {
 		u.InputTokens += p.maxInput(r.dialect)
 	}
@@ -517,6 +527,7 @@ type walker struct {
 	d     *json.Decoder
 	r     *request
 	media int64 // the parts that refer to an image
+	depth int   // of the arrays and objects the walk is in
 	// ended says the body ended, or broke, which broken says: nothing
 	// more is read.
 	ended, broken bool
@@ -542,18 +553,22 @@ const (
 // value reads the next value, a document, a member named key of an
 // object at at, or an element at at of an array that is the value of a
 // member named key (an element says what its member says: "n": [4]
-// counts as much as "n": 4).
-func (w *walker) value(at place, key string, as role) {
+// counts as much as "n": 4), and returns its first token.
+func (w *walker) value(at place, key string, as role) json.Token {
 	start := w.d.InputOffset()
 	t, err := w.d.Token()
 	if err != nil {
 		w.fail(err, as == document)
-		return
+		return nil
 	}
 	if as != document {
 		w.named(at, key, t)
 	}
-	if d, ok := t.(json.Delim); ok {
+	if d, ok := t.(json.Delim); ok && w.depth == maxDepth {
+		w.skip()
+	} else if ok {
+		w.depth++
+		defer func() { w.depth-- }()
 		in := at // an element's members and elements are where the element is
 		switch {
 		case as == document && d == '{':
@@ -561,25 +576,62 @@ func (w *walker) value(at place, key string, as role) {
 		case as != element:
 			in = w.within(at, key)
 		}
+		// A legacy completion's prompt may be a list of prompts, each
+		// answered n times: its strings, or its lists of token ids (a
+		// list of numbers is one prompt).
+		prompts := as == member && at == placeTop && d == '[' && fold(key) == "prompt"
+		var listed int64
 		for w.d.More() && !w.ended {
 			if d == '[' {
-				w.value(in, key, element)
+				if e := w.value(in, key, element); prompts {
+					if _, id := e.(json.Number); !id {
+						listed++
+					}
+				}
 				continue
 			}
 			t, err := w.d.Token()
 			k, ok := t.(string)
 			if err != nil || !ok {
 				w.fail(err, false)
-				return
+				return t
 			}
 			w.value(in, k, member)
 		}
+		w.r.prompts = max(w.r.prompts, listed)
 		if _, err := w.d.Token(); err != nil && !w.ended { // the closing delimiter
 			w.fail(err, false)
 		}
 	}
 	if as == member && at == placeTop && fold(key) == "prediction" {
 		w.r.predicted += (w.d.InputOffset() - start + bytesPerToken - 1) / bytesPerToken
+	}
+	return t
+}
+
+// maxDepth is the deepest nesting of arrays and objects the walk goes
+// into, encoding/json's own bound (Python's is lower): the walk takes a
+// call for each level, and a body of a few MiB of "[" would otherwise
+// overflow the goroutine's stack.
+const maxDepth = 10000
+
+// skip reads the rest of a value nested past maxDepth, whose opening
+// delimiter was read, without a call for each level. The body is broken:
+// parsers refuse it, or read it as they like.
+func (w *walker) skip() {
+	w.broken = true
+	for open := 1; open > 0; {
+		t, err := w.d.Token()
+		if err != nil {
+			w.fail(err, false)
+			return
+		}
+		switch t {
+		case json.Delim('{'), json.Delim('['):
+			open++
+		case json.Delim('}'), json.Delim(']'):
+			open--
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package cost
 import (
 	"bytes"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -254,4 +255,36 @@ func TestEstimateReadsWhatPythonReads(t *testing.T) {
 			t.Errorf("%s: %q held at %d output tokens, want %d", c.name, c.body, got, c.out)
 		}
 	}
+}
+
+// TestEstimateDeepBodyKeepsTheStack: a body nested deeper than any
+// parser takes is read without a call for each level (a few MiB of "["
+// would otherwise overflow the goroutine's stack, a crash no recover
+// catches), as broken JSON, and what follows the deep value still counts.
+func TestEstimateDeepBodyKeepsTheStack(t *testing.T) {
+	defer debug.SetMaxStack(debug.SetMaxStack(64 << 20))
+	const depth = 1 << 20
+	body := `{"messages":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `,"n":5,"max_tokens":100}`
+	got := heldAt(t, chatPath, body)
+	if want := (Usage{InputTokens: in(body), OutputTokens: 5 * estimatePrice.MaxOutputTokens}); got != want {
+		t.Errorf("a body nested %d deep is held at %+v, want %+v", depth, got, want)
+	}
+}
+
+// TestEstimateCountsEveryPrompt: a legacy completion's "prompt" may be a
+// list of prompts (strings, or lists of token ids), and the server
+// answers each of them n times; a list of token ids is one prompt.
+func TestEstimateCountsEveryPrompt(t *testing.T) {
+	const legacy = "/v1/completions"
+	checkEstimates(t, []estimateCase{
+		{"one prompt", legacy, `{"max_tokens":10,"n":2,"prompt":"a"}`, 20, 0},
+		{"a list of one", legacy, `{"max_tokens":10,"n":2,"prompt":["a"]}`, 20, 0},
+		{"a list of three", legacy, `{"max_tokens":10,"n":2,"prompt":["a","b","c"]}`, 60, 0},
+		{"token ids are one prompt", legacy, `{"max_tokens":10,"n":2,"prompt":[1,2,3]}`, 20, 0},
+		{"lists of token ids", legacy, `{"max_tokens":10,"prompt":[[1,2],[3],[4]]}`, 30, 0},
+		{"best_of each", legacy, `{"max_tokens":10,"best_of":3,"n":2,"prompt":["a","b"]}`, 60, 0},
+		{"a case variant", legacy, `{"max_tokens":10,"Prompt":["a","b"]}`, 20, 0},
+		{"an unknown path", "/v2/generate", `{"max_tokens":10,"prompt":["a","b"]}`, 20, 0},
+		{"a chat's messages are one conversation", chatPath, `{"max_tokens":10,"messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}`, 10, 0},
+	})
 }

@@ -224,3 +224,49 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// stuckWriter is a client that does not read its answer: a write blocks
+// until free is closed, then fails.
+type stuckWriter struct {
+	header http.Header
+	free   <-chan struct{}
+}
+
+func (w *stuckWriter) Header() http.Header { return w.header }
+func (w *stuckWriter) WriteHeader(int)     {}
+
+func (w *stuckWriter) Write([]byte) (int, error) {
+	<-w.free
+	return 0, io.ErrClosedPipe
+}
+
+// TestClientsThatDoNotReadHoldNoSlot: an answer that is not a stream
+// gives its slot of the upstream's limit on requests in flight back once
+// the upstream has answered, not when the client has read it all: clients
+// that leave their answers unread (20, the limit at first) do not keep
+// every other call waiting.
+func TestClientsThatDoNotReadHoldNoSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		up := &heldUpstream{end: make(chan struct{})}
+		p, err := proxy.New(proxy.Options{Upstream: "http://upstream.test", Base: up, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		free := make(chan struct{})
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer close(free)
+		for range 20 {
+			w := &stuckWriter{header: http.Header{}, free: free}
+			req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "http://127.0.0.1/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+			wg.Go(func() { p.ServeHTTP(w, req) })
+		}
+		synctest.Wait()
+		start := time.Now()
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodPost, "http://127.0.0.1/v1/chat/completions", strings.NewReader(`{"model":"m"}`)))
+		if rec.Code != 200 || rec.Body.String() != canned || time.Since(start) != 0 {
+			t.Fatalf("a call beside 20 clients that do not read: status %d, %q after %v", rec.Code, rec.Body, time.Since(start))
+		}
+	})
+}

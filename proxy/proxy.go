@@ -102,7 +102,8 @@ type Options struct {
 	BodyTimeout time.Duration
 	// MaxQueueWait bounds how long a request waits for a slot of its
 	// upstream's adaptive limit on requests in flight (which a stream
-	// holds until its first content). One that waits longer gets a 503
+	// holds until its first content, another answer until its first
+	// byte, whatever the client's pace). One that waits longer gets a 503
 	// with Retry-After, and the upstream never sees it. Zero or less
 	// means DefaultMaxQueueWait (30 s): a client hears why before the
 	// usual 60 s idle timeout of a load balancer between cuts it off.

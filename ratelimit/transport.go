@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/sse"
 )
 
 // Pacer paces calls to a provider's rate limits: Wait waits until one call
@@ -33,12 +35,17 @@ type Pacer interface {
 //
 // It learns from every response's rate-limit headers, tells the Adaptive
 // limit how each request went (429, 529, 503 and timeouts are congestion),
-// and gives the slot back when the response body is closed or read to its
-// end, or, for an event stream, when its first content comes: the
-// provider has admitted the request, and a stream that then stays open
-// for minutes holds no slot that other requests wait for.
+// and gives the slot back when the provider has answered: for an answer
+// that is not an event stream, when the first byte of its body other than
+// white space is read (a provider makes such an answer whole before it
+// sends it, and may send spaces before it to keep the connection open),
+// so that a caller that reads a large answer slowly, or not at all, holds
+// no slot that other requests wait for; for an event stream, when its
+// first content comes: the provider has admitted the request, and a
+// stream that then stays open for minutes holds no slot either.
 // rebound.Transport says when that is (its ContentArrived call); without it
-// a stream holds its slot until it ends. It does not report latencies to
+// a stream holds its slot until it ends. A body closed or read to its end
+// first gives the slot back then. It does not report latencies to
 // the Adaptive limit: an LLM's latency follows the length of its answer
 // (and its time to first content, the length of its prompt), so a slow
 // answer is not a sign of a queue there (the simulator's provider, whose
@@ -124,7 +131,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if t.Adaptive != nil {
 		held = false
-		resp.Body = &releaseBody{ReadCloser: resp.Body, release: t.Adaptive.Release, signal: signalOf(ctx, nil, resp.StatusCode)}
+		resp.Body = &releaseBody{ReadCloser: resp.Body, release: t.Adaptive.Release, signal: signalOf(ctx, nil, resp.StatusCode),
+			made: !sse.IsStream(resp.Header)}
 	}
 	return resp, nil
 }
@@ -180,17 +188,21 @@ func signalOf(ctx context.Context, err error, status int) Signal {
 }
 
 // releaseBody gives the slot back once, when the body is closed or read to
-// its end, whichever goroutine gets there first.
+// its end, whichever goroutine gets there first; or, for an answer made
+// whole before it is sent (made), when its first byte other than white
+// space is read.
 type releaseBody struct {
 	io.ReadCloser
 	release func(Signal)
 	signal  Signal
+	made    bool // until the answer's first byte other than white space; Read's alone
 	once    sync.Once
 }
 
 func (b *releaseBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err != nil {
+	if answered := b.made && len(bytes.TrimLeft(p[:n], " \t\r\n")) > 0; answered || err != nil {
+		b.made = false
 		b.once.Do(func() { b.release(b.signal) })
 	}
 	return n, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -322,4 +323,56 @@ func TestSlotWaitIsBounded(t *testing.T) {
 			}
 		}
 	})
+}
+
+// bodyTransport answers with a body in pieces, of the given Content-Type.
+type bodyTransport struct {
+	contentType string
+	pieces      []string
+}
+
+func (b bodyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	readers := make([]io.Reader, len(b.pieces))
+	for i, p := range b.pieces {
+		readers[i] = strings.NewReader(p)
+	}
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {b.contentType}},
+		Body: io.NopCloser(io.MultiReader(readers...)), Request: req}, nil
+}
+
+// TestAnswerGivesItsSlotBackWhenItComes: an answer that is not an event
+// stream gives its slot back when the first byte of its body other than
+// white space is read (the spaces a provider sends to keep the connection
+// open before it are not the answer), not when the caller has read it
+// all; an event stream read without rebound.Transport holds its slot
+// until it ends.
+func TestAnswerGivesItsSlotBackWhenItComes(t *testing.T) {
+	for _, tc := range []struct {
+		contentType string
+		held        []int // in flight after each of the four pieces is read
+	}{
+		{"application/json", []int{1, 1, 0, 0}},
+		{"text/event-stream", []int{1, 1, 1, 1}},
+	} {
+		a := NewAdaptive(AdaptiveConfig{Initial: 10})
+		tr := &Transport{Base: bodyTransport{tc.contentType, []string{"  ", "\n", `{"a":`, `1}`}}, Adaptive: a}
+		req, _ := http.NewRequest("POST", "http://provider.test/", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64)
+		var got []int
+		for {
+			_, err := resp.Body.Read(buf)
+			got = append(got, a.InFlight())
+			if err != nil {
+				break
+			}
+		}
+		resp.Body.Close()
+		if len(got) < len(tc.held) || !slices.Equal(got[:len(tc.held)], tc.held) || a.InFlight() != 0 {
+			t.Errorf("%s: in flight after each read %v, want %v, then 0 at the end", tc.contentType, got, tc.held)
+		}
+	}
 }

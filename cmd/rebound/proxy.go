@@ -57,7 +57,7 @@ Transport with the recommended setup:
     is refused at once (503) until it recovers;
   - limits learnt from the rate-limit headers, and an adaptive limit on
     the requests in flight to each upstream (a stream counts until its
-    first content; a request that finds no slot within --max-queue-wait
+    first content, another answer until its first byte; a request that finds no slot within --max-queue-wait
     gets a 503 with Retry-After, never sent);
   - streams passed through byte for byte as they come; one that breaks
     after its first content reaches the client broken, as it broke.

@@ -21,7 +21,16 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"mime"
+	"net/http"
 )
+
+// IsStream reports whether a response's header says its body is an event
+// stream (Content-Type text/event-stream).
+func IsStream(h http.Header) bool {
+	mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
+	return err == nil && mt == "text/event-stream"
+}
 
 // ErrEnded is the failure of a stream that ended, normally or not, before
 // any content: the provider gave up mid-answer.
