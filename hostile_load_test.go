@@ -26,6 +26,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/memnet"
 	"github.com/rebound-go/rebound/observe"
 )
 
@@ -146,61 +147,6 @@ func baseTransport(d *countingDialer) *http.Transport {
 	return t
 }
 
-// pipeNetwork serves a handler through a real http.Server and
-// http.Transport whose connections are net.Pipe pairs: the whole of
-// net/http's client and server, in memory, so that inside a synctest
-// bubble the fake clock moves while they wait on each other (loopback
-// I/O would stall it).
-type pipeNetwork struct {
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
-}
-
-func (n *pipeNetwork) Accept() (net.Conn, error) {
-	select {
-	case c := <-n.conns:
-		return c, nil
-	case <-n.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (n *pipeNetwork) Close() error   { n.once.Do(func() { close(n.done) }); return nil }
-func (n *pipeNetwork) Addr() net.Addr { return pipeAddr{} }
-
-// DialContext hands the server one end of a new pipe.
-func (n *pipeNetwork) DialContext(ctx context.Context, _, _ string) (net.Conn, error) {
-	client, server := net.Pipe()
-	select {
-	case n.conns <- server:
-		return client, nil
-	case <-n.done:
-		return nil, net.ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-type pipeAddr struct{}
-
-func (pipeAddr) Network() string { return "pipe" }
-func (pipeAddr) String() string  { return "pipe" }
-
-// servePipe serves h on a pipeNetwork until the test ends and returns a
-// transport that dials it.
-func servePipe(t *testing.T, h http.Handler) *http.Transport {
-	n := &pipeNetwork{conns: make(chan net.Conn), done: make(chan struct{})}
-	srv := &http.Server{Handler: h}
-	go srv.Serve(n)
-	base := &http.Transport{DialContext: n.DialContext, MaxIdleConnsPerHost: 64}
-	t.Cleanup(func() {
-		base.CloseIdleConnections()
-		srv.Close()
-	})
-	return base
-}
-
 // Each hostile mode alone, in virtual time, with a deadline and without:
 // rebound answers by the deadline to the instant, ends without one within
 // what the policy allows, sends what can never succeed once, and lets no
@@ -216,10 +162,11 @@ func TestHostileBattery(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				var requests atomic.Int32
-				base := servePipe(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				base, stop := memnet.Serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					requests.Add(1)
 					rebound.HostileHandler.ServeHTTP(w, r)
 				}))
+				defer stop()
 				var leaks leakCheck
 				logger := slog.New(slog.NewJSONHandler(&leaks, &slog.HandlerOptions{Level: slog.LevelDebug}))
 				tr := &rebound.Transport{Base: base, StreamLookahead: 100 * time.Millisecond, ErrorBodyTimeout: 100 * time.Millisecond,
