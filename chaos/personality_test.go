@@ -105,7 +105,7 @@ func (f *failFirst) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // TestPersonalityTable measures rebound.Transport (the zero Policy)
 // against the plain retry loop for each personality and each kind of
-// failure, in virtual time, and checks the table in the README.
+// failure, in virtual time, and checks the table in docs/providers.md.
 func TestPersonalityTable(t *testing.T) {
 	personalities := []struct {
 		name, profile string
@@ -159,12 +159,12 @@ func TestPersonalityTable(t *testing.T) {
 			fmt.Fprintf(&table, "| %s | %s | %s | %s | %s |\n", p.name, what, s.kind, cells[0], cells[1])
 		}
 	}
-	readme, err := os.ReadFile("../README.md")
+	guide, err := os.ReadFile("../docs/providers.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(readme), table.String()) {
-		t.Errorf("README.md does not hold the table these tests measured; put this in it:\n%s", table.String())
+	if !strings.Contains(string(guide), table.String()) {
+		t.Errorf("docs/providers.md does not hold the table these tests measured; put this in it:\n%s", table.String())
 	}
 }
 

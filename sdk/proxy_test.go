@@ -58,7 +58,7 @@ var wantsProxy = map[string]map[string]outcome{
 // TestSDKsThroughProxy drives the official OpenAI and Anthropic SDKs, their
 // retries off and their base URL at rebound proxy, through each kind of
 // failure, beside the same SDK alone with its own retries, and checks the
-// table in the README.
+// table in docs/proxy.md.
 func TestSDKsThroughProxy(t *testing.T) {
 	var table strings.Builder
 	table.WriteString("| provider | failure | rebound kind | through rebound proxy | SDK alone |\n|---|---|---|---|---|\n")
@@ -86,12 +86,12 @@ func TestSDKsThroughProxy(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	readme, err := os.ReadFile("../README.md")
+	guide, err := os.ReadFile("../docs/proxy.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(readme), table.String()) {
-		t.Errorf("README.md does not hold the table these tests measured; put this in it:\n%s", table.String())
+	if !strings.Contains(string(guide), table.String()) {
+		t.Errorf("docs/proxy.md does not hold the table these tests measured; put this in it:\n%s", table.String())
 	}
 }
 

@@ -293,7 +293,7 @@ func matches(got, want outcome) bool {
 
 // TestSDKs drives each official SDK through each kind of failure, once
 // with rebound.Transport (the SDK's retries off) and once alone (its
-// retries at their defaults), and checks the table in the README.
+// retries at their defaults), and checks the table in docs/providers.md.
 func TestSDKs(t *testing.T) {
 	var table strings.Builder
 	table.WriteString("| provider | failure | rebound kind | with rebound | SDK alone |\n|---|---|---|---|---|\n")
@@ -319,12 +319,12 @@ func TestSDKs(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	readme, err := os.ReadFile("../README.md")
+	guide, err := os.ReadFile("../docs/providers.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(readme), table.String()) {
-		t.Errorf("README.md does not hold the table these tests measured; put this in it:\n%s", table.String())
+	if !strings.Contains(string(guide), table.String()) {
+		t.Errorf("docs/providers.md does not hold the table these tests measured; put this in it:\n%s", table.String())
 	}
 }
 
