@@ -14,6 +14,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/memnet"
 )
 
 // act sends a lost-reply request with the given idempotency key ("" for
@@ -110,17 +112,23 @@ func TestLostReplyRetry(t *testing.T) {
 	})
 }
 
-func TestLostReplyOverHTTP(t *testing.T) {
-	// Every reply is lost: aborted, or so late that the client's timeout
-	// fires first. The action is performed once all the same.
+func TestLostReplyOverHTTP(t *testing.T) { synctest.Test(t, testLostReplyOverHTTP) }
+
+// testLostReplyOverHTTP: every reply is lost, aborted or so late that the
+// client's timeout fires first, and the action is performed once all the
+// same. net/http's client and server talk over an in-memory network in
+// virtual time, so that an abort is never taken for a late reply because
+// the machine was slow to deliver it.
+func testLostReplyOverHTTP(t *testing.T) {
 	s := newServer(t, Config{Mode: ModeLostReply, FailRate: 1, Seed: 5, SlowDelay: time.Hour})
-	srv := httptest.NewServer(s)
-	defer srv.Close()
-	client := &http.Client{Timeout: 50 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
+	transport, stop := memnet.Serve(s)
+	defer stop()
+	transport.DisableKeepAlives = true
+	client := &http.Client{Timeout: 50 * time.Millisecond, Transport: transport}
 	const n = 8
 	count := map[mishap]int{}
 	for i := range uint64(n) {
-		req, err := http.NewRequest("POST", srv.URL+"/tools/charge", nil)
+		req, err := http.NewRequest("POST", "http://chaos/tools/charge", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
