@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/testclock"
 	"github.com/rebound-go/rebound/tool"
 )
 
@@ -331,20 +332,6 @@ func TestFailureTextIsBounded(t *testing.T) {
 	}
 }
 
-// fixedClock is a virtual clock stopped at t.
-type fixedClock struct{ t time.Time }
-
-func (c fixedClock) Now() time.Time { return c.t }
-
-func (c fixedClock) Sleep(ctx context.Context, d time.Duration) error {
-	select {
-	case <-time.After(d):
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-}
-
 // TestHedgeBudgetKeepsTheCallsClock: a hedge withdraws from the retry
 // budget at the time the call deposited by, its context's clock.
 func TestHedgeBudgetKeepsTheCallsClock(t *testing.T) {
@@ -354,7 +341,7 @@ func TestHedgeBudgetKeepsTheCallsClock(t *testing.T) {
 		var r tool.Registry
 		r.Register("search", tool.Spec{Kind: tool.ReadOnly, Hedge: tool.Hedge{After: 100 * time.Millisecond},
 			Policy: rebound.Policy{Budget: budget}}, slowFirst(&calls, &cancelled))
-		ctx := rebound.WithClock(t.Context(), fixedClock{time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)})
+		ctx := rebound.WithClock(t.Context(), testclock.New(time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)))
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		if res := r.Execute(ctx, tool.Call{ID: "h", Name: "search"}); res.Failure != nil || calls.Load() != 2 {
