@@ -1,21 +1,15 @@
 package reboundbolt
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"runtime/debug"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/rebound-go/rebound/batch"
 )
@@ -144,133 +138,6 @@ func Open(path string, cfg Config) (*Journal, error) {
 	return j, nil
 }
 
-func boltOptions(cfg Config, timeout time.Duration, readOnly bool) *bolt.Options {
-	return &bolt.Options{
-		Timeout:  timeout,
-		ReadOnly: readOnly,
-		NoSync:   !cfg.Sync,
-		// The freelist is rebuilt by walking the tree when the file is
-		// opened, rather than written at every commit: commits are many,
-		// opens are few.
-		NoFreelistSync: true,
-		FreelistType:   bolt.FreelistMapType,
-	}
-}
-
-// openChecked opens the file at path read only and checks every page
-// that bbolt may read.
-func openChecked(path string, cfg Config, timeout time.Duration) (*bolt.DB, error) {
-	st, err := os.Stat(path) // not opened first: opening a FIFO waits for a writer
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("reboundbolt: %w", err)
-	case !st.Mode().IsRegular():
-		return nil, fmt.Errorf("reboundbolt: %s is not a regular file", path)
-	case st.Size() == 0:
-		// A run stopped before bbolt wrote the file's first pages; the
-		// next run starts it afresh.
-		return nil, fmt.Errorf("reboundbolt: %s: %w: the file is empty", path, ErrCorrupt)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("reboundbolt: %w", err)
-	}
-	defer f.Close()
-	db, err := bolt.Open(path, 0o600, boltOptions(cfg, timeout, true))
-	if err != nil {
-		return nil, openError(path, cfg, timeout, err)
-	}
-	if err := checkFile(f, db); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("reboundbolt: %s: %w: %v", path, ErrCorrupt, err)
-	}
-	return db, nil
-}
-
-// openError is the error of Open for an error of bbolt's Open.
-func openError(path string, cfg Config, timeout time.Duration, err error) error {
-	var errno syscall.Errno
-	switch {
-	case errors.Is(err, berrors.ErrTimeout):
-		if cfg.LockTimeout < 0 {
-			return fmt.Errorf("reboundbolt: %s: %w (it holds the file's lock)", path, ErrInUse)
-		}
-		return fmt.Errorf("reboundbolt: %s: %w (it held the file's lock for %v)", path, ErrInUse, timeout)
-	case errors.As(err, new(*fs.PathError)) || errors.As(err, &errno):
-		// The file could not be read: it may be whole.
-		return fmt.Errorf("reboundbolt: %s: %w", path, err)
-	}
-	// No meta page that bbolt takes for its own (another kind of file,
-	// or a journal whose first pages are overwritten), or a file shorter
-	// than its meta pages.
-	return fmt.Errorf("reboundbolt: %s: %w, or %w (%v)", path, ErrCorrupt, ErrNotJournal, err)
-}
-
-// init checks that the file is a journal this build reads, and makes an
-// empty one of a new file.
-func (j *Journal) init() error {
-	fresh := false
-	err := j.view(func(tx *bolt.Tx) error {
-		if tx.Bucket(metaBucket) != nil {
-			return j.checkFormat(tx)
-		}
-		other, ours := false, false
-		tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
-			other = true
-			ours = ours || bytes.Equal(name, itemsBucket) || bytes.Equal(name, outcomesBucket)
-			return nil
-		})
-		switch {
-		case ours:
-			return j.corrupt("the journal's meta bucket is missing")
-		case other:
-			return fmt.Errorf("reboundbolt: %s: %w (a bbolt file of another program)", j.path, ErrNotJournal)
-		}
-		fresh = true
-		return nil
-	})
-	if err != nil || !fresh || j.readOnly {
-		// A read-only opener takes a bbolt file with nothing in it for
-		// an empty journal: its maker was stopped before its first
-		// commit.
-		return err
-	}
-	err = j.guard(func() error { return j.db.Update(j.create) })
-	if err != nil {
-		return fmt.Errorf("reboundbolt: %s: creating the journal: %w", j.path, err)
-	}
-	return nil
-}
-
-// create makes the buckets of an empty journal.
-func (j *Journal) create(tx *bolt.Tx) error {
-	meta, err := tx.CreateBucket(metaBucket)
-	if err != nil {
-		return err
-	}
-	if err := meta.Put(keyFormat, binary.AppendUvarint(nil, formatVersion)); err != nil {
-		return err
-	}
-	if _, err := tx.CreateBucket(itemsBucket); err != nil {
-		return err
-	}
-	_, err = tx.CreateBucket(outcomesBucket)
-	return err
-}
-
-func (j *Journal) checkFormat(tx *bolt.Tx) error {
-	v, n := binary.Uvarint(tx.Bucket(metaBucket).Get(keyFormat))
-	switch {
-	case n <= 0 || v == 0:
-		return j.corrupt("no format version")
-	case v > formatVersion:
-		return fmt.Errorf("reboundbolt: %s: %w (format %d; this build reads format %d and older: use a newer rebound)", j.path, ErrNewerFormat, v, formatVersion)
-	case tx.Bucket(itemsBucket) == nil || tx.Bucket(outcomesBucket) == nil:
-		return j.corrupt("a bucket is missing")
-	}
-	return nil
-}
-
 func (j *Journal) corrupt(format string, args ...any) error {
 	return fmt.Errorf("reboundbolt: %s: %w: %s", j.path, ErrCorrupt, fmt.Sprintf(format, args...))
 }
@@ -337,124 +204,6 @@ func (j *Journal) Record(ctx context.Context, outcomes []batch.Outcome) error {
 	return j.submit(ctx, r)
 }
 
-// Outcomes implements batch.Journal: an item has an outcome while it has
-// an entry in "outcomes", whatever its state. It reads in one read
-// transaction, which sees the journal as it was when Outcomes began; fn
-// must not wait for a Record of the same journal, which may be waiting
-// for that transaction to end.
-func (j *Journal) Outcomes(ctx context.Context, fn func(batch.Outcome) error) error {
-	return j.view(func(tx *bolt.Tx) error {
-		out := tx.Bucket(outcomesBucket)
-		c := tx.Bucket(itemsBucket).Cursor()
-		n := 0
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if n++; n%1024 == 0 {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-			}
-			pos, ok := keyPos(k)
-			if !ok {
-				return j.corrupt("item key of %d bytes", len(k))
-			}
-			s, _, id, err := decodeItem(v)
-			if err != nil {
-				return j.corrupt("item %d: %v", pos, err)
-			}
-			// An item Pending or InFlight may hold the outcome it had
-			// before it was claimed again; a recorded one must.
-			ov := out.Get(k)
-			if ov == nil {
-				if s >= batch.Succeeded {
-					return j.corrupt("item %d (%q) is %v and has no outcome", pos, id, s)
-				}
-				continue
-			}
-			o := batch.Outcome{ID: string(id)}
-			if err := decodeOutcome(ov, &o); err != nil {
-				return j.corrupt("item %d (%q): %v", pos, id, err)
-			}
-			if s >= batch.Succeeded && o.State != s {
-				return j.corrupt("item %d (%q) is %v and its outcome %v", pos, id, s, o.State)
-			}
-			if err := callerFn(fn, o); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-// callerFn calls fn, marking its panic as the caller's.
-func callerFn(fn func(batch.Outcome) error, o batch.Outcome) error {
-	defer func() {
-		if r := recover(); r != nil {
-			panic(callerPanic{r})
-		}
-	}()
-	return fn(o)
-}
-
-// Counts implements batch.Journal. After Prepare it answers from memory;
-// before, it reads the items (as `rebound batch status` does), and an item
-// that a dead run claimed counts InFlight.
-func (j *Journal) Counts(ctx context.Context) (batch.Counts, error) {
-	j.mu.Lock()
-	if j.closed {
-		j.mu.Unlock()
-		return batch.Counts{}, errClosed
-	}
-	if j.run != nil {
-		c := j.counts
-		j.mu.Unlock()
-		return c, nil
-	}
-	j.mu.Unlock()
-	return j.scanCounts(ctx)
-}
-
-// scanCounts counts the items' states as the file has them.
-func (j *Journal) scanCounts(ctx context.Context) (batch.Counts, error) {
-	var c batch.Counts
-	err := j.view(func(tx *bolt.Tx) error {
-		items := tx.Bucket(itemsBucket)
-		if items == nil { // an empty read-only file
-			return nil
-		}
-		cur := items.Cursor()
-		for k, v := cur.First(); k != nil; k, v = cur.Next() {
-			s, _, _, err := decodeItem(v)
-			if err != nil {
-				pos, _ := keyPos(k)
-				return j.corrupt("item %d: %v", pos, err)
-			}
-			c.Total++
-			*stateCount(&c, s)++
-			if c.Total%4096 == 0 {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
-	return c, err
-}
-
-func stateCount(c *batch.Counts, s batch.State) *int {
-	switch s {
-	case batch.Pending:
-		return &c.Pending
-	case batch.InFlight:
-		return &c.InFlight
-	case batch.Succeeded:
-		return &c.Succeeded
-	case batch.Failed:
-		return &c.Failed
-	}
-	return &c.FailedPermanent
-}
-
 // Close implements batch.Journal: the claims of this run never recorded
 // are written back Pending and Resent, and the file's lock is let go.
 func (j *Journal) Close() error {
@@ -504,57 +253,6 @@ func (j *Journal) prepared(method string) (*run, error) {
 	}
 	return j.run, nil
 }
-
-func (j *Journal) view(fn func(*bolt.Tx) error) error {
-	j.mu.Lock()
-	closed := j.closed
-	j.mu.Unlock()
-	if closed {
-		return errClosed
-	}
-	if err := j.brokenErr(); err != nil {
-		return err
-	}
-	err := j.guard(func() error { return j.db.View(fn) })
-	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-		return errClosed
-	}
-	return err
-}
-
-// guard calls fn, which reads the file through bbolt, and turns a panic of
-// bbolt's into ErrCorrupt. Open checked every page, so bbolt panics only
-// on a file changed under the journal, or on a page that the disk cannot
-// read: a fault in its memory map, which SetPanicOnFault makes a panic.
-// bbolt may then hold its locks, so the journal is broken: it fails from
-// then on without calling bbolt. A panic of a caller's function that fn
-// calls goes on (callerPanic).
-func (j *Journal) guard(fn func() error) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		switch r := recover().(type) {
-		case nil:
-		case callerPanic:
-			panic(r.value)
-		default:
-			err = j.corrupt("a page could not be read (the file changed while in use, or the disk failed): %v", r)
-			j.mu.Lock()
-			j.broken = err
-			j.mu.Unlock()
-		}
-	}()
-	return fn()
-}
-
-// brokenErr returns the error that broke the journal, if one has.
-func (j *Journal) brokenErr() error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.broken
-}
-
-// callerPanic carries a panic of a caller's function through guard.
-type callerPanic struct{ value any }
 
 // submit hands r to the writer goroutine and waits for its answer. Once
 // the writer has r, submit waits for the commit whatever ctx says: an

@@ -33,15 +33,12 @@ package breaker
 import (
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/rebound-go/rebound"
-	"github.com/rebound-go/rebound/internal/window"
 )
 
 // ErrOpen is the error an open breaker refuses a call with (wrapped in an
@@ -161,40 +158,6 @@ type Change struct {
 // bounds the loss to ten default cooldowns.
 const DefaultProbeTimeout = 5 * time.Minute
 
-const windowBuckets = 10
-
-// never is the epoch of a bucket that holds nothing yet: far from any
-// epoch a clock gives, so that it is neither counted nor mistaken for a
-// later one.
-const never = math.MinInt64
-
-// stripes spreads the counters of one bucket over cache lines, so that
-// goroutines on different cores recording at once do not fight over one.
-const stripes = 8
-
-// clockEvery is how many successes wait on a stripe before one reads the
-// clock. Reading it costs more than the rest of the closed path on some
-// machines, so successes wait in a pending count until a clock reading (a
-// failure's, or the clockEvery-th pending success's on a stripe) moves
-// them into the window's current bucket. A success may so be counted late,
-// and, when fewer than stripes·clockEvery successes arrive in a whole
-// window, after the window has passed it: late errs towards not opening.
-const clockEvery = 16
-
-// line pads what follows it to a cache line of its own.
-type line [64]byte
-
-type stripe struct {
-	successes, failures atomic.Int64
-	_                   [48]byte
-}
-
-type bucket struct {
-	epoch   atomic.Int64 // which stretch of time the counts belong to
-	_       [56]byte
-	stripes [stripes]stripe
-}
-
 // Breaker is a circuit breaker. It is safe for concurrent use. Make one
 // with New.
 type Breaker struct {
@@ -223,12 +186,6 @@ type Breaker struct {
 	probes    []probe    // half-open probes in flight, oldest first
 	successes int        // half-open probe successes
 	tickets   uint64     // the last probe ticket issued
-}
-
-// probe is a half-open probe in flight.
-type probe struct {
-	ticket uint64
-	at     time.Time // when it was allowed
 }
 
 // New returns a closed breaker named name (used in errors and events).
@@ -287,73 +244,6 @@ func (b *Breaker) Allow() (rebound.Permit, error) {
 	return b.allowProbe()
 }
 
-// allowProbe is Allow for a breaker found open or half-open. Probes are
-// counted under b.mu, with the state they belong to: a count made apart
-// from its state could land in a later half-open spell and hold its slot
-// for good.
-func (b *Breaker) allowProbe() (rebound.Permit, error) {
-	now := b.now()
-	if State(b.state.Load()&3) == Open {
-		if left := b.cooldownLeft(now); left > 0 {
-			return 0, &OpenError{Name: b.name, State: Open, Until: now.Add(left)}
-		}
-	}
-	b.mu.Lock()
-	s := b.state.Load()
-	entered := false
-	switch State(s & 3) {
-	case Closed:
-		b.mu.Unlock()
-		return rebound.Permit(s), nil
-	case Open:
-		if left := b.cooldownLeft(now); left > 0 {
-			b.mu.Unlock()
-			return 0, &OpenError{Name: b.name, State: Open, Until: now.Add(left)}
-		}
-		b.move(s, HalfOpen, now)
-		entered = true
-	}
-	if len(b.probes) >= b.cfg.Probes {
-		b.reclaim(now)
-	}
-	if len(b.probes) >= b.cfg.Probes {
-		b.mu.Unlock()
-		return 0, &OpenError{Name: b.name, State: HalfOpen}
-	}
-	b.tickets++
-	ticket := b.tickets
-	b.probes = append(b.probes, probe{ticket: ticket, at: now})
-	b.mu.Unlock()
-	if entered {
-		b.notify(Open, HalfOpen, now, "cooldown over")
-	}
-	return rebound.Permit(ticket<<2 | uint64(HalfOpen)), nil
-}
-
-// cooldownLeft returns how much of the cooldown is left at now. A clock
-// that went back restarts the cooldown from now, rather than keeping the
-// breaker open for as long as the clock stepped back.
-func (b *Breaker) cooldownLeft(now time.Time) time.Duration {
-	at, opened := now.UnixNano(), b.openedAt.Load()
-	elapsed := time.Duration(at - opened)
-	if elapsed < 0 {
-		b.openedAt.CompareAndSwap(opened, at)
-		elapsed = 0
-	}
-	return b.cfg.Cooldown - elapsed
-}
-
-// reclaim forgets the probes that have not reported back within
-// ProbeTimeout. b.mu is held.
-func (b *Breaker) reclaim(now time.Time) {
-	b.probes = slices.DeleteFunc(b.probes, func(p probe) bool { return now.Sub(p.at) >= b.cfg.ProbeTimeout })
-	for i := range b.probes {
-		if b.probes[i].at.After(now) {
-			b.probes[i].at = now // the clock went back: count from now, so that the bound holds
-		}
-	}
-}
-
 // Done reports how an attempt allowed with permit p ended.
 func (b *Breaker) Done(p rebound.Permit, o rebound.Outcome) {
 	if State(p&3) == HalfOpen {
@@ -397,41 +287,6 @@ func (b *Breaker) doneClosed(s uint64, o rebound.Outcome) {
 	}
 }
 
-// doneProbe records the outcome of the probe with ticket. A ticket no
-// longer in flight (issued in an earlier half-open spell, or reclaimed)
-// moves nothing.
-func (b *Breaker) doneProbe(ticket uint64, o rebound.Outcome) {
-	now := b.now()
-	b.mu.Lock()
-	s := b.state.Load()
-	i := slices.IndexFunc(b.probes, func(p probe) bool { return p.ticket == ticket })
-	if State(s&3) != HalfOpen || i < 0 {
-		b.mu.Unlock()
-		return
-	}
-	b.probes = slices.Delete(b.probes, i, i+1)
-	var (
-		to     State
-		reason string
-	)
-	switch o {
-	case rebound.OutcomeSuccess:
-		if b.successes++; b.successes < b.cfg.Successes {
-			b.mu.Unlock()
-			return
-		}
-		to, reason = Closed, fmt.Sprintf("%d probes succeeded", b.cfg.Successes)
-	case rebound.OutcomeFailure:
-		to, reason = Open, "a probe failed"
-	default:
-		b.mu.Unlock()
-		return
-	}
-	b.move(s, to, now)
-	b.mu.Unlock()
-	b.notify(HalfOpen, to, now, reason)
-}
-
 // transition moves the breaker from state s to `to`, unless another
 // goroutine already moved it.
 func (b *Breaker) transition(s uint64, to State, now time.Time, reason string) {
@@ -464,71 +319,5 @@ func (b *Breaker) move(s uint64, to State, now time.Time) {
 func (b *Breaker) notify(from, to State, now time.Time, reason string) {
 	if f := b.cfg.OnStateChange; f != nil {
 		f(Change{Name: b.name, From: from, To: to, At: now, Reason: reason})
-	}
-}
-
-// epochAt returns which bucket-long stretch of time t falls in, rounded
-// down, so that times before 1970 get stretches of their own too.
-func (b *Breaker) epochAt(t time.Time) int64 { return window.Epoch(t, b.bucketWidth) }
-
-// flush moves all pending successes into the bucket of epoch.
-func (b *Breaker) flush(epoch int64) {
-	bk := b.bucket(epoch)
-	for i := range b.pending {
-		b.flushStripe(bk, uint32(i))
-	}
-}
-
-// flushStripe moves stripe i's pending successes into bk.
-func (b *Breaker) flushStripe(bk *bucket, i uint32) {
-	if n := b.pending[i].successes.Swap(0); n != 0 {
-		bk.stripes[i].successes.Add(n)
-	}
-}
-
-// bucket returns the window's bucket for epoch, emptied first if it held
-// another stretch of time: an older one, or a later one if the clock went
-// back. A count that lands between the emptying and the new epoch is lost,
-// which a rate over dozens of calls can afford.
-func (b *Breaker) bucket(epoch int64) *bucket {
-	bk := &b.window[window.Slot(epoch, windowBuckets)]
-	if old := bk.epoch.Load(); old != epoch && bk.epoch.CompareAndSwap(old, epoch) {
-		for j := range bk.stripes {
-			bk.stripes[j].successes.Store(0)
-			bk.stripes[j].failures.Store(0)
-		}
-	}
-	return bk
-}
-
-// counts sums the window's calls and failures as of now.
-func (b *Breaker) counts(now time.Time) (calls, failures int64) {
-	epoch := b.epochAt(now)
-	for i := range b.window {
-		bk := &b.window[i]
-		// A difference, not a comparison: a bucket's epoch may be never,
-		// or far from now, and still be judged right where the
-		// subtraction wraps.
-		if d := epoch - bk.epoch.Load(); d < 0 || d >= windowBuckets {
-			continue
-		}
-		for j := range bk.stripes {
-			calls += bk.stripes[j].successes.Load() + bk.stripes[j].failures.Load()
-			failures += bk.stripes[j].failures.Load()
-		}
-	}
-	return calls, failures
-}
-
-func (b *Breaker) clearWindow() {
-	for i := range b.window {
-		b.window[i].epoch.Store(never)
-		for j := range b.window[i].stripes {
-			b.window[i].stripes[j].successes.Store(0)
-			b.window[i].stripes[j].failures.Store(0)
-		}
-	}
-	for i := range b.pending {
-		b.pending[i].successes.Store(0)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/breaker"
+	"github.com/rebound-go/rebound/internal/testclock"
 )
 
 // try makes one attempt with outcome o if b allows it, and reports whether
@@ -142,39 +143,13 @@ func TestProbeTimeout(t *testing.T) {
 	})
 }
 
-// clock is a settable rebound.Clock for Config.Clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
-
-func (c *clock) Add(d time.Duration) { c.Set(c.Now().Add(d)) }
-
-// Sleep moves the clock on by d at once.
-func (c *clock) Sleep(ctx context.Context, d time.Duration) error {
-	c.Add(d)
-	return context.Cause(ctx)
-}
-
 // TestClocksBefore1970: a zero time.Time (an injected clock never set) and
 // dates before 1970 work as any other: the failure rate opens the breaker
 // and the cooldown ends on time.
 func TestClocksBefore1970(t *testing.T) {
 	for _, start := range []time.Time{{}, time.Date(1969, 12, 31, 23, 59, 59, 0, time.UTC), time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC),
 		time.Date(1600, 6, 1, 0, 0, 0, 0, time.UTC)} {
-		c := &clock{t: start}
+		c := testclock.New(start)
 		b := breaker.New("m", breaker.Config{ConsecutiveFailures: -1, MinCalls: 4, FailureRate: 0.5, Cooldown: time.Minute, Clock: c})
 		for i := range 4 {
 			try(b, rebound.Outcome(i%2))
@@ -199,7 +174,7 @@ func TestClocksBefore1970(t *testing.T) {
 // breaker open for the length of the step, nor hides new failures behind
 // the ones recorded at the later time.
 func TestClockGoesBack(t *testing.T) {
-	c := &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	c := testclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	b := breaker.New("m", breaker.Config{ConsecutiveFailures: -1, MinCalls: 4, FailureRate: 0.5, Cooldown: time.Minute, Clock: c})
 	// Three failures, one in each of three buckets of the window: too
 	// few calls to judge.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"compress/zlib"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -274,5 +275,88 @@ func TestCapsPriceTheModelThePathNames(t *testing.T) {
 		if ce := (*cost.CapError)(nil); !errors.As(err, &ce) || ce.Need <= hold {
 			t.Errorf("%s %s: %v, want a *CapError for big's price", c.path, c.body, err)
 		}
+	}
+}
+
+// TestCapsHoldWhatTheBodyUnderstates: a request whose bill its body
+// understates (n answers, no output cap, context kept by the provider,
+// images by reference) is held at what it may cost, so that calls admitted
+// one after another never spend past the cap.
+func TestCapsHoldWhatTheBodyUnderstates(t *testing.T) {
+	cases := []struct {
+		name, path, body string
+		in, out          int // what the provider bills
+	}{
+		// OpenAI n: n completions, each up to max_tokens.
+		{"n choices", "/v1/chat/completions", `{"model":"big","n":8,"max_tokens":500,"messages":[{"role":"user","content":"write"}]}`, 10, 8 * 500},
+		// No output cap: OpenAI's default is the model's maximum (16384 for
+		// gpt-4o, 100000 for o-series), not 4096.
+		{"no max_tokens", "/v1/chat/completions", `{"model":"big","messages":[{"role":"user","content":"write a long essay"}]}`, 10, 16384},
+		// Responses API: the input is the whole earlier conversation.
+		{"previous_response_id", "/v1/responses", `{"model":"big","previous_response_id":"resp_abc","input":"and now?","max_output_tokens":100}`, 60000, 100},
+		// Images and files by reference: a URL or file id of a few bytes
+		// is hundreds to thousands of input tokens each.
+		{"image urls", "/v1/chat/completions", `{"model":"big","max_tokens":100,"messages":[{"role":"user","content":[` +
+			strings.Repeat(`{"type":"image_url","image_url":{"url":"https://x.test/p.png","detail":"high"}},`, 20) +
+			`{"type":"text","text":"compare"}]}]}`, 20 * 1105, 100},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tr := &rebound.Transport{Base: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				return jsonResponse(req, 200, answer(c.in, c.out)), nil
+			})}
+			run := &cost.Limit{USD: 0.10}
+			ctx := cost.WithCaps(context.Background(), prices, run)
+			for range 20 {
+				resp, err := post(t, ctx, tr, c.path, c.body)
+				if err != nil {
+					break
+				}
+				io.ReadAll(resp.Body)
+				resp.Body.Close()
+			}
+			if run.Spent() > run.USD {
+				t.Errorf("spent $%.4f under a $%.2f cap (the provider billed %d in, %d out a call)", run.Spent(), run.USD, c.in, c.out)
+			}
+		})
+	}
+}
+
+// TestCapsLetRequestsWithoutACompletionThrough: a request that asks for no
+// completion (GET /v1/models) goes through under caps: a client whose
+// context carries caps can still list models.
+func TestCapsLetRequestsWithoutACompletionThrough(t *testing.T) {
+	tr := &rebound.Transport{Base: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		return jsonResponse(req, 200, `{"object":"list","data":[]}`), nil
+	})}
+	ctx := cost.WithCaps(context.Background(), prices, &cost.Limit{USD: 1})
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://provider.test/v1/models", nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Errorf("GET /v1/models under caps: %v", err)
+	} else {
+		resp.Body.Close()
+	}
+}
+
+// TestCapsAdmitAGzipBodyOfAPricedModel: a gzip-encoded request body (an
+// SDK that compresses uploads) is read for its model, and a priced model
+// is admitted.
+func TestCapsAdmitAGzipBodyOfAPricedModel(t *testing.T) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Write([]byte(`{"model":"big","max_tokens":10,"messages":[]}`))
+	zw.Close()
+	tr := &rebound.Transport{Base: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		return jsonResponse(req, 200, answer(1, 1)), nil
+	})}
+	ctx := cost.WithCaps(context.Background(), prices, &cost.Limit{USD: 1})
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://provider.test/v1/chat/completions", bytes.NewReader(buf.Bytes()))
+	req.Header.Set("Content-Encoding", "gzip")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Errorf("a priced model, gzip body: %v", err)
+	} else {
+		resp.Body.Close()
 	}
 }

@@ -1,34 +1,26 @@
 package observe_test
 
 import (
-	"context"
 	"fmt"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/testclock"
 	"github.com/rebound-go/rebound/observe"
 )
 
-// clockFunc is a rebound.Clock that reads the time from a function, for a
-// test to move by hand; Sleep returns at once.
-type clockFunc func() time.Time
-
-func (f clockFunc) Now() time.Time { return f() }
-
-func (f clockFunc) Sleep(ctx context.Context, _ time.Duration) error { return context.Cause(ctx) }
-
 // observeCalls tells m of n calls to target, retried or not, each step
-// after the one before on the clock *now.
-func observeCalls(m *observe.Monitor, now *time.Time, target string, n int, retried bool, step time.Duration) {
+// after the one before on clk.
+func observeCalls(m *observe.Monitor, clk *testclock.Clock, target string, n int, retried bool, step time.Duration) {
 	attempt := 1
 	if retried {
 		attempt = 2
 	}
 	for range n {
 		m.Observe(rebound.Event{Type: rebound.EventAttempt, Target: target, Attempt: attempt})
-		*now = now.Add(step)
+		clk.Add(step)
 	}
 }
 
@@ -37,15 +29,15 @@ func observeCalls(m *observe.Monitor, now *time.Time, target string, n int, retr
 // as above and once as a jump.
 func TestMonitorClocksBefore1970(t *testing.T) {
 	for _, start := range []time.Time{{}, time.Date(1969, 12, 31, 23, 58, 0, 0, time.UTC), time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC)} {
-		now := start
+		clk := testclock.New(start)
 		var kinds []observe.AlertKind
-		m := &observe.Monitor{Window: time.Minute, Clock: clockFunc(func() time.Time { return now }), OnAlert: func(a observe.Alert) { kinds = append(kinds, a.Kind) }}
-		observeCalls(m, &now, "search", 100, false, 600*time.Millisecond)
-		observeCalls(m, &now, "search", 100, true, 600*time.Millisecond)
+		m := &observe.Monitor{Window: time.Minute, Clock: clk, OnAlert: func(a observe.Alert) { kinds = append(kinds, a.Kind) }}
+		observeCalls(m, clk, "search", 100, false, 600*time.Millisecond)
+		observeCalls(m, clk, "search", 100, true, 600*time.Millisecond)
 		if fmt.Sprint(kinds) != "[above jump]" {
 			t.Fatalf("%v: alerts %v, want above and jump", start, kinds)
 		}
-		if rate, calls := m.Rate("search", now); rate != 1 || calls < 90 {
+		if rate, calls := m.Rate("search", clk.Now()); rate != 1 || calls < 90 {
 			t.Fatalf("%v: rate %v over %d calls, want 1 over at least 90", start, rate, calls)
 		}
 	}
@@ -54,13 +46,13 @@ func TestMonitorClocksBefore1970(t *testing.T) {
 // TestMonitorClockGoesBack: a clock stepped back neither panics nor counts
 // what was recorded at the later time.
 func TestMonitorClockGoesBack(t *testing.T) {
-	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	clk := testclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	var kinds []observe.AlertKind
-	m := &observe.Monitor{Window: time.Minute, Clock: clockFunc(func() time.Time { return now }), OnAlert: func(a observe.Alert) { kinds = append(kinds, a.Kind) }}
-	observeCalls(m, &now, "search", 50, true, time.Second)
-	now = now.Add(-365 * 24 * time.Hour)
-	observeCalls(m, &now, "search", 50, false, time.Second)
-	if rate, calls := m.Rate("search", now); rate != 0 || calls < 50 {
+	m := &observe.Monitor{Window: time.Minute, Clock: clk, OnAlert: func(a observe.Alert) { kinds = append(kinds, a.Kind) }}
+	observeCalls(m, clk, "search", 50, true, time.Second)
+	clk.Add(-365 * 24 * time.Hour)
+	observeCalls(m, clk, "search", 50, false, time.Second)
+	if rate, calls := m.Rate("search", clk.Now()); rate != 0 || calls < 50 {
 		t.Fatalf("rate %v over %d calls a year back, want 0 over the last minute's", rate, calls)
 	}
 	if fmt.Sprint(kinds) != "[above below]" {
@@ -71,14 +63,14 @@ func TestMonitorClockGoesBack(t *testing.T) {
 // TestMonitorMemoryIsBounded: 200 000 distinct targets, each called once,
 // leave the Monitor holding no more than its bound.
 func TestMonitorMemoryIsBounded(t *testing.T) {
-	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	m := &observe.Monitor{Clock: clockFunc(func() time.Time { return now })}
+	clk := testclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	m := &observe.Monitor{Clock: clk}
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	for i := range 200_000 {
 		m.Observe(rebound.Event{Type: rebound.EventAttempt, Target: fmt.Sprintf("target-%d", i), Attempt: 1})
-		now = now.Add(time.Millisecond)
+		clk.Add(time.Millisecond)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
@@ -95,31 +87,31 @@ func TestMonitorMemoryIsBounded(t *testing.T) {
 // target idle the longest, not a busy one, and a forgotten target starts
 // afresh when it is called again.
 func TestMonitorForgetsIdleTargets(t *testing.T) {
-	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	clk := testclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	var alerts []observe.Alert
-	m := &observe.Monitor{MaxTargets: 100, Clock: clockFunc(func() time.Time { return now }), OnAlert: func(a observe.Alert) { alerts = append(alerts, a) }}
-	observeCalls(m, &now, "search", 40, true, time.Second)
-	observeCalls(m, &now, "busy", 40, false, time.Second)
+	m := &observe.Monitor{MaxTargets: 100, Clock: clk, OnAlert: func(a observe.Alert) { alerts = append(alerts, a) }}
+	observeCalls(m, clk, "search", 40, true, time.Second)
+	observeCalls(m, clk, "busy", 40, false, time.Second)
 	if len(alerts) != 1 || alerts[0].Kind != observe.AlertAbove || alerts[0].Target != "search" {
 		t.Fatalf("alerts %v", alerts)
 	}
 	for i := range 99 {
-		observeCalls(m, &now, fmt.Sprint("other-", i), 1, false, time.Millisecond)
-		observeCalls(m, &now, "busy", 1, false, time.Millisecond)
+		observeCalls(m, clk, fmt.Sprint("other-", i), 1, false, time.Millisecond)
+		observeCalls(m, clk, "busy", 1, false, time.Millisecond)
 	}
 	if m.Len() != 100 {
 		t.Fatalf("%d targets kept, want the bound of 100", m.Len())
 	}
-	if _, calls := m.Rate("search", now); calls != 0 {
+	if _, calls := m.Rate("search", clk.Now()); calls != 0 {
 		t.Fatalf("the idle target still has %d calls in its window", calls)
 	}
-	if _, calls := m.Rate("busy", now); calls < 100 {
+	if _, calls := m.Rate("busy", clk.Now()); calls < 100 {
 		t.Fatalf("the busy target lost its window: %d calls", calls)
 	}
 	// Afresh: no AlertBelow for an AlertAbove it no longer remembers.
 	alerts = nil
-	observeCalls(m, &now, "search", 40, false, time.Second)
-	if rate, calls := m.Rate("search", now); len(alerts) != 0 || rate != 0 || calls != 40 {
+	observeCalls(m, clk, "search", 40, false, time.Second)
+	if rate, calls := m.Rate("search", clk.Now()); len(alerts) != 0 || rate != 0 || calls != 40 {
 		t.Fatalf("the forgotten target: alerts %v, rate %v over %d calls", alerts, rate, calls)
 	}
 }

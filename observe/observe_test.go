@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/testclock"
 	"github.com/rebound-go/rebound/observe"
 )
 
@@ -106,9 +107,9 @@ func TestSlogRecords(t *testing.T) {
 }
 
 func TestMonitor(t *testing.T) {
-	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	clk := testclock.New(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	var alerts []observe.Alert
-	m := &observe.Monitor{Window: time.Minute, Clock: clockFunc(func() time.Time { return now }), OnAlert: func(a observe.Alert) { alerts = append(alerts, a) }}
+	m := &observe.Monitor{Window: time.Minute, Clock: clk, OnAlert: func(a observe.Alert) { alerts = append(alerts, a) }}
 	call := func(retried bool) {
 		attempt := 1
 		if retried {
@@ -119,7 +120,7 @@ func TestMonitor(t *testing.T) {
 	// A minute at 2%: quiet.
 	for i := range 100 {
 		call(i%50 == 0)
-		now = now.Add(600 * time.Millisecond)
+		clk.Add(600 * time.Millisecond)
 	}
 	if len(alerts) != 0 {
 		t.Fatalf("alerts at 2%%: %v", alerts)
@@ -127,7 +128,7 @@ func TestMonitor(t *testing.T) {
 	// The next minute at 15%: above the threshold, and a jump.
 	for i := range 100 {
 		call(i%20 < 3)
-		now = now.Add(600 * time.Millisecond)
+		clk.Add(600 * time.Millisecond)
 	}
 	var kinds []string
 	for _, a := range alerts {
@@ -136,14 +137,14 @@ func TestMonitor(t *testing.T) {
 	if strings.Count(strings.Join(kinds, ","), "above") != 1 || strings.Count(strings.Join(kinds, ","), "jump") != 1 {
 		t.Fatalf("alerts %v", alerts)
 	}
-	if rate, calls := m.Rate("search", now); rate < 0.13 || rate > 0.17 || calls < 90 {
+	if rate, calls := m.Rate("search", clk.Now()); rate < 0.13 || rate > 0.17 || calls < 90 {
 		t.Fatalf("rate %v over %d calls", rate, calls)
 	}
 	// Back to no retries: one alert that it is over.
 	alerts = nil
 	for range 200 {
 		call(false)
-		now = now.Add(600 * time.Millisecond)
+		clk.Add(600 * time.Millisecond)
 	}
 	if len(alerts) != 1 || alerts[0].Kind != observe.AlertBelow {
 		t.Fatalf("alerts after recovery %v", alerts)

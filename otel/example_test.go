@@ -27,7 +27,7 @@ func (c *virtualClock) Now() time.Time { return c.now }
 
 func (c *virtualClock) Sleep(ctx context.Context, d time.Duration) error {
 	c.now = c.now.Add(d)
-	return ctx.Err()
+	return context.Cause(ctx)
 }
 
 // A call that fails twice with a 503 and then succeeds, observed with the

@@ -3,7 +3,6 @@ package reboundotel_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -117,14 +116,4 @@ func attr(kv []attribute.KeyValue, k string) (attribute.Value, bool) {
 		}
 	}
 	return attribute.Value{}, false
-}
-
-// virtual is a rebound.Clock that moves only when slept on or stepped.
-type virtual struct{ now time.Time }
-
-func (c *virtual) Now() time.Time { return c.now }
-
-func (c *virtual) Sleep(ctx context.Context, d time.Duration) error {
-	c.now = c.now.Add(d)
-	return ctx.Err()
 }

@@ -42,21 +42,21 @@ func kind(k string) attribute.KeyValue { return attribute.String("rebound.verdic
 
 func reason(r string) attribute.KeyValue { return attribute.String("rebound.stop_reason", r) }
 
-// step is one attempt of a scripted call: how long it takes (in virtual
-// time) and what it returns.
+// step is one attempt of a scripted call: how long it takes (in a
+// testing/synctest bubble's time) and what it returns.
 type step struct {
 	took time.Duration
 	err  error
 }
 
 // scripted returns a function for Do that plays steps, one per attempt,
-// moving clk on by each step's duration.
-func scripted(clk *virtual, steps ...step) func(context.Context) (string, error) {
+// each taking its duration.
+func scripted(steps ...step) func(context.Context) (string, error) {
 	n := 0
 	return func(context.Context) (string, error) {
 		s := steps[min(n, len(steps)-1)]
 		n++
-		clk.now = clk.now.Add(s.took)
+		time.Sleep(s.took)
 		if s.err != nil {
 			return "", s.err
 		}
@@ -70,271 +70,276 @@ func openAIError(status int, typ, code string, h http.Header) *rebound.HTTPError
 }
 
 func TestCallSpans(t *testing.T) {
-	h := newHarness(t)
-	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	clk := &virtual{now: t0}
-	ctx, parent := h.tp.Tracer("caller").Start(context.Background(), "agent.step")
-	ctx = rebound.WithTarget(rebound.WithClock(ctx, clk), target)
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		t0 := time.Now()
+		ctx, parent := h.tp.Tracer("caller").Start(context.Background(), "agent.step")
+		ctx = rebound.WithTarget(ctx, target)
 
-	p := rebound.Policy{BaseDelay: 100 * time.Millisecond, Jitter: rebound.JitterNone, Observer: h.obs}
-	_, err := rebound.Do(ctx, p, scripted(clk,
-		step{50 * time.Millisecond, openAIError(503, "server_error", "engine_busy", nil)},
-		step{20 * time.Millisecond, openAIError(429, "requests", "rate_limit_exceeded", http.Header{"Retry-After-Ms": {"250"}})},
-		step{10 * time.Millisecond, nil},
-	))
-	if err != nil {
-		t.Fatal(err)
-	}
-	parent.End()
+		p := rebound.Policy{BaseDelay: 100 * time.Millisecond, Jitter: rebound.JitterNone, Observer: h.obs}
+		_, err := rebound.Do(ctx, p, scripted(
+			step{50 * time.Millisecond, openAIError(503, "server_error", "engine_busy", nil)},
+			step{20 * time.Millisecond, openAIError(429, "requests", "rate_limit_exceeded", http.Header{"Retry-After-Ms": {"250"}})},
+			step{10 * time.Millisecond, nil},
+		))
+		if err != nil {
+			t.Fatal(err)
+		}
+		parent.End()
 
-	spans := h.spans.GetSpans()
-	if len(spans) != 5 {
-		t.Fatalf("%d spans: %v", len(spans), spans)
-	}
-	callSpan := spans[3]
-	if callSpan.Name != "rebound.call" || callSpan.SpanKind != trace.SpanKindClient {
-		t.Fatalf("call span %q kind %v", callSpan.Name, callSpan.SpanKind)
-	}
-	if callSpan.Parent.SpanID() != parent.SpanContext().SpanID() || callSpan.SpanContext.TraceID() != parent.SpanContext().TraceID() {
-		t.Error("the call span is not a child of the caller's span")
-	}
-	if !callSpan.StartTime.Equal(t0) || !callSpan.EndTime.Equal(t0.Add(430*time.Millisecond)) {
-		t.Errorf("call span from %v to %v", callSpan.StartTime.Sub(t0), callSpan.EndTime.Sub(t0))
-	}
-	if callSpan.Status.Code == codes.Error {
-		t.Errorf("status %v", callSpan.Status)
-	}
-	for k, want := range map[string]any{
-		"rebound.target": target, "rebound.attempts": int64(3), "rebound.outcome": "success",
-		"rebound.waited.duration": 0.35,
-	} {
-		if v, ok := attr(callSpan.Attributes, k); !ok || v.AsInterface() != want {
-			t.Errorf("call span %s = %v, want %v", k, v.AsInterface(), want)
+		spans := h.spans.GetSpans()
+		if len(spans) != 5 {
+			t.Fatalf("%d spans: %v", len(spans), spans)
 		}
-	}
+		callSpan := spans[3]
+		if callSpan.Name != "rebound.call" || callSpan.SpanKind != trace.SpanKindClient {
+			t.Fatalf("call span %q kind %v", callSpan.Name, callSpan.SpanKind)
+		}
+		if callSpan.Parent.SpanID() != parent.SpanContext().SpanID() || callSpan.SpanContext.TraceID() != parent.SpanContext().TraceID() {
+			t.Error("the call span is not a child of the caller's span")
+		}
+		if !callSpan.StartTime.Equal(t0) || !callSpan.EndTime.Equal(t0.Add(430*time.Millisecond)) {
+			t.Errorf("call span from %v to %v", callSpan.StartTime.Sub(t0), callSpan.EndTime.Sub(t0))
+		}
+		if callSpan.Status.Code == codes.Error {
+			t.Errorf("status %v", callSpan.Status)
+		}
+		for k, want := range map[string]any{
+			"rebound.target": target, "rebound.attempts": int64(3), "rebound.outcome": "success",
+			"rebound.waited.duration": 0.35,
+		} {
+			if v, ok := attr(callSpan.Attributes, k); !ok || v.AsInterface() != want {
+				t.Errorf("call span %s = %v, want %v", k, v.AsInterface(), want)
+			}
+		}
 
-	// Each attempt from its start (the call's, or the end of the wait
-	// before it) to its end.
-	wantAttempts := []struct {
-		from, to time.Duration
-		kind     string
-		status   int64
-		errCode  string
-	}{
-		{0, 50 * time.Millisecond, "transient", 503, "engine_busy"},
-		{150 * time.Millisecond, 170 * time.Millisecond, "rate_limited", 429, "rate_limit_exceeded"},
-		{420 * time.Millisecond, 430 * time.Millisecond, "", 0, ""},
-	}
-	for i, want := range wantAttempts {
-		s := spans[i]
-		if s.Name != "rebound.attempt" || s.Parent.SpanID() != callSpan.SpanContext.SpanID() {
-			t.Fatalf("span %d: %q, parent %v", i, s.Name, s.Parent.SpanID())
+		// Each attempt from its start (the call's, or the end of the wait
+		// before it) to its end.
+		wantAttempts := []struct {
+			from, to time.Duration
+			kind     string
+			status   int64
+			errCode  string
+		}{
+			{0, 50 * time.Millisecond, "transient", 503, "engine_busy"},
+			{150 * time.Millisecond, 170 * time.Millisecond, "rate_limited", 429, "rate_limit_exceeded"},
+			{420 * time.Millisecond, 430 * time.Millisecond, "", 0, ""},
 		}
-		if got := s.StartTime.Sub(t0); got != want.from {
-			t.Errorf("attempt %d starts at %v, want %v", i+1, got, want.from)
+		for i, want := range wantAttempts {
+			s := spans[i]
+			if s.Name != "rebound.attempt" || s.Parent.SpanID() != callSpan.SpanContext.SpanID() {
+				t.Fatalf("span %d: %q, parent %v", i, s.Name, s.Parent.SpanID())
+			}
+			if got := s.StartTime.Sub(t0); got != want.from {
+				t.Errorf("attempt %d starts at %v, want %v", i+1, got, want.from)
+			}
+			if got := s.EndTime.Sub(t0); got != want.to {
+				t.Errorf("attempt %d ends at %v, want %v", i+1, got, want.to)
+			}
+			if v, _ := attr(s.Attributes, "rebound.attempt"); v.AsInt64() != int64(i+1) {
+				t.Errorf("attempt %d numbered %v", i+1, v.AsInt64())
+			}
+			if v, ok := attr(s.Attributes, "http.request.resend_count"); ok != (i > 0) || (ok && v.AsInt64() != int64(i)) {
+				t.Errorf("attempt %d: resend count %v (%v)", i+1, v.AsInt64(), ok)
+			}
+			v, _ := attr(s.Attributes, "rebound.verdict.kind")
+			if v.AsString() != want.kind {
+				t.Errorf("attempt %d kind %q, want %q", i+1, v.AsString(), want.kind)
+			}
+			v, _ = attr(s.Attributes, "http.response.status_code")
+			if v.AsInt64() != want.status {
+				t.Errorf("attempt %d status %v, want %v", i+1, v.AsInt64(), want.status)
+			}
+			v, _ = attr(s.Attributes, "rebound.error.code")
+			if v.AsString() != want.errCode {
+				t.Errorf("attempt %d error code %q, want %q", i+1, v.AsString(), want.errCode)
+			}
+			if failed := want.kind != ""; failed != (s.Status.Code == codes.Error) {
+				t.Errorf("attempt %d status %v", i+1, s.Status)
+			} else if failed && !strings.HasPrefix(s.Status.Description, fmt.Sprintf("http %d", want.status)) {
+				t.Errorf("attempt %d status description %q", i+1, s.Status.Description)
+			}
+			if v, _ := attr(s.Attributes, "error.type"); want.status != 0 && v.AsString() != fmt.Sprint(want.status) {
+				t.Errorf("attempt %d error.type %q", i+1, v.AsString())
+			}
 		}
-		if got := s.EndTime.Sub(t0); got != want.to {
-			t.Errorf("attempt %d ends at %v, want %v", i+1, got, want.to)
-		}
-		if v, _ := attr(s.Attributes, "rebound.attempt"); v.AsInt64() != int64(i+1) {
-			t.Errorf("attempt %d numbered %v", i+1, v.AsInt64())
-		}
-		if v, ok := attr(s.Attributes, "http.request.resend_count"); ok != (i > 0) || (ok && v.AsInt64() != int64(i)) {
-			t.Errorf("attempt %d: resend count %v (%v)", i+1, v.AsInt64(), ok)
-		}
-		v, _ := attr(s.Attributes, "rebound.verdict.kind")
-		if v.AsString() != want.kind {
-			t.Errorf("attempt %d kind %q, want %q", i+1, v.AsString(), want.kind)
-		}
-		v, _ = attr(s.Attributes, "http.response.status_code")
-		if v.AsInt64() != want.status {
-			t.Errorf("attempt %d status %v, want %v", i+1, v.AsInt64(), want.status)
-		}
-		v, _ = attr(s.Attributes, "rebound.error.code")
-		if v.AsString() != want.errCode {
-			t.Errorf("attempt %d error code %q, want %q", i+1, v.AsString(), want.errCode)
-		}
-		if failed := want.kind != ""; failed != (s.Status.Code == codes.Error) {
-			t.Errorf("attempt %d status %v", i+1, s.Status)
-		} else if failed && !strings.HasPrefix(s.Status.Description, fmt.Sprintf("http %d", want.status)) {
-			t.Errorf("attempt %d status description %q", i+1, s.Status.Description)
-		}
-		if v, _ := attr(s.Attributes, "error.type"); want.status != 0 && v.AsString() != fmt.Sprint(want.status) {
-			t.Errorf("attempt %d error.type %q", i+1, v.AsString())
-		}
-	}
 
-	// A wait event per retry, at the retry.
-	if len(callSpan.Events) != 2 {
-		t.Fatalf("events %v", callSpan.Events)
-	}
-	for i, want := range []struct {
-		at, wait   time.Duration
-		serverWait float64
-	}{{50 * time.Millisecond, 100 * time.Millisecond, -1}, {170 * time.Millisecond, 250 * time.Millisecond, 0.25}} {
-		e := callSpan.Events[i]
-		if e.Name != "rebound.wait" || e.Time.Sub(t0) != want.at {
-			t.Errorf("event %d: %q at %v", i, e.Name, e.Time.Sub(t0))
+		// A wait event per retry, at the retry.
+		if len(callSpan.Events) != 2 {
+			t.Fatalf("events %v", callSpan.Events)
 		}
-		if v, _ := attr(e.Attributes, "rebound.wait.duration"); v.AsFloat64() != want.wait.Seconds() {
-			t.Errorf("event %d waits %v", i, v.AsFloat64())
+		for i, want := range []struct {
+			at, wait   time.Duration
+			serverWait float64
+		}{{50 * time.Millisecond, 100 * time.Millisecond, -1}, {170 * time.Millisecond, 250 * time.Millisecond, 0.25}} {
+			e := callSpan.Events[i]
+			if e.Name != "rebound.wait" || e.Time.Sub(t0) != want.at {
+				t.Errorf("event %d: %q at %v", i, e.Name, e.Time.Sub(t0))
+			}
+			if v, _ := attr(e.Attributes, "rebound.wait.duration"); v.AsFloat64() != want.wait.Seconds() {
+				t.Errorf("event %d waits %v", i, v.AsFloat64())
+			}
+			if v, ok := attr(e.Attributes, "rebound.server_wait.duration"); ok != (want.serverWait >= 0) || (ok && v.AsFloat64() != want.serverWait) {
+				t.Errorf("event %d server wait %v (%v)", i, v.AsFloat64(), ok)
+			}
 		}
-		if v, ok := attr(e.Attributes, "rebound.server_wait.duration"); ok != (want.serverWait >= 0) || (ok && v.AsFloat64() != want.serverWait) {
-			t.Errorf("event %d server wait %v (%v)", i, v.AsFloat64(), ok)
-		}
-	}
 
-	ms := h.metrics(t)
-	for _, c := range []struct {
-		name  string
-		attrs []attribute.KeyValue
-		want  float64
-	}{
-		{"rebound.attempts", []attribute.KeyValue{targetAttr, success}, 1},
-		{"rebound.attempts", []attribute.KeyValue{targetAttr, failure, kind("transient")}, 1},
-		{"rebound.attempts", []attribute.KeyValue{targetAttr, failure, kind("rate_limited")}, 1},
-		{"rebound.retries", []attribute.KeyValue{targetAttr, kind("transient")}, 1},
-		{"rebound.retries", []attribute.KeyValue{targetAttr, kind("rate_limited")}, 1},
-		{"rebound.wait.duration", []attribute.KeyValue{targetAttr, kind("transient")}, 0.1},
-		{"rebound.wait.duration", []attribute.KeyValue{targetAttr, kind("rate_limited")}, 0.25},
-		{"rebound.call.duration", []attribute.KeyValue{targetAttr, success}, 0.43},
-	} {
-		if got := mustValue(t, ms, c.name, c.attrs...).value; math.Abs(got-c.want) > 1e-9 {
-			t.Errorf("%s%v = %v, want %v", c.name, c.attrs, got, c.want)
+		ms := h.metrics(t)
+		for _, c := range []struct {
+			name  string
+			attrs []attribute.KeyValue
+			want  float64
+		}{
+			{"rebound.attempts", []attribute.KeyValue{targetAttr, success}, 1},
+			{"rebound.attempts", []attribute.KeyValue{targetAttr, failure, kind("transient")}, 1},
+			{"rebound.attempts", []attribute.KeyValue{targetAttr, failure, kind("rate_limited")}, 1},
+			{"rebound.retries", []attribute.KeyValue{targetAttr, kind("transient")}, 1},
+			{"rebound.retries", []attribute.KeyValue{targetAttr, kind("rate_limited")}, 1},
+			{"rebound.wait.duration", []attribute.KeyValue{targetAttr, kind("transient")}, 0.1},
+			{"rebound.wait.duration", []attribute.KeyValue{targetAttr, kind("rate_limited")}, 0.25},
+			{"rebound.call.duration", []attribute.KeyValue{targetAttr, success}, 0.43},
+		} {
+			if got := mustValue(t, ms, c.name, c.attrs...).value; math.Abs(got-c.want) > 1e-9 {
+				t.Errorf("%s%v = %v, want %v", c.name, c.attrs, got, c.want)
+			}
 		}
-	}
-	if _, ok := ms["rebound.give_ups"]; ok {
-		t.Error("a successful call counted as a give-up")
-	}
+		if _, ok := ms["rebound.give_ups"]; ok {
+			t.Error("a successful call counted as a give-up")
+		}
+	})
 }
 
 func TestGiveUp(t *testing.T) {
-	h := newHarness(t)
-	clk := &virtual{now: time.Unix(1e9, 0)}
-	ctx := rebound.WithTarget(rebound.WithClock(context.Background(), clk), target)
-	p := rebound.Policy{Observer: h.obs}
-	_, err := rebound.Do(ctx, p, scripted(clk,
-		step{time.Second, openAIError(400, "invalid_request_error", "context_length_exceeded", nil)}))
-	if err == nil {
-		t.Fatal("no error")
-	}
-	spans := h.spans.GetSpans()
-	if len(spans) != 2 {
-		t.Fatalf("%d spans", len(spans))
-	}
-	c := spans[1]
-	if c.Status.Code != codes.Error || !strings.HasPrefix(c.Status.Description, "not_retryable: http 400 Bad Request") {
-		t.Errorf("status %v", c.Status)
-	}
-	for k, want := range map[string]any{
-		"rebound.outcome": "failure", "rebound.stop_reason": "not_retryable", "rebound.verdict.kind": "context_overflow",
-		"rebound.attempts": int64(1), "error.type": "400", "http.response.status_code": int64(400),
-		"rebound.error.type": "invalid_request_error", "rebound.error.code": "context_length_exceeded",
-	} {
-		if v, ok := attr(c.Attributes, k); !ok || v.AsInterface() != want {
-			t.Errorf("call span %s = %v, want %v", k, v.AsInterface(), want)
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		ctx := rebound.WithTarget(context.Background(), target)
+		p := rebound.Policy{Observer: h.obs}
+		_, err := rebound.Do(ctx, p, scripted(
+			step{time.Second, openAIError(400, "invalid_request_error", "context_length_exceeded", nil)}))
+		if err == nil {
+			t.Fatal("no error")
 		}
-	}
-	ms := h.metrics(t)
-	if v := mustValue(t, ms, "rebound.give_ups", targetAttr, reason("not_retryable"), kind("context_overflow")).value; v != 1 {
-		t.Errorf("give-ups %v", v)
-	}
-	if v := mustValue(t, ms, "rebound.attempts", targetAttr, failure, kind("context_overflow")).value; v != 1 {
-		t.Errorf("attempts %v", v)
-	}
-	if p := mustValue(t, ms, "rebound.call.duration", targetAttr, failure); p.count != 1 || p.value != 1 {
-		t.Errorf("call duration %+v", p)
-	}
+		spans := h.spans.GetSpans()
+		if len(spans) != 2 {
+			t.Fatalf("%d spans", len(spans))
+		}
+		c := spans[1]
+		if c.Status.Code != codes.Error || !strings.HasPrefix(c.Status.Description, "not_retryable: http 400 Bad Request") {
+			t.Errorf("status %v", c.Status)
+		}
+		for k, want := range map[string]any{
+			"rebound.outcome": "failure", "rebound.stop_reason": "not_retryable", "rebound.verdict.kind": "context_overflow",
+			"rebound.attempts": int64(1), "error.type": "400", "http.response.status_code": int64(400),
+			"rebound.error.type": "invalid_request_error", "rebound.error.code": "context_length_exceeded",
+		} {
+			if v, ok := attr(c.Attributes, k); !ok || v.AsInterface() != want {
+				t.Errorf("call span %s = %v, want %v", k, v.AsInterface(), want)
+			}
+		}
+		ms := h.metrics(t)
+		if v := mustValue(t, ms, "rebound.give_ups", targetAttr, reason("not_retryable"), kind("context_overflow")).value; v != 1 {
+			t.Errorf("give-ups %v", v)
+		}
+		if v := mustValue(t, ms, "rebound.attempts", targetAttr, failure, kind("context_overflow")).value; v != 1 {
+			t.Errorf("attempts %v", v)
+		}
+		if p := mustValue(t, ms, "rebound.call.duration", targetAttr, failure); p.count != 1 || p.value != 1 {
+			t.Errorf("call duration %+v", p)
+		}
+	})
 }
 
 func TestRetryBudgetGauge(t *testing.T) {
-	h := newHarness(t)
-	clk := &virtual{now: time.Unix(1e9, 0)}
-	ctx := rebound.WithTarget(rebound.WithClock(context.Background(), clk), target)
-	budget := &rebound.RetryBudget{}
-	p := rebound.Policy{BaseDelay: rebound.NoDelay, Budget: budget, Observer: h.obs}
-	for range 3 {
-		_, _ = rebound.Do(ctx, p, scripted(clk, step{0, errors.New("flaky")}, step{0, nil}))
-	}
-	want := budget.Available(clk.now)
-	if got := mustValue(t, h.metrics(t), "rebound.retry_budget.available", targetAttr).value; got != want || want <= 0 {
-		t.Errorf("budget gauge %v, want %v", got, want)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		ctx := rebound.WithTarget(context.Background(), target)
+		budget := &rebound.RetryBudget{}
+		p := rebound.Policy{BaseDelay: rebound.NoDelay, Budget: budget, Observer: h.obs}
+		for range 3 {
+			_, _ = rebound.Do(ctx, p, scripted(step{0, errors.New("flaky")}, step{0, nil}))
+		}
+		want := budget.Available(time.Now())
+		if got := mustValue(t, h.metrics(t), "rebound.retry_budget.available", targetAttr).value; got != want || want <= 0 {
+			t.Errorf("budget gauge %v, want %v", got, want)
+		}
+	})
 }
 
 // An observer wrapped in an ObserverFunc never sees ObserveCall: it still
 // counts, with the default classifier's verdicts, and makes no spans.
 func TestObserveWithoutCall(t *testing.T) {
-	h := newHarness(t)
-	clk := &virtual{now: time.Unix(1e9, 0)}
-	ctx := rebound.WithTarget(rebound.WithClock(context.Background(), clk), target)
-	p := rebound.Policy{BaseDelay: time.Second, Jitter: rebound.JitterNone, Observer: rebound.ObserverFunc(h.obs.Observe)}
-	_, err := rebound.Do(ctx, p, scripted(clk, step{0, openAIError(503, "", "", nil)}))
-	if err == nil {
-		t.Fatal("no error")
-	}
-	if n := len(h.spans.GetSpans()); n != 0 {
-		t.Errorf("%d spans", n)
-	}
-	ms := h.metrics(t)
-	for _, c := range []struct {
-		name  string
-		attrs []attribute.KeyValue
-		want  float64
-	}{
-		{"rebound.attempts", []attribute.KeyValue{targetAttr, failure, kind("transient")}, 3},
-		{"rebound.retries", []attribute.KeyValue{targetAttr, kind("transient")}, 2},
-		{"rebound.give_ups", []attribute.KeyValue{targetAttr, reason("attempts_exhausted"), kind("transient")}, 1},
-		{"rebound.wait.duration", []attribute.KeyValue{targetAttr, kind("transient")}, 3},
-		{"rebound.call.duration", []attribute.KeyValue{targetAttr, failure}, 3},
-	} {
-		if got := mustValue(t, ms, c.name, c.attrs...).value; got != c.want {
-			t.Errorf("%s = %v, want %v", c.name, got, c.want)
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		ctx := rebound.WithTarget(context.Background(), target)
+		p := rebound.Policy{BaseDelay: time.Second, Jitter: rebound.JitterNone, Observer: rebound.ObserverFunc(h.obs.Observe)}
+		_, err := rebound.Do(ctx, p, scripted(step{0, openAIError(503, "", "", nil)}))
+		if err == nil {
+			t.Fatal("no error")
 		}
-	}
+		if n := len(h.spans.GetSpans()); n != 0 {
+			t.Errorf("%d spans", n)
+		}
+		ms := h.metrics(t)
+		for _, c := range []struct {
+			name  string
+			attrs []attribute.KeyValue
+			want  float64
+		}{
+			{"rebound.attempts", []attribute.KeyValue{targetAttr, failure, kind("transient")}, 3},
+			{"rebound.retries", []attribute.KeyValue{targetAttr, kind("transient")}, 2},
+			{"rebound.give_ups", []attribute.KeyValue{targetAttr, reason("attempts_exhausted"), kind("transient")}, 1},
+			{"rebound.wait.duration", []attribute.KeyValue{targetAttr, kind("transient")}, 3},
+			{"rebound.call.duration", []attribute.KeyValue{targetAttr, failure}, 3},
+		} {
+			if got := mustValue(t, ms, c.name, c.attrs...).value; got != c.want {
+				t.Errorf("%s = %v, want %v", c.name, got, c.want)
+			}
+		}
+	})
 }
 
 func TestBreaker(t *testing.T) {
-	h := newHarness(t)
-	clk := &virtual{now: time.Unix(1e9, 0)}
-	b := breaker.New("gpt-x", breaker.Config{ConsecutiveFailures: 2, OnStateChange: h.obs.BreakerStateChange, Clock: clk})
-	ctx := rebound.WithTarget(rebound.WithClock(context.Background(), clk), target)
-	p := rebound.Policy{BaseDelay: rebound.NoDelay, Breaker: b, Observer: h.obs}
-	down := scripted(clk, step{0, openAIError(503, "", "", nil)})
-	if _, err := rebound.Do(ctx, p, down); err == nil {
-		t.Fatal("no error")
-	}
-	if b.State() != breaker.Open {
-		t.Fatalf("breaker %v", b.State())
-	}
-	// Refused before any attempt.
-	if _, err := rebound.Do(ctx, p, down); !errors.Is(err, breaker.ErrOpen) {
-		t.Fatalf("error %v", err)
-	}
-	name := attribute.String("rebound.breaker.name", "gpt-x")
-	ms := h.metrics(t)
-	if v := mustValue(t, ms, "rebound.breaker.state", name).value; v != 2 {
-		t.Errorf("state %v, want 2 (open)", v)
-	}
-	if v := mustValue(t, ms, "rebound.breaker.changes", name, attribute.String("rebound.breaker.state", "open")).value; v != 1 {
-		t.Errorf("changes %v", v)
-	}
-	if v := mustValue(t, ms, "rebound.give_ups", targetAttr, reason("breaker_open")).value; v != 1 {
-		t.Errorf("refused give-ups %v", v)
-	}
-	spans := h.spans.GetSpans()
-	refused := spans[len(spans)-1]
-	if refused.Name != "rebound.call" || !strings.Contains(refused.Status.Description, `breaker "gpt-x": open until`) {
-		t.Errorf("refused call: %q %v", refused.Name, refused.Status)
-	}
-	if _, ok := attr(refused.Attributes, "rebound.verdict.kind"); ok {
-		t.Error("a refused call has a verdict")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		b := breaker.New("gpt-x", breaker.Config{ConsecutiveFailures: 2, OnStateChange: h.obs.BreakerStateChange})
+		ctx := rebound.WithTarget(context.Background(), target)
+		p := rebound.Policy{BaseDelay: rebound.NoDelay, Breaker: b, Observer: h.obs}
+		down := scripted(step{0, openAIError(503, "", "", nil)})
+		if _, err := rebound.Do(ctx, p, down); err == nil {
+			t.Fatal("no error")
+		}
+		if b.State() != breaker.Open {
+			t.Fatalf("breaker %v", b.State())
+		}
+		// Refused before any attempt.
+		if _, err := rebound.Do(ctx, p, down); !errors.Is(err, breaker.ErrOpen) {
+			t.Fatalf("error %v", err)
+		}
+		name := attribute.String("rebound.breaker.name", "gpt-x")
+		ms := h.metrics(t)
+		if v := mustValue(t, ms, "rebound.breaker.state", name).value; v != 2 {
+			t.Errorf("state %v, want 2 (open)", v)
+		}
+		if v := mustValue(t, ms, "rebound.breaker.changes", name, attribute.String("rebound.breaker.state", "open")).value; v != 1 {
+			t.Errorf("changes %v", v)
+		}
+		if v := mustValue(t, ms, "rebound.give_ups", targetAttr, reason("breaker_open")).value; v != 1 {
+			t.Errorf("refused give-ups %v", v)
+		}
+		spans := h.spans.GetSpans()
+		refused := spans[len(spans)-1]
+		if refused.Name != "rebound.call" || !strings.Contains(refused.Status.Description, `breaker "gpt-x": open until`) {
+			t.Errorf("refused call: %q %v", refused.Name, refused.Status)
+		}
+		if _, ok := attr(refused.Attributes, "rebound.verdict.kind"); ok {
+			t.Error("a refused call has a verdict")
+		}
 
-	h.obs.BreakerStateChange(breaker.Change{Name: "gpt-x", From: breaker.Open, To: breaker.HalfOpen})
-	if v := mustValue(t, h.metrics(t), "rebound.breaker.state", name).value; v != 1 {
-		t.Errorf("state %v, want 1 (half-open)", v)
-	}
+		h.obs.BreakerStateChange(breaker.Change{Name: "gpt-x", From: breaker.Open, To: breaker.HalfOpen})
+		if v := mustValue(t, h.metrics(t), "rebound.breaker.state", name).value; v != 1 {
+			t.Errorf("state %v, want 1 (half-open)", v)
+		}
+	})
 }
 
 func TestErrorMessages(t *testing.T) {
@@ -417,7 +422,7 @@ func TestUnsampled(t *testing.T) {
 		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans), sdktrace.WithSampler(sdktrace.NeverSample())),
 	})
 	p := rebound.Policy{BaseDelay: rebound.NoDelay, Observer: obs}
-	_, _ = rebound.Do(context.Background(), p, scripted(&virtual{}, step{0, errors.New("x")}, step{0, nil}))
+	_, _ = rebound.Do(context.Background(), p, scripted(step{0, errors.New("x")}, step{0, nil}))
 	if n := len(spans.GetSpans()); n != 0 {
 		t.Errorf("%d spans", n)
 	}
@@ -449,7 +454,7 @@ func TestConcurrentCalls(t *testing.T) {
 		wg.Go(func() {
 			ctx := rebound.WithTarget(context.Background(), fmt.Sprint("t", i%4))
 			for range 20 {
-				_, _ = rebound.Do(ctx, p, scripted(&virtual{}, step{0, errors.New("x")}, step{0, nil}))
+				_, _ = rebound.Do(ctx, p, scripted(step{0, errors.New("x")}, step{0, nil}))
 			}
 		})
 	}

@@ -1,6 +1,8 @@
 package reboundpg
 
 import (
+	"context"
+	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -145,4 +147,33 @@ ORDER BY seq LIMIT $3`)
 // quoteLiteral quotes s as an SQL string literal.
 func quoteLiteral(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// createSchema creates the schema, tables and indexes if they are
+// missing. Workers starting at once would race on CREATE ... IF NOT
+// EXISTS (which is not safe against itself), so the DDL runs under an
+// advisory lock; a schema that is complete is left alone, so that a
+// worker needs no right to create anything once it exists.
+func (j *Journal) createSchema(ctx context.Context, schema string) error {
+	fail := func(err error) error {
+		return j.redact(fmt.Errorf("reboundpg: creating the tables in schema %q: %w", schema, err))
+	}
+	var ready bool
+	if err := j.pool.QueryRow(ctx, j.sql.ready).Scan(&ready); err != nil {
+		return fail(err)
+	}
+	if ready {
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, j.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "reboundpg schema "+schema); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, j.sql.create)
+		return err
+	})
+	if err != nil {
+		return fail(err)
+	}
+	return nil
 }

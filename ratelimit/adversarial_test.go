@@ -13,6 +13,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/testclock"
 )
 
 // recovered runs f and returns what it panicked with.
@@ -47,36 +49,12 @@ func TestTransportPanicGivesTheSlotBack(t *testing.T) {
 	}
 }
 
-// clock is a settable rebound.Clock for the Clock fields.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-// Sleep moves the clock on by d at once.
-func (c *clock) Sleep(ctx context.Context, d time.Duration) error {
-	c.Add(d)
-	return context.Cause(ctx)
-}
-
 // TestClocksBefore1970 runs the Limiter and the Adaptive limit on a zero
 // time.Time (an injected clock never set) and dates before 1970: they
 // limit as they would today.
 func TestClocksBefore1970(t *testing.T) {
 	for _, start := range []time.Time{{}, time.Date(1969, 12, 31, 23, 59, 30, 0, time.UTC), time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC)} {
-		c := &clock{t: start}
+		c := testclock.New(start)
 		l := New(Config{RequestsPerMinute: 60, Clock: c})
 		allowed := 0
 		for range 600 { // a minute, ten tries a second
@@ -111,7 +89,7 @@ func TestClocksBefore1970(t *testing.T) {
 // limit's cut, its memory of the fastest latency or the Limiter's learned
 // pace for as long as it stepped back.
 func TestClockGoesBack(t *testing.T) {
-	c := &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	c := testclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	a := NewAdaptive(AdaptiveConfig{Initial: 100, Clock: c})
 	a.TryAcquire()
 	a.ReleaseAfter(Success, 100*time.Millisecond) // the fastest
@@ -299,7 +277,7 @@ func hostileRequest(t *testing.T, r *rand.Rand, tr *Transport) (panicked bool) {
 func TestWaitSleepsByItsClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-		c := &clock{t: start}
+		c := testclock.New(start)
 		l := New(Config{RequestsPerMinute: 60, Clock: c})
 		if !l.Allow(1) {
 			t.Fatal("the first call of a minute refused")

@@ -12,27 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rebound-go/rebound/cost"
+	"github.com/rebound-go/rebound/internal/testclock"
 )
-
-// fixedClock is a clock the test sets.
-type fixedClock struct {
-	mu sync.Mutex // guards t
-	t  time.Time
-}
-
-func (c *fixedClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fixedClock) Sleep(ctx context.Context, d time.Duration) error { return nil }
-
-func (c *fixedClock) set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
 
 func capError(t *testing.T, err error) *cost.CapError {
 	t.Helper()
@@ -129,14 +110,14 @@ func TestCapRollover(t *testing.T) {
 		{Month, time.Date(2025, 3, 31, 23, 59, 59, 0, time.UTC), time.Date(2025, 4, 1, 0, 0, 0, 0, time.UTC)},
 		{Month, time.Date(2025, 3, 15, 0, 0, 0, 0, time.UTC), time.Date(2025, 3, 31, 23, 0, 0, 0, time.UTC)},
 	} {
-		clock := &fixedClock{t: tc.before}
+		clock := testclock.New(tc.before)
 		c := s.Cap("roll"+tc.before.String()+tc.after.String(), CapConfig{USD: 1, Period: tc.period, Clock: clock})
 		h, err := c.Reserve(ctx, 0.9)
 		if err != nil {
 			t.Fatal(err)
 		}
 		h.Settle(0.9)
-		clock.set(tc.after)
+		clock.Set(tc.after)
 		_, err = c.Reserve(ctx, 0.2)
 		rolled := tc.before.Month() != tc.after.Month() || tc.period == Day && tc.before.Day() != tc.after.Day()
 		if rolled != (err == nil) {

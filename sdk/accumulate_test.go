@@ -18,7 +18,9 @@ import (
 	"github.com/rebound-go/rebound/chaos"
 )
 
-func reviewServer(t *testing.T, profile string, at int) *httptest.Server {
+// cutServer is a chaos server in text mode and profile whose streams are
+// cut, the connection aborted, once at bytes of the answer are sent.
+func cutServer(t *testing.T, profile string, at int) *httptest.Server {
 	srv, err := chaos.New(chaos.Config{Mode: chaos.ModeText, Seed: 3, Profile: profile})
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +40,7 @@ func TestSDKAccumulatorsOverAContinuation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	ts := reviewServer(t, chaos.ProfileOpenAI, at)
+	ts := cutServer(t, chaos.ProfileOpenAI, at)
 	defer ts.Close()
 	oc := openai.NewClient(openaioption.WithBaseURL(ts.URL+"/v1/"), openaioption.WithAPIKey("sk-test"), openaioption.WithHTTPClient(hc), openaioption.WithMaxRetries(0))
 	s := oc.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: "gpt-test", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
@@ -59,7 +61,7 @@ func TestSDKAccumulatorsOverAContinuation(t *testing.T) {
 		t.Errorf("openai-go ChatCompletionAccumulator over a continued stream: %d of %d bytes", len(got), len(answer))
 	}
 
-	ta := reviewServer(t, chaos.ProfileAnthropic, at)
+	ta := cutServer(t, chaos.ProfileAnthropic, at)
 	defer ta.Close()
 	ac := anthropic.NewClient(anthropicoption.WithBaseURL(ta.URL), anthropicoption.WithAPIKey("sk-ant-test"), anthropicoption.WithHTTPClient(hc), anthropicoption.WithMaxRetries(0))
 	as := ac.Messages.NewStreaming(ctx, anthropic.MessageNewParams{Model: "claude-test", MaxTokens: 1024, Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}})

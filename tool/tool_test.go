@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/tool"
@@ -97,65 +100,6 @@ func TestUnknownTool(t *testing.T) {
 	}
 }
 
-// slowFirst's first attempt hangs until cancelled; later ones answer after
-// 50 ms.
-func slowFirst(calls, cancelled *atomic.Int64) tool.Func {
-	return func(ctx context.Context, c tool.Call) (string, error) {
-		if calls.Add(1) == 1 {
-			<-ctx.Done()
-			cancelled.Add(1)
-			return "", ctx.Err()
-		}
-		select {
-		case <-time.After(50 * time.Millisecond):
-			return "fast", nil
-		case <-ctx.Done():
-			cancelled.Add(1)
-			return "", ctx.Err()
-		}
-	}
-}
-
-func TestHedgeAfterAFixedDelay(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var calls, cancelled atomic.Int64
-		var r tool.Registry
-		r.Register("search", tool.Spec{Kind: tool.ReadOnly, Hedge: tool.Hedge{After: 100 * time.Millisecond}}, slowFirst(&calls, &cancelled))
-		start := time.Now()
-		res := r.Execute(t.Context(), tool.Call{ID: "h", Name: "search"})
-		if res.Output != "fast" || time.Since(start) != 150*time.Millisecond || calls.Load() != 2 || cancelled.Load() != 1 {
-			t.Fatalf("%+v after %v, %d calls, %d cancelled", res, time.Since(start), calls.Load(), cancelled.Load())
-		}
-	})
-}
-
-func TestHedgeAtAPercentile(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var n atomic.Int64
-		var r tool.Registry
-		// Calls take 10 ms, except every 20th, which hangs until cancelled.
-		r.Register("read", tool.Spec{Kind: tool.ReadOnly, Hedge: tool.Hedge{Percentile: 0.9}}, func(ctx context.Context, c tool.Call) (string, error) {
-			if n.Add(1)%20 == 0 {
-				<-ctx.Done()
-				return "", ctx.Err()
-			}
-			time.Sleep(10 * time.Millisecond)
-			return "ok", nil
-		})
-		for range 18 {
-			if res := r.Execute(t.Context(), tool.Call{Name: "read"}); res.Failure != nil {
-				t.Fatal(res.Failure)
-			}
-		}
-		start := time.Now()
-		res := r.Execute(t.Context(), tool.Call{Name: "read"}) // call 19 answers; call 20 would hang
-		res = r.Execute(t.Context(), tool.Call{Name: "read"})
-		if res.Failure != nil || time.Since(start) > 40*time.Millisecond {
-			t.Fatalf("%+v after %v: the hedge at the 90th percentile (10 ms) did not rescue the hanging call", res, time.Since(start))
-		}
-	})
-}
-
 // An agent's tool step: a side effect whose reply was lost goes back to
 // the model as a result it can reason about.
 func ExampleRegistry() {
@@ -182,20 +126,199 @@ func TestInvalidPolicyIsAFailureNotAPanic(t *testing.T) {
 	}
 }
 
-func TestHedgesDrawFromTheRetryBudget(t *testing.T) {
+// keyServer is an idempotent server: it performs an action once per key
+// and answers a repeated key from its record.
+type keyServer struct {
+	mu      sync.Mutex // guards actions and seen
+	actions int
+	seen    map[string]bool
+}
+
+func (s *keyServer) charge(ctx context.Context, c tool.Call) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := tool.IdempotencyKey(ctx)
+	if !s.seen[key] {
+		s.seen[key] = true
+		s.actions++
+	}
+	return "charged", nil
+}
+
+// TestIdempotentCallsWithoutIDAreNeverMerged: an agent that means to
+// charge $5 twice, and whose calls carry no ID, is charged twice; the
+// retries of one call keep one key.
+func TestIdempotentCallsWithoutIDAreNeverMerged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var calls, cancelled atomic.Int64
-		spent := &rebound.RetryBudget{MinPerSecond: -1} // no reserve, no deposits yet: nothing to spend
+		srv := &keyServer{seen: map[string]bool{}}
 		var r tool.Registry
-		r.Register("search", tool.Spec{Kind: tool.ReadOnly, Hedge: tool.Hedge{After: 100 * time.Millisecond},
-			Policy: rebound.Policy{Budget: spent}}, slowFirst(&calls, &cancelled))
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		defer cancel()
-		res := r.Execute(ctx, tool.Call{ID: "h", Name: "search"})
-		// The first call's deposit of 0.1 is not a whole retry: no hedge, and the
-		// slow first attempt runs until the caller's deadline.
-		if res.Failure == nil || calls.Load() != 1 {
-			t.Fatalf("%+v after %d calls: a hedge was made with an empty budget", res, calls.Load())
+		r.Register("charge", tool.Spec{Kind: tool.Idempotent}, srv.charge)
+		call := tool.Call{Name: "charge", Arguments: json.RawMessage(`{"amount":5}`)}
+		for range 2 {
+			if res := r.Execute(t.Context(), call); res.Failure != nil {
+				t.Fatal(res.Failure)
+			}
+		}
+		if srv.actions != 2 {
+			t.Fatalf("two intended charges without an ID performed %d actions", srv.actions)
+		}
+		if tool.IdempotencyKeyOf(call) == tool.IdempotencyKeyOf(call) {
+			t.Fatal("IdempotencyKeyOf gave two calls without an ID one key")
+		}
+
+		// The retries of one call without an ID share its key; a new call
+		// gets a new one.
+		var calls atomic.Int64
+		var keys []string
+		r.Register("charge", tool.Spec{Kind: tool.Idempotent}, flaky(&calls, &keys, errTimeout, errBusy))
+		r.Execute(t.Context(), call)
+		r.Execute(t.Context(), call)
+		if len(keys) != 4 || keys[0] == "" || keys[0] != keys[1] || keys[1] != keys[2] || keys[3] == keys[0] {
+			t.Fatalf("keys %q: want three attempts of one call under one key, then a new call under another", keys)
+		}
+
+		// With an ID, the key is the call's, whatever the process: a
+		// replica or a restart that replays the call is recognised.
+		keys, calls = nil, atomic.Int64{}
+		withID := tool.Call{ID: "toolu_7", Name: "charge", Arguments: call.Arguments}
+		r.Execute(t.Context(), withID)
+		r.Execute(t.Context(), withID)
+		want := tool.IdempotencyKeyOf(withID)
+		for _, k := range keys {
+			if k != want {
+				t.Fatalf("keys %q, want all %q", keys, want)
+			}
+		}
+		if want != "rebound-c25af35ad15ce75beae32fbc8728c331" {
+			t.Fatalf("the key of a call with an ID changed: %s", want)
 		}
 	})
+}
+
+// TestMisregisteredToolsRunNothing: a registration a careless caller got
+// wrong fails every call with a SpecError that says what is wrong, before
+// anything is run, and never panics.
+func TestMisregisteredToolsRunNothing(t *testing.T) {
+	var calls atomic.Int64
+	count := func(context.Context, tool.Call) (string, error) {
+		calls.Add(1)
+		return "", errBusy
+	}
+	for _, tc := range []struct {
+		name  string
+		spec  tool.Spec
+		fn    tool.Func
+		field string
+	}{
+		{"NilFunc", tool.Spec{}, nil, "Func"},
+		{"UnknownKind", tool.Spec{Kind: 7}, count, "Kind"},
+		{"InvalidPolicy", tool.Spec{Kind: tool.SideEffect, Policy: rebound.Policy{MaxAttempts: -1}}, count, "Policy.max_attempts"},
+		{"PercentileNaN", tool.Spec{Hedge: tool.Hedge{Percentile: math.NaN()}}, count, "Hedge.Percentile"},
+		{"PercentileAsAPercentage", tool.Spec{Hedge: tool.Hedge{Percentile: 95}}, count, "Hedge.Percentile"},
+		{"NegativePercentile", tool.Spec{Hedge: tool.Hedge{Percentile: -0.5}}, count, "Hedge.Percentile"},
+		{"NegativeAfter", tool.Spec{Hedge: tool.Hedge{After: -time.Second}}, count, "Hedge.After"},
+		{"HedgedSideEffect", tool.Spec{Kind: tool.SideEffect, Hedge: tool.Hedge{After: time.Second}}, count, "Hedge"},
+		{"HedgedIdempotent", tool.Spec{Kind: tool.Idempotent, Hedge: tool.Hedge{Percentile: 0.9}}, count, "Hedge"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls.Store(0)
+			var r tool.Registry
+			r.Register("t", tc.spec, tc.fn)
+			res := r.Execute(context.Background(), tool.Call{ID: "c", Name: "t"})
+			var se *tool.SpecError
+			if !errors.As(res.Err, &se) || se.Tool != "t" || se.Field != tc.field {
+				t.Fatalf("error %v, want a SpecError for field %s", res.Err, tc.field)
+			}
+			f := res.Failure
+			if calls.Load() != 0 || f == nil || f.Attempts != 0 || f.Verdict != "permanent" || f.MayHaveTakenEffect || f.Error != se.Error() {
+				t.Fatalf("%d calls, failure %v", calls.Load(), f)
+			}
+			if tc.fn != nil {
+				if err := tc.spec.Validate(); !errors.As(err, &se) || se.Field != tc.field {
+					t.Fatalf("Validate: %v", err)
+				}
+			}
+			t.Log(res.Err)
+		})
+	}
+	if err := (tool.Spec{Kind: tool.ReadOnly, Hedge: tool.Hedge{Percentile: 1, After: time.Second}}).Validate(); err != nil {
+		t.Fatalf("a valid spec: %v", err)
+	}
+}
+
+// TestCancelledContextRunsNothing: a call whose context is already done is
+// not started, and so cannot have taken effect.
+func TestCancelledContextRunsNothing(t *testing.T) {
+	var calls atomic.Int64
+	var r tool.Registry
+	r.Register("send", tool.Spec{Kind: tool.SideEffect}, func(ctx context.Context, c tool.Call) (string, error) {
+		calls.Add(1)
+		return "sent", nil // a tool that does not heed its context
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res := r.Execute(ctx, tool.Call{ID: "c", Name: "send"})
+	f := res.Failure
+	if calls.Load() != 0 || !errors.Is(res.Err, context.Canceled) || f == nil || f.Verdict != "canceled" || f.Attempts != 0 || f.MayHaveTakenEffect {
+		t.Fatalf("%d calls, error %v, failure %v", calls.Load(), res.Err, f)
+	}
+}
+
+// TestIdempotentUnknownOutcomeMayHaveTakenEffect: an idempotent call whose
+// every attempt ended without an answer may have been performed; the
+// model's next call carries a new ID, and so a new key, so it is told to
+// check first.
+func TestIdempotentUnknownOutcomeMayHaveTakenEffect(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int64
+		var r tool.Registry
+		r.Register("charge", tool.Spec{Kind: tool.Idempotent}, flaky(&calls, nil, errTimeout, errTimeout, errTimeout))
+		f := r.Execute(t.Context(), tool.Call{ID: "c", Name: "charge"}).Failure
+		if f == nil || !f.MayHaveTakenEffect || !strings.Contains(f.Advice, "Check whether it did") {
+			t.Fatalf("failure %v", f)
+		}
+	})
+}
+
+// TestFailureTextIsBounded: error text a model is shown is cut short on a
+// character boundary, however long the error or the tool name it was
+// given.
+func TestFailureTextIsBounded(t *testing.T) {
+	var r tool.Registry
+	long := strings.Repeat("a", 299) + strings.Repeat("é", 1000)
+	r.Register("t", tool.Spec{Kind: tool.SideEffect}, func(context.Context, tool.Call) (string, error) {
+		return "", rebound.Permanent(errors.New(long))
+	})
+	for _, call := range []tool.Call{{Name: "t"}, {Name: strings.Repeat("é", 1<<20)}} {
+		f := r.Execute(context.Background(), call).Failure
+		if f == nil || len(f.Error) > 400 || !utf8.ValidString(f.Error) || len(f.Tool) > 400 || !utf8.ValidString(f.Tool) {
+			t.Fatalf("%d bytes of error text, valid UTF-8: %v; %d bytes of tool name", len(f.Error), utf8.ValidString(f.Error), len(f.Tool))
+		}
+	}
+}
+
+// TestConcurrentRegisterAndExecute replaces tools while calls run.
+func TestConcurrentRegisterAndExecute(t *testing.T) {
+	var r tool.Registry
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for j := range 200 {
+				name := fmt.Sprintf("t%d", j%3)
+				if i%2 == 0 {
+					r.Register(name, tool.Spec{Kind: tool.Kind(j % 3), Hedge: tool.Hedge{After: time.Duration(j%2) * time.Millisecond}},
+						func(context.Context, tool.Call) (string, error) { return "ok", nil })
+					continue
+				}
+				res := r.Execute(context.Background(), tool.Call{Name: name})
+				if res.Failure != nil && !errors.Is(res.Err, tool.ErrUnknownTool) {
+					var se *tool.SpecError
+					if !errors.As(res.Err, &se) || se.Field != "Hedge" {
+						t.Error(res.Failure)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

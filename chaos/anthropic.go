@@ -1,0 +1,96 @@
+package chaos
+
+import (
+	"cmp"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// The anthropic profile.
+
+var anthropic = &profile{
+	name:  ProfileAnthropic,
+	model: "claude-chaos",
+	errors: map[fault]apiError{
+		faultRateLimit: {status: 429, typ: "rate_limit_error",
+			message: "This request would exceed your account's rate limit. Please try again later."},
+		faultUnavailable: {status: 503, typ: "api_error", message: "Internal server error"},
+		faultInternal:    {status: 500, typ: "api_error", message: "Internal server error"},
+		faultBadRequest: {status: 400, typ: "invalid_request_error",
+			message: "Invalid request (injected by the chaos server)."},
+		faultOverload: {status: 529, typ: "overloaded_error", message: "Overloaded"},
+		faultQuota: {status: 429, typ: "rate_limit_error", code: "enforced_spend_limit_reached",
+			message: "This request would exceed your account's monthly spend limit. Please try again later."},
+		faultContext: {status: 400, typ: "invalid_request_error",
+			message: "prompt is too long: 210000 tokens > 200000 maximum"},
+	},
+	errorBody: func(e apiError, c *call) any {
+		body := anthropicError{Type: "error", RequestID: c.requestID()}
+		body.Error.Type = e.typ
+		body.Error.Message = e.message
+		if e.code != "" {
+			body.Error.Details = &anthropicErrorDetails{ErrorCode: e.code}
+		}
+		return body
+	},
+	hint:     retryAfterHint,
+	idHeader: "request-id",
+	limits: func(h http.Header, exhausted bool, reset time.Duration) {
+		requests, tokens := "49", "29983"
+		if exhausted {
+			requests = "0"
+		}
+		at := time.Now().Add(reset).UTC().Format(time.RFC3339)
+		h.Set("anthropic-ratelimit-requests-limit", "50")
+		h.Set("anthropic-ratelimit-requests-remaining", requests)
+		h.Set("anthropic-ratelimit-requests-reset", at)
+		h.Set("anthropic-ratelimit-tokens-limit", "30000")
+		h.Set("anthropic-ratelimit-tokens-remaining", tokens)
+		h.Set("anthropic-ratelimit-tokens-reset", at)
+	},
+	success: func(w http.ResponseWriter, r *http.Request, c *call) {
+		req := c.req
+		model := cmp.Or(req.Model, c.profile.model)
+		if req.Stream {
+			streamMessage(w, c, model)
+			return
+		}
+		content := []any{object{"type": "text", "text": c.deliver()}}
+		writeJSON(w, http.StatusOK, anthropicMessage(c, model, content, c.finish("end_turn", "max_tokens"), c.outputTokens()))
+	},
+}
+
+type anthropicError struct {
+	Type  string `json:"type"`
+	Error struct {
+		Type    string                 `json:"type"`
+		Message string                 `json:"message"`
+		Details *anthropicErrorDetails `json:"details"`
+	} `json:"error"`
+	RequestID string `json:"request_id"`
+}
+
+type anthropicErrorDetails struct {
+	ErrorCode string `json:"error_code"`
+}
+
+// anthropicMessage returns a Messages API message; a stop reason of ""
+// stands for null.
+func anthropicMessage(c *call, model string, content []any, stopReason string, output int) object {
+	return object{
+		"id":            "msg_chaos_" + strconv.FormatUint(c.n, 10),
+		"type":          "message",
+		"role":          "assistant",
+		"model":         model,
+		"content":       content,
+		"stop_reason":   nullable(stopReason),
+		"stop_sequence": nil,
+		"usage": object{
+			"input_tokens":                c.input,
+			"output_tokens":               output,
+			"cache_creation_input_tokens": 0,
+			"cache_read_input_tokens":     0,
+		},
+	}
+}
