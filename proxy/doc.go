@@ -67,10 +67,9 @@
 // a flaky one: with nowhere else to go, refusing a call that would have
 // had two chances in three is worse than making it. So it opens on a high
 // failure rate over a window with enough calls (RecommendedBreaker), and a
-// rate limit that came with a server wait does not count: waiting it out
-// is the limiter's and the retry loop's business. The breaker hears each
-// attempt's outcome only after the classifier has judged it, which is how
-// a per-call wrapper learns which failures to leave out.
+// rate limit that came with a server wait does not count (rebound's rule,
+// rebound.OutcomeOf): waiting it out is the limiter's and the retry
+// loop's business.
 //
 // Breakers, quota cool-downs and metrics are kept per upstream and model
 // label, not per name the client sends: a model has a label of its own

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/rebound-go/rebound"
@@ -45,9 +44,7 @@ func (f forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 			// Within a chain an overloaded upstream is left at once.
 			policy.PerKind = withOverride(policy.PerKind, rebound.KindOverloaded, rebound.Override{MaxAttempts: 1})
 		}
-		cb := &callBreaker{kept: p.breakers.get(key)}
-		policy.Breaker = cb
-		policy.Classifier = cb.classify
+		policy.Breaker = p.breakers.get(key)
 		policy.Budget = t.up.budget
 		tctx := rebound.WithTarget(ctx, key)
 		policy.Observer = c.observer(tctx, p.observer)
@@ -156,35 +153,6 @@ func withOverride(per map[rebound.Kind]rebound.Override, k rebound.Kind, o rebou
 	}
 	m[k] = o
 	return m
-}
-
-// callBreaker is an upstream and model's breaker as one call sees it: a
-// rate limit that came with a server wait is the limiter's business, and
-// the breaker does not count it. It is told by the classifier, which
-// judges each failed attempt just before the breaker hears of it.
-type callBreaker struct {
-	kept       *keptBreaker
-	serverWait atomic.Bool // the attempt under way was rate limited with a wait
-}
-
-func (c *callBreaker) Allow() (rebound.Permit, error) {
-	c.serverWait.Store(false)
-	permit, err := c.kept.b.Allow()
-	c.kept.refusing.Store(err != nil)
-	return permit, err
-}
-
-func (c *callBreaker) Done(p rebound.Permit, o rebound.Outcome) {
-	if o == rebound.OutcomeFailure && c.serverWait.Load() {
-		o = rebound.OutcomeIgnored
-	}
-	c.kept.b.Done(p, o)
-}
-
-func (c *callBreaker) classify(err error) rebound.Verdict {
-	v := rebound.Classify(err)
-	c.serverWait.Store(v.Kind == rebound.KindRateLimited && v.HasServerWait)
-	return v
 }
 
 // lastGiveUp returns the verdict, reason and attempts of the give-up that
