@@ -123,6 +123,7 @@ func (d *chainCall[Req, Resp]) run(ctx context.Context, t *Target[Req, Resp], re
 		l.next = co.ObserveCall(ctx)
 	}
 	p.Observer = l
+	d.letGo() // the failed value before, once another target is tried
 	v, err := t.Run(ctx, req, p)
 	tr.mu.Lock()
 	l.closed = true // later events (a stream's, as the caller reads it) are not the trail's
@@ -130,17 +131,8 @@ func (d *chainCall[Req, Resp]) run(ctx context.Context, t *Target[Req, Resp], re
 	if err == nil && l.gaveUp != nil {
 		err = l.gaveUp
 	}
-	var gu *rebound.GiveUpError
-	if step < 0 && (!errors.As(err, &gu) || gu.Attempts > 0) {
-		// Run told of no attempt, yet made one.
-		step = len(tr.steps)
-		tr.steps = append(tr.steps, Step{Target: t.Name, Attempt: 1, Err: err})
-		if err != nil {
-			tr.steps[step].Verdict = p.Classify(err)
-			if gu != nil {
-				tr.steps[step].Verdict = gu.Verdict
-			}
-		}
+	if step < 0 {
+		step = tr.untold(t.Name, err, &p)
 	}
 	tr.mu.Unlock()
 	if err != nil {
@@ -148,6 +140,23 @@ func (d *chainCall[Req, Resp]) run(ctx context.Context, t *Target[Req, Resp], re
 		step = -1
 	}
 	return v, step, err
+}
+
+// untold adds to the trail the step of a Run that told of no attempt,
+// and returns its index: -1 if it made none (refused before any). tr.mu
+// is held.
+func (tr *trail) untold(target string, err error, p *rebound.Policy) int {
+	s := Step{Target: target, Attempt: 1, Err: err}
+	if gu := (*rebound.GiveUpError)(nil); errors.As(err, &gu) {
+		if gu.Attempts == 0 {
+			return -1
+		}
+		s.Verdict = gu.Verdict
+	} else if err != nil {
+		s.Verdict = p.Classify(err)
+	}
+	tr.steps = append(tr.steps, s)
+	return len(tr.steps) - 1
 }
 
 // attemptLog is the Observer a Run reports to: it adds each attempt to the
@@ -190,15 +199,19 @@ func (l *attemptLog) Observe(e rebound.Event) {
 // answer and its step, or -1 and each target's failure (nil for j if it
 // was not tried).
 func (d *chainCall[Req, Resp]) race(i, j int, key string, req Req) (Resp, int, [2]error) {
-	var errs [2]error
 	if j < 0 {
 		v, step, err := d.try(d.ctx, i, key, req, true)
 		if err != nil {
 			step = -1
 		}
-		errs[0] = err
-		return v, step, errs
+		return v, step, [2]error{err}
 	}
+	return d.hedged(i, j, key, req)
+}
+
+// hedged is race with a hedge, target j.
+func (d *chainCall[Req, Resp]) hedged(i, j int, key string, req Req) (Resp, int, [2]error) {
+	var errs [2]error
 	type answer struct {
 		v    Resp
 		step int

@@ -286,7 +286,7 @@ type chainCall[Req, Resp any] struct {
 	minWindow  int    // after an overflow, only larger windows
 	tried      []bool // targets tried as hedges, not to be tried again; nil without Chain.Hedge
 
-	keptMu sync.Mutex // guards kept and hasKept: a hedged race's Runs end at once
+	keptMu sync.Mutex // guards kept and has: a hedged race's Runs end at once
 	kept   Resp       // the value of the latest Run that failed
 	has    bool       // kept is set
 }
@@ -330,13 +330,16 @@ func (d *chainCall[Req, Resp]) keep(v Resp) {
 }
 
 // letGo hands the value held from a failed Run, if any, to Chain.Discard:
-// a target after it answered.
+// another target is tried, or answered.
 func (d *chainCall[Req, Resp]) letGo() {
-	if d.has && d.c.Discard != nil {
-		d.c.Discard(d.kept)
-	}
 	var zero Resp
+	d.keptMu.Lock()
+	old, had := d.kept, d.has
 	d.kept, d.has = zero, false
+	d.keptMu.Unlock()
+	if had && d.c.Discard != nil {
+		d.c.Discard(old)
+	}
 }
 
 // skip says why target i, whose call on req is named key, is not to be

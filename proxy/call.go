@@ -24,19 +24,21 @@ type call struct {
 	body    *heldBody
 
 	// Set by the forwarder, on the handler's goroutine.
-	upstream string
-	tried    int      // upstreams tried
-	skipped  []string // upstreams skipped, cooling down after a quota
+	upstream   string
+	tried      int      // upstreams tried
+	skipped    []string // upstreams skipped, cooling down after a quota
+	slotWaited bool     // an upstream had no slot of its limit on requests in flight in time
+	stream     bool     // the answer is a stream
 
 	outcome string // why the proxy answered itself
 	aborted bool   // the response broke off as the upstream's did
 	err     error
 
-	mu       sync.Mutex // guards attempts, kinds, giveUp and usage: the events may come from a stream's reader
+	mu       sync.Mutex // guards attempts, kinds, next and usage: the events may come from a stream's reader
 	attempts int
 	kinds    []string
-	giveUp   *rebound.Event // the latest upstream's, if it gave up
-	usage    *cost.Usage    // what the answer reported it used, once read
+	next     rebound.Observer // the Observer of the upstream being called
+	usage    *cost.Usage      // what the answer reported it used, once read
 }
 
 // tokens notes the usage the answer reported (final or not: what was seen).
@@ -48,28 +50,31 @@ func (c *call) tokens(u cost.Usage, _ bool) {
 	}
 }
 
-// observer returns the Observer of one upstream's call: it notes the
-// attempts and verdicts, and passes every event on to next's (metrics).
-func (c *call) observer(ctx context.Context, next rebound.Observer) rebound.Observer {
-	if co, ok := next.(rebound.CallObserver); ok {
-		next = co.ObserveCall(ctx)
+// Observe notes the attempts and verdicts of c's upstreams for the access
+// line, and passes every event on to the Observer of the upstream being
+// called (the chain's, and then the metrics').
+func (c *call) Observe(e rebound.Event) {
+	c.mu.Lock()
+	switch e.Type {
+	case rebound.EventAttempt:
+		c.attempts++
+	case rebound.EventRetry, rebound.EventGiveUp:
+		c.kinds = append(c.kinds, e.Verdict.Kind.String())
 	}
-	return rebound.ObserverFunc(func(e rebound.Event) {
-		c.mu.Lock()
-		switch e.Type {
-		case rebound.EventAttempt:
-			c.attempts++
-		case rebound.EventRetry:
-			c.kinds = append(c.kinds, e.Verdict.Kind.String())
-		case rebound.EventGiveUp:
-			c.kinds = append(c.kinds, e.Verdict.Kind.String())
-			c.giveUp = &e
-		}
-		c.mu.Unlock()
-		if next != nil {
-			next.Observe(e)
-		}
-	})
+	next := c.next
+	c.mu.Unlock()
+	if next != nil {
+		next.Observe(e)
+	}
+}
+
+// observe makes c the Observer of the call to the next upstream, whose
+// own Observer is next.
+func (c *call) observe(next rebound.Observer) rebound.Observer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.next = next
+	return c
 }
 
 // logCall writes the access log line of c, answered with status. It

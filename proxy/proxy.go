@@ -25,22 +25,23 @@ import (
 // Defaults of a zero Options.
 const (
 	DefaultMaxBody       = 32 << 20
-	DefaultMaxAttempts   = 4
+	DefaultMaxAttempts   = fallback.GatewayMaxAttempts
 	DefaultQuotaCooldown = fallback.DefaultQuotaCooldown
 	DefaultBodyTimeout   = 60 * time.Second
 	DefaultMaxQueueWait  = 30 * time.Second
 	maxBreakers          = 1024
 	maxIdlePerUpstream   = 256
+	// noQueueWait is the least bound on a wait for a slot that
+	// ratelimit.Transport takes (zero is none): a slot free at once, or
+	// none.
+	noQueueWait = time.Nanosecond
 )
 
-// RecommendedPolicy is the retry policy of a route that names none:
-// rebound's defaults with one attempt more (4), since a proxy's clients
-// have turned their own retries off; an overloaded upstream still gets
-// rebound's 2 attempts, not more load.
-func RecommendedPolicy() rebound.Policy {
-	return rebound.Policy{MaxAttempts: DefaultMaxAttempts,
-		PerKind: map[rebound.Kind]rebound.Override{rebound.KindOverloaded: {MaxAttempts: 2}}}
-}
+// RecommendedPolicy is the retry policy of a route that names none,
+// fallback.GatewayPolicy: rebound's defaults with one attempt more (4),
+// since a proxy's clients have turned their own retries off; an
+// overloaded upstream still gets rebound's 2 attempts, not more load.
+func RecommendedPolicy() rebound.Policy { return fallback.GatewayPolicy() }
 
 // RecommendedBreaker is the breaker of each upstream and model: it opens
 // when 80% of at least 20 attempts in 30 s failed, or after 20 failures
@@ -103,10 +104,12 @@ type Options struct {
 	// MaxQueueWait bounds how long a request waits for a slot of its
 	// upstream's adaptive limit on requests in flight (which a stream
 	// holds until its first content, another answer until its first
-	// byte, whatever the client's pace). One that waits longer gets a 503
-	// with Retry-After, and the upstream never sees it. Zero or less
-	// means DefaultMaxQueueWait (30 s): a client hears why before the
-	// usual 60 s idle timeout of a load balancer between cuts it off.
+	// byte, whatever the client's pace). One that waits longer is never
+	// sent there: it goes on to the route's next upstream if that one
+	// has a slot free at once (it waits no more), else gets a 503 with
+	// Retry-After. Zero or less means DefaultMaxQueueWait (30 s): a
+	// client hears why before the usual 60 s idle timeout of a load
+	// balancer between cuts it off.
 	MaxQueueWait time.Duration
 	// Policy is the retry policy of routes that name none. Zero means
 	// RecommendedPolicy.
@@ -163,6 +166,7 @@ type upstream struct {
 	dialect string // "" for one not configured: by the request's path
 	key     string
 	send    http.RoundTripper // the pacing transport under rebound.Transport
+	sendNow http.RoundTripper // send, for a request that waited for a slot in vain already: a slot free at once, or none
 	budget  *rebound.RetryBudget
 }
 
@@ -172,6 +176,7 @@ type route struct {
 	pathPrefix string
 	model      string
 	targets    []target // the upstream, then the fallbacks
+	chain      *fallback.Chain[request, *http.Response]
 	policy     rebound.Policy
 	maxBody    int64
 	safe       map[string]bool // paths without side effects, besides the model calls
@@ -241,11 +246,12 @@ func New(o Options) (*Proxy, error) {
 		} else {
 			pacer = ratelimit.New(limits)
 		}
+		adaptive := ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{})
 		return &upstream{
 			name: name, base: base, dialect: dialect, key: key,
-			send: &ratelimit.Transport{Base: send, Limiter: pacer, Adaptive: ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{}),
-				MaxWait: maxQueueWait},
-			budget: &rebound.RetryBudget{},
+			send:    &ratelimit.Transport{Base: send, Limiter: pacer, Adaptive: adaptive, MaxWait: maxQueueWait},
+			sendNow: &ratelimit.Transport{Base: send, Limiter: pacer, Adaptive: adaptive, MaxWait: noQueueWait},
+			budget:  &rebound.RetryBudget{},
 		}, nil
 	}
 	var keys []string
@@ -328,6 +334,9 @@ func New(o Options) (*Proxy, error) {
 		}
 	}
 	p.models = newModelLabels(p.routes)
+	for _, r := range p.routes {
+		r.chain = p.newChain(r)
+	}
 	p.secrets = secretsOf(append(keys, o.Tokens...))
 	hosts, origins := o.AllowHosts, o.AllowOrigins
 	if o.Config != nil {
