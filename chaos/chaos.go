@@ -362,6 +362,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/provider"
 )
 
 // Modes a [Server] can run in, as named in [Config.Mode], the [HeaderMode]
@@ -698,7 +700,7 @@ func (s *Server) newCall(r *http.Request) (*call, *rejection) {
 	}
 	c.profile = p
 	if p == gemini {
-		c.tally.model = geminiModel(r.URL.Path)
+		c.tally.model = provider.GeminiModel(r.URL.Path)
 	}
 
 	c.mode = r.Header.Get(HeaderMode)

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/provider"
 )
 
 // A profile is the wire format of one provider: how it words each fault,
@@ -595,7 +597,7 @@ var gemini = &profile{
 		return body
 	},
 	success: func(w http.ResponseWriter, r *http.Request, c *call) {
-		model := cmp.Or(geminiModel(r.URL.Path), c.profile.model)
+		model := cmp.Or(provider.GeminiModel(r.URL.Path), c.profile.model)
 		c.answers, c.thoughts = c.req.asks.answers, c.req.asks.thoughts
 		if strings.Contains(r.URL.Path, ":streamGenerateContent") {
 			streamGemini(w, c, model)
@@ -614,17 +616,6 @@ type geminiErrorDetail struct {
 	Message string   `json:"message"`
 	Status  string   `json:"status"`
 	Details []object `json:"details,omitempty"`
-}
-
-// geminiModel returns the model named in a path like
-// /v1beta/models/NAME:generateContent, or "".
-func geminiModel(path string) string {
-	_, after, ok := strings.Cut(path, "/models/")
-	if !ok {
-		return ""
-	}
-	model, _, _ := strings.Cut(after, ":")
-	return model
 }
 
 // geminiResponse returns a GenerateContentResponse with text, in each of

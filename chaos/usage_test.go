@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/rebound-go/rebound/internal/provider"
 )
 
 // A billing is what a client read of an answer: its text, the usage it
@@ -723,7 +725,7 @@ func TestSeveralAnswersAndThoughts(t *testing.T) {
 		if reported != out {
 			t.Errorf("%s: %d output tokens reported, want %d", c.name, reported, out)
 		}
-		checkTally(t, s, "k", cmp.Or(geminiModel(c.path), "m"), Tally{Requests: 1, OutputTokens: out})
+		checkTally(t, s, "k", cmp.Or(provider.GeminiModel(c.path), "m"), Tally{Requests: 1, OutputTokens: out})
 	}
 }
 
