@@ -34,8 +34,9 @@ type call struct {
 	aborted bool   // the response broke off as the upstream's did
 	err     error
 
-	mu       sync.Mutex // guards attempts, kinds, next and usage: the events may come from a stream's reader
+	mu       sync.Mutex // guards the fields below: the events may come from a stream's reader
 	attempts int
+	unjudged int // failed attempts whose verdict has not come yet
 	kinds    []string
 	next     rebound.Observer // the Observer of the upstream being called
 	usage    *cost.Usage      // what the answer reported it used, once read
@@ -58,8 +59,16 @@ func (c *call) Observe(e rebound.Event) {
 	switch e.Type {
 	case rebound.EventAttempt:
 		c.attempts++
+		if e.Err != nil {
+			c.unjudged++
+		}
 	case rebound.EventRetry, rebound.EventGiveUp:
-		c.kinds = append(c.kinds, e.Verdict.Kind.String())
+		// The verdict on the attempt that failed last; a give-up with
+		// none (a breaker's refusal) says nothing of an attempt.
+		if c.unjudged > 0 {
+			c.unjudged--
+			c.kinds = append(c.kinds, e.Verdict.Kind.String())
+		}
 	}
 	next := c.next
 	c.mu.Unlock()
@@ -77,12 +86,27 @@ func (c *call) observe(next rebound.Observer) rebound.Observer {
 	return c
 }
 
-// logCall writes the access log line of c, answered with status. It
+// noKinds is the kinds of a call with no failed attempt: a list, empty,
+// boxed once.
+var noKinds any = []string{}
+
+// logCall writes the access log line of c, answered with status: method,
+// path, route, upstream, model (as the client named it), attempts, kinds
+// (the verdict of each failed attempt: a list, empty when the first
+// attempt answered), status and latency_ms always; stream (true for an
+// answer streamed: an event stream, or Gemini's streamGenerateContent),
+// the tokens the answer reported (none when it reported none, as an
+// OpenAI stream without stream_options.include_usage), upstreams_tried,
+// skipped, outcome, broken and error when there is something to say. It
 // carries no header, body, key or prompt; an error is scrubbed of every
 // credential the proxy knows and of anything shaped like one.
 func (p *Proxy) logCall(c *call, status int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var kinds any = c.kinds
+	if c.kinds == nil {
+		kinds = noKinds
+	}
 	attrs := []slog.Attr{
 		slog.String("method", c.method),
 		slog.String("path", c.path),
@@ -90,9 +114,12 @@ func (p *Proxy) logCall(c *call, status int) {
 		slog.String("upstream", c.upstream),
 		slog.String("model", c.model),
 		slog.Int("attempts", c.attempts),
-		slog.Any("kinds", c.kinds),
+		slog.Any("kinds", kinds),
 		slog.Int("status", status),
 		slog.Float64("latency_ms", float64(time.Since(c.start).Microseconds())/1000),
+	}
+	if c.stream {
+		attrs = append(attrs, slog.Bool("stream", true))
 	}
 	if c.usage != nil {
 		attrs = append(attrs, slog.Int64("input_tokens", c.usage.InputTokens), slog.Int64("output_tokens", c.usage.OutputTokens))
