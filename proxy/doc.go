@@ -116,4 +116,15 @@
 // response headers and error bodies. Nothing the proxy writes to its log
 // carries a header, a body or a prompt, and every error text is scrubbed
 // of the keys and tokens it knows and of anything shaped like a key.
+//
+// The access log (Options.Logger) has a line per request, "msg":"request",
+// with always: method, path, route, upstream, model (as the client named
+// it), attempts, kinds (the verdict of each failed attempt: a list, []
+// when the first attempt answered), status and latency_ms; and when there
+// is something to say: "stream":true for a streamed answer,
+// input_tokens and output_tokens as the answer reported them (an OpenAI
+// stream reports none unless the client asks, with
+// stream_options.include_usage), upstreams_tried, skipped (upstreams
+// cooling down), outcome (why the proxy answered itself), broken and
+// error.
 package proxy

@@ -122,7 +122,8 @@ type Options struct {
 	// Observer hears every call's events (metrics); their Target is the
 	// breaker's key, so a made-up model adds no series. Nil means none.
 	Observer rebound.Observer
-	// Logger takes the access log and errors. Nil means slog.Default.
+	// Logger takes the access log (a line per request, see the package
+	// doc) and errors. Nil means slog.Default.
 	Logger *slog.Logger
 	// Metrics, if set, serves /metrics.
 	Metrics http.Handler
