@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -167,6 +170,46 @@ func TestHedgedTrailKeepsTheLoserVerdict(t *testing.T) {
 		}
 		if s := res.Trail[0]; s.Err == nil || s.Verdict.Kind != rebound.KindPermanent {
 			t.Errorf("the failed racer's step: err %v, verdict %v; want its verdict, permanent", s.Err, s.Verdict.Kind)
+		}
+	})
+}
+
+// TestChainHedgeOfRunTargets: targets that make their own attempts race
+// as others do; the values they return with their failures all go to
+// Discard once a target after them answers.
+func TestChainHedgeOfRunTargets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		failAfter := func(d time.Duration, value string) func(context.Context, string, rebound.Policy) (string, error) {
+			return func(ctx context.Context, _ string, _ rebound.Policy) (string, error) {
+				select {
+				case <-time.After(d):
+					return value, &rebound.HTTPError{StatusCode: 503}
+				case <-ctx.Done():
+					return value, ctx.Err()
+				}
+			}
+		}
+		var mu sync.Mutex
+		var discarded []string
+		once := rebound.Policy{MaxAttempts: 1}
+		chain := &fallback.Chain[string, string]{Hedge: &rebound.Hedge{After: time.Second, Percentile: -1},
+			Discard: func(v string) {
+				mu.Lock()
+				defer mu.Unlock()
+				discarded = append(discarded, v)
+			},
+			Targets: []fallback.Target[string, string]{
+				{Name: "a", Run: failAfter(1500*time.Millisecond, "a failed"), Policy: once},
+				{Name: "b", Run: failAfter(time.Second, "b failed"), Policy: once},
+				{Name: "c", Run: func(context.Context, string, rebound.Policy) (string, error) { return "c answers", nil }, Policy: once},
+			}}
+		res, err := chain.Do(t.Context(), "q")
+		if err != nil || res.Value != "c answers" {
+			t.Fatalf("Do = %q, %v; want c's answer", res.Value, err)
+		}
+		slices.Sort(discarded)
+		if strings.Join(discarded, ", ") != "a failed, b failed" {
+			t.Errorf("discarded %q; want a's and b's failed values", discarded)
 		}
 	})
 }
