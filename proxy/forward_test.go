@@ -150,3 +150,34 @@ func TestProxyParallelStreamsAndFallbacks(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestProxyFallsBackFromAStreamThatFailsFirst: a stream whose first event
+// is an error (Anthropic's overloaded_error, in a 200) failed before any
+// content reached the client: out of retries, the route's fallback gets
+// the request, as after an error status. The last upstream's such stream
+// goes back to the client as it came.
+func TestProxyFallsBackFromAStreamThatFailsFirst(t *testing.T) {
+	const overloaded = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
+	primary, ps := recordingUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, overloaded)
+	})
+	second, _ := recordingUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n"+
+			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n"+
+			"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+	})
+	c := config(t, `{"upstreams":{"p":{"url":"`+primary.URL+`","dialect":"anthropic"},"s":{"url":"`+second.URL+`","dialect":"anthropic"}},
+		"routes":[{"model":"alone","upstream":"p"},{"upstream":"p","fallbacks":[{"upstream":"s"}]}],"policy":{"max_attempts":1}}`, nil)
+	front, logs := serveProxy(t, proxy.Options{Config: c})
+	if resp, body := do(t, "POST", front.URL+"/v1/messages", `{"model":"m","stream":true}`); resp.StatusCode != 200 || !strings.Contains(body, `"Hi"`) {
+		t.Errorf("with a fallback: %d %q; want the second upstream's stream\n%s", resp.StatusCode, body, logs)
+	}
+	if resp, body := do(t, "POST", front.URL+"/v1/messages", `{"model":"alone","stream":true}`); resp.StatusCode != 200 || body != overloaded {
+		t.Errorf("alone: %d %q; want the upstream's stream as it came", resp.StatusCode, body)
+	}
+	if ps.hits != 2 {
+		t.Errorf("the primary got %d requests, want 2", ps.hits)
+	}
+}
