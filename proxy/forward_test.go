@@ -8,7 +8,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/breaker"
 	"github.com/rebound-go/rebound/proxy"
 )
 
@@ -179,5 +182,25 @@ func TestProxyFallsBackFromAStreamThatFailsFirst(t *testing.T) {
 	}
 	if ps.hits != 2 {
 		t.Errorf("the primary got %d requests, want 2", ps.hits)
+	}
+}
+
+// TestProxyPassesOverAnOpenBreaker: an upstream whose breaker is open is
+// not sent the request: the route's fallback answers at once.
+func TestProxyPassesOverAnOpenBreaker(t *testing.T) {
+	primary, ps := recordingUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(http.StatusServiceUnavailable) })
+	second, ss := recordingUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { io.WriteString(w, `{"from":"second"}`) })
+	c := config(t, `{"upstreams":{"p":{"url":"`+primary.URL+`"},"s":{"url":"`+second.URL+`"}},
+		"routes":[{"model":"m","upstream":"p","fallbacks":[{"upstream":"s"}]}],"policy":{"max_attempts":1}}`, nil)
+	front, logs := serveProxy(t, proxy.Options{Config: c, Breaker: func(key string) rebound.Breaker {
+		return breaker.New(key, breaker.Config{ConsecutiveFailures: 1, Cooldown: time.Hour})
+	}})
+	for i := range 3 {
+		if resp, body := do(t, "POST", front.URL+"/v1/chat/completions", `{"model":"m"}`); resp.StatusCode != 200 || body != `{"from":"second"}` {
+			t.Fatalf("request %d: %d %q; want the second's answer", i+1, resp.StatusCode, body)
+		}
+	}
+	if ps.hits != 1 || ss.hits != 3 {
+		t.Errorf("the primary got %d requests, the second %d; want 1 (then its breaker open) and 3\n%s", ps.hits, ss.hits, logs)
 	}
 }
