@@ -23,21 +23,26 @@ type Outcome uint8
 const (
 	// OutcomeSuccess: the attempt succeeded.
 	OutcomeSuccess Outcome = iota
-	// OutcomeFailure: the provider is to blame (transient, rate-limited,
-	// overloaded).
+	// OutcomeFailure: the provider is to blame (transient, rate-limited
+	// without a server wait, overloaded).
 	OutcomeFailure
 	// OutcomeIgnored: the attempt says nothing about the provider's
 	// health (a 400, an exhausted quota, a context overflow, the caller's
-	// cancellation).
+	// cancellation, a rate limit that came with a server wait).
 	OutcomeIgnored
 )
 
 // OutcomeOf returns the Outcome of an attempt that ended with err, judged
-// as v.
+// as v. A rate limit that came with a server wait is ignored: the provider
+// is up and said when to come back, and waiting is the limiter's and the
+// retry loop's business; a breaker that counted it would open on a busy
+// provider, not a dead one.
 func OutcomeOf(err error, v Verdict) Outcome {
 	switch {
 	case err == nil:
 		return OutcomeSuccess
+	case v.Kind == KindRateLimited && v.HasServerWait:
+		return OutcomeIgnored
 	case v.Kind.retryable():
 		return OutcomeFailure
 	}

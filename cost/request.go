@@ -895,8 +895,8 @@ func (b *usageBody) end() {
 	b.done(u, final)
 }
 
-// read takes the usage a JSON document (a body, or an event's data)
-// reports, in any of the dialects. Counts are cumulative in every dialect
+// read takes the usage a JSON document (a body, an event's data, or an
+// array of Gemini's chunks) reports, in any of the dialects. Counts are cumulative in every dialect
 // (Anthropic's message_delta, Gemini's chunks), so the largest seen is
 // the attempt's; cache tokens are input. A document with a count that is
 // negative, or too large to add up, says nothing.
@@ -904,6 +904,22 @@ func (b *usageBody) read(doc []byte) {
 	if !bytes.Contains(doc, usageKey) {
 		return // most of a stream's events: not worth decoding
 	}
+	if d := bytes.TrimLeft(doc, " \t\r\n"); len(d) > 0 && d[0] == '[' {
+		// Gemini's stream asked for without alt=sse: a JSON array of its
+		// chunks.
+		var chunks []json.RawMessage
+		if json.Unmarshal(d, &chunks) == nil {
+			for _, c := range chunks {
+				b.readObject(c)
+			}
+		}
+		return
+	}
+	b.readObject(doc)
+}
+
+// readObject is read for one JSON document that is not an array.
+func (b *usageBody) readObject(doc []byte) {
 	var d usageDoc
 	if json.Unmarshal(doc, &d) != nil {
 		return

@@ -2,6 +2,7 @@ package cost
 
 import (
 	"bytes"
+	"io"
 	"net/http"
 	"runtime/debug"
 	"strconv"
@@ -287,4 +288,30 @@ func TestEstimateCountsEveryPrompt(t *testing.T) {
 		{"an unknown path", "/v2/generate", `{"max_tokens":10,"prompt":["a","b"]}`, 20, 0},
 		{"a chat's messages are one conversation", chatPath, `{"max_tokens":10,"messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}`, 10, 0},
 	})
+}
+
+// TestWatchUsageOfEachShape: the usage a response reports is read whole
+// from a JSON body, from a stream's events, and from Gemini's stream as
+// it comes without alt=sse: a JSON array of chunks, the last one's counts
+// the answer's.
+func TestWatchUsageOfEachShape(t *testing.T) {
+	for _, c := range []struct {
+		name, contentType, body string
+		want                    Usage
+	}{
+		{"chat completion", "application/json", `{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":5}}`, Usage{InputTokens: 12, OutputTokens: 5}},
+		{"chat stream", "text/event-stream", "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n", Usage{InputTokens: 7, OutputTokens: 3}},
+		{"gemini stream as a JSON array", "application/json", `[{"candidates":[{"content":{"parts":[{"text":"hi"}]}}],"usageMetadata":{"promptTokenCount":8}},
+{"candidates":[{"content":{"parts":[{"text":" there"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":8,"candidatesTokenCount":3,"totalTokenCount":11}}]`, Usage{InputTokens: 8, OutputTokens: 3}},
+	} {
+		resp := &http.Response{Header: http.Header{"Content-Type": {c.contentType}}, Body: io.NopCloser(strings.NewReader(c.body))}
+		var got Usage
+		var final, called bool
+		WatchUsage(resp, func(u Usage, f bool) { got, final, called = u, f, true })
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if !called || got != c.want || !final {
+			t.Errorf("%s: usage %+v (final %v, told %v); want %+v, final", c.name, got, final, called, c.want)
+		}
+	}
 }

@@ -5,6 +5,8 @@
 // Chain tries them in order and moves to the next when:
 //
 //   - the target's breaker is open (no request is sent);
+//   - the target's own limit on requests in flight had no room in time
+//     (ratelimit.ErrNoSlot, ErrQueueFull: nothing was sent);
 //   - the target is overloaded (at once, without spending retries on it,
 //     unless the target says RetryOverloaded);
 //   - the target's quota is exhausted: it is then skipped for
@@ -16,7 +18,16 @@
 // request, and tries the same target once more; if that overflows too, the
 // chain moves on to a target whose ContextWindow is larger. A permanent
 // error stops the chain: a 400 on one model is a 400 on all. So does the
-// caller's cancellation.
+// caller's cancellation, and so does a call with side effects once a
+// target may have carried it out: the call's context is marked
+// rebound.WithSideEffects and an attempt was made, or a target stopped
+// for its side effects (rebound.StopSideEffects), as a rebound.Transport
+// does for a request its SideEffects judges to have them.
+//
+// A target makes its attempts through its Call, each under its Policy;
+// or, with Run, makes them all itself (a rebound.Transport's RoundTrip, a
+// proxy's upstream): the chain hands it the Policy to run under and hears
+// its attempts through the Policy's Observer.
 //
 // The Result says which target answered and carries the trail: every
 // target tried or skipped, every attempt, every verdict, and the tokens
@@ -28,15 +39,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/rebound-go/rebound"
-	"github.com/rebound-go/rebound/breaker"
 	"github.com/rebound-go/rebound/cost"
-	"github.com/rebound-go/rebound/observe"
+	"github.com/rebound-go/rebound/ratelimit"
 )
 
 // DefaultQuotaCooldown is how long a target whose quota ran out is skipped
@@ -52,11 +61,30 @@ type Target[Req, Resp any] struct {
 	// Name identifies the target in results, trails and price tables,
 	// e.g. "gpt-x" or "cache".
 	Name string
-	// Call answers a request. It may report the tokens it used with
-	// cost.Report.
+	// Call answers a request, in one attempt. It may report the tokens it
+	// used with cost.Report.
 	Call func(ctx context.Context, req Req) (Resp, error)
+	// Run, if set, is called in Call's place, once, for a target that
+	// makes its own attempts (each request through a rebound.Transport,
+	// say): p is Policy as the chain runs it (see RetryOverloaded), and
+	// Run makes every attempt under p, telling p.Observer of them, as
+	// Transport does; ctx names the call's target (rebound.TargetFrom),
+	// which a Run may key its breaker by. It returns the answer, or an
+	// error saying why there is none (a *rebound.GiveUpError, usually). A
+	// value returned while p.Observer heard a give-up is a failure all
+	// the same: Transport hands back the last failed response, body
+	// whole, and tells the Observer why it stopped. A value returned
+	// with a failure is the Result's Value if no target answers after
+	// it, else Chain.Discard's. The trail holds the attempts the events
+	// told of, as they ended.
+	Run func(ctx context.Context, req Req, p rebound.Policy) (Resp, error)
 	// Policy is the retry policy on this target, its Breaker included.
 	Policy rebound.Policy
+	// Key, if set, names req's call on this target: the target of its
+	// events (rebound.WithTarget) and the key its quota cool-down is kept
+	// under, so that one model of a provider found out of quota leaves
+	// its others be. Nil means Name.
+	Key func(req Req) string
 	// ContextWindow is the target's context window in tokens, or zero if
 	// unknown. After a context overflow the chain moves only to a target
 	// with a larger window.
@@ -99,51 +127,19 @@ type Chain[Req, Resp any] struct {
 	// reboundredis has one) lets a target found out of quota by one be
 	// skipped by all.
 	Cooldowns Cooldowns
+	// LastResort has the last target tried, and heard out, whatever came
+	// before: it is not skipped while it cools down nor made to cool
+	// down, and an overloaded answer is retried under its Policy, since
+	// there is nowhere left to move on to. Its own answer (the
+	// provider's 429, say) then tells the caller more than ErrNoTarget.
+	// False means the last target follows the rules of the others.
+	LastResort bool
+	// Discard, if set, is given each value a Run returned with its
+	// failure that the Result does not carry (the zero value included),
+	// to let go of it: an HTTP response's body to close, say.
+	Discard func(Resp)
 
 	own MemoryCooldowns // the cool-downs when Cooldowns is nil
-}
-
-// Cooldowns remembers which targets are cooling down: skipped by a Chain
-// without a request, because their quota ran out. A Chain passes the time
-// by its call's clock (rebound.ClockFrom); an implementation may keep time
-// by another clock it trusts more, a shared store's, say. It must be safe
-// for concurrent use and must not hold a call for long: a store that is
-// slow or away should answer from what this process knows.
-type Cooldowns interface {
-	// Start makes target cool down for d from now.
-	Start(ctx context.Context, target string, now time.Time, d time.Duration)
-	// Cooling reports whether target is cooling down at now.
-	Cooling(ctx context.Context, target string, now time.Time) bool
-}
-
-// MemoryCooldowns is Cooldowns in this process's memory. Its zero value
-// is ready to use; it is safe for concurrent use.
-type MemoryCooldowns struct {
-	mu    sync.Mutex           // guards until
-	until map[string]time.Time // target → cooling down until
-}
-
-// Start makes target cool down until now+d.
-func (m *MemoryCooldowns) Start(_ context.Context, target string, now time.Time, d time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.until == nil {
-		m.until = map[string]time.Time{}
-	}
-	m.until[target] = now.Add(d)
-}
-
-// Cooling reports whether target is cooling down at now; a cool-down that
-// has ended is forgotten.
-func (m *MemoryCooldowns) Cooling(_ context.Context, target string, now time.Time) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	until, ok := m.until[target]
-	if ok && !now.Before(until) {
-		delete(m.until, target)
-		return false
-	}
-	return ok
 }
 
 // Step is one entry of a Result's trail: an attempt on a target, or a
@@ -171,7 +167,9 @@ type Step struct {
 
 // Result is what a Chain did with a request.
 type Result[Resp any] struct {
-	// Value is the answer; the zero value if no target answered.
+	// Value is the answer. Without one, it is the value the last target
+	// tried returned with its failure, if it has a Run (a failed HTTP
+	// response, whole); else the zero value.
 	Value Resp
 	// Target is the name of the target that answered; empty if none.
 	Target string
@@ -214,13 +212,18 @@ func (e *ChainError) Unwrap() error { return e.Err }
 // trail of how it got there. Without an answer the error is a *ChainError.
 func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Result[Resp], error) {
 	d := &chainCall[Req, Resp]{c: c, ctx: ctx, task: rebound.TargetFrom(ctx), clock: rebound.ClockFrom(ctx),
-		sideEffects: rebound.HasSideEffects(ctx), last: ErrNoTarget, tried: make([]bool, len(c.Targets))}
+		sideEffects: rebound.HasSideEffects(ctx), last: ErrNoTarget}
+	d.trail.steps = d.trail.first[:0]
+	if c.Hedge != nil {
+		d.tried = make([]bool, len(c.Targets))
+	}
 	for i := range c.Targets {
-		if d.tried[i] {
+		if d.tried != nil && d.tried[i] {
 			continue // it ran as a hedge
 		}
 		t := &c.Targets[i]
-		if skip := d.skip(i); skip != "" {
+		key := d.key(i, req)
+		if skip := d.skip(i, key); skip != "" {
 			d.trail.steps = append(d.trail.steps, Step{Target: t.Name, Skipped: skip})
 			continue
 		}
@@ -230,23 +233,25 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Result[Resp], error
 		}
 		compacted := false
 		for {
-			j := d.hedgeTarget(i)
-			v, answered, errs := d.race(i, j, req)
+			j := d.hedgeTarget(i, req)
+			v, answered, errs := d.race(i, j, key, req)
 			if answered >= 0 {
 				for k, err := range errs { // a loser out of quota still cools down
 					if err != nil {
-						d.judge([]int{i, j}[k], err, false)
+						target := []int{i, j}[k]
+						d.judge(target, d.key(target, req), err, false)
 					}
 				}
 				d.trail.steps[answered].Answered = true
+				d.letGo()
 				return Result[Resp]{Value: v, Target: d.trail.steps[answered].Target, Trail: d.trail.steps}, nil
 			}
-			stop, again := d.judge(i, errs[0], c.Compact != nil && !compacted)
+			stop, again := d.judge(i, key, errs[0], c.Compact != nil && !compacted)
 			if stop != nil {
 				return d.failed(stop)
 			}
 			if j >= 0 {
-				if stop, _ := d.judge(j, errs[1], false); stop != nil {
+				if stop, _ := d.judge(j, d.key(j, req), errs[1], false); stop != nil {
 					return d.failed(stop)
 				}
 			}
@@ -256,6 +261,7 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Result[Resp], error
 					return d.failed(fmt.Errorf("fallback: compacting the request: %w", cerr))
 				}
 				req, compacted = smaller, true
+				key = d.key(i, req)
 				continue
 			}
 			break
@@ -272,108 +278,112 @@ type chainCall[Req, Resp any] struct {
 	clock       rebound.Clock
 	sideEffects bool
 	trail       trail
+	log         attemptLog // a Run target's, when it runs alone
 
 	last       error  // the latest failure
 	attempted  bool   // an attempt was made
 	overflowed bool   // a context overflow happened, compaction and all
 	minWindow  int    // after an overflow, only larger windows
-	tried      []bool // targets tried as hedges, not to be tried again
+	tried      []bool // targets tried as hedges, not to be tried again; nil without Chain.Hedge
+
+	keptMu sync.Mutex // guards kept and has: a hedged race's Runs end at once
+	kept   Resp       // the value of the latest Run that failed
+	has    bool       // kept is set
 }
 
 // trail is a call's steps, added to by hedged attempts at once.
 type trail struct {
 	mu    sync.Mutex // guards steps while attempts run
 	steps []Step
+	first [2]Step // the first steps, held without an allocation of their own
+}
+
+// key returns the name of req's call on target i (see Target.Key).
+func (d *chainCall[Req, Resp]) key(i int, req Req) string {
+	if t := &d.c.Targets[i]; t.Key != nil {
+		return t.Key(req)
+	}
+	return d.c.Targets[i].Name
+}
+
+// lastResort reports whether target i is the chain's last resort.
+func (d *chainCall[Req, Resp]) lastResort(i int) bool {
+	return d.c.LastResort && i == len(d.c.Targets)-1
 }
 
 // failed ends the call without an answer, with err.
 func (d *chainCall[Req, Resp]) failed(err error) (Result[Resp], error) {
-	return Result[Resp]{Trail: d.trail.steps}, &ChainError{Trail: d.trail.steps, Err: err}
+	return Result[Resp]{Value: d.kept, Trail: d.trail.steps}, &ChainError{Trail: d.trail.steps, Err: err}
 }
 
-// skip says why target i is not to be tried now, or "".
-func (d *chainCall[Req, Resp]) skip(i int) string {
+// keep holds v, the value a Run returned with its failure, as the one the
+// Result carries if nothing answers after it; the one held before goes to
+// Chain.Discard.
+func (d *chainCall[Req, Resp]) keep(v Resp) {
+	d.keptMu.Lock()
+	old, had := d.kept, d.has
+	d.kept, d.has = v, true
+	d.keptMu.Unlock()
+	if had && d.c.Discard != nil {
+		d.c.Discard(old)
+	}
+}
+
+// letGo hands the value held from a failed Run, if any, to Chain.Discard:
+// another target is tried, or answered.
+func (d *chainCall[Req, Resp]) letGo() {
+	var zero Resp
+	d.keptMu.Lock()
+	old, had := d.kept, d.has
+	d.kept, d.has = zero, false
+	d.keptMu.Unlock()
+	if had && d.c.Discard != nil {
+		d.c.Discard(old)
+	}
+}
+
+// skip says why target i, whose call on req is named key, is not to be
+// tried now, or "".
+func (d *chainCall[Req, Resp]) skip(i int, key string) string {
 	t := &d.c.Targets[i]
 	switch {
-	case d.c.cooldowns().Cooling(d.ctx, t.Name, d.clock.Now()):
-		return "quota exhausted"
 	case d.overflowed && t.ContextWindow <= d.minWindow:
 		return "context window too small"
+	case d.lastResort(i):
+	case d.c.cooldowns().Cooling(d.ctx, key, d.clock.Now()):
+		return "quota exhausted"
 	}
 	return ""
 }
 
 // hedgeTarget is the target that would be tried after i, to hedge i with,
 // or -1: none, or the chain does not hedge.
-func (d *chainCall[Req, Resp]) hedgeTarget(i int) int {
+func (d *chainCall[Req, Resp]) hedgeTarget(i int, req Req) int {
 	if d.c.Hedge == nil || d.sideEffects {
 		return -1
 	}
 	for j := i + 1; j < len(d.c.Targets); j++ {
-		if !d.tried[j] && d.skip(j) == "" {
+		if !d.tried[j] && d.skip(j, d.key(j, req)) == "" {
 			return j
 		}
 	}
 	return -1
 }
 
-// race tries target i and, if j is not -1 and i is slow to answer, target
-// j beside it (see Chain.Hedge). It returns the answer and its step, or -1
-// and each target's failure (nil for j if it was not tried).
-func (d *chainCall[Req, Resp]) race(i, j int, req Req) (Resp, int, [2]error) {
-	var errs [2]error
-	if j < 0 {
-		v, step, err := d.c.try(d.ctx, &d.c.Targets[i], req, &d.trail, d.task)
-		if err != nil {
-			step = -1
-		}
-		errs[0] = err
-		return v, step, errs
-	}
-	type answer struct {
-		v    Resp
-		step int
-	}
-	var (
-		mu      sync.Mutex // guards errs and started
-		started int
-	)
-	p := rebound.Policy{MaxAttempts: 1, Hedge: d.c.Hedge, Budget: d.c.Targets[j].Policy.Budget}
-	ctx := rebound.WithTarget(d.ctx, d.c.Targets[i].Name) // whose first answers time the hedge
-	a, err := rebound.Do(ctx, p, func(ctx context.Context) (answer, error) {
-		mu.Lock()
-		k := started // 0: target i; 1: its hedge, target j
-		started++
-		mu.Unlock()
-		target := []int{i, j}[k]
-		v, step, err := d.c.try(ctx, &d.c.Targets[target], req, &d.trail, d.task)
-		mu.Lock()
-		errs[k] = err
-		mu.Unlock()
-		return answer{v, step}, err
-	})
-	if err == nil {
-		return a.v, a.step, errs
-	}
-	if started > 1 {
-		d.tried[j] = true
-	}
-	return a.v, -1, errs
-}
-
-// judge takes in target i's failure err (nil: not tried): it records it,
-// starts a cool-down for an exhausted quota, notes a context overflow, and
-// returns the error that stops the chain, if it does; again says that i
-// overflowed and may be tried once more with a smaller request, if
-// compact allows.
-func (d *chainCall[Req, Resp]) judge(i int, err error, compact bool) (stop error, again bool) {
+// judge takes in target i's failure err (nil: not tried) on the call named
+// key: it records it, starts a cool-down for an exhausted quota, notes a
+// context overflow, and returns the error that stops the chain, if it
+// does; again says that i overflowed and may be tried once more with a
+// smaller request, if compact allows.
+func (d *chainCall[Req, Resp]) judge(i int, key string, err error, compact bool) (stop error, again bool) {
 	if err == nil {
 		return nil, false
 	}
 	t := &d.c.Targets[i]
 	var gu *rebound.GiveUpError
 	if !errors.As(err, &gu) {
-		gu = &rebound.GiveUpError{Verdict: rebound.Classify(err), Err: err}
+		// Not the engine's word: a Run's own failure, after its attempt.
+		gu = &rebound.GiveUpError{Verdict: rebound.Classify(err), Attempts: 1, Err: err}
 	}
 	if gu.Attempts == 0 {
 		// The breaker, or a spend cap, refused before any attempt: a
@@ -391,12 +401,23 @@ func (d *chainCall[Req, Resp]) judge(i int, err error, compact bool) (stop error
 		}
 		return nil, false
 	}
+	if gu.Verdict.Kind != rebound.KindCanceled && (errors.Is(err, ratelimit.ErrNoSlot) || errors.Is(err, ratelimit.ErrQueueFull)) {
+		// The target's own limit on requests in flight had no room: the
+		// last attempt was never sent, and the next target may have room.
+		d.attempted, d.last = d.attempted || gu.Attempts > 1, err
+		return nil, false
+	}
 	d.attempted, d.last = true, err
+	if gu.Reason == rebound.StopSideEffects {
+		return err, false // the target may have carried it out
+	}
 	switch gu.Verdict.Kind {
 	case rebound.KindPermanent, rebound.KindCanceled:
 		return err, false
 	case rebound.KindQuotaExhausted:
-		d.c.coolDown(d.ctx, t.Name, d.clock.Now())
+		if !d.lastResort(i) {
+			d.c.coolDown(d.ctx, key, d.clock.Now())
+		}
 	case rebound.KindContextOverflow:
 		if compact {
 			return nil, true
@@ -404,119 +425,4 @@ func (d *chainCall[Req, Resp]) judge(i int, err error, compact bool) (stop error
 		d.overflowed, d.minWindow = true, max(d.minWindow, t.ContextWindow)
 	}
 	return nil, false
-}
-
-// try runs req on t under its policy, recording each attempt in tr, and
-// returns the answer and the index of its step in tr. Under a hedging
-// policy two attempts may run at once, and under a hedging chain two
-// targets. task is the caller's target, if any.
-func (c *Chain[Req, Resp]) try(ctx context.Context, t *Target[Req, Resp], req Req, tr *trail, task string) (Resp, int, error) {
-	p := t.Policy
-	if !t.RetryOverloaded {
-		// One overloaded answer is enough to move on: the next target is
-		// likelier to answer than this one after a wait.
-		p.PerKind = maps.Clone(p.PerKind)
-		if p.PerKind == nil {
-			p.PerKind = map[rebound.Kind]rebound.Override{}
-		}
-		o := p.PerKind[rebound.KindOverloaded]
-		o.MaxAttempts = 1
-		p.PerKind[rebound.KindOverloaded] = o
-	}
-	var (
-		attempt   int  // guarded by tr.mu, as are the two below
-		hedgeNext bool // the next attempt to start is a hedge
-		ended     = -1 // the step of the attempt that ended last
-	)
-	// The trail's verdicts and hedges come from the events; the caller's
-	// observer still sees them all (a CallObserver its calls too).
-	p.Observer = observe.Multi(rebound.ObserverFunc(func(e rebound.Event) {
-		tr.mu.Lock()
-		defer tr.mu.Unlock()
-		switch e.Type {
-		case rebound.EventHedge:
-			hedgeNext = true
-		case rebound.EventRetry, rebound.EventGiveUp:
-			// The verdict is on the attempt that ended last: a hedged
-			// race is over by then.
-			if ended >= 0 {
-				tr.steps[ended].Verdict = e.Verdict
-			}
-		}
-	}), p.Observer)
-	// Events name the target, after the caller's own target if any
-	// ("model:task").
-	target := t.Name
-	if task != "" {
-		target += ":" + task
-	}
-	ctx = rebound.WithTarget(ctx, target)
-	if t.Estimate != nil {
-		ctx = cost.WithEstimate(ctx, t.Name, t.Estimate(req))
-	}
-	type answer struct {
-		v    Resp
-		step int
-	}
-	a, err := rebound.Do(ctx, p, func(ctx context.Context) (answer, error) {
-		// The step is taken when the attempt starts, so that the trail
-		// is in the order attempts started, and filled in when it ends.
-		tr.mu.Lock()
-		attempt++
-		step := len(tr.steps)
-		tr.steps = append(tr.steps, Step{Target: t.Name, Attempt: attempt, Hedge: hedgeNext})
-		hedgeNext = false
-		tr.mu.Unlock()
-		var usage cost.Recorder
-		v, err := t.Call(cost.WithRecorder(ctx, &usage), req)
-		var verdict rebound.Verdict
-		switch {
-		case err == nil:
-		case ctx.Err() != nil:
-			verdict.Kind = rebound.KindCanceled
-		default:
-			// The policy's verdict, for an attempt that no retry or
-			// give-up will report: one that failed while its hedge ran.
-			verdict = p.Classify(err)
-		}
-		tr.mu.Lock()
-		defer tr.mu.Unlock()
-		tr.steps[step].Err, tr.steps[step].Usage, tr.steps[step].Verdict, ended = err, usage.Usage(), verdict, step
-		return answer{v, step}, err
-	})
-	return a.v, a.step, err
-}
-
-// coolDown starts the cool-down of the target name, out of quota at now.
-func (c *Chain[Req, Resp]) coolDown(ctx context.Context, name string, now time.Time) {
-	d := c.QuotaCooldown
-	if d <= 0 {
-		d = DefaultQuotaCooldown
-	}
-	c.cooldowns().Start(ctx, name, now, d)
-}
-
-// cooldowns returns the chain's Cooldowns, or its own memory.
-func (c *Chain[Req, Resp]) cooldowns() Cooldowns {
-	if c.Cooldowns != nil {
-		return c.Cooldowns
-	}
-	return &c.own
-}
-
-// Recommended returns rebound's recommended setup over targets: each gets
-// the zero rebound.Policy, rebound's recommended one (its Observer,
-// Rules, Classifier and Rand are kept) and a breaker of its own, made with breakers (the zero Config is
-// the recommended one), and the chain falls back on overload, exhausted
-// quota and open breakers.
-func Recommended[Req, Resp any](breakers breaker.Config, targets ...Target[Req, Resp]) *Chain[Req, Resp] {
-	set := breaker.NewSet(breakers, 0)
-	out := make([]Target[Req, Resp], len(targets))
-	for i, t := range targets {
-		p := rebound.Policy{Observer: t.Policy.Observer, Rules: t.Policy.Rules, Classifier: t.Policy.Classifier, Rand: t.Policy.Rand}
-		p.Breaker = set.Get(t.Name)
-		t.Policy = p
-		out[i] = t
-	}
-	return &Chain[Req, Resp]{Targets: out}
 }

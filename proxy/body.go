@@ -119,8 +119,16 @@ func modelOf(path string, header http.Header, h *heldBody) (string, error) {
 // geminiCall reports whether path calls a method of a model, as Gemini's
 // do (".../models/NAME:generateContent").
 func geminiCall(path string) bool {
-	_, rest, ok := strings.Cut(path, "/models/")
-	return ok && strings.Contains(rest, ":")
+	_, ok := provider.GeminiMethod(path)
+	return ok
+}
+
+// geminiStream reports whether path asks Gemini for a stream
+// (".../models/NAME:streamGenerateContent"), which comes as a JSON array
+// unless the query asks for events.
+func geminiStream(path string) bool {
+	method, _ := provider.GeminiMethod(path)
+	return method == "streamGenerateContent"
 }
 
 // sentAsJSON reports whether a body is meant as JSON: its Content-Type
@@ -138,16 +146,6 @@ func sentAsJSON(header http.Header, body []byte) bool {
 	}
 	media, _, _ := mime.ParseMediaType(header.Get("Content-Type"))
 	return media == "application/json" || strings.HasSuffix(media, "+json")
-}
-
-// renamePathModel returns path asking for model instead, if it names one.
-func renamePathModel(path, model string) string {
-	old := provider.GeminiModel(path)
-	if old == "" {
-		return path
-	}
-	i := strings.Index(path, "/models/") + len("/models/")
-	return path[:i] + model + path[i+len(old):]
 }
 
 // writeJSON writes a JSON body with status.

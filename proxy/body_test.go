@@ -83,9 +83,6 @@ func TestModel(t *testing.T) {
 	if m, err := modelOf("/v1/chat/completions", gzipped, held("\x1f\x8b{\"model\":")); m != "" || err != nil {
 		t.Errorf("a compressed body: %q, %v; want no model and no error", m, err)
 	}
-	if got := renamePathModel("/v1beta/models/gemini-x:generateContent", "gemini-y"); got != "/v1beta/models/gemini-y:generateContent" {
-		t.Errorf("renamePathModel: %q", got)
-	}
 }
 
 // TestReleasedBodyLetsGo: once released, a body's GetBody fails and the

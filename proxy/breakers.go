@@ -27,12 +27,23 @@ type breakers struct {
 	recent list.List // of *keptBreaker, most recently used first
 }
 
-// keptBreaker is a breaker and what the proxy saw of it.
+// keptBreaker is a breaker and what the proxy saw of it: it is the
+// rebound.Breaker of the calls, and notes whether it refuses them.
 type keptBreaker struct {
 	key      string
 	b        rebound.Breaker
 	refusing atomic.Bool // its latest Allow refused: open, as far as calls saw
 }
+
+// Allow asks b, and notes whether it refused.
+func (k *keptBreaker) Allow() (rebound.Permit, error) {
+	permit, err := k.b.Allow()
+	k.refusing.Store(err != nil)
+	return permit, err
+}
+
+// Done tells b.
+func (k *keptBreaker) Done(p rebound.Permit, o rebound.Outcome) { k.b.Done(p, o) }
 
 func newBreakers(make func(string) rebound.Breaker, size int) *breakers {
 	return &breakers{make: make, size: size, byKey: map[string]*list.Element{}}

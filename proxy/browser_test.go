@@ -16,8 +16,8 @@ const operatorKey = "sk-operator-key-0123456789"
 // 127.0.0.1) gets a 403 in its dialect, and the upstream sees nothing;
 // loopback names, with or without a port, pass.
 func TestProxyRefusesForeignHost(t *testing.T) {
-	up, s := reviewUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { w.Write([]byte(`{}`)) })
-	front, _ := newReviewProxy(t, proxy.Options{Upstream: up.URL, UpstreamKey: operatorKey})
+	up, s := recordingUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { w.Write([]byte(`{}`)) })
+	front, _ := serveProxy(t, proxy.Options{Upstream: up.URL, UpstreamKey: operatorKey})
 	for _, host := range []string{"example.com", "example.com:8080", "localhost.example.com", "127.0.0.1.example.com", "0.0.0.0:8080", "[::2]:8080"} {
 		resp, body := doHost(t, host, "POST", front.URL+"/v1/messages", `{"model":"m"}`)
 		if resp.StatusCode != 403 || !strings.HasPrefix(body, `{"type":"error","error":{"type":"permission_error"`) {
@@ -38,8 +38,8 @@ func TestProxyRefusesForeignHost(t *testing.T) {
 // operator did not allow (its Origin, or Sec-Fetch-Site when it sends
 // none) gets a 403, and the upstream sees nothing.
 func TestProxyRefusesForeignOrigin(t *testing.T) {
-	up, s := reviewUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { w.Write([]byte(`{}`)) })
-	front, _ := newReviewProxy(t, proxy.Options{Upstream: up.URL, UpstreamKey: operatorKey})
+	up, s := recordingUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { w.Write([]byte(`{}`)) })
+	front, _ := serveProxy(t, proxy.Options{Upstream: up.URL, UpstreamKey: operatorKey})
 	for _, h := range [][]string{
 		{"Origin", "https://evil.example"},
 		{"Origin", "null"},
@@ -59,12 +59,12 @@ func TestProxyRefusesForeignOrigin(t *testing.T) {
 // TestProxyPreflightNotForwarded: a browser's pre-flight OPTIONS never
 // reaches the upstream; from a page not allowed it gets a 403.
 func TestProxyPreflightNotForwarded(t *testing.T) {
-	up, s := reviewUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+	up, s := recordingUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		w.Header().Set("Access-Control-Allow-Origin", "*")
 		w.Header().Set("Access-Control-Allow-Headers", "*")
 		w.WriteHeader(204)
 	})
-	front, _ := newReviewProxy(t, proxy.Options{Upstream: up.URL, UpstreamKey: operatorKey})
+	front, _ := serveProxy(t, proxy.Options{Upstream: up.URL, UpstreamKey: operatorKey})
 	resp, body := do(t, "OPTIONS", front.URL+"/v1/chat/completions", "", "Origin", "https://evil.example",
 		"Access-Control-Request-Method", "POST", "Access-Control-Request-Headers", "authorization, content-type")
 	if resp.StatusCode != 403 || resp.Header.Get("Access-Control-Allow-Origin") != "" {
@@ -79,13 +79,13 @@ func TestProxyPreflightNotForwarded(t *testing.T) {
 // "Access-Control-Allow-Origin: *") do not reach the client: they would
 // let any page read what the operator's key bought.
 func TestProxyStripsUpstreamCORS(t *testing.T) {
-	up, _ := reviewUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+	up, _ := recordingUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		w.Header().Set("Access-Control-Allow-Origin", "*")
 		w.Header().Set("Access-Control-Expose-Headers", "X-Request-Id")
 		w.Header().Set("X-Request-Id", "req-1")
 		w.Write([]byte(`{}`))
 	})
-	front, _ := newReviewProxy(t, proxy.Options{Upstream: up.URL, UpstreamKey: operatorKey})
+	front, _ := serveProxy(t, proxy.Options{Upstream: up.URL, UpstreamKey: operatorKey})
 	resp, _ := do(t, "POST", front.URL+"/v1/chat/completions", `{"model":"m"}`)
 	if resp.StatusCode != 200 || resp.Header.Get("X-Request-Id") != "req-1" {
 		t.Fatalf("%d %v", resp.StatusCode, resp.Header)
@@ -128,9 +128,9 @@ func roundTrip(t *testing.T, req *http.Request) (*http.Response, string) {
 // allowed page's pre-flight, which carries no token, is answered without
 // one. "*" allows every origin, and only with tokens.
 func TestProxyTokensAndBrowsers(t *testing.T) {
-	up, s := reviewUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { w.Write([]byte(`{}`)) })
+	up, s := recordingUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { w.Write([]byte(`{}`)) })
 	const token = "tok-client-000001"
-	front, _ := newReviewProxy(t, proxy.Options{Upstream: up.URL, UpstreamKey: operatorKey, Tokens: []string{token},
+	front, _ := serveProxy(t, proxy.Options{Upstream: up.URL, UpstreamKey: operatorKey, Tokens: []string{token},
 		AllowOrigins: []string{"https://App.Example:443"}})
 	if resp, body := doHost(t, "proxy.example.com", "POST", front.URL+"/v1/chat/completions", `{"model":"m"}`, "Authorization", "Bearer "+token); resp.StatusCode != 200 {
 		t.Errorf("with a token, Host proxy.example.com: %d %s", resp.StatusCode, body)
@@ -148,7 +148,7 @@ func TestProxyTokensAndBrowsers(t *testing.T) {
 	if s.hits != 1 {
 		t.Errorf("the upstream saw %d requests, want 1", s.hits)
 	}
-	star, _ := newReviewProxy(t, proxy.Options{Upstream: up.URL, UpstreamKey: operatorKey, Tokens: []string{token}, AllowOrigins: []string{"*"}})
+	star, _ := serveProxy(t, proxy.Options{Upstream: up.URL, UpstreamKey: operatorKey, Tokens: []string{token}, AllowOrigins: []string{"*"}})
 	if resp, _ := do(t, "POST", star.URL+"/v1/chat/completions", `{"model":"m"}`, "Authorization", "Bearer "+token, "Origin", "https://any.example"); resp.StatusCode != 200 || resp.Header.Get("Access-Control-Allow-Origin") != "https://any.example" {
 		t.Errorf(`"*": %d %v`, resp.StatusCode, resp.Header)
 	}

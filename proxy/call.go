@@ -24,19 +24,22 @@ type call struct {
 	body    *heldBody
 
 	// Set by the forwarder, on the handler's goroutine.
-	upstream string
-	tried    int      // upstreams tried
-	skipped  []string // upstreams skipped, cooling down after a quota
+	upstream   string
+	tried      int      // upstreams tried
+	skipped    []string // upstreams skipped, cooling down after a quota
+	slotWaited bool     // an upstream had no slot of its limit on requests in flight in time
+	stream     bool     // the answer is a stream
 
 	outcome string // why the proxy answered itself
 	aborted bool   // the response broke off as the upstream's did
 	err     error
 
-	mu       sync.Mutex // guards attempts, kinds, giveUp and usage: the events may come from a stream's reader
+	mu       sync.Mutex // guards the fields below: the events may come from a stream's reader
 	attempts int
+	unjudged int // failed attempts whose verdict has not come yet
 	kinds    []string
-	giveUp   *rebound.Event // the latest upstream's, if it gave up
-	usage    *cost.Usage    // what the answer reported it used, once read
+	next     rebound.Observer // the Observer of the upstream being called
+	usage    *cost.Usage      // what the answer reported it used, once read
 }
 
 // tokens notes the usage the answer reported (final or not: what was seen).
@@ -48,36 +51,62 @@ func (c *call) tokens(u cost.Usage, _ bool) {
 	}
 }
 
-// observer returns the Observer of one upstream's call: it notes the
-// attempts and verdicts, and passes every event on to next's (metrics).
-func (c *call) observer(ctx context.Context, next rebound.Observer) rebound.Observer {
-	if co, ok := next.(rebound.CallObserver); ok {
-		next = co.ObserveCall(ctx)
+// Observe notes the attempts and verdicts of c's upstreams for the access
+// line, and passes every event on to the Observer of the upstream being
+// called (the chain's, and then the metrics').
+func (c *call) Observe(e rebound.Event) {
+	c.mu.Lock()
+	switch e.Type {
+	case rebound.EventAttempt:
+		c.attempts++
+		if e.Err != nil {
+			c.unjudged++
+		}
+	case rebound.EventRetry, rebound.EventGiveUp:
+		// The verdict on the attempt that failed last; a give-up with
+		// none (a breaker's refusal) says nothing of an attempt.
+		if c.unjudged > 0 {
+			c.unjudged--
+			c.kinds = append(c.kinds, e.Verdict.Kind.String())
+		}
 	}
-	return rebound.ObserverFunc(func(e rebound.Event) {
-		c.mu.Lock()
-		switch e.Type {
-		case rebound.EventAttempt:
-			c.attempts++
-		case rebound.EventRetry:
-			c.kinds = append(c.kinds, e.Verdict.Kind.String())
-		case rebound.EventGiveUp:
-			c.kinds = append(c.kinds, e.Verdict.Kind.String())
-			c.giveUp = &e
-		}
-		c.mu.Unlock()
-		if next != nil {
-			next.Observe(e)
-		}
-	})
+	next := c.next
+	c.mu.Unlock()
+	if next != nil {
+		next.Observe(e)
+	}
 }
 
-// logCall writes the access log line of c, answered with status. It
+// observe makes c the Observer of the call to the next upstream, whose
+// own Observer is next.
+func (c *call) observe(next rebound.Observer) rebound.Observer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.next = next
+	return c
+}
+
+// noKinds is the kinds of a call with no failed attempt: a list, empty,
+// boxed once.
+var noKinds any = []string{}
+
+// logCall writes the access log line of c, answered with status: method,
+// path, route, upstream, model (as the client named it), attempts, kinds
+// (the verdict of each failed attempt: a list, empty when the first
+// attempt answered), status and latency_ms always; stream (true for an
+// answer streamed: an event stream, or Gemini's streamGenerateContent),
+// the tokens the answer reported (none when it reported none, as an
+// OpenAI stream without stream_options.include_usage), upstreams_tried,
+// skipped, outcome, broken and error when there is something to say. It
 // carries no header, body, key or prompt; an error is scrubbed of every
 // credential the proxy knows and of anything shaped like one.
 func (p *Proxy) logCall(c *call, status int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var kinds any = c.kinds
+	if c.kinds == nil {
+		kinds = noKinds
+	}
 	attrs := []slog.Attr{
 		slog.String("method", c.method),
 		slog.String("path", c.path),
@@ -85,9 +114,12 @@ func (p *Proxy) logCall(c *call, status int) {
 		slog.String("upstream", c.upstream),
 		slog.String("model", c.model),
 		slog.Int("attempts", c.attempts),
-		slog.Any("kinds", c.kinds),
+		slog.Any("kinds", kinds),
 		slog.Int("status", status),
 		slog.Float64("latency_ms", float64(time.Since(c.start).Microseconds())/1000),
+	}
+	if c.stream {
+		attrs = append(attrs, slog.Bool("stream", true))
 	}
 	if c.usage != nil {
 		attrs = append(attrs, slog.Int64("input_tokens", c.usage.InputTokens), slog.Int64("output_tokens", c.usage.OutputTokens))

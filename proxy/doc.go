@@ -11,8 +11,10 @@
 // rebound.Transport over a ratelimit.Transport: classified, retried under
 // the route's policy, paced by the limits the upstream's headers announce,
 // held to an adaptive limit of requests in flight (a stream counts until
-// its first content; a request that finds no slot within MaxQueueWait gets
-// a 503 with Retry-After, never sent), with a retry budget per upstream. The body is kept once: its model is found in place, and it is
+// its first content; a request that finds no slot within MaxQueueWait is
+// never sent there: it goes to the route's next upstream if one has a slot
+// free at once, else gets a 503 with Retry-After), with a retry budget per
+// upstream. The body is kept once: its model is found in place, and it is
 // sent, renamed or not, from the bytes read. The bodies in flight together
 // hold at most Options.MaxBodyMemory, reserved as their bytes arrive (the
 // proxy allocates at most twice what has come, never a declared length
@@ -67,10 +69,9 @@
 // a flaky one: with nowhere else to go, refusing a call that would have
 // had two chances in three is worse than making it. So it opens on a high
 // failure rate over a window with enough calls (RecommendedBreaker), and a
-// rate limit that came with a server wait does not count: waiting it out
-// is the limiter's and the retry loop's business. The breaker hears each
-// attempt's outcome only after the classifier has judged it, which is how
-// a per-call wrapper learns which failures to leave out.
+// rate limit that came with a server wait does not count (rebound's rule,
+// rebound.OutcomeOf): waiting it out is the limiter's and the retry
+// loop's business.
 //
 // Breakers, quota cool-downs and metrics are kept per upstream and model
 // label, not per name the client sends: a model has a label of its own
@@ -83,10 +84,14 @@
 //
 // A route's fallbacks are other upstreams of its dialect, each with the
 // model to ask it for; the JSON body's "model" (or a Gemini path's) is
-// renamed, every other byte kept. The proxy moves on when an upstream's
-// breaker is open, when it is overloaded (at once, without retrying it),
-// out of quota (and then skips it for a cool-down) or out of retries; a
-// permanent failure is the same everywhere and goes back to the client.
+// renamed, every other byte kept. A route is a fallback.Chain, whose rules
+// decide: the proxy moves on when an upstream's breaker is open, when it
+// had no slot for the request in time, when it is overloaded (at once,
+// without retrying it), out of quota (and then skips it for a cool-down,
+// per upstream and model) or out of retries; a permanent failure is the
+// same everywhere and goes back to the client. The last upstream is the
+// last resort: tried even while it cools down, its overloads retried, and
+// its own answer, failed or not, goes back to the client as it came.
 //
 // Browsers: a proxy that holds a key and asks no token is what a local
 // developer server with credentials is, and does what they do. Without
@@ -111,4 +116,15 @@
 // response headers and error bodies. Nothing the proxy writes to its log
 // carries a header, a body or a prompt, and every error text is scrubbed
 // of the keys and tokens it knows and of anything shaped like a key.
+//
+// The access log (Options.Logger) has a line per request, "msg":"request",
+// with always: method, path, route, upstream, model (as the client named
+// it), attempts, kinds (the verdict of each failed attempt: a list, []
+// when the first attempt answered), status and latency_ms; and when there
+// is something to say: "stream":true for a streamed answer,
+// input_tokens and output_tokens as the answer reported them (an OpenAI
+// stream reports none unless the client asks, with
+// stream_options.include_usage), upstreams_tried, skipped (upstreams
+// cooling down), outcome (why the proxy answered itself), broken and
+// error.
 package proxy

@@ -1,112 +1,147 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/cost"
+	"github.com/rebound-go/rebound/fallback"
+	"github.com/rebound-go/rebound/internal/provider"
+	"github.com/rebound-go/rebound/internal/sse"
+	"github.com/rebound-go/rebound/ratelimit"
 )
 
-// forwarder is the ReverseProxy's transport: it sends a request to its
-// route's upstream through rebound.Transport, and on to the fallbacks
-// while the one before is down, overloaded, out of quota or out of
-// retries.
+// forwarder is the ReverseProxy's transport: it sends a request along
+// its route's chain (fallback.Chain): to its upstream through
+// rebound.Transport, and on to the fallbacks by the chain's rules while
+// the one before is down, overloaded, out of quota, out of retries or of
+// room for another request in flight. Without an answer the client gets
+// the last upstream's own, as it came.
 type forwarder struct{ p *Proxy }
 
 func (f forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
-	p := f.p
 	ctx := out.Context()
 	c := ctx.Value(callKey{}).(*call)
-	var lastResp *http.Response
-	var lastErr error
-	for i, t := range c.rt.targets {
-		model := c.model
-		if t.model != "" {
-			model = t.model
-		}
-		key := p.models.key(t.up.name, model)
-		last := i == len(c.rt.targets)-1
-		if !last && p.cooldowns.Cooling(ctx, key, time.Now()) {
-			c.skipped = append(c.skipped, t.up.name)
-			continue
-		}
-		if lastResp != nil {
-			lastResp.Body.Close()
-			lastResp = nil
-		}
-		req := p.upstreamRequest(out, c, t, model)
-		policy := c.rt.policy
-		if len(c.rt.targets) > 1 && !last {
-			// Within a chain an overloaded upstream is left at once.
-			policy.PerKind = withOverride(policy.PerKind, rebound.KindOverloaded, rebound.Override{MaxAttempts: 1})
-		}
-		cb := &callBreaker{kept: p.breakers.get(key)}
-		policy.Breaker = cb
-		policy.Classifier = cb.classify
-		policy.Budget = t.up.budget
-		tctx := rebound.WithTarget(ctx, key)
-		policy.Observer = c.observer(tctx, p.observer)
-		c.upstream, c.tried = t.up.name, c.tried+1
-		c.mu.Lock()
-		c.giveUp = nil // the verdict is the latest upstream's
-		c.mu.Unlock()
-		// Judged once per upstream (a Responses body is read for it), by
-		// the one rule; the route's safe paths are the operator's word.
-		creates := !c.rt.safe[c.path] && rebound.ProviderSideEffects(req)
-		tr := &rebound.Transport{Base: t.up.send, Policy: policy}
-		if creates {
-			tr.SideEffects = hasSideEffects
-		}
-		resp, err := tr.RoundTrip(req.WithContext(tctx))
-		lastResp, lastErr = resp, err
-		if err == nil && resp.StatusCode < http.StatusBadRequest {
-			if resp.StatusCode < http.StatusMultipleChoices {
-				p.models.learn(model)
-			}
-			cost.WatchUsage(resp, c.tokens) // the access log's tokens, as the client reads
-			break
-		}
-		if last || ctx.Err() != nil {
-			break
-		}
-		verdict, reason, attempts, known := c.lastGiveUp(err)
-		switch {
-		case !known:
-			return resp, err
-		case reason == rebound.StopSideEffects, creates && attempts > 0 && req.Header.Get("Idempotency-Key") != "":
-			// The upstream may have carried it out: not again elsewhere,
-			// where the client's key means nothing.
-			return resp, err
-		case reason == rebound.StopBreakerOpen:
-		case verdict.Kind == rebound.KindQuotaExhausted:
-			p.cooldowns.Start(ctx, key, time.Now(), DefaultQuotaCooldown)
-		case verdict.Kind == rebound.KindOverloaded, verdict.Kind == rebound.KindTransient, verdict.Kind == rebound.KindRateLimited:
-		default:
-			return resp, err // permanent: the same on every upstream
+	if out.Header.Get("Idempotency-Key") != "" && c.createsAt(f.p.upstreamRequest(out, c, c.rt.targets[0])) {
+		// The key binds the upstream it is sent to, which alone knows
+		// it: to the chain the request has side effects, and once an
+		// attempt was made it goes to no other upstream.
+		ctx = rebound.WithSideEffects(ctx)
+	}
+	res, err := c.rt.chain.Do(ctx, request{out: out, c: c})
+	for _, s := range res.Trail {
+		if s.Skipped != "" && s.Err == nil { // passed over without a call: cooling down
+			c.skipped = append(c.skipped, s.Target)
 		}
 	}
-	return lastResp, lastErr
+	if err == nil || res.Value != nil {
+		return res.Value, nil
+	}
+	var ce *fallback.ChainError
+	if errors.As(err, &ce) {
+		err = ce.Err // the last upstream's own error
+	}
+	return nil, err
 }
 
-// upstreamRequest is out pointed at target t, asking for model. The path
+// request is what a route's chain sends: the ReverseProxy's outgoing
+// request, and what the proxy knows of it.
+type request struct {
+	out *http.Request
+	c   *call
+}
+
+// newChain returns the chain of route rt: a target per upstream, each
+// call keyed by upstream and model label (modelLabels), the last one the
+// last resort, so that its own answer reaches the client.
+func (p *Proxy) newChain(rt *route) *fallback.Chain[request, *http.Response] {
+	ch := &fallback.Chain[request, *http.Response]{Cooldowns: p.cooldowns, QuotaCooldown: DefaultQuotaCooldown,
+		LastResort: true, Discard: discard}
+	for _, t := range rt.targets {
+		policy := rt.policy
+		policy.Budget, policy.Observer = t.up.budget, p.observer
+		ch.Targets = append(ch.Targets, fallback.Target[request, *http.Response]{
+			Name: t.up.name, Policy: policy,
+			Key: func(r request) string { return p.models.key(t.up.name, t.modelFor(r.c)) },
+			Run: func(ctx context.Context, r request, policy rebound.Policy) (*http.Response, error) {
+				return p.send(ctx, r, t, policy)
+			},
+		})
+	}
+	return ch
+}
+
+// send makes the attempts of r on target t, through rebound.Transport
+// under policy; ctx names the call, and so its breaker.
+func (p *Proxy) send(ctx context.Context, r request, t target, policy rebound.Policy) (*http.Response, error) {
+	c := r.c
+	model := t.modelFor(c)
+	req := p.upstreamRequest(r.out, c, t)
+	policy.Breaker = p.breakers.get(rebound.TargetFrom(ctx))
+	policy.Observer = c.observe(policy.Observer)
+	c.upstream, c.tried = t.up.name, c.tried+1
+	base := t.up.send
+	if c.slotWaited {
+		base = t.up.sendNow
+	}
+	tr := &rebound.Transport{Base: base, Policy: policy}
+	if c.createsAt(req) {
+		tr.SideEffects = hasSideEffects
+	}
+	resp, err := tr.RoundTrip(req.WithContext(ctx))
+	switch {
+	case errors.Is(err, ratelimit.ErrNoSlot):
+		c.slotWaited = true
+	case err == nil && resp.StatusCode < http.StatusBadRequest:
+		if resp.StatusCode < http.StatusMultipleChoices {
+			p.models.learn(model)
+		}
+		c.stream = sse.IsStream(resp.Header) || geminiStream(r.out.URL.Path)
+		cost.WatchUsage(resp, c.tokens) // the access log's tokens, as the client reads
+	}
+	return resp, err
+}
+
+// modelFor returns the model to ask t for on c's behalf.
+func (t target) modelFor(c *call) string {
+	if t.model != "" {
+		return t.model
+	}
+	return c.model
+}
+
+// createsAt reports whether req, c's request as sent to an upstream, may
+// create something there (rebound.ProviderSideEffects), unless its path
+// is one of the route's safe paths: the operator's word.
+func (c *call) createsAt(req *http.Request) bool {
+	return !c.rt.safe[c.path] && rebound.ProviderSideEffects(req)
+}
+
+// discard lets go of a failed response the client does not get.
+func discard(resp *http.Response) {
+	if resp != nil {
+		resp.Body.Close()
+	}
+}
+
+// upstreamRequest is out pointed at target t, asking for its model. The path
 // keeps its escapes ("%2F" stays one segment). The client's own key goes
 // only to the route's first upstream, the one it was meant for (with
 // pass_client_key). The client's Accept-Encoding does not go: the
 // transport then asks for gzip and decodes it, so that every answer is
 // read in plain (classified, scrubbed, its tokens counted), whatever the
 // client accepts (br and zstd the engine could not read).
-func (p *Proxy) upstreamRequest(out *http.Request, c *call, t target, model string) *http.Request {
+func (p *Proxy) upstreamRequest(out *http.Request, c *call, t target) *http.Request {
 	req := out.Clone(out.Context())
 	u := *t.up.base
 	path, rawPath := out.URL.Path, out.URL.EscapedPath()
 	if t.model != "" {
-		path = renamePathModel(path, t.model)
-		rawPath = renamePathModel(rawPath, url.PathEscape(t.model))
+		path = provider.RenameGeminiModel(path, t.model)
+		rawPath = provider.RenameGeminiModel(rawPath, url.PathEscape(t.model))
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/") + path
 	u.RawPath = strings.TrimSuffix(t.up.base.EscapedPath(), "/") + rawPath
@@ -144,64 +179,6 @@ func (p *Proxy) upstreamRequest(out *http.Request, c *call, t target, model stri
 // hasSideEffects is the SideEffects of the Transport of a request judged
 // to have them.
 func hasSideEffects(*http.Request) bool { return true }
-
-// withOverride returns per with k's override set, leaving per unchanged.
-func withOverride(per map[rebound.Kind]rebound.Override, k rebound.Kind, o rebound.Override) map[rebound.Kind]rebound.Override {
-	m := make(map[rebound.Kind]rebound.Override, len(per)+1)
-	for kind, v := range per {
-		m[kind] = v
-	}
-	if have, ok := m[k]; ok && have.MaxAttempts != 0 {
-		o.MaxAttempts = min(o.MaxAttempts, have.MaxAttempts)
-	}
-	m[k] = o
-	return m
-}
-
-// callBreaker is an upstream and model's breaker as one call sees it: a
-// rate limit that came with a server wait is the limiter's business, and
-// the breaker does not count it. It is told by the classifier, which
-// judges each failed attempt just before the breaker hears of it.
-type callBreaker struct {
-	kept       *keptBreaker
-	serverWait atomic.Bool // the attempt under way was rate limited with a wait
-}
-
-func (c *callBreaker) Allow() (rebound.Permit, error) {
-	c.serverWait.Store(false)
-	permit, err := c.kept.b.Allow()
-	c.kept.refusing.Store(err != nil)
-	return permit, err
-}
-
-func (c *callBreaker) Done(p rebound.Permit, o rebound.Outcome) {
-	if o == rebound.OutcomeFailure && c.serverWait.Load() {
-		o = rebound.OutcomeIgnored
-	}
-	c.kept.b.Done(p, o)
-}
-
-func (c *callBreaker) classify(err error) rebound.Verdict {
-	v := rebound.Classify(err)
-	c.serverWait.Store(v.Kind == rebound.KindRateLimited && v.HasServerWait)
-	return v
-}
-
-// lastGiveUp returns the verdict, reason and attempts of the give-up that
-// ended the latest upstream's call, from err or from the events; known is
-// false when there was none.
-func (c *call) lastGiveUp(err error) (v rebound.Verdict, reason rebound.StopReason, attempts int, known bool) {
-	var g *rebound.GiveUpError
-	if errors.As(err, &g) {
-		return g.Verdict, g.Reason, g.Attempts, true
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.giveUp == nil {
-		return v, reason, 0, false
-	}
-	return c.giveUp.Verdict, c.giveUp.Reason, c.giveUp.Attempt, true
-}
 
 // callKey is the context key of a request's *call.
 type callKey struct{}

@@ -270,3 +270,69 @@ func TestClientsThatDoNotReadHoldNoSlot(t *testing.T) {
 		}
 	})
 }
+
+// hostUpstreams sends each request to the upstream of its host.
+type hostUpstreams map[string]http.RoundTripper
+
+func (h hostUpstreams) RoundTrip(req *http.Request) (*http.Response, error) {
+	return h[req.URL.Host].RoundTrip(req)
+}
+
+// TestNoSlotMovesToTheNextUpstream: a request that found no slot of its
+// upstream's limit on requests in flight within MaxQueueWait was never
+// sent: it goes to the route's next upstream, if that one has a slot free
+// at once. It does not wait there again: with every upstream full, the
+// 503 comes after MaxQueueWait, not after one wait per upstream.
+func TestNoSlotMovesToTheNextUpstream(t *testing.T) {
+	for _, secondFull := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			primary := &heldUpstream{end: make(chan struct{}), hang: true}
+			second := &heldUpstream{end: make(chan struct{}), hang: true}
+			c, err := proxy.ParseConfig([]byte(`{"upstreams":{"p":{"url":"http://primary.test"},"s":{"url":"http://second.test"}},
+				"routes":[{"model":"direct","upstream":"s"},{"upstream":"p","fallbacks":[{"upstream":"s"}]}]}`), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs syncBuffer
+			p, err := proxy.New(proxy.Options{Config: c, Base: hostUpstreams{"primary.test": primary, "second.test": second},
+				MaxQueueWait: 5 * time.Second, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			hold := func(model string) { // a request that holds a slot until its upstream answers
+				req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "http://127.0.0.1/v1/chat/completions", strings.NewReader(`{"model":"`+model+`"}`))
+				wg.Go(func() { p.ServeHTTP(httptest.NewRecorder(), req) })
+			}
+			for range 20 { // the limit at first
+				hold("m")
+				if secondFull {
+					hold("direct")
+				}
+			}
+			synctest.Wait()
+			if !secondFull {
+				close(second.end) // the second answers at once
+			}
+			rec := httptest.NewRecorder()
+			start := time.Now()
+			p.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodPost, "http://127.0.0.1/v1/chat/completions", strings.NewReader(`{"model":"m"}`)))
+			waited := time.Since(start)
+			close(primary.end)
+			if secondFull {
+				close(second.end)
+			}
+			wg.Wait()
+			want, hits := http.StatusOK, int64(1)
+			if secondFull {
+				want, hits = http.StatusServiceUnavailable, 20
+			}
+			// Asking the second for a slot free at once is a wait of a
+			// nanosecond, the least bound ratelimit.Transport takes.
+			if rec.Code != want || waited.Round(time.Millisecond) != 5*time.Second || second.hits.Load() != hits {
+				t.Errorf("second full %v: status %d after %v, the second upstream got %d requests; want %d after 5s, %d requests\n%s",
+					secondFull, rec.Code, waited, second.hits.Load(), want, hits, logs.String())
+			}
+		})
+	}
+}

@@ -51,7 +51,7 @@ func TestProxyCreatesOnceAfterDroppedConnection(t *testing.T) {
 	for _, path := range []string{"/v1/files", "/v1/batches", "/v1/fine_tuning/jobs", "/v1/uploads", "/v1/vector_stores",
 		"/v1/assistants", "/v1/threads/thread_1/runs", "/v1/threads/thread_1/messages", "/v1/messages/batches", "/v1/made-up"} {
 		up, hits := flakyUpstream(t, 1<<30)
-		front, _ := newReviewProxy(t, proxy.Options{Upstream: up.URL, Policy: noWait})
+		front, _ := serveProxy(t, proxy.Options{Upstream: up.URL, Policy: noWait})
 		resp, body := do(t, "POST", front.URL+path, fileUpload)
 		if hits.Load() != 1 || resp.StatusCode != http.StatusBadGateway {
 			t.Errorf("POST %s: %d upstream requests, answered %d; want 1, 502", path, hits.Load(), resp.StatusCode)
@@ -67,7 +67,7 @@ func TestProxyCreatesOnceAfterDroppedConnection(t *testing.T) {
 // however often it comes.
 func TestProxyRetriesSideEffectWithIdempotencyKey(t *testing.T) {
 	up, hits := flakyUpstream(t, 1)
-	front, _ := newReviewProxy(t, proxy.Options{Upstream: up.URL, Policy: noWait})
+	front, _ := serveProxy(t, proxy.Options{Upstream: up.URL, Policy: noWait})
 	resp, _ := do(t, "POST", front.URL+"/v1/files", fileUpload, "Idempotency-Key", "upload-7")
 	if resp.StatusCode != 200 || hits.Load() != 2 {
 		t.Fatalf("answered %d after %d upstream requests; want 200 after 2", resp.StatusCode, hits.Load())
@@ -87,7 +87,7 @@ func TestProxyRetriesPureCallsAfterDroppedConnection(t *testing.T) {
 		{"GET", "/v1/files/file-1", ""},
 	} {
 		up, hits := flakyUpstream(t, 1)
-		front, _ := newReviewProxy(t, proxy.Options{Upstream: up.URL, Policy: noWait})
+		front, _ := serveProxy(t, proxy.Options{Upstream: up.URL, Policy: noWait})
 		resp, _ := do(t, c.method, front.URL+c.path, c.body)
 		if resp.StatusCode != 200 || hits.Load() != 2 {
 			t.Errorf("%s %s: answered %d after %d upstream requests; want 200 after 2", c.method, c.path, resp.StatusCode, hits.Load())
@@ -101,7 +101,7 @@ func TestProxyRetriesSafePath(t *testing.T) {
 	up, hits := flakyUpstream(t, 1)
 	c := config(t, `{"upstreams":{"a":{"url":"`+up.URL+`"}},
 		"routes":[{"upstream":"a","safe_paths":["/tokenize"]}]}`, nil)
-	front, _ := newReviewProxy(t, proxy.Options{Config: c, Policy: noWait})
+	front, _ := serveProxy(t, proxy.Options{Config: c, Policy: noWait})
 	resp, _ := do(t, "POST", front.URL+"/tokenize", `{"model":"m"}`)
 	if resp.StatusCode != 200 || hits.Load() != 2 {
 		t.Fatalf("safe path: answered %d after %d upstream requests; want 200 after 2", resp.StatusCode, hits.Load())
@@ -121,7 +121,7 @@ func TestProxySideEffectNotSentToFallback(t *testing.T) {
 	b, bHits := flakyUpstream(t, 0)
 	c := config(t, `{"upstreams":{"a":{"url":"`+a.URL+`"},"b":{"url":"`+b.URL+`"}},
 		"routes":[{"upstream":"a","fallbacks":[{"upstream":"b"}]}]}`, nil)
-	front, _ := newReviewProxy(t, proxy.Options{Config: c, Policy: noWait})
+	front, _ := serveProxy(t, proxy.Options{Config: c, Policy: noWait})
 	resp, _ := do(t, "POST", front.URL+"/v1/batches", `{"input_file_id":"file-1"}`)
 	if aHits.Load() != 1 || bHits.Load() != 0 || resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("answered %d; %d requests to the upstream, %d to the fallback; want 502, 1, 0", resp.StatusCode, aHits.Load(), bHits.Load())
@@ -141,12 +141,12 @@ func TestProxySideEffectRetriedWhenNothingWasSent(t *testing.T) {
 	b, bHits := flakyUpstream(t, 0)
 	c := config(t, `{"upstreams":{"a":{"url":"`+closed+`"},"b":{"url":"`+b.URL+`"}},
 		"routes":[{"upstream":"a","fallbacks":[{"upstream":"b"}]}]}`, nil)
-	front, logs := newReviewProxy(t, proxy.Options{Config: c, Policy: noWait})
+	front, logs := serveProxy(t, proxy.Options{Config: c, Policy: noWait})
 	if resp, _ := do(t, "POST", front.URL+"/v1/files", fileUpload); resp.StatusCode != 200 || bHits.Load() != 1 {
 		t.Errorf("refused by the upstream: answered %d, %d requests to the fallback; want 200, 1", resp.StatusCode, bHits.Load())
 	}
 
-	front, logs = newReviewProxy(t, proxy.Options{Upstream: closed, Policy: noWait})
+	front, logs = serveProxy(t, proxy.Options{Upstream: closed, Policy: noWait})
 	do(t, "POST", front.URL+"/v1/files", fileUpload)
 	if !strings.Contains(logs.String(), `"attempts":4`) {
 		t.Errorf("refused connections to the only upstream: not attempted 4 times: %s", logs)
@@ -166,7 +166,7 @@ func TestProxySideEffectRetriedWhenNothingWasSent(t *testing.T) {
 		}
 	}))
 	t.Cleanup(busy.Close)
-	front, _ = newReviewProxy(t, proxy.Options{Upstream: busy.URL, Policy: noWait})
+	front, _ = serveProxy(t, proxy.Options{Upstream: busy.URL, Policy: noWait})
 	if resp, _ := do(t, "POST", front.URL+"/v1/files", fileUpload); resp.StatusCode != 200 || hits.Load() != 3 {
 		t.Errorf("a 429, then a 503: answered %d after %d upstream requests; want 200 after 3", resp.StatusCode, hits.Load())
 	}
@@ -205,7 +205,7 @@ func TestProxyIdempotencyKeyBindsItsUpstream(t *testing.T) {
 	b, bHits := flakyUpstream(t, 0)
 	c := config(t, `{"upstreams":{"a":{"url":"`+a.URL+`"},"b":{"url":"`+b.URL+`"}},
 		"routes":[{"upstream":"a","fallbacks":[{"upstream":"b"}]}]}`, nil)
-	front, _ := newReviewProxy(t, proxy.Options{Config: c, Policy: noWait})
+	front, _ := serveProxy(t, proxy.Options{Config: c, Policy: noWait})
 	resp, _ := do(t, "POST", front.URL+"/v1/files", fileUpload, "Idempotency-Key", "upload-7")
 	if aHits.Load() < 2 || bHits.Load() != 0 || resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("answered %d; %d requests to the upstream, %d to the fallback; want 502, 2 or more, 0", resp.StatusCode, aHits.Load(), bHits.Load())

@@ -1,0 +1,231 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/scrub"
+	"github.com/rebound-go/rebound/ratelimit"
+)
+
+// ServeHTTP implements http.Handler.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if why := p.browsers.refusal(r); why != "" {
+		writeError(w, dialectOfPath(r.URL.Path), http.StatusForbidden, why)
+		p.logCall(&call{start: time.Now(), method: r.Method, path: r.URL.Path, outcome: "forbidden"}, http.StatusForbidden)
+		return
+	}
+	if r.Method == http.MethodOptions {
+		p.browsers.options(w, r)
+		return
+	}
+	p.browsers.allowOrigin(w.Header(), r)
+	switch r.URL.Path {
+	case "/healthz":
+		writeJSON(w, http.StatusOK, `{"status":"ok"}`)
+		return
+	case "/readyz":
+		if p.draining.Load() {
+			writeJSON(w, http.StatusServiceUnavailable, `{"status":"draining"}`)
+			return
+		}
+		writeJSON(w, http.StatusOK, `{"status":"ready"}`)
+		return
+	case "/metrics":
+		if p.metrics != nil {
+			if !p.tokens.admit(r) {
+				writeJSON(w, http.StatusUnauthorized, unauthorizedBody)
+				return
+			}
+			p.metrics.ServeHTTP(w, r)
+			return
+		}
+	}
+	c := &call{start: time.Now(), secrets: scrub.Of(r), method: r.Method, path: r.URL.Path}
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		if v := recover(); v != nil {
+			c.aborted = true
+			p.logCall(c, sw.status)
+			panic(v) // http.ErrAbortHandler: the client's stream breaks as the upstream's did
+		}
+		p.logCall(c, sw.status)
+	}()
+	if !p.tokens.admit(r) {
+		writeJSON(sw, http.StatusUnauthorized, unauthorizedBody)
+		c.outcome = "unauthorized"
+		return
+	}
+	dialect := dialectOfPath(r.URL.Path)
+	if hasDotSegment(r.URL.Path) {
+		// The upstream (or a server before it) would resolve them, out
+		// of its base path, with the operator's key.
+		writeError(sw, dialect, http.StatusBadRequest, `the path has "." or ".." segments`)
+		c.outcome = "client_error"
+		return
+	}
+	if strings.EqualFold(r.Header.Get("Upgrade"), "h2c") {
+		r.Header.Del("Upgrade") // curl --http2 asks, and goes on in HTTP/1.1 when refused
+	}
+	if r.Header.Get("Upgrade") != "" {
+		// A websocket (OpenAI's Realtime API) would have the engine
+		// retry, pace and classify what it cannot read.
+		writeError(sw, dialect, http.StatusNotImplemented, "protocol upgrades (websockets, the Realtime API) are not proxied")
+		c.outcome = "upgrade"
+		return
+	}
+	body, err := readBody(r, http.NewResponseController(w), p.memory, p.maxBody, p.bodyTimeout)
+	switch {
+	case errors.Is(err, errBodyMemory):
+		sw.Header().Set("Retry-After", "1")
+		writeError(sw, dialect, http.StatusServiceUnavailable, "the proxy holds as many request bodies as its memory allows; try again")
+		c.outcome = "body_memory"
+		return
+	case errors.Is(err, errTooLarge):
+		writeError(sw, dialect, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", p.maxBody))
+		c.outcome = "too_large"
+		return
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		c.outcome = "client_error"
+		c.err = err
+		writeError(sw, dialect, http.StatusRequestTimeout, "the request body did not come in time")
+		return
+	case err != nil:
+		c.outcome = "client_error"
+		c.err = err
+		writeError(sw, dialect, http.StatusBadRequest, "could not read the request body")
+		return
+	}
+	defer body.release()
+	if c.model, err = modelOf(r.URL.Path, r.Header, body); err != nil {
+		c.outcome = "client_error"
+		writeError(sw, dialect, http.StatusBadRequest, err.Error())
+		return
+	}
+	rt := p.match(r.URL.Path, c.model)
+	if rt == nil {
+		writeJSON(sw, http.StatusNotFound, `{"error":{"message":"no route for this path and model","type":"not_found","code":404}}`)
+		c.outcome = "no_route"
+		return
+	}
+	c.route = rt.name
+	if d := rt.targets[0].up.dialect; d != "" {
+		dialect = d
+	}
+	c.dialect = dialect
+	if int64(len(body.b)) > rt.maxBody {
+		writeError(sw, dialect, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", rt.maxBody))
+		c.outcome = "too_large"
+		return
+	}
+	c.rt, c.body = rt, body
+	out := r.WithContext(context.WithValue(r.Context(), callKey{}, c))
+	out.Body, out.ContentLength = http.NoBody, 0 // the forwarder sends c.body
+	p.reverse.ServeHTTP(sw, out)
+}
+
+// releasing is the ReverseProxy's transport: the forwarder, after which
+// the request body is no longer needed (a stream goes on without it), and
+// its memory goes back at once rather than when the answer ends.
+type releasing struct{ f forwarder }
+
+func (r releasing) RoundTrip(out *http.Request) (*http.Response, error) {
+	defer out.Context().Value(callKey{}).(*call).body.release()
+	return r.f.RoundTrip(out)
+}
+
+// hasDotSegment reports whether path has a "." or ".." segment (escaped
+// or not: path is decoded).
+func hasDotSegment(path string) bool {
+	for seg := range strings.SplitSeq(path, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// rewrite is the ReverseProxy's: it keeps the request as it came, the
+// forwarder points it at each upstream in turn. An allowed page's Origin
+// stays with the proxy, which has judged it: the upstream's own browser
+// rules (Anthropic's refuses a page without a header of its own) are for
+// pages that call it directly.
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	pr.Out.Host = ""
+	pr.Out.Header.Del("Origin")
+}
+
+// gatewayError answers a request no upstream answered, in its dialect.
+func (p *Proxy) gatewayError(w http.ResponseWriter, r *http.Request, err error) {
+	c := r.Context().Value(callKey{}).(*call)
+	c.err = err
+	if r.Context().Err() != nil {
+		c.outcome = "client_gone"
+		return
+	}
+	status, msg := http.StatusBadGateway, "upstream unreachable"
+	var g *rebound.GiveUpError
+	switch {
+	case errors.Is(err, ratelimit.ErrNoSlot), errors.Is(err, ratelimit.ErrQueueFull):
+		// Never sent: the upstream's limit on requests in flight is
+		// taken. Slots free as the requests ahead get their first
+		// content, within seconds of a healthy upstream.
+		status, msg = http.StatusServiceUnavailable, "too many requests in flight to the upstream: none came free in time"
+		c.outcome = "no_slot"
+		w.Header().Set("Retry-After", "1")
+	case !errors.As(err, &g):
+	case g.Reason == rebound.StopBreakerOpen:
+		status, msg = http.StatusServiceUnavailable, "upstream circuit open"
+	case g.Reason == rebound.StopSideEffects:
+		msg = "the upstream failed after it had the request, which may have been carried out: not sent again (an Idempotency-Key lets it be retried)"
+	}
+	writeError(w, c.dialect, status, msg)
+}
+
+// logWriter takes the ReverseProxy's own error lines into the log.
+type logWriter struct{ p *Proxy }
+
+func (l logWriter) Write(b []byte) (int, error) {
+	l.p.log.Warn("proxy", "error", l.p.secrets.String(strings.TrimSpace(string(b))))
+	return len(b), nil
+}
+
+// statusWriter notes the status written.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController flush through.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// copyBuffers lends the buffers a response is copied through: without
+// them each request would allocate its own 32 KiB.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
