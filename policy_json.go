@@ -10,7 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/rebound-go/rebound/internal/runes"
 )
 
 // policyJSON is Policy's wire form. Pointers tell an absent key (the
@@ -351,14 +352,10 @@ func quote(s string) string { return clip(strconv.Quote(s)) }
 // clip cuts s to maxGiven bytes, on a rune boundary, marking the cut.
 func clip(s string) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= maxGiven {
-		return s
+	if cut := runes.Cut(s, maxGiven); cut != s {
+		return cut + "…"
 	}
-	n := maxGiven
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
+	return s
 }
 
 func ptr[T any](v T) *T { return &v }

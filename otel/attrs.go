@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/breaker"
+	"github.com/rebound-go/rebound/internal/runes"
 )
 
 // Attribute keys. error.type, http.response.status_code and
@@ -336,9 +336,5 @@ func bound(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	cut := n - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
+	return runes.Cut(s, n-len("…")) + "…"
 }
