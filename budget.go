@@ -118,6 +118,8 @@ func (b *RetryBudget) available(now time.Time) float64 {
 	return b.reserve() + b.ratio()*deposits - withdrawals
 }
 
+func newRetryBudget() *RetryBudget { return new(RetryBudget) }
+
 // Deposit records a first attempt.
 func (b *RetryBudget) Deposit(now time.Time) {
 	b.mu.Lock()

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/firsttoken"
 )
 
 // defaultHedgePercentile is the share of a target's recent first-token
@@ -58,16 +60,13 @@ type Hedge struct {
 	// hedge until then.
 	After time.Duration
 
-	times firstTokens
+	times firsttoken.Times
 }
 
 // hedgeSamples is how many recent first-token times a Hedge keeps per
-// target, and minHedgeSamples how many it needs before it trusts their
-// percentile (as many as the Transport's adaptive first-token bound).
-const (
-	hedgeSamples    = 256
-	minHedgeSamples = minTokenSamples
-)
+// target; it trusts their percentile from firsttoken.MinSamples, as the
+// Transport's adaptive first-token bound does.
+const hedgeSamples = 256
 
 // Delay returns how long an attempt to target may go without content
 // before it is hedged; zero means no hedge.
@@ -80,7 +79,7 @@ func (h *Hedge) Delay(target string) time.Duration {
 		return 0
 	}
 	if q > 0 {
-		if d, ok := h.times.percentile(target, q, hedgeSamples, minHedgeSamples); ok {
+		if d, ok := h.times.Percentile(target, q, firsttoken.MinSamples); ok {
 			return d
 		}
 	}
@@ -95,7 +94,7 @@ func (h *Hedge) Delay(target string) time.Duration {
 // it was slower than that, which is all a percentile needs to know.
 func (h *Hedge) Observe(target string, d time.Duration) {
 	if d >= 0 {
-		h.times.add(target, d, hedgeSamples)
+		h.times.Add(target, d, hedgeSamples)
 	}
 }
 

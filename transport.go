@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rebound-go/rebound/internal/firsttoken"
+	"github.com/rebound-go/rebound/internal/lru"
 	"github.com/rebound-go/rebound/internal/scrub"
 )
 
@@ -204,61 +206,15 @@ type Transport struct {
 	ErrorBodyTimeout time.Duration
 
 	// DisableRetryBudget turns off the RetryBudget a Transport keeps per
-	// host when Policy.Budget is nil. It keeps at most maxHostBudgets of
-	// them: when a new host would pass that, the budgets idle for their
-	// whole TTL (which hold nothing a fresh one does not) are dropped,
-	// else the one used least recently.
+	// host when Policy.Budget is nil. It keeps at most 1024 of them: when
+	// a new host would pass that, the one used least recently is dropped
+	// (one idle for its whole TTL holds nothing a fresh one does not).
 	DisableRetryBudget bool
 
-	mu      sync.Mutex             // guards budgets, and serialises draws from Policy.Rand
-	budgets map[string]*hostBudget // per host, at most maxHostBudgets
+	randMu  sync.Mutex                    // serialises draws from Policy.Rand
+	budgets lru.Map[string, *RetryBudget] // per host
 
-	firstTokens firstTokens // per target or host, for FirstTokenAdaptive
-}
-
-// maxHostBudgets bounds how many hosts' retry budgets a Transport keeps.
-const maxHostBudgets = 1024
-
-// hostBudget is the retry budget of one host, and when it was last used.
-type hostBudget struct {
-	RetryBudget
-	used time.Time
-}
-
-// hostBudget returns the retry budget of host, made on first use.
-func (t *Transport) hostBudget(host string, now time.Time) *RetryBudget {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b := t.budgets[host]
-	if b == nil {
-		if t.budgets == nil {
-			t.budgets = map[string]*hostBudget{}
-		}
-		if len(t.budgets) >= maxHostBudgets {
-			t.evictBudgets(now)
-		}
-		b = &hostBudget{}
-		t.budgets[host] = b
-	}
-	b.used = now
-	return &b.RetryBudget
-}
-
-// evictBudgets drops the budgets idle for a whole TTL, or else the one
-// used least recently; one still in use by a call goes on working for it.
-// t.mu is held.
-func (t *Transport) evictBudgets(now time.Time) {
-	var oldest string
-	for host, b := range t.budgets {
-		if now.Sub(b.used) >= b.ttl() {
-			delete(t.budgets, host)
-		} else if oldest == "" || b.used.Before(t.budgets[oldest].used) {
-			oldest = host
-		}
-	}
-	if len(t.budgets) >= maxHostBudgets {
-		delete(t.budgets, oldest)
-	}
+	firstTokens firsttoken.Times // per target or host, for FirstTokenAdaptive
 }
 
 func (t *Transport) base() http.RoundTripper {
@@ -286,7 +242,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	p := t.Policy
 	if p.Budget == nil && !t.DisableRetryBudget {
-		p.Budget = t.hostBudget(req.URL.Host, ClockFrom(ctx).Now())
+		p.Budget = t.budgets.Get(req.URL.Host, newRetryBudget)
 	}
 	e := newEngine(ctx, p, req.URL.Host)
 	key := TargetFrom(ctx)
@@ -299,7 +255,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		e.once = StopUnreplayableBody
 	}
 	e.noHedge = req.Header.Get("Upgrade") != ""
-	e.randMu = &t.mu
+	e.randMu = &t.randMu
 	// The latest failed attempt is kept until the next one is surely made,
 	// so that a call that ends early (a breaker refusing the retry) can
 	// still give back the provider's own response.

@@ -10,6 +10,8 @@ import (
 	"testing/iotest"
 	"testing/synctest"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/firsttoken"
 )
 
 // A complete stream in each dialect: preamble, content, then its end.
@@ -221,7 +223,7 @@ func TestTransportAdaptsTheFirstTokenBound(t *testing.T) {
 		slow := append(append([]step{{0, anthropicStart}}, pings(10, time.Second)...), step{0, anthropicDelta + anthropicEnd})
 		st := &scriptTransport{}
 		tr := &Transport{Base: st, FirstTokenAdaptive: true, Policy: Policy{BaseDelay: NoDelay}}
-		for range minTokenSamples - 1 {
+		for range firsttoken.MinSamples - 1 {
 			st.scripts, st.calls = [][]step{fast}, 0
 			streamOnce(t, tr)
 		}
@@ -229,7 +231,7 @@ func TestTransportAdaptsTheFirstTokenBound(t *testing.T) {
 		st.scripts, st.calls = [][]step{slow, fast}, 0
 		start := time.Now()
 		if _, _, err := streamOnce(t, tr); err != io.EOF || st.calls != 1 || time.Since(start) != 10*time.Second {
-			t.Fatalf("before %d samples: %d calls after %v, %v", minTokenSamples, st.calls, time.Since(start), err)
+			t.Fatalf("before %d samples: %d calls after %v, %v", firsttoken.MinSamples, st.calls, time.Since(start), err)
 		}
 		// Now 3 × the 90th percentile (1 s).
 		st.scripts, st.calls = [][]step{slow, fast}, 0

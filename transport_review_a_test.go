@@ -11,6 +11,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/firsttoken"
 )
 
 const (
@@ -194,7 +196,7 @@ func TestTransportAdaptiveBoundRecovers(t *testing.T) {
 		}
 		st := &scriptTransport{}
 		tr := &Transport{Base: st, FirstTokenAdaptive: true, DisableRetryBudget: true, Policy: Policy{BaseDelay: NoDelay}}
-		for range minTokenSamples {
+		for range firsttoken.MinSamples {
 			st.scripts, st.calls = [][]step{mk(time.Second)}, 0
 			streamOnce2(t, tr)
 		}

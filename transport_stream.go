@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rebound-go/rebound/internal/firsttoken"
 	"github.com/rebound-go/rebound/internal/sse"
 )
 
@@ -154,10 +155,9 @@ func (b *heardBody) silence() time.Duration {
 }
 
 // The adaptive first-token bound: factor × the percentile of the last
-// tokenSamples first-token times, once minTokenSamples are known.
+// tokenSamples first-token times, once firsttoken.MinSamples are known.
 const (
 	tokenSamples    = 64
-	minTokenSamples = 16
 	tokenPercentile = 0.9
 	tokenFactor     = 3
 )
@@ -169,7 +169,7 @@ func (t *Transport) firstTokenBound(key string) time.Duration {
 	if !t.FirstTokenAdaptive {
 		return bound
 	}
-	p, ok := t.firstTokens.percentile(key, tokenPercentile, tokenSamples, minTokenSamples)
+	p, ok := t.firstTokens.Percentile(key, tokenPercentile, firsttoken.MinSamples)
 	if !ok {
 		return bound
 	}
@@ -179,6 +179,6 @@ func (t *Transport) firstTokenBound(key string) time.Duration {
 // firstTokenTook notes how long a stream to key took to its first content.
 func (t *Transport) firstTokenTook(key string, d time.Duration) {
 	if t.FirstTokenAdaptive {
-		t.firstTokens.add(key, d, tokenSamples)
+		t.firstTokens.Add(key, d, tokenSamples)
 	}
 }

@@ -129,10 +129,6 @@ func slot(inst, a, b uint8) int {
 	return -1
 }
 
-// maxTargets bounds how many targets' attributes are kept: past it, they
-// are built afresh for each measurement, as an uncached call would.
-const maxTargets = 1024
-
 // targetAttrs holds what is built once per target: the options that start
 // a call span, and the measurement options of each attribute set.
 type targetAttrs struct {
@@ -150,23 +146,17 @@ type measure struct {
 
 var startClient = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
 
-// attrsOf returns target's attributes.
+// attrsOf returns target's attributes, built once for each of the
+// lru.DefaultSize targets measured most recently.
 func (o *Observer) attrsOf(target string) *targetAttrs {
-	if ta, ok := o.targets.Load(target); ok {
-		return ta.(*targetAttrs)
-	}
-	ta := &targetAttrs{target: target, start: startClient}
-	if target != "" {
-		// The target, for samplers to see.
-		ta.start = []trace.SpanStartOption{startClient[0], trace.WithAttributes(keyTarget.String(target))}
-	}
-	if o.ntargets.Load() < maxTargets {
-		if prev, loaded := o.targets.LoadOrStore(target, ta); loaded {
-			return prev.(*targetAttrs)
+	return o.targets.Get(target, func() *targetAttrs {
+		ta := &targetAttrs{target: target, start: startClient}
+		if target != "" {
+			// The target, for samplers to see.
+			ta.start = []trace.SpanStartOption{startClient[0], trace.WithAttributes(keyTarget.String(target))}
 		}
-		o.ntargets.Add(1)
-	}
-	return ta
+		return ta
+	})
 }
 
 // measure returns the measurement options of an instrument's attributes.

@@ -3,8 +3,6 @@ package reboundotel
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -13,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/lru"
 )
 
 // ScopeName is the instrumentation scope of the Observer's meter and
@@ -53,8 +52,7 @@ type Observer struct {
 	cost           metric.Float64Counter
 	wasted         metric.Float64Counter
 
-	targets  sync.Map // target to *targetAttrs
-	ntargets atomic.Int64
+	targets lru.Map[string, *targetAttrs] // the targets measured most recently
 }
 
 // Buckets of the duration histograms, in seconds. Calls use the GenAI
