@@ -42,15 +42,15 @@ const budgetSlots = 10
 // fields before first use. It is safe for concurrent use.
 type RetryBudget struct {
 	// Ratio is the share of a token each first attempt deposits. Zero
-	// means DefaultBudgetRatio (0.1): retries are at most about 10% of
-	// calls, beyond the reserve.
+	// means 0.1: retries are at most about 10% of calls, beyond the
+	// reserve.
 	Ratio float64
 	// MinPerSecond is the reserve: this many retries a second are always
-	// allowed, on average over TTL. Zero means DefaultBudgetMinPerSecond
-	// (10); negative means no reserve.
+	// allowed, on average over TTL. Zero means 10; negative means no
+	// reserve.
 	MinPerSecond float64
 	// TTL is how long deposits and retries are remembered. Zero means
-	// DefaultBudgetTTL (10 s).
+	// 10 s.
 	TTL time.Duration
 
 	mu    sync.Mutex // guards slots
@@ -64,14 +64,14 @@ type budgetSlot struct {
 
 func (b *RetryBudget) ttl() time.Duration {
 	if b.TTL <= 0 {
-		return DefaultBudgetTTL
+		return defaultBudgetTTL
 	}
 	return b.TTL
 }
 
 func (b *RetryBudget) ratio() float64 {
 	if b.Ratio <= 0 {
-		return DefaultBudgetRatio
+		return defaultBudgetRatio
 	}
 	return b.Ratio
 }
@@ -81,7 +81,7 @@ func (b *RetryBudget) reserve() float64 {
 	case b.MinPerSecond < 0:
 		return 0
 	case b.MinPerSecond == 0:
-		return DefaultBudgetMinPerSecond * b.ttl().Seconds()
+		return defaultBudgetMinPerSecond * b.ttl().Seconds()
 	}
 	return b.MinPerSecond * b.ttl().Seconds()
 }

@@ -1,8 +1,29 @@
 package rebound
 
-import "context"
+import (
+	"context"
+	"time"
 
-type sideEffectsKey struct{}
+	"github.com/rebound-go/rebound/internal/callctx"
+)
+
+// Clock is the time a call waits by. Do and Transport use the real clock
+// unless the context carries another (see WithClock): a simulation runs
+// rebound's real retry, breaker and fallback code a month at a time by
+// giving it a virtual clock that jumps instead of sleeping.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+	// Sleep waits for d, or until ctx is done, and then returns ctx's
+	// cause.
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// WithClock returns a context whose calls wait by c. The context's own
+// deadline is still real time: a virtual clock is for calls without one.
+func WithClock(ctx context.Context, c Clock) context.Context {
+	return callctx.WithClock(ctx, c)
+}
 
 // WithSideEffects marks the calls made with the returned context as having
 // side effects (sending a message, appending to a file, charging a card): a
@@ -12,25 +33,11 @@ type sideEffectsKey struct{}
 // attempt again when it provably never reached the server (see
 // Transport.SideEffects).
 func WithSideEffects(ctx context.Context) context.Context {
-	return context.WithValue(ctx, sideEffectsKey{}, true)
+	return callctx.WithSideEffects(ctx)
 }
-
-// HasSideEffects reports whether ctx carries the WithSideEffects mark.
-func HasSideEffects(ctx context.Context) bool {
-	marked, _ := ctx.Value(sideEffectsKey{}).(bool)
-	return marked
-}
-
-type targetKey struct{}
 
 // WithTarget names the target of the calls made with the returned context
 // ("gpt-x:summarise", say): events, logs and metrics carry it.
 func WithTarget(ctx context.Context, target string) context.Context {
-	return context.WithValue(ctx, targetKey{}, target)
-}
-
-// TargetFrom returns the target named by WithTarget, or "".
-func TargetFrom(ctx context.Context) string {
-	t, _ := ctx.Value(targetKey{}).(string)
-	return t
+	return callctx.WithTarget(ctx, target)
 }

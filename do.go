@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/callctx"
 )
 
 // Do calls fn until it succeeds or p says to stop, and returns its result.
@@ -48,7 +50,7 @@ func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error
 		first = &o
 	}
 	e := newEngine(ctx, p, "")
-	e.sideEffects = HasSideEffects(ctx)
+	e.sideEffects = callctx.SideEffects(ctx)
 	stopped := e.run(first, func(n int) outcome {
 		var o outcome
 		if p.Hedge == nil {
@@ -75,7 +77,7 @@ func Run(ctx context.Context, p Policy, fn func(context.Context) error) error {
 // function of its own so that a Do that does not hedge keeps its
 // variables on the stack.
 func hedgedCall[T any](e *engine, n int, timeout time.Duration, fn func(context.Context) (T, error)) (T, outcome) {
-	return hedged(e, n, TargetFrom(e.ctx), func(ctx context.Context, end func(), _ bool) (T, outcome) {
+	return hedged(e, n, callctx.Target(e.ctx), func(ctx context.Context, end func(), _ bool) (T, outcome) {
 		defer end()
 		return call(ctx, timeout, fn)
 	}, nil)

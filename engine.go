@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/callctx"
 )
 
 // The retry protocol, written once. An engine runs one call: it deposits
@@ -59,13 +61,13 @@ type outcome struct {
 // target, and its deposit in the retry budget. target, if the context
 // names none, names what is called.
 func newEngine(ctx context.Context, p Policy, target string) engine {
-	e := engine{ctx: ctx, policy: p, clock: ClockFrom(ctx)}
+	e := engine{ctx: ctx, policy: p, clock: callctx.ClockOf(ctx)}
 	if obs := p.Observer; obs != nil {
 		if co, ok := obs.(CallObserver); ok {
 			e.policy.Observer = co.ObserveCall(ctx)
 		}
 		e.start = e.clock.Now()
-		if e.target = TargetFrom(ctx); e.target == "" {
+		if e.target = callctx.Target(ctx); e.target == "" {
 			e.target = target
 		}
 	}
@@ -320,33 +322,15 @@ func (l *lease) abandon() {
 	l.done(OutcomeFailure)
 }
 
-// lockedRand serialises draws from a Rand shared by concurrent calls.
+// lockedRand serialises draws from a Policy's Rand shared by concurrent
+// calls.
 type lockedRand struct {
 	mu *sync.Mutex
-	r  Rand
+	r  interface{ Int64N(int64) int64 }
 }
 
 func (l lockedRand) Int64N(n int64) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.r.Int64N(n)
-}
-
-// sleep waits for d or until ctx is done, and returns ctx's cause if that
-// came first.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }

@@ -14,18 +14,19 @@ import (
 // server wait hint as too long. In JSON an explicit 0 means the same.
 const NoDelay time.Duration = -1
 
-// Defaults of a zero Policy, and of a zero RetryBudget.
+// Defaults of a zero Policy, and of a zero RetryBudget; each field's doc
+// gives its figure.
 const (
-	DefaultMaxAttempts   = 3
-	DefaultBaseDelay     = 500 * time.Millisecond
-	DefaultMaxDelay      = 10 * time.Second
-	DefaultMultiplier    = 2.0
-	DefaultWaitBudget    = 30 * time.Second
-	DefaultMaxServerWait = 60 * time.Second
+	defaultMaxAttempts   = 3
+	defaultBaseDelay     = 500 * time.Millisecond
+	defaultMaxDelay      = 10 * time.Second
+	defaultMultiplier    = 2.0
+	defaultWaitBudget    = 30 * time.Second
+	defaultMaxServerWait = 60 * time.Second
 
-	DefaultBudgetRatio        = 0.1
-	DefaultBudgetMinPerSecond = 10
-	DefaultBudgetTTL          = 10 * time.Second
+	defaultBudgetRatio        = 0.1
+	defaultBudgetMinPerSecond = 10
+	defaultBudgetTTL          = 10 * time.Second
 )
 
 // defaultPerKind is the patience a zero Policy gives each kind of failure
@@ -52,22 +53,22 @@ var defaultPerKind = [...]Override{
 // a whole setup.
 type Policy struct {
 	// MaxAttempts is the most attempts a call makes, the first included.
-	// Zero means DefaultMaxAttempts (3); 1 disables retries.
+	// Zero means 3; 1 disables retries.
 	MaxAttempts int
 
 	// BaseDelay is the delay before the first retry, before jitter.
-	// Zero means DefaultBaseDelay (500 ms), or MaxDelay if that is set and
+	// Zero means 500 ms, or MaxDelay if that is set and
 	// smaller; NoDelay means immediate retries.
 	BaseDelay time.Duration
 
 	// MaxDelay caps every computed backoff delay, before and after jitter.
 	// It does not cap server wait hints (see MaxServerWait).
-	// Zero means DefaultMaxDelay (10 s); NoDelay means every retry is
+	// Zero means 10 s; NoDelay means every retry is
 	// immediate.
 	MaxDelay time.Duration
 
 	// Multiplier is the growth factor of the exponential shape.
-	// Zero means DefaultMultiplier (2); otherwise it must be at least 1.
+	// Zero means 2; otherwise it must be at least 1.
 	Multiplier float64
 
 	// Jitter randomises each computed delay. The zero value is JitterFull.
@@ -84,13 +85,13 @@ type Policy struct {
 
 	// WaitBudget bounds the total time a call spends waiting between
 	// attempts. A retry whose wait would overrun it is not made: the call
-	// stops at once with the last error. Zero means DefaultWaitBudget
-	// (30 s); NoDelay allows only immediate retries.
+	// stops at once with the last error. Zero means 30 s; NoDelay allows
+	// only immediate retries.
 	WaitBudget time.Duration
 
 	// MaxServerWait bounds how long a server may ask the caller to wait
 	// (Retry-After and friends). What happens beyond it is ServerWait's
-	// choice. Zero means DefaultMaxServerWait (60 s).
+	// choice. Zero means 60 s.
 	MaxServerWait time.Duration
 
 	// ServerWait says what to do with a server's wait hint. The zero value
@@ -151,7 +152,10 @@ type Policy struct {
 	// makes delays reproducible but is not safe for concurrent use: give
 	// each goroutine's calls to Do their own; a Transport serialises its
 	// requests' use of it.
-	Rand Rand
+	Rand interface {
+		// Int64N returns a uniform value in [0, n); n > 0.
+		Int64N(n int64) int64
+	}
 }
 
 // Override replaces some of a Policy's settings for one kind of failure.
@@ -164,12 +168,6 @@ type Override struct {
 	BaseDelay time.Duration
 	// MaxDelay replaces Policy.MaxDelay.
 	MaxDelay time.Duration
-}
-
-// Rand is a source of random integers; *math/rand/v2.Rand satisfies it.
-type Rand interface {
-	// Int64N returns a uniform value in [0, n); n > 0.
-	Int64N(n int64) int64
 }
 
 // durationOr resolves a Policy duration: zero is the default, NoDelay zero.
@@ -191,11 +189,11 @@ type backoff struct {
 
 // resolved returns the effective backoff of p, defaults applied.
 func (p *Policy) resolved() backoff {
-	b := backoff{maxAttempts: p.MaxAttempts, max: durationOr(p.MaxDelay, DefaultMaxDelay)}
+	b := backoff{maxAttempts: p.MaxAttempts, max: durationOr(p.MaxDelay, defaultMaxDelay)}
 	if b.maxAttempts == 0 {
-		b.maxAttempts = DefaultMaxAttempts
+		b.maxAttempts = defaultMaxAttempts
 	}
-	b.base = durationOr(p.BaseDelay, min(DefaultBaseDelay, b.max))
+	b.base = durationOr(p.BaseDelay, min(defaultBaseDelay, b.max))
 	return b
 }
 
@@ -240,7 +238,7 @@ func (p *Policy) forKind(k Kind) backoff {
 
 func (p *Policy) multiplier() float64 {
 	if p.Multiplier == 0 {
-		return DefaultMultiplier
+		return defaultMultiplier
 	}
 	return p.Multiplier
 }
@@ -252,10 +250,10 @@ func (p *Policy) shape() Shape {
 	return p.Shape
 }
 
-func (p *Policy) waitBudget() time.Duration { return durationOr(p.WaitBudget, DefaultWaitBudget) }
+func (p *Policy) waitBudget() time.Duration { return durationOr(p.WaitBudget, defaultWaitBudget) }
 
 func (p *Policy) maxServerWait() time.Duration {
-	return durationOr(p.MaxServerWait, DefaultMaxServerWait)
+	return durationOr(p.MaxServerWait, defaultMaxServerWait)
 }
 
 // Validate reports the first thing wrong with p, in one line, or nil.

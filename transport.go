@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rebound-go/rebound/internal/callctx"
 	"github.com/rebound-go/rebound/internal/firsttoken"
 	"github.com/rebound-go/rebound/internal/lru"
 	"github.com/rebound-go/rebound/internal/scrub"
@@ -245,7 +246,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		p.Budget = t.budgets.Get(req.URL.Host, newRetryBudget)
 	}
 	e := newEngine(ctx, p, req.URL.Host)
-	key := TargetFrom(ctx)
+	key := callctx.Target(ctx)
 	if key == "" {
 		key = req.URL.Host
 	}
@@ -325,7 +326,7 @@ func (t *Transport) sideEffects(req *http.Request, body requestBody) bool {
 	switch {
 	case req.Header.Get("Idempotency-Key") != "":
 		return false
-	case HasSideEffects(req.Context()):
+	case callctx.SideEffects(req.Context()):
 		return true
 	case t.SideEffects == nil:
 		return false

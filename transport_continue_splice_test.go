@@ -356,7 +356,7 @@ func TestTransportEmptyContinuationThatNeverEndsIsBounded(t *testing.T) {
 			calls := st.calls
 			st.mu.Unlock()
 			t.Logf("%s: %d calls, %v in the bubble's time, %v", c.name, calls, took, err)
-			if !errors.As(err, &ie) || anthropicTextOf(got) != "Hello" || calls > 1+2*DefaultMaxAttempts || took > 2*(time.Minute+time.Minute) {
+			if !errors.As(err, &ie) || anthropicTextOf(got) != "Hello" || calls > 1+2*defaultMaxAttempts || took > 2*(time.Minute+time.Minute) {
 				t.Errorf("%s: %d calls in %v, read %v after %q", c.name, calls, took, err, got)
 			}
 		})

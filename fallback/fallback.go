@@ -36,6 +36,7 @@ import (
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/breaker"
 	"github.com/rebound-go/rebound/cost"
+	"github.com/rebound-go/rebound/internal/callctx"
 	"github.com/rebound-go/rebound/observe"
 )
 
@@ -105,7 +106,7 @@ type Chain[Req, Resp any] struct {
 
 // Cooldowns remembers which targets are cooling down: skipped by a Chain
 // without a request, because their quota ran out. A Chain passes the time
-// by its call's clock (rebound.ClockFrom); an implementation may keep time
+// by its call's clock (rebound.WithClock); an implementation may keep time
 // by another clock it trusts more, a shared store's, say. It must be safe
 // for concurrent use and must not hold a call for long: a store that is
 // slow or away should answer from what this process knows.
@@ -213,8 +214,8 @@ func (e *ChainError) Unwrap() error { return e.Err }
 // Do sends req along the chain and returns the first answer, with the
 // trail of how it got there. Without an answer the error is a *ChainError.
 func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Result[Resp], error) {
-	d := &chainCall[Req, Resp]{c: c, ctx: ctx, task: rebound.TargetFrom(ctx), clock: rebound.ClockFrom(ctx),
-		sideEffects: rebound.HasSideEffects(ctx), last: ErrNoTarget, tried: make([]bool, len(c.Targets))}
+	d := &chainCall[Req, Resp]{c: c, ctx: ctx, task: callctx.Target(ctx), clock: callctx.ClockOf(ctx),
+		sideEffects: callctx.SideEffects(ctx), last: ErrNoTarget, tried: make([]bool, len(c.Targets))}
 	for i := range c.Targets {
 		if d.tried[i] {
 			continue // it ran as a hedge
