@@ -334,3 +334,13 @@ func (l lockedRand) Int64N(n int64) int64 {
 	defer l.mu.Unlock()
 	return l.r.Int64N(n)
 }
+
+// noCancel ends nothing: the end of an attempt that has no context of its
+// own.
+func noCancel() {}
+
+// stack returns a function that ends an attempt's context with first and
+// then second.
+func stack(first, second func()) context.CancelFunc {
+	return func() { first(); second() }
+}

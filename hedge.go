@@ -2,7 +2,6 @@ package rebound
 
 import (
 	"context"
-	"errors"
 	"math"
 	"runtime"
 	"sync"
@@ -16,10 +15,6 @@ import (
 // calls a RetryBudget lets retry. It is the rule behind `rebound sim
 // --scenario hedge`, not a figure tuned to it.
 const defaultHedgePercentile = 0.9
-
-// ErrHedgeLost is the cause of the cancellation of a hedged attempt that
-// lost the race: the other produced content first.
-var ErrHedgeLost = errors.New("rebound: another attempt of the hedged call answered first")
 
 // Hedge, set in a Policy, hedges the attempts that are slow to their first
 // token. When an attempt has produced nothing after the hedge delay, a

@@ -2,13 +2,9 @@ package rebound
 
 import (
 	"bytes"
-	"errors"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptrace"
 	"strings"
-	"sync/atomic"
 )
 
 // ProviderSideEffects reports whether req may have side effects, by what
@@ -141,51 +137,4 @@ func bodyNames(req *http.Request, names []string) bool {
 		}
 		kept = copy(buf, seen[max(len(seen)-(longest-1), 0):])
 	}
-}
-
-// Statuses by which a server says it did not take a request on: too many
-// requests (429), unavailable (503), and the providers' own overloaded
-// (Anthropic's 529) and at capacity (Groq's 498). A gateway that answers
-// one of them for a request its backend had already acted on breaks their
-// meaning; 500, 502, 504 and 408 (which some gateways send when a backend
-// took too long) say no such thing.
-func refusal(status int) bool {
-	switch status {
-	case http.StatusTooManyRequests, http.StatusServiceUnavailable, 529, 498:
-		return true
-	}
-	return false
-}
-
-// sentTrace notes, through net/http's client trace, whether an attempt
-// asked for a connection and whether it got one: net/http writes a
-// request only on a connection it got.
-type sentTrace struct{ asked, got atomic.Bool }
-
-// traceSent returns req with a trace that notes what happened to its
-// connection, as well as any trace it had.
-func traceSent(req *http.Request) (*http.Request, *sentTrace) {
-	s := &sentTrace{}
-	trace := &httptrace.ClientTrace{
-		GetConn: func(string) { s.asked.Store(true) },
-		GotConn: func(httptrace.GotConnInfo) { s.got.Store(true) },
-	}
-	return req.WithContext(httptrace.WithClientTrace(req.Context(), trace)), s
-}
-
-// unreached reports whether an attempt that failed with err provably
-// never reached the server: it got no connection (not one net/http wrote
-// it on before sending it again itself, on a connection it then failed to
-// make), and either net/http asked for one (a dial, a TLS handshake or a
-// proxy's tunnel failed, or the attempt's time ran out first) or err is a
-// failure to connect, from a Base that does not trace.
-func (s *sentTrace) unreached(err error) bool {
-	if s.got.Load() {
-		return false
-	}
-	if s.asked.Load() {
-		return true
-	}
-	var op *net.OpError
-	return errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect")
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/rebound-go/rebound/internal/callctx"
 	"github.com/rebound-go/rebound/internal/firsttoken"
 	"github.com/rebound-go/rebound/internal/lru"
+	"github.com/rebound-go/rebound/internal/relay"
 	"github.com/rebound-go/rebound/internal/scrub"
 )
 
@@ -16,7 +17,6 @@ import (
 // GetBody it buffers to replay it, how much of an event stream it reads
 // looking for content, and how long such a stream may stay silent first.
 const (
-	defaultMaxBufferedBody      = 1 << 20
 	defaultStreamLookaheadBytes = 64 << 10
 	defaultStreamLookahead      = 2 * time.Minute
 )
@@ -237,7 +237,11 @@ func (t *Transport) CloseIdleConnections() {
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	body, err := t.replayableBody(req)
+	limit := t.MaxBufferedBody
+	if limit == 0 {
+		limit = relay.DefaultReplay
+	}
+	body, err := relay.Replayable(req, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +256,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	sideEffects := t.sideEffects(req, body) // a copy for the attempts: e stays on the stack
 	e.sideEffects = sideEffects
-	if body.once {
+	if body.Once {
 		e.once = StopUnreplayableBody
 	}
 	e.noHedge = req.Header.Get("Upgrade") != ""
@@ -264,7 +268,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var ok *http.Response
 	stopped := e.run(nil, func(n int) outcome {
 		r, o := hedged(&e, n, key, func(actx context.Context, end func(), hedge bool) (roundTrip, outcome) {
-			areq, cancel, bodyErr := attemptRequest(actx, req, body, n > 1 || hedge, p.AttemptTimeout)
+			areq, cancel, bodyErr := body.Request(actx, req, n > 1 || hedge, p.AttemptTimeout)
 			if bodyErr != nil {
 				end()
 				return roundTrip{}, outcome{err: bodyErr, unsent: true}
@@ -288,12 +292,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		switch {
 		case r.stream != nil:
 			// The stream hands the permit back when it ends.
-			s := r.stream
-			var more *continuer
+			var more *relay.Continuer
 			if !e.sideEffects { // a continuation is a request more
 				more = t.continuer(req, body, key)
 			}
-			r.ok.Body = t.newStreamBody(s.head, r.ok.Body, s.cancel, e.handOver(), s.encoded, more, scrub.Of(req))
+			t.handStream(r.ok, r.stream, e.handOver(), more, scrub.Of(req))
 			ok = r.ok
 		case r.ok != nil:
 			ok = r.ok
@@ -306,7 +309,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	case stopped == nil:
 		return ok, nil
 	case stopped.Attempts == 0:
-		body.close(req) // never sent, yet a RoundTripper closes it
+		body.Close(req) // never sent, yet a RoundTripper closes it
 		return nil, stopped
 	case e.inWait, stopped.Reason == StopRefused:
 		// A refused retry is the caller's to know of: the failure before
@@ -322,7 +325,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // its context's mark, or by SideEffects) and no Idempotency-Key. A body
 // buffered here is shown to SideEffects through GetBody; one that can be
 // sent only once is not, since reading it would consume it.
-func (t *Transport) sideEffects(req *http.Request, body requestBody) bool {
+func (t *Transport) sideEffects(req *http.Request, body relay.Replay) bool {
 	switch {
 	case req.Header.Get("Idempotency-Key") != "":
 		return false
@@ -331,9 +334,9 @@ func (t *Transport) sideEffects(req *http.Request, body requestBody) bool {
 	case t.SideEffects == nil:
 		return false
 	}
-	if req.GetBody == nil && body.get != nil && !body.once {
+	if req.GetBody == nil && body.Get != nil && !body.Once {
 		req = req.WithContext(req.Context()) // a copy, not the caller's
-		req.GetBody = body.get
+		req.GetBody = body.Get
 	}
 	return t.SideEffects(req)
 }

@@ -68,7 +68,16 @@ func TestTransportDoesNotContinueACanceledCall(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		st := &scriptTransport{scripts: [][]step{{{0, anthropicStart + reviewAnth("Hello")}, {}}, {{0, anthropicStart + reviewAnth(" world") + reviewAnthStop}}}}
 		var cont atomic.Int32
-		tr := &Transport{Base: st, Continuations: 1, Policy: Policy{Observer: ObserverFunc(func(e Event) {
+		upstream := make(chan io.Closer, 1) // the first stream's body, as net/http holds it
+		base := attemptFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := st.RoundTrip(req)
+			select {
+			case upstream <- resp.Body:
+			default:
+			}
+			return resp, err
+		})
+		tr := &Transport{Base: base, Continuations: 1, Policy: Policy{Observer: ObserverFunc(func(e Event) {
 			if e.Type == EventContinue {
 				cont.Add(1)
 			}
@@ -79,7 +88,7 @@ func TestTransportDoesNotContinueACanceledCall(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		go func() { <-ctx.Done(); resp.Body.(*streamBody).body.Close() }() // net/http closes the body when the context ends
+		go func() { <-ctx.Done(); (<-upstream).Close() }() // net/http closes the body when the context ends
 		done := make(chan error, 1)
 		go func() { _, err := io.ReadAll(resp.Body); done <- err }()
 		synctest.Wait()
@@ -131,3 +140,8 @@ func TestTransportCloseRacesAContinuation(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// attemptFunc adapts a function to http.RoundTripper.
+type attemptFunc func(*http.Request) (*http.Response, error)
+
+func (f attemptFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
