@@ -2,7 +2,6 @@ package rebound
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/rebound-go/rebound/internal/callctx"
@@ -108,16 +107,4 @@ func call[T any](ctx context.Context, timeout time.Duration, fn func(context.Con
 	ended = true
 	end(nil, o.err)
 	return v, outcome{err: o.err, timedOut: attemptTimedOut(ctx, actx, o.err)}
-}
-
-// errPanicked is what a Guard is told of an attempt that panicked.
-var errPanicked = errors.New("rebound: the attempt panicked")
-
-// attemptTimedOut reports whether an attempt failed with err because its
-// own timeout ended it, not the caller's context. An error that does not
-// say so (a Permanent mark returned after the deadline, say) is left to the
-// classifier.
-func attemptTimedOut(ctx, actx context.Context, err error) bool {
-	return err != nil && ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) &&
-		errors.Is(err, context.DeadlineExceeded)
 }

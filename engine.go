@@ -2,6 +2,8 @@ package rebound
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"sync"
 	"time"
 
@@ -343,4 +345,33 @@ func noCancel() {}
 // then second.
 func stack(first, second func()) context.CancelFunc {
 	return func() { first(); second() }
+}
+
+// admit asks ctx's Guard, if any, to admit an attempt with req (nil in Do
+// and Stream); without a Guard the attempt goes under ctx, and end does
+// nothing. A refusal is an outcome the engine stops on.
+func admit(ctx context.Context, req *http.Request) (context.Context, func(*http.Response, error), *outcome) {
+	g := guardFrom(ctx)
+	if g == nil {
+		return ctx, noEnd, nil
+	}
+	actx, end, err := g.Admit(ctx, req)
+	if err != nil {
+		return ctx, noEnd, &outcome{err: err, refused: true}
+	}
+	return actx, end, nil
+}
+
+func noEnd(*http.Response, error) {}
+
+// errPanicked is what a Guard is told of an attempt that panicked.
+var errPanicked = errors.New("rebound: the attempt panicked")
+
+// attemptTimedOut reports whether an attempt failed with err because its
+// own timeout ended it, not the caller's context. An error that does not
+// say so (a Permanent mark returned after the deadline, say) is left to the
+// classifier.
+func attemptTimedOut(ctx, actx context.Context, err error) bool {
+	return err != nil && ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) &&
+		errors.Is(err, context.DeadlineExceeded)
 }

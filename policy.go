@@ -1,21 +1,11 @@
 package rebound
 
 import (
-	"fmt"
 	"math"
 	"time"
 )
 
-// NoDelay is the sentinel for an explicit zero duration in a Policy.
-//
-// A zero field of Policy means "the default", so a zero duration has to be
-// asked for: set BaseDelay to NoDelay to retry immediately, WaitBudget to
-// NoDelay to allow no waiting at all, MaxServerWait to NoDelay to treat every
-// server wait hint as too long. In JSON an explicit 0 means the same.
-const NoDelay time.Duration = -1
-
-// Defaults of a zero Policy, and of a zero RetryBudget; each field's doc
-// gives its figure.
+// Defaults of a zero Policy; each field's doc gives its figure.
 const (
 	defaultMaxAttempts   = 3
 	defaultBaseDelay     = 500 * time.Millisecond
@@ -23,10 +13,6 @@ const (
 	defaultMultiplier    = 2.0
 	defaultWaitBudget    = 30 * time.Second
 	defaultMaxServerWait = 60 * time.Second
-
-	defaultBudgetRatio        = 0.1
-	defaultBudgetMinPerSecond = 10
-	defaultBudgetTTL          = 10 * time.Second
 )
 
 // defaultPerKind is the patience a zero Policy gives each kind of failure
@@ -329,24 +315,20 @@ func (p Policy) Validate() error {
 	return nil
 }
 
-// PolicyError says what is wrong with a Policy, or with the JSON read as
-// one.
-type PolicyError struct {
-	// Key is the JSON key at fault, e.g. "max_delay_ms" or
-	// "per_kind.rate_limited.max_attempts"; empty when the fault is in
-	// the policy as a whole (a syntax error, an unknown key).
-	Key string
-	// Reason says what was given and what is wanted, in one line.
-	Reason string
-}
+// Classify returns the verdict p gives a failed attempt's error, as its
+// retries judge it: the first of its Rules that matches, else its
+// Classifier, else Classify. A caller handed the final failure of a
+// Transport (a response with status 400 or above, as an *HTTPError, or a
+// *GiveUpError) learns from it what to do with the request next.
+func (p *Policy) Classify(err error) Verdict { return p.classify(err, time.Now) }
 
-func (e *PolicyError) Error() string {
-	if e.Key == "" {
-		return "rebound: policy: " + e.Reason
+// classify is Classify by the clock now.
+func (p *Policy) classify(err error, now func() time.Time) Verdict {
+	if p.Classifier != nil {
+		if v, ok := ruleVerdict(err, now, p.Rules); ok {
+			return v
+		}
+		return p.Classifier(err)
 	}
-	return "rebound: policy: " + e.Key + ": " + e.Reason
-}
-
-func policyErr(key, format string, args ...any) error {
-	return &PolicyError{Key: key, Reason: fmt.Sprintf(format, args...)}
+	return classify(err, now, p.Rules)
 }

@@ -1,7 +1,6 @@
 package rebound
 
 import (
-	"context"
 	"net/http"
 	"sync"
 	"time"
@@ -9,8 +8,8 @@ import (
 	"github.com/rebound-go/rebound/internal/callctx"
 	"github.com/rebound-go/rebound/internal/firsttoken"
 	"github.com/rebound-go/rebound/internal/lru"
+	"github.com/rebound-go/rebound/internal/provider"
 	"github.com/rebound-go/rebound/internal/relay"
-	"github.com/rebound-go/rebound/internal/scrub"
 )
 
 // Defaults of a zero Transport: how much of a request body without
@@ -234,92 +233,6 @@ func (t *Transport) CloseIdleConnections() {
 	}
 }
 
-// RoundTrip implements http.RoundTripper.
-func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
-	limit := t.MaxBufferedBody
-	if limit == 0 {
-		limit = relay.DefaultReplay
-	}
-	body, err := relay.Replayable(req, limit)
-	if err != nil {
-		return nil, err
-	}
-	p := t.Policy
-	if p.Budget == nil && !t.DisableRetryBudget {
-		p.Budget = t.budgets.Get(req.URL.Host, newRetryBudget)
-	}
-	e := newEngine(ctx, p, req.URL.Host)
-	key := callctx.Target(ctx)
-	if key == "" {
-		key = req.URL.Host
-	}
-	sideEffects := t.sideEffects(req, body) // a copy for the attempts: e stays on the stack
-	e.sideEffects = sideEffects
-	if body.Once {
-		e.once = StopUnreplayableBody
-	}
-	e.noHedge = req.Header.Get("Upgrade") != ""
-	e.randMu = &t.randMu
-	// The latest failed attempt is kept until the next one is surely made,
-	// so that a call that ends early (a breaker refusing the retry) can
-	// still give back the provider's own response.
-	var last failedAttempt
-	var ok *http.Response
-	stopped := e.run(nil, func(n int) outcome {
-		r, o := hedged(&e, n, key, func(actx context.Context, end func(), hedge bool) (roundTrip, outcome) {
-			areq, cancel, bodyErr := body.Request(actx, req, n > 1 || hedge, p.AttemptTimeout)
-			if bodyErr != nil {
-				end()
-				return roundTrip{}, outcome{err: bodyErr, unsent: true}
-			}
-			if actx != ctx { // a hedged attempt's context ends with it
-				cancel = stack(cancel, end)
-			}
-			gctx, settle, refused := admit(areq.Context(), areq)
-			if refused != nil {
-				cancel()
-				return roundTrip{}, *refused
-			}
-			if gctx != areq.Context() {
-				areq = areq.WithContext(gctx)
-			}
-			if !hedge {
-				last.discard() // the next attempt is surely made
-			}
-			return t.try(actx, req, areq, cancel, key, settle, sideEffects)
-		}, roundTrip.discard)
-		switch {
-		case r.stream != nil:
-			// The stream hands the permit back when it ends.
-			var more *relay.Continuer
-			if !e.sideEffects { // a continuation is a request more
-				more = t.continuer(req, body, key)
-			}
-			t.handStream(r.ok, r.stream, e.handOver(), more, scrub.Of(req))
-			ok = r.ok
-		case r.ok != nil:
-			ok = r.ok
-		case !o.unsent && !o.refused: // else the latest attempt is still the one before
-			last = r.failed
-		}
-		return o
-	})
-	switch {
-	case stopped == nil:
-		return ok, nil
-	case stopped.Attempts == 0:
-		body.Close(req) // never sent, yet a RoundTripper closes it
-		return nil, stopped
-	case e.inWait, stopped.Reason == StopRefused:
-		// A refused retry is the caller's to know of: the failure before
-		// it would hide the refusal (a spend cap reached).
-		last.discard()
-		return nil, stopped
-	}
-	return last.giveBack(stopped)
-}
-
 // sideEffects reports whether req is attempted again only after an
 // attempt that provably never reached the server: it has side effects (by
 // its context's mark, or by SideEffects) and no Idempotency-Key. A body
@@ -351,3 +264,109 @@ func (t *Transport) errorBodyTimeout() time.Duration {
 	}
 	return t.ErrorBodyTimeout
 }
+
+// look says how t looks into an event stream whose first content is
+// bounded by firstToken (zero: no bound).
+func (t *Transport) look(resp *http.Response, firstToken time.Duration) relay.Look {
+	l := relay.Look{Bytes: t.StreamLookaheadBytes, Silence: t.StreamLookahead, FirstToken: firstToken, MaxEvent: MaxErrorBody}
+	if l.Bytes <= 0 {
+		l.Bytes = defaultStreamLookaheadBytes
+	}
+	if l.Silence <= 0 {
+		l.Silence = defaultStreamLookahead
+	}
+	return l
+}
+
+// The adaptive first-token bound: factor × the percentile of the last
+// tokenSamples first-token times, once firsttoken.MinSamples are known.
+const (
+	tokenSamples    = 64
+	tokenPercentile = 0.9
+	tokenFactor     = 3
+)
+
+// firstTokenBound is the first-token bound of a request to key (its target
+// or host): zero for none.
+func (t *Transport) firstTokenBound(key string) time.Duration {
+	bound := t.FirstTokenTimeout
+	if !t.FirstTokenAdaptive {
+		return bound
+	}
+	p, ok := t.firstTokens.Percentile(key, tokenPercentile, firsttoken.MinSamples)
+	if !ok {
+		return bound
+	}
+	return max(bound, tokenFactor*p)
+}
+
+// firstTokenTook notes how long a stream to key took to its first content.
+func (t *Transport) firstTokenTook(key string, d time.Duration) {
+	if t.FirstTokenAdaptive {
+		t.firstTokens.Add(key, d, tokenSamples)
+	}
+}
+
+// Defaults of the guards on a stream handed over.
+const (
+	// defaultStreamStall matches defaultStreamLookahead: a provider that
+	// has begun to answer sends tokens, or at least keep-alives, far more
+	// often; a connection silent that long is dead, and with no bound the
+	// caller would wait on it for ever (http.DefaultTransport has no read
+	// timeout).
+	defaultStreamStall      = 2 * time.Minute
+	defaultStreamRateWindow = 30 * time.Second
+)
+
+// guards are the bounds on a stream t hands over, defaults resolved.
+func (t *Transport) guards() relay.Guards {
+	g := relay.Guards{Stall: t.StreamStall, MinRate: t.StreamMinRate, Window: t.StreamRateWindow}
+	switch {
+	case g.Stall == 0:
+		g.Stall = defaultStreamStall
+	case g.Stall < 0:
+		g.Stall = 0
+	}
+	if g.Window <= 0 {
+		g.Window = defaultStreamRateWindow
+	}
+	return g
+}
+
+// ProviderSideEffects reports whether req may have side effects, by what
+// rebound knows of the providers' HTTP APIs. Set as Transport.SideEffects,
+// it keeps the requests that create something at a provider (a file, a
+// batch, a fine-tuning job, an upload, a vector store, an assistant, a
+// thread's message or run) from being made twice.
+//
+// A request has none when it is a GET, HEAD, OPTIONS or TRACE, or a POST
+// to a model call whose only product is its answer, known by the end of
+// its path:
+//
+//	OpenAI, and the servers that speak its API
+//	          …/chat/completions  …/completions  …/responses
+//	          …/responses/input_tokens  …/embeddings  …/moderations
+//	          …/audio/speech  …/audio/transcriptions  …/audio/translations
+//	          …/images/generations  …/images/edits  …/images/variations
+//	Anthropic …/v1/messages  …/v1/messages/count_tokens  …/v1/complete
+//	Gemini    …:generateContent  …:streamGenerateContent  …:countTokens
+//	          …:embedContent  …:batchEmbedContents
+//	Ollama    …/api/chat  …/api/generate  …/api/embed  …/api/embeddings
+//	rerankers …/rerank
+//
+// Any other request may: a path rebound does not know is taken to create
+// something, and so is a path it knows with any other method, or a
+// trailing slash. A model call has side effects too when it asks the
+// provider to act beyond answering: a Responses call that adds its turn to
+// a stored conversation ("conversation") or lets the provider call a
+// remote MCP server (a tool of type "mcp"), a Messages call with
+// "mcp_servers". For these, and only these, the body of a Responses or
+// Messages call is read, through GetBody (without one, a body that cannot
+// be read without being consumed is taken to have them), for the JSON
+// strings "conversation", "mcp" and "mcp_servers": a quoted name is found
+// only where it is a whole key or value, and one that is not what it
+// looks like costs a retry, never a duplicate. A stored or background
+// answer (Responses' and Chat Completions' "store", Responses'
+// "background") is still only the answer, paid for again on a retry as any
+// other answer is, and does not count.
+func ProviderSideEffects(req *http.Request) bool { return provider.SideEffects(req) }

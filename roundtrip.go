@@ -7,8 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/rebound-go/rebound/internal/callctx"
 	"github.com/rebound-go/rebound/internal/continuation"
-	"github.com/rebound-go/rebound/internal/firsttoken"
 	"github.com/rebound-go/rebound/internal/relay"
 	"github.com/rebound-go/rebound/internal/scrub"
 	"github.com/rebound-go/rebound/internal/sse"
@@ -158,19 +158,6 @@ type contentWatcher interface{ ContentArrived() }
 // and transient.
 var errFirstToken = fmt.Errorf("rebound: no content within the first-token timeout: %w", ErrStreamStalled)
 
-// look says how t looks into an event stream whose first content is
-// bounded by firstToken (zero: no bound).
-func (t *Transport) look(resp *http.Response, firstToken time.Duration) relay.Look {
-	l := relay.Look{Bytes: t.StreamLookaheadBytes, Silence: t.StreamLookahead, FirstToken: firstToken, MaxEvent: MaxErrorBody}
-	if l.Bytes <= 0 {
-		l.Bytes = defaultStreamLookaheadBytes
-	}
-	if l.Silence <= 0 {
-		l.Silence = defaultStreamLookahead
-	}
-	return l
-}
-
 // lookFailure is the failure of a stream that failed before any content,
 // in rebound's terms: a *StreamError, errStreamEnded, a stall, or the read
 // error, with the request's secrets scrubbed out of it.
@@ -187,35 +174,6 @@ func lookFailure(err error, secrets scrub.Secrets) error {
 		return streamError(ev.Name, ev.Data, secrets)
 	}
 	return redactError(err, secrets)
-}
-
-// The adaptive first-token bound: factor × the percentile of the last
-// tokenSamples first-token times, once firsttoken.MinSamples are known.
-const (
-	tokenSamples    = 64
-	tokenPercentile = 0.9
-	tokenFactor     = 3
-)
-
-// firstTokenBound is the first-token bound of a request to key (its target
-// or host): zero for none.
-func (t *Transport) firstTokenBound(key string) time.Duration {
-	bound := t.FirstTokenTimeout
-	if !t.FirstTokenAdaptive {
-		return bound
-	}
-	p, ok := t.firstTokens.Percentile(key, tokenPercentile, firsttoken.MinSamples)
-	if !ok {
-		return bound
-	}
-	return max(bound, tokenFactor*p)
-}
-
-// firstTokenTook notes how long a stream to key took to its first content.
-func (t *Transport) firstTokenTook(key string, d time.Duration) {
-	if t.FirstTokenAdaptive {
-		t.firstTokens.Add(key, d, tokenSamples)
-	}
 }
 
 // streamBody is an event stream handed to the caller (see relay.Stream),
@@ -264,32 +222,6 @@ var streamErrors = relay.Errors{
 	Redact: redactError,
 }
 
-// Defaults of the guards on a stream handed over.
-const (
-	// defaultStreamStall matches defaultStreamLookahead: a provider that
-	// has begun to answer sends tokens, or at least keep-alives, far more
-	// often; a connection silent that long is dead, and with no bound the
-	// caller would wait on it for ever (http.DefaultTransport has no read
-	// timeout).
-	defaultStreamStall      = 2 * time.Minute
-	defaultStreamRateWindow = 30 * time.Second
-)
-
-// guards are the bounds on a stream t hands over, defaults resolved.
-func (t *Transport) guards() relay.Guards {
-	g := relay.Guards{Stall: t.StreamStall, MinRate: t.StreamMinRate, Window: t.StreamRateWindow}
-	switch {
-	case g.Stall == 0:
-		g.Stall = defaultStreamStall
-	case g.Stall < 0:
-		g.Stall = 0
-	}
-	if g.Window <= 0 {
-		g.Window = defaultStreamRateWindow
-	}
-	return g
-}
-
 // continuer returns the continuer of req's stream, or nil when the
 // Transport makes none or req cannot be continued: an unreplayable body,
 // an API that has no continuation, a continuation's own request. Each
@@ -306,4 +238,90 @@ func (t *Transport) continuer(req *http.Request, body relay.Replay, target strin
 			}
 			return t.RoundTrip(creq)
 		}}
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	limit := t.MaxBufferedBody
+	if limit == 0 {
+		limit = relay.DefaultReplay
+	}
+	body, err := relay.Replayable(req, limit)
+	if err != nil {
+		return nil, err
+	}
+	p := t.Policy
+	if p.Budget == nil && !t.DisableRetryBudget {
+		p.Budget = t.budgets.Get(req.URL.Host, newRetryBudget)
+	}
+	e := newEngine(ctx, p, req.URL.Host)
+	key := callctx.Target(ctx)
+	if key == "" {
+		key = req.URL.Host
+	}
+	sideEffects := t.sideEffects(req, body) // a copy for the attempts: e stays on the stack
+	e.sideEffects = sideEffects
+	if body.Once {
+		e.once = StopUnreplayableBody
+	}
+	e.noHedge = req.Header.Get("Upgrade") != ""
+	e.randMu = &t.randMu
+	// The latest failed attempt is kept until the next one is surely made,
+	// so that a call that ends early (a breaker refusing the retry) can
+	// still give back the provider's own response.
+	var last failedAttempt
+	var ok *http.Response
+	stopped := e.run(nil, func(n int) outcome {
+		r, o := hedged(&e, n, key, func(actx context.Context, end func(), hedge bool) (roundTrip, outcome) {
+			areq, cancel, bodyErr := body.Request(actx, req, n > 1 || hedge, p.AttemptTimeout)
+			if bodyErr != nil {
+				end()
+				return roundTrip{}, outcome{err: bodyErr, unsent: true}
+			}
+			if actx != ctx { // a hedged attempt's context ends with it
+				cancel = stack(cancel, end)
+			}
+			gctx, settle, refused := admit(areq.Context(), areq)
+			if refused != nil {
+				cancel()
+				return roundTrip{}, *refused
+			}
+			if gctx != areq.Context() {
+				areq = areq.WithContext(gctx)
+			}
+			if !hedge {
+				last.discard() // the next attempt is surely made
+			}
+			return t.try(actx, req, areq, cancel, key, settle, sideEffects)
+		}, roundTrip.discard)
+		switch {
+		case r.stream != nil:
+			// The stream hands the permit back when it ends.
+			var more *relay.Continuer
+			if !e.sideEffects { // a continuation is a request more
+				more = t.continuer(req, body, key)
+			}
+			t.handStream(r.ok, r.stream, e.handOver(), more, scrub.Of(req))
+			ok = r.ok
+		case r.ok != nil:
+			ok = r.ok
+		case !o.unsent && !o.refused: // else the latest attempt is still the one before
+			last = r.failed
+		}
+		return o
+	})
+	switch {
+	case stopped == nil:
+		return ok, nil
+	case stopped.Attempts == 0:
+		body.Close(req) // never sent, yet a RoundTripper closes it
+		return nil, stopped
+	case e.inWait, stopped.Reason == StopRefused:
+		// A refused retry is the caller's to know of: the failure before
+		// it would hide the refusal (a spend cap reached).
+		last.discard()
+		return nil, stopped
+	}
+	return last.giveBack(stopped)
 }
