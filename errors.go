@@ -126,42 +126,57 @@ func streamError(name string, data []byte, secrets scrub.Secrets) error {
 	return &StreamError{Event: name, Data: secrets.CutBytes(data, MaxErrorBody)}
 }
 
-// The causes with which rebound ends an attempt's context, and the
-// failures they leave: a hedge's loser, and a stream silent too long.
-var (
-	// ErrHedgeLost is the cause of the cancellation of a hedged attempt
-	// that lost the race: the other produced content first.
-	ErrHedgeLost = errors.New("rebound: another attempt of the hedged call answered first")
+// StopReason is why a call stopped retrying.
+type StopReason uint8
 
-	// ErrStreamStalled is the failure of an event stream that went silent
-	// for too long before any content: the Transport's StreamLookahead,
-	// or StreamOptions.Stall (the attempt's context then ends with it).
-	// It is transient.
-	ErrStreamStalled = errors.New("rebound: event stream went silent before any content")
+// Reasons to stop.
+const (
+	// StopAttempts: the attempts allowed for the failure's kind are spent.
+	StopAttempts StopReason = iota + 1
+	// StopWaitBudget: the next wait would overrun the wait budget.
+	StopWaitBudget
+	// StopDeadline: the next wait would reach the caller's deadline.
+	StopDeadline
+	// StopNotRetryable: the failure's kind is never retried (permanent,
+	// quota exhausted, context overflow).
+	StopNotRetryable
+	// StopCanceled: the caller's context was canceled or its deadline
+	// passed.
+	StopCanceled
+	// StopServerWait: the server asked for a wait beyond MaxServerWait
+	// and the policy honours hints.
+	StopServerWait
+	// StopSideEffects: the call has side effects and is attempted once.
+	StopSideEffects
+	// StopInvalidPolicy: the policy fails Validate (reported by Do, never
+	// by a Loop).
+	StopInvalidPolicy
+	// StopUnreplayableBody: the request's body could be sent only once
+	// (Transport).
+	StopUnreplayableBody
+	// StopBreakerOpen: the Policy's Breaker refused an attempt.
+	StopBreakerOpen
+	// StopRetryBudget: the retry budget shared with other calls is spent.
+	StopRetryBudget
+	// StopRefused: the context's Guard refused an attempt before it was
+	// sent (a spend cap it would pass, say).
+	StopRefused
 )
 
-// errStreamEnded is the failure of an event stream that ended before any
-// content: the provider gave up mid-answer.
-var errStreamEnded = fmt.Errorf("rebound: event stream ended before any content: %w", io.ErrUnexpectedEOF)
+var stopNames = [...]string{
+	StopAttempts: "attempts exhausted", StopWaitBudget: "wait budget exhausted",
+	StopDeadline: "deadline too near", StopNotRetryable: "not retryable", StopCanceled: "canceled",
+	StopServerWait: "server wait too long", StopSideEffects: "side effects, not retried",
+	StopInvalidPolicy: "invalid policy", StopUnreplayableBody: "request body cannot be replayed",
+	StopBreakerOpen: "breaker open", StopRetryBudget: "retry budget exhausted", StopRefused: "refused by the guard",
+}
 
-// redactError returns err with the request's credentials scrubbed from
-// its message (a base transport may put the URL, key and all, in it);
-// errors.Is and errors.As still reach err.
-func redactError(err error, secrets scrub.Secrets) error {
-	msg := err.Error()
-	if scrubbed := secrets.String(msg); scrubbed != msg {
-		return &redactedError{msg: scrubbed, err: err}
+func (r StopReason) String() string {
+	if r == 0 {
+		return "not stopped"
 	}
-	return err
+	return enumString(stopNames[:], int(r), "stop")
 }
-
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
 
 // GiveUpError is the error of a call that stopped without success. It wraps
 // the last attempt's error, so errors.Is and errors.As reach it.
@@ -277,54 +292,40 @@ func (e *IncompleteStreamError) Error() string {
 // Unwrap returns the read error that broke the stream, if any.
 func (e *IncompleteStreamError) Unwrap() error { return e.Err }
 
-// StopReason is why a call stopped retrying.
-type StopReason uint8
+// The causes with which rebound ends an attempt's context, and the
+// failures they leave: a hedge's loser, and a stream silent too long.
+var (
+	// ErrHedgeLost is the cause of the cancellation of a hedged attempt
+	// that lost the race: the other produced content first.
+	ErrHedgeLost = errors.New("rebound: another attempt of the hedged call answered first")
 
-// Reasons to stop.
-const (
-	// StopAttempts: the attempts allowed for the failure's kind are spent.
-	StopAttempts StopReason = iota + 1
-	// StopWaitBudget: the next wait would overrun the wait budget.
-	StopWaitBudget
-	// StopDeadline: the next wait would reach the caller's deadline.
-	StopDeadline
-	// StopNotRetryable: the failure's kind is never retried (permanent,
-	// quota exhausted, context overflow).
-	StopNotRetryable
-	// StopCanceled: the caller's context was canceled or its deadline
-	// passed.
-	StopCanceled
-	// StopServerWait: the server asked for a wait beyond MaxServerWait
-	// and the policy honours hints.
-	StopServerWait
-	// StopSideEffects: the call has side effects and is attempted once.
-	StopSideEffects
-	// StopInvalidPolicy: the policy fails Validate (reported by Do, never
-	// by a Loop).
-	StopInvalidPolicy
-	// StopUnreplayableBody: the request's body could be sent only once
-	// (Transport).
-	StopUnreplayableBody
-	// StopBreakerOpen: the Policy's Breaker refused an attempt.
-	StopBreakerOpen
-	// StopRetryBudget: the retry budget shared with other calls is spent.
-	StopRetryBudget
-	// StopRefused: the context's Guard refused an attempt before it was
-	// sent (a spend cap it would pass, say).
-	StopRefused
+	// ErrStreamStalled is the failure of an event stream that went silent
+	// for too long before any content: the Transport's StreamLookahead,
+	// or StreamOptions.Stall (the attempt's context then ends with it).
+	// It is transient.
+	ErrStreamStalled = errors.New("rebound: event stream went silent before any content")
 )
 
-var stopNames = [...]string{
-	StopAttempts: "attempts exhausted", StopWaitBudget: "wait budget exhausted",
-	StopDeadline: "deadline too near", StopNotRetryable: "not retryable", StopCanceled: "canceled",
-	StopServerWait: "server wait too long", StopSideEffects: "side effects, not retried",
-	StopInvalidPolicy: "invalid policy", StopUnreplayableBody: "request body cannot be replayed",
-	StopBreakerOpen: "breaker open", StopRetryBudget: "retry budget exhausted", StopRefused: "refused by the guard",
+// errStreamEnded is the failure of an event stream that ended before any
+// content: the provider gave up mid-answer.
+var errStreamEnded = fmt.Errorf("rebound: event stream ended before any content: %w", io.ErrUnexpectedEOF)
+
+// redactError returns err with the request's credentials scrubbed from
+// its message (a base transport may put the URL, key and all, in it);
+// errors.Is and errors.As still reach err.
+func redactError(err error, secrets scrub.Secrets) error {
+	msg := err.Error()
+	if scrubbed := secrets.String(msg); scrubbed != msg {
+		return &redactedError{msg: scrubbed, err: err}
+	}
+	return err
 }
 
-func (r StopReason) String() string {
-	if r == 0 {
-		return "not stopped"
-	}
-	return enumString(stopNames[:], int(r), "stop")
+type redactedError struct {
+	msg string
+	err error
 }
+
+func (e *redactedError) Error() string { return e.msg }
+
+func (e *redactedError) Unwrap() error { return e.err }

@@ -14,6 +14,92 @@ import (
 	"github.com/rebound-go/rebound/internal/sse"
 )
 
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	limit := t.MaxBufferedBody
+	if limit == 0 {
+		limit = relay.DefaultReplay
+	}
+	body, err := relay.Replayable(req, limit)
+	if err != nil {
+		return nil, err
+	}
+	p := t.Policy
+	if p.Budget == nil && !t.DisableRetryBudget {
+		p.Budget = t.budgets.Get(req.URL.Host, newRetryBudget)
+	}
+	e := newEngine(ctx, p, req.URL.Host)
+	key := callctx.Target(ctx)
+	if key == "" {
+		key = req.URL.Host
+	}
+	sideEffects := t.sideEffects(req, body) // a copy for the attempts: e stays on the stack
+	e.sideEffects = sideEffects
+	if body.Once {
+		e.once = StopUnreplayableBody
+	}
+	e.noHedge = req.Header.Get("Upgrade") != ""
+	e.randMu = &t.randMu
+	// The latest failed attempt is kept until the next one is surely made,
+	// so that a call that ends early (a breaker refusing the retry) can
+	// still give back the provider's own response.
+	var last failedAttempt
+	var ok *http.Response
+	stopped := e.run(nil, func(n int) outcome {
+		r, o := hedged(&e, n, key, func(actx context.Context, end func(), hedge bool) (roundTrip, outcome) {
+			areq, cancel, bodyErr := body.Request(actx, req, n > 1 || hedge, p.AttemptTimeout)
+			if bodyErr != nil {
+				end()
+				return roundTrip{}, outcome{err: bodyErr, unsent: true}
+			}
+			if actx != ctx { // a hedged attempt's context ends with it
+				cancel = stack(cancel, end)
+			}
+			gctx, settle, refused := admit(areq.Context(), areq)
+			if refused != nil {
+				cancel()
+				return roundTrip{}, *refused
+			}
+			if gctx != areq.Context() {
+				areq = areq.WithContext(gctx)
+			}
+			if !hedge {
+				last.discard() // the next attempt is surely made
+			}
+			return t.try(actx, req, areq, cancel, key, settle, sideEffects)
+		}, roundTrip.discard)
+		switch {
+		case r.stream != nil:
+			// The stream hands the permit back when it ends.
+			var more *relay.Continuer
+			if !e.sideEffects { // a continuation is a request more
+				more = t.continuer(req, body, key)
+			}
+			t.handStream(r.ok, r.stream, e.handOver(), more, scrub.Of(req))
+			ok = r.ok
+		case r.ok != nil:
+			ok = r.ok
+		case !o.unsent && !o.refused: // else the latest attempt is still the one before
+			last = r.failed
+		}
+		return o
+	})
+	switch {
+	case stopped == nil:
+		return ok, nil
+	case stopped.Attempts == 0:
+		body.Close(req) // never sent, yet a RoundTripper closes it
+		return nil, stopped
+	case e.inWait, stopped.Reason == StopRefused:
+		// A refused retry is the caller's to know of: the failure before
+		// it would hide the refusal (a spend cap reached).
+		last.discard()
+		return nil, stopped
+	}
+	return last.giveBack(stopped)
+}
+
 // roundTrip is what one attempt of RoundTrip got: a response to hand
 // over, or a failure.
 type roundTrip struct {
@@ -238,90 +324,4 @@ func (t *Transport) continuer(req *http.Request, body relay.Replay, target strin
 			}
 			return t.RoundTrip(creq)
 		}}
-}
-
-// RoundTrip implements http.RoundTripper.
-func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
-	limit := t.MaxBufferedBody
-	if limit == 0 {
-		limit = relay.DefaultReplay
-	}
-	body, err := relay.Replayable(req, limit)
-	if err != nil {
-		return nil, err
-	}
-	p := t.Policy
-	if p.Budget == nil && !t.DisableRetryBudget {
-		p.Budget = t.budgets.Get(req.URL.Host, newRetryBudget)
-	}
-	e := newEngine(ctx, p, req.URL.Host)
-	key := callctx.Target(ctx)
-	if key == "" {
-		key = req.URL.Host
-	}
-	sideEffects := t.sideEffects(req, body) // a copy for the attempts: e stays on the stack
-	e.sideEffects = sideEffects
-	if body.Once {
-		e.once = StopUnreplayableBody
-	}
-	e.noHedge = req.Header.Get("Upgrade") != ""
-	e.randMu = &t.randMu
-	// The latest failed attempt is kept until the next one is surely made,
-	// so that a call that ends early (a breaker refusing the retry) can
-	// still give back the provider's own response.
-	var last failedAttempt
-	var ok *http.Response
-	stopped := e.run(nil, func(n int) outcome {
-		r, o := hedged(&e, n, key, func(actx context.Context, end func(), hedge bool) (roundTrip, outcome) {
-			areq, cancel, bodyErr := body.Request(actx, req, n > 1 || hedge, p.AttemptTimeout)
-			if bodyErr != nil {
-				end()
-				return roundTrip{}, outcome{err: bodyErr, unsent: true}
-			}
-			if actx != ctx { // a hedged attempt's context ends with it
-				cancel = stack(cancel, end)
-			}
-			gctx, settle, refused := admit(areq.Context(), areq)
-			if refused != nil {
-				cancel()
-				return roundTrip{}, *refused
-			}
-			if gctx != areq.Context() {
-				areq = areq.WithContext(gctx)
-			}
-			if !hedge {
-				last.discard() // the next attempt is surely made
-			}
-			return t.try(actx, req, areq, cancel, key, settle, sideEffects)
-		}, roundTrip.discard)
-		switch {
-		case r.stream != nil:
-			// The stream hands the permit back when it ends.
-			var more *relay.Continuer
-			if !e.sideEffects { // a continuation is a request more
-				more = t.continuer(req, body, key)
-			}
-			t.handStream(r.ok, r.stream, e.handOver(), more, scrub.Of(req))
-			ok = r.ok
-		case r.ok != nil:
-			ok = r.ok
-		case !o.unsent && !o.refused: // else the latest attempt is still the one before
-			last = r.failed
-		}
-		return o
-	})
-	switch {
-	case stopped == nil:
-		return ok, nil
-	case stopped.Attempts == 0:
-		body.Close(req) // never sent, yet a RoundTripper closes it
-		return nil, stopped
-	case e.inWait, stopped.Reason == StopRefused:
-		// A refused retry is the caller's to know of: the failure before
-		// it would hide the refusal (a spend cap reached).
-		last.discard()
-		return nil, stopped
-	}
-	return last.giveBack(stopped)
 }
