@@ -48,8 +48,9 @@ func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error
 		}
 		first = &o
 	}
-	e := newEngine(ctx, p, "")
-	e.sideEffects = callctx.SideEffects(ctx)
+	var e engine
+	e.init(ctx, &p, "")
+	e.loop.sideEffects = callctx.SideEffects(ctx)
 	stopped := e.run(first, func(n int) outcome {
 		var o outcome
 		if p.Hedge == nil {

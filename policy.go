@@ -243,7 +243,10 @@ func (p *Policy) maxServerWait() time.Duration {
 }
 
 // Validate reports the first thing wrong with p, in one line, or nil.
-func (p Policy) Validate() error {
+func (p Policy) Validate() error { return p.validate() }
+
+// validate is Validate without a copy of p.
+func (p *Policy) validate() error {
 	if p.MaxAttempts < 0 {
 		return policyErr("max_attempts", "must not be negative (got %d)", p.MaxAttempts)
 	}

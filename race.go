@@ -49,8 +49,8 @@ func (a *abort) raise() {
 // breaker, the classifier), and either way every attempt has ended, every
 // value has gone to discard and every permit has been handed back.
 func hedged[T any](e *engine, n int, key string, attempt func(ctx context.Context, end func(), hedge bool) (T, outcome), discard func(T)) (T, outcome) {
-	h := e.policy.Hedge
-	if h == nil || e.sideEffects || e.once != 0 || e.noHedge {
+	h := e.loop.policy.Hedge
+	if h == nil || e.loop.sideEffects || e.loop.once != 0 || e.noHedge {
 		return attempt(e.ctx, noCancel, false)
 	}
 	delay := h.Delay(key)
@@ -214,7 +214,7 @@ func (r *race[T]) unwind() {
 // tells the observer.
 func (e *engine) startHedge(l *lease, n int) bool {
 	now := e.clock.Now()
-	if b := e.policy.Budget; b != nil {
+	if b := e.loop.policy.Budget; b != nil {
 		if !b.Withdraw(now) {
 			return false
 		}
@@ -226,7 +226,7 @@ func (e *engine) startHedge(l *lease, n int) bool {
 		return false
 	}
 	*l = permit
-	if obs := e.policy.Observer; obs != nil {
+	if obs := e.loop.policy.Observer; obs != nil {
 		obs.Observe(Event{Type: EventHedge, Target: e.target, Attempt: n, Elapsed: e.elapsed(), BudgetLeft: e.budgetLeft()})
 	}
 	return true

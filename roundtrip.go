@@ -29,15 +29,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if p.Budget == nil && !t.DisableRetryBudget {
 		p.Budget = t.budgets.Get(req.URL.Host, newRetryBudget)
 	}
-	e := newEngine(ctx, p, req.URL.Host)
+	var e engine
+	e.init(ctx, &p, req.URL.Host)
 	key := callctx.Target(ctx)
 	if key == "" {
 		key = req.URL.Host
 	}
 	sideEffects := t.sideEffects(req, body) // a copy for the attempts: e stays on the stack
-	e.sideEffects = sideEffects
+	e.loop.sideEffects = sideEffects
 	if body.Once {
-		e.once = StopUnreplayableBody
+		e.loop.once = StopUnreplayableBody
 	}
 	e.noHedge = req.Header.Get("Upgrade") != ""
 	e.randMu = &t.randMu
@@ -73,7 +74,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		case r.stream != nil:
 			// The stream hands the permit back when it ends.
 			var more *relay.Continuer
-			if !e.sideEffects { // a continuation is a request more
+			if !e.loop.sideEffects { // a continuation is a request more
 				more = t.continuer(req, body, key)
 			}
 			t.handStream(r.ok, r.stream, e.handOver(), more, scrub.Of(req))

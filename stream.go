@@ -74,8 +74,9 @@ type StreamOptions[E any] struct {
 // goroutine of its own.
 func StreamWith[E any](ctx context.Context, p Policy, open func(context.Context) iter.Seq2[E, error], o StreamOptions[E]) iter.Seq2[E, error] {
 	return func(yield func(E, error) bool) {
-		e := newEngine(ctx, p, "")
-		e.sideEffects = callctx.SideEffects(ctx)
+		var e engine
+		e.init(ctx, &p, "")
+		e.loop.sideEffects = callctx.SideEffects(ctx)
 		key := callctx.Target(ctx)
 		var (
 			delivered, stopped bool
