@@ -6,9 +6,10 @@
 // (stall, rate), continuing a text answer cut after content.
 //
 // It knows nothing of the retry protocol. The engine's report is handed in:
-// a stream tells the call how it ended through a function (Stream.Done),
-// and makes the errors its reader sees through constructors (Errors), so
-// that the public error types stay the root package's.
+// a stream tells the call how it ended through its Reporter (which holds
+// the breaker's permit), and makes the errors its reader sees through
+// constructors (Errors), so that the public error types stay the root
+// package's.
 package relay
 
 import (
