@@ -27,7 +27,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	p := t.Policy
 	if p.Budget == nil && !t.DisableRetryBudget {
-		p.Budget = t.budgets.Get(req.URL.Host, newRetryBudget)
+		p.Budget = made(&t.budgets).Get(req.URL.Host, newRetryBudget)
 	}
 	var e engine
 	e.init(ctx, &p, req.URL.Host)

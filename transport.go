@@ -3,6 +3,7 @@ package rebound
 import (
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rebound-go/rebound/internal/callctx"
@@ -211,10 +212,11 @@ type Transport struct {
 	// (one idle for its whole TTL holds nothing a fresh one does not).
 	DisableRetryBudget bool
 
-	randMu  sync.Mutex                    // serialises draws from Policy.Rand
-	budgets lru.Map[string, *RetryBudget] // per host
-
-	firstTokens firsttoken.Times // per target or host, for FirstTokenAdaptive
+	// Made on first use, so that a Transport made for each request (as
+	// a proxy's may be) costs nothing for what it does not use.
+	budgets     atomic.Pointer[lru.Map[string, *RetryBudget]] // per host
+	firstTokens atomic.Pointer[firsttoken.Times]              // per target or host, for FirstTokenAdaptive
+	randMu      sync.Mutex                                    // serialises draws from Policy.Rand
 }
 
 func (t *Transport) base() http.RoundTripper {
@@ -293,7 +295,7 @@ func (t *Transport) firstTokenBound(key string) time.Duration {
 	if !t.FirstTokenAdaptive {
 		return bound
 	}
-	p, ok := t.firstTokens.Percentile(key, tokenPercentile, firsttoken.MinSamples)
+	p, ok := made(&t.firstTokens).Percentile(key, tokenPercentile, firsttoken.MinSamples)
 	if !ok {
 		return bound
 	}
@@ -303,7 +305,7 @@ func (t *Transport) firstTokenBound(key string) time.Duration {
 // firstTokenTook notes how long a stream to key took to its first content.
 func (t *Transport) firstTokenTook(key string, d time.Duration) {
 	if t.FirstTokenAdaptive {
-		t.firstTokens.Add(key, d, tokenSamples)
+		made(&t.firstTokens).Add(key, d, tokenSamples)
 	}
 }
 
@@ -370,3 +372,12 @@ func (t *Transport) guards() relay.Guards {
 // "background") is still only the answer, paid for again on a retry as any
 // other answer is, and does not count.
 func ProviderSideEffects(req *http.Request) bool { return provider.SideEffects(req) }
+
+// made returns what p points to, made on first use.
+func made[T any](p *atomic.Pointer[T]) *T {
+	if v := p.Load(); v != nil {
+		return v
+	}
+	p.CompareAndSwap(nil, new(T))
+	return p.Load()
+}

@@ -28,15 +28,15 @@ type Map[K comparable, V any] struct {
 
 	mu    sync.Mutex // guards byKey and the list
 	byKey map[K]*entry[K, V]
-	// The entries in order of use: recent.next is the most recently
-	// used, recent.prev the least.
-	recent entry[K, V]
+	// The entries in order of use, from newest (the most recently used)
+	// by older to oldest.
+	newest, oldest *entry[K, V]
 }
 
 type entry[K comparable, V any] struct {
-	key        K
-	v          V
-	prev, next *entry[K, V]
+	key          K
+	v            V
+	newer, older *entry[K, V]
 }
 
 // Get returns key's value, made by make if the map holds none, and marks
@@ -53,7 +53,6 @@ func (m *Map[K, V]) Get(key K, make func() V) V {
 	defer m.mu.Unlock() // make may panic
 	if m.byKey == nil {
 		m.byKey = map[K]*entry[K, V]{}
-		m.recent.prev, m.recent.next = &m.recent, &m.recent
 	}
 	size := m.Size
 	if size <= 0 {
@@ -90,32 +89,50 @@ func (m *Map[K, V]) Len() int {
 
 // use marks e the most recently used. m.mu is held.
 func (m *Map[K, V]) use(e *entry[K, V]) {
-	if m.recent.next == e {
+	if m.newest == e {
 		return
 	}
-	e.prev.next, e.next.prev = e.next, e.prev
+	m.unlink(e)
 	m.push(e)
 }
 
 // push puts e first in the order of use. m.mu is held.
 func (m *Map[K, V]) push(e *entry[K, V]) {
-	e.prev, e.next = &m.recent, m.recent.next
-	m.recent.next.prev = e
-	m.recent.next = e
+	e.newer, e.older = nil, m.newest
+	if m.newest != nil {
+		m.newest.newer = e
+	} else {
+		m.oldest = e
+	}
+	m.newest = e
+}
+
+// unlink takes e out of the order of use. m.mu is held.
+func (m *Map[K, V]) unlink(e *entry[K, V]) {
+	if e.newer != nil {
+		e.newer.older = e.older
+	} else {
+		m.newest = e.older
+	}
+	if e.older != nil {
+		e.older.newer = e.newer
+	} else {
+		m.oldest = e.newer
+	}
 }
 
 // evict drops the least recently used entry that need not stay, or the
 // least recently used of all. m.mu is held, and the map holds an entry.
 func (m *Map[K, V]) evict() {
-	victim := m.recent.prev
+	victim := m.oldest
 	if m.Stay != nil {
-		for e := victim; e != &m.recent; e = e.prev {
+		for e := victim; e != nil; e = e.newer {
 			if !m.Stay(e.v) {
 				victim = e
 				break
 			}
 		}
 	}
-	victim.prev.next, victim.next.prev = victim.next, victim.prev
+	m.unlink(victim)
 	delete(m.byKey, victim.key)
 }
