@@ -40,9 +40,9 @@ type ring struct {
 // recompute is how many samples a cached percentile outlives.
 const recompute = 8
 
-// Add notes d for key, in a ring of size samples.
+// Add notes d for key, in a ring of size samples (at least one).
 func (t *Times) Add(key string, d time.Duration, size int) {
-	r := t.keys.Get(key, func() *ring { return &ring{times: make([]time.Duration, 0, size)} })
+	r := t.keys.Get(key, func() *ring { return &ring{times: make([]time.Duration, 0, max(size, 1))} })
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.times) < cap(r.times) {

@@ -51,3 +51,13 @@ func TestTimesKeepABoundedNumberOfKeys(t *testing.T) {
 		t.Error("the latest key was not kept")
 	}
 }
+
+func TestTimesKeepAtLeastOneSample(t *testing.T) {
+	var ts Times
+	for _, d := range []time.Duration{time.Second, 2 * time.Second} {
+		ts.Add("a", d, 0)
+	}
+	if d, ok := ts.Percentile("a", 0.5, 1); !ok || d != 2*time.Second {
+		t.Errorf("a ring asked to keep no samples gives %v, %v; want the latest, 2s", d, ok)
+	}
+}

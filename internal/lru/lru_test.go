@@ -163,3 +163,21 @@ func BenchmarkMapGetHit(b *testing.B) {
 		i++
 	}
 }
+
+func TestMapOfOneEntry(t *testing.T) {
+	m := Map[string, int]{Size: 1, Stay: func(int) bool { return true }}
+	m.Get("a", func() int { return 1 })
+	if got := m.Get("b", func() int { return 2 }); got != 2 || m.Len() != 1 {
+		t.Fatalf("got %d, len %d; want 2, 1", got, m.Len())
+	}
+	if _, ok := m.Load("a"); ok {
+		t.Error(`"a" stayed in a map of one entry that had to take "b"`)
+	}
+	m = Map[string, int]{Size: -5}
+	for i := range DefaultSize + 1 {
+		m.Get(string(rune('a'+i%26))+string(rune(i)), func() int { return i })
+	}
+	if m.Len() != DefaultSize {
+		t.Errorf("a negative size holds %d entries, want the default %d", m.Len(), DefaultSize)
+	}
+}
