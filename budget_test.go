@@ -12,6 +12,9 @@ import (
 	"github.com/rebound-go/rebound"
 )
 
+// budgetTTL is a zero RetryBudget's TTL, as its doc gives it.
+const budgetTTL = 10 * time.Second
+
 func TestRetryBudgetReserve(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var b rebound.RetryBudget // 10 retries a second over 10 s, and 10% of calls
@@ -31,7 +34,7 @@ func TestRetryBudgetReserve(t *testing.T) {
 		if !first || !second || third {
 			t.Fatal("20 calls at a ratio of 0.1 should allow exactly 2 more retries")
 		}
-		time.Sleep(rebound.DefaultBudgetTTL) // virtual: everything is forgotten
+		time.Sleep(budgetTTL) // virtual: everything is forgotten
 		if got := b.Available(time.Now()); got != 100 {
 			t.Fatalf("after the TTL %v retries available, want the reserve of 100", got)
 		}
@@ -157,7 +160,7 @@ func TestRetryBudgetClocksBefore1970(t *testing.T) {
 		if n != 3 {
 			t.Fatalf("%v: 30 calls at a ratio of 0.1 allowed %d retries, want 3", start, n)
 		}
-		if got := b.Available(now.Add(rebound.DefaultBudgetTTL + time.Second)); got != 0 {
+		if got := b.Available(now.Add(budgetTTL + time.Second)); got != 0 {
 			t.Fatalf("%v: %v retries available after the TTL with no reserve, want 0", start, got)
 		}
 	}
@@ -171,7 +174,7 @@ func TestRetryBudgetClockGoesBack(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	for b.Withdraw(now) {
 	}
-	for _, back := range []time.Duration{time.Second, rebound.DefaultBudgetTTL, 365 * 24 * time.Hour} {
+	for _, back := range []time.Duration{time.Second, budgetTTL, 365 * 24 * time.Hour} {
 		then := now.Add(-back)
 		if got := b.Available(then); got != 100 {
 			t.Fatalf("%v back: %v retries available, want the reserve of 100", back, got)

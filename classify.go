@@ -12,102 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rebound-go/rebound/internal/header"
 	"github.com/rebound-go/rebound/internal/provider"
 )
-
-// Kind is what sort of failure an attempt met, and so what may be done
-// about it.
-type Kind uint8
-
-// Kinds of failure. The zero value is KindTransient: an error nobody
-// recognises is retried, as in every peer library.
-const (
-	// KindTransient may succeed if tried again: 5xx, 408, 409, 425,
-	// connection resets, per-attempt timeouts, unknown errors.
-	KindTransient Kind = iota
-	// KindRateLimited is a 429 that asks the caller to slow down.
-	KindRateLimited
-	// KindOverloaded is a provider saying it is overloaded (529).
-	KindOverloaded
-	// KindQuotaExhausted is an exhausted quota or balance: retrying
-	// cannot succeed until someone pays.
-	KindQuotaExhausted
-	// KindContextOverflow is a request too large for the model: it can
-	// only succeed once the request is made smaller (413, and providers'
-	// context-length errors).
-	KindContextOverflow
-	// KindPermanent will fail the same way however often it is tried:
-	// 400, 401, 403, 404, 422.
-	KindPermanent
-	// KindCanceled is the caller's own context, canceled or past its
-	// deadline.
-	KindCanceled
-)
-
-var kindNames = [...]string{
-	KindTransient: "transient", KindRateLimited: "rate_limited", KindOverloaded: "overloaded",
-	KindQuotaExhausted: "quota_exhausted", KindContextOverflow: "context_overflow",
-	KindPermanent: "permanent", KindCanceled: "canceled",
-}
-
-// String returns the JSON name of k.
-func (k Kind) String() string { return enumString(kindNames[:], int(k), "kind") }
-
-// MarshalText implements encoding.TextMarshaler.
-func (k Kind) MarshalText() ([]byte, error) { return enumMarshal(kindNames[:], int(k), "kind") }
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (k *Kind) UnmarshalText(b []byte) error {
-	i, err := enumParse(kindNames[:], string(b), "kind")
-	*k = Kind(i)
-	return err
-}
-
-// retryable reports whether a failure of kind k may be retried on the same
-// target.
-func (k Kind) retryable() bool { return k <= KindOverloaded }
-
-// Verdict is a classifier's judgement of one failed attempt.
-type Verdict struct {
-	Kind Kind
-	// ServerWait is how long the server asked the caller to wait before
-	// trying again; meaningful only when HasServerWait is set (a server
-	// may ask for zero).
-	ServerWait    time.Duration
-	HasServerWait bool
-}
-
-// permanentError marks an error that must not be retried. See Permanent.
-type permanentError struct{ err error }
-
-func (e *permanentError) Error() string { return e.err.Error() }
-func (e *permanentError) Unwrap() error { return e.err }
-
-// Permanent marks err as not worth retrying, whatever the classifier would
-// say. Permanent(nil) is nil.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &permanentError{err: err}
-}
-
-// retryableError marks an error as transient. See Retryable.
-type retryableError struct{ err error }
-
-func (e *retryableError) Error() string { return e.err.Error() }
-func (e *retryableError) Unwrap() error { return e.err }
-
-// Retryable marks err as transient, whatever the classifier would say. A
-// function returns it to reject a result it cannot use (an empty model
-// response, say) and have the call tried again. Retryable(nil) is nil.
-func Retryable(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &retryableError{err: err}
-}
 
 // Classify is the default classifier. It knows the Permanent and Retryable
 // marks, context errors, HTTP failures (through *HTTPError, judged by
@@ -264,23 +170,6 @@ func classifyResponse(status int, h http.Header, body []byte, now func() time.Ti
 	return v
 }
 
-// responseWait is the wait a failed response asks for, in the order
-// ClassifyResponse gives.
-func responseWait(status int, h http.Header, pe *provider.Error, parsed bool, now func() time.Time) (time.Duration, bool) {
-	if d, ok := header.Wait(h, now); ok {
-		return d, true
-	}
-	if parsed {
-		if d, ok := pe.Wait(); ok {
-			return d, true
-		}
-	}
-	if status == http.StatusTooManyRequests && h != nil {
-		return header.ExhaustedReset(h, now())
-	}
-	return 0, false
-}
-
 // kindOf is the Kind of what a body says; false if it says nothing.
 func kindOf(c provider.Class) (Kind, bool) {
 	switch c {
@@ -355,6 +244,40 @@ func providerResponse(err error) (status int, h http.Header, body []byte, found 
 	case interface{ Unwrap() []error }:
 		for _, e := range x.Unwrap() {
 			if status, h, body, ok := providerResponse(e); ok {
+				return status, h, body, true
+			}
+		}
+	}
+	return 0, nil, nil, false
+}
+
+// ruleVerdict is the verdict of the first rule that matches the response
+// in err's tree, if any: rules are asked before a Policy's Classifier.
+func ruleVerdict(err error, now func() time.Time, rules []Rule) (Verdict, bool) {
+	if len(rules) == 0 {
+		return Verdict{}, false
+	}
+	status, h, body, found := unmarkedResponse(err)
+	if !found {
+		return Verdict{}, false
+	}
+	pe, parsed := provider.Read(h, body)
+	return applyRules(rules, status, h, body, &pe, parsed, now)
+}
+
+// unmarkedResponse is providerResponse, unless a Permanent or Retryable
+// mark comes first in err's tree: the caller's mark outweighs any rule.
+func unmarkedResponse(err error) (status int, h http.Header, body []byte, found bool) {
+	switch x := err.(type) {
+	case *permanentError, *retryableError:
+		return 0, nil, nil, false
+	case *HTTPError, *StreamError:
+		return providerResponse(x)
+	case interface{ Unwrap() error }:
+		return unmarkedResponse(x.Unwrap())
+	case interface{ Unwrap() []error }:
+		for _, e := range x.Unwrap() {
+			if status, h, body, ok := unmarkedResponse(e); ok {
 				return status, h, body, true
 			}
 		}

@@ -2,8 +2,9 @@ package rebound
 
 import (
 	"context"
-	"errors"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/callctx"
 )
 
 // Do calls fn until it succeeds or p says to stop, and returns its result.
@@ -47,8 +48,9 @@ func Do[T any](ctx context.Context, p Policy, fn func(context.Context) (T, error
 		}
 		first = &o
 	}
-	e := newEngine(ctx, p, "")
-	e.sideEffects = HasSideEffects(ctx)
+	var e engine
+	e.init(ctx, &p, "")
+	e.loop.sideEffects = callctx.SideEffects(ctx)
 	stopped := e.run(first, func(n int) outcome {
 		var o outcome
 		if p.Hedge == nil {
@@ -75,7 +77,7 @@ func Run(ctx context.Context, p Policy, fn func(context.Context) error) error {
 // function of its own so that a Do that does not hedge keeps its
 // variables on the stack.
 func hedgedCall[T any](e *engine, n int, timeout time.Duration, fn func(context.Context) (T, error)) (T, outcome) {
-	return hedged(e, n, TargetFrom(e.ctx), func(ctx context.Context, end func(), _ bool) (T, outcome) {
+	return hedged(e, n, callctx.Target(e.ctx), func(ctx context.Context, end func(), _ bool) (T, outcome) {
 		defer end()
 		return call(ctx, timeout, fn)
 	}, nil)
@@ -106,16 +108,4 @@ func call[T any](ctx context.Context, timeout time.Duration, fn func(context.Con
 	ended = true
 	end(nil, o.err)
 	return v, outcome{err: o.err, timedOut: attemptTimedOut(ctx, actx, o.err)}
-}
-
-// errPanicked is what a Guard is told of an attempt that panicked.
-var errPanicked = errors.New("rebound: the attempt panicked")
-
-// attemptTimedOut reports whether an attempt failed with err because its
-// own timeout ended it, not the caller's context. An error that does not
-// say so (a Permanent mark returned after the deadline, say) is left to the
-// classifier.
-func attemptTimedOut(ctx, actx context.Context, err error) bool {
-	return err != nil && ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) &&
-		errors.Is(err, context.DeadlineExceeded)
 }

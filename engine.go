@@ -2,8 +2,12 @@ package rebound
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"sync"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/callctx"
 )
 
 // The retry protocol, written once. An engine runs one call: it deposits
@@ -16,23 +20,25 @@ import (
 // engine is the state of one call.
 type engine struct {
 	ctx    context.Context
-	policy Policy // the caller's, with the call's own Observer
 	clock  Clock
 	start  time.Time
 	target string
-	loop   Loop  // set up at the first failure
-	held   lease // the breaker's permit while an attempt holds it
+	// loop holds the call's one copy of the caller's Policy, with the
+	// call's own Observer; the rest of it is set up at the first failure.
+	loop Loop
+	held lease // the breaker's permit while an attempt holds it
 
 	withdrewAt time.Time // when the latest retry was withdrawn from the budget
 	lastErr    error     // the latest failure, and its verdict
 	lastVerd   Verdict
 	inWait     bool // the call stopped during a wait
 
-	// Set by an adapter before the call starts.
-	sideEffects bool        // attempted once: a retry could repeat what it did
-	noHedge     bool        // never hedged (a protocol upgrade: a second socket)
-	once        StopReason  // attempted once for this reason (a body that cannot be sent again)
-	randMu      *sync.Mutex // serialises draws from the policy's Rand, shared by concurrent calls
+	// Set by an adapter before the call starts, with the loop's
+	// sideEffects (attempted once: a retry could repeat what it did) and
+	// once (attempted once for this reason: a body that cannot be sent
+	// again).
+	noHedge bool        // never hedged (a protocol upgrade: a second socket)
+	randMu  *sync.Mutex // serialises draws from the policy's Rand, shared by concurrent calls
 }
 
 // outcome is how one attempt ended.
@@ -55,24 +61,24 @@ type outcome struct {
 	unreached bool
 }
 
-// newEngine readies a call under p: its observer, clock, start time and
-// target, and its deposit in the retry budget. target, if the context
-// names none, names what is called.
-func newEngine(ctx context.Context, p Policy, target string) engine {
-	e := engine{ctx: ctx, policy: p, clock: ClockFrom(ctx)}
+// init readies e, a zero engine, for a call under p: its observer, clock,
+// start time and target, and its deposit in the retry budget. target, if
+// the context names none, names what is called. (An engine is set up in
+// place: it is large, and a call that needs no retry should not copy it.)
+func (e *engine) init(ctx context.Context, p *Policy, target string) {
+	e.ctx, e.clock, e.loop.policy = ctx, callctx.ClockOf(ctx), *p
 	if obs := p.Observer; obs != nil {
 		if co, ok := obs.(CallObserver); ok {
-			e.policy.Observer = co.ObserveCall(ctx)
+			e.loop.policy.Observer = co.ObserveCall(ctx)
 		}
 		e.start = e.clock.Now()
-		if e.target = TargetFrom(ctx); e.target == "" {
+		if e.target = callctx.Target(ctx); e.target == "" {
 			e.target = target
 		}
 	}
 	if b := p.Budget; b != nil {
 		b.Deposit(e.clock.Now())
 	}
-	return e
 }
 
 // run makes the call's attempts with attempt, numbered from 1, until one
@@ -155,7 +161,7 @@ func (e *engine) permit() error {
 // allow asks the policy's breaker, if any, for a permit: an attempt's or a
 // hedge's. This is the one place that asks.
 func (e *engine) allow() (lease, error) {
-	b := e.policy.Breaker
+	b := e.loop.policy.Breaker
 	if b == nil {
 		return lease{}, nil
 	}
@@ -178,13 +184,11 @@ func (e *engine) handOver() lease {
 // here, off the success path, so that a call that needs no retry pays
 // nothing for it; an invalid one stops the call.
 func (e *engine) begin() *GiveUpError {
-	deadline, _ := e.ctx.Deadline()
-	e.loop = NewLoop(e.policy, deadline, e.sideEffects)
-	if invalid := e.policy.Validate(); invalid != nil {
+	e.loop.deadline, _ = e.ctx.Deadline()
+	if invalid := e.loop.policy.validate(); invalid != nil {
 		e.loop.attempts = 1
 		return e.stop(Verdict{}, Decision{Reason: StopInvalidPolicy}, nil, invalid)
 	}
-	e.loop.once = e.once
 	if e.randMu != nil && e.loop.policy.Rand != nil {
 		e.loop.policy.Rand = lockedRand{mu: e.randMu, r: e.loop.policy.Rand}
 	}
@@ -201,7 +205,7 @@ func (e *engine) classify(err error, timedOut bool) Verdict {
 	case timedOut:
 		return Verdict{Kind: KindTransient}
 	}
-	return e.policy.classify(err, e.clock.Now)
+	return e.loop.policy.classify(err, e.clock.Now)
 }
 
 // next asks the Loop, and then the retry budget, if any, about an attempt
@@ -213,7 +217,7 @@ func (e *engine) next(v Verdict, unreached bool) Decision {
 		now = e.clock.Now()
 	}
 	d := e.loop.next(v, now, unreached)
-	if b := e.policy.Budget; d.Retry && b != nil {
+	if b := e.loop.policy.Budget; d.Retry && b != nil {
 		if now.IsZero() {
 			now = e.clock.Now()
 		}
@@ -229,7 +233,7 @@ func (e *engine) next(v Verdict, unreached bool) Decision {
 // refund gives a retry that was withdrawn but never made back to the
 // budget, as of when it was withdrawn.
 func (e *engine) refund() {
-	if b := e.policy.Budget; b != nil {
+	if b := e.loop.policy.Budget; b != nil {
 		b.Refund(e.withdrewAt)
 	}
 }
@@ -257,7 +261,7 @@ func (e *engine) giveUp(v Verdict, d Decision, err error) *GiveUpError {
 
 // stop ends the call: an event, and the error that says why.
 func (e *engine) stop(v Verdict, d Decision, err, cause error) *GiveUpError {
-	if obs := e.policy.Observer; obs != nil {
+	if obs := e.loop.policy.Observer; obs != nil {
 		obs.Observe(Event{Type: EventGiveUp, Target: e.target, Attempt: e.loop.attempts, Err: err, Verdict: v,
 			Reason: d.Reason, Waited: e.loop.waited, Elapsed: e.elapsed(), BudgetLeft: e.budgetLeft()})
 	}
@@ -269,14 +273,14 @@ func (e *engine) stop(v Verdict, d Decision, err, cause error) *GiveUpError {
 
 // attempted reports an attempt's end to the observer.
 func (e *engine) attempted(n int, err error) {
-	if obs := e.policy.Observer; obs != nil {
+	if obs := e.loop.policy.Observer; obs != nil {
 		obs.Observe(Event{Type: EventAttempt, Target: e.target, Attempt: n, Err: err, Waited: e.loop.waited, Elapsed: e.elapsed()})
 	}
 }
 
 // retrying reports a scheduled retry to the observer.
 func (e *engine) retrying(n int, err error, v Verdict, d Decision) {
-	if obs := e.policy.Observer; obs != nil {
+	if obs := e.loop.policy.Observer; obs != nil {
 		obs.Observe(Event{Type: EventRetry, Target: e.target, Attempt: n, Err: err, Verdict: v,
 			Wait: d.Wait, Waited: e.loop.waited, Elapsed: e.elapsed(), BudgetLeft: e.budgetLeft()})
 	}
@@ -287,7 +291,7 @@ func (e *engine) elapsed() time.Duration { return e.clock.Now().Sub(e.start) }
 // budgetLeft is what the retry budget still allows, for events; -1
 // without a budget.
 func (e *engine) budgetLeft() float64 {
-	if b := e.policy.Budget; b != nil {
+	if b := e.loop.policy.Budget; b != nil {
 		return b.Available(e.clock.Now())
 	}
 	return -1
@@ -320,10 +324,11 @@ func (l *lease) abandon() {
 	l.done(OutcomeFailure)
 }
 
-// lockedRand serialises draws from a Rand shared by concurrent calls.
+// lockedRand serialises draws from a Policy's Rand shared by concurrent
+// calls.
 type lockedRand struct {
 	mu *sync.Mutex
-	r  Rand
+	r  interface{ Int64N(int64) int64 }
 }
 
 func (l lockedRand) Int64N(n int64) int64 {
@@ -332,21 +337,41 @@ func (l lockedRand) Int64N(n int64) int64 {
 	return l.r.Int64N(n)
 }
 
-// sleep waits for d or until ctx is done, and returns ctx's cause if that
-// came first.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
-		return nil
+// noCancel ends nothing: the end of an attempt that has no context of its
+// own.
+func noCancel() {}
+
+// stack returns a function that ends an attempt's context with first and
+// then second.
+func stack(first, second func()) context.CancelFunc {
+	return func() { first(); second() }
+}
+
+// admit asks ctx's Guard, if any, to admit an attempt with req (nil in Do
+// and Stream); without a Guard the attempt goes under ctx, and end does
+// nothing. A refusal is an outcome the engine stops on.
+func admit(ctx context.Context, req *http.Request) (context.Context, func(*http.Response, error), *outcome) {
+	g := guardFrom(ctx)
+	if g == nil {
+		return ctx, noEnd, nil
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
+	actx, end, err := g.Admit(ctx, req)
+	if err != nil {
+		return ctx, noEnd, &outcome{err: err, refused: true}
 	}
+	return actx, end, nil
+}
+
+func noEnd(*http.Response, error) {}
+
+// errPanicked is what a Guard is told of an attempt that panicked.
+var errPanicked = errors.New("rebound: the attempt panicked")
+
+// attemptTimedOut reports whether an attempt failed with err because its
+// own timeout ended it, not the caller's context. An error that does not
+// say so (a Permanent mark returned after the deadline, say) is left to the
+// classifier.
+func attemptTimedOut(ctx, actx context.Context, err error) bool {
+	return err != nil && ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) &&
+		errors.Is(err, context.DeadlineExceeded)
 }

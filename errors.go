@@ -1,13 +1,16 @@
 package rebound
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/rebound-go/rebound/internal/relay"
 	"github.com/rebound-go/rebound/internal/scrub"
 )
 
@@ -31,11 +34,29 @@ const MaxErrorBody = 64 << 10
 // "key" query parameter) are scrubbed from the error's body and headers, in
 // case the server echoed them.
 func NewHTTPError(resp *http.Response) *HTTPError {
-	b := readErrorBody(resp, defaultErrorBodyTimeout)
+	b := relay.ReadErrorBody(resp, MaxErrorBody, defaultErrorBodyTimeout)
 	if resp.Body != nil {
 		resp.Body.Close()
 	}
 	return httpError(resp, b, scrub.Of(resp.Request))
+}
+
+// defaultErrorBodyTimeout bounds how long a failed response's body is read
+// to judge it, unless a Transport says otherwise.
+const defaultErrorBodyTimeout = 5 * time.Second
+
+// httpError makes the *HTTPError of a failed response whose body b was
+// read, with the credentials of its request scrubbed from the body and
+// from the headers a server echoed them in. The response's own header is
+// left as it was.
+func httpError(resp *http.Response, b relay.ErrorBody, secrets scrub.Secrets) *HTTPError {
+	h := resp.Header
+	if b.Decoded {
+		h = h.Clone()
+		h.Del("Content-Encoding")
+		h.Del("Content-Length")
+	}
+	return &HTTPError{StatusCode: resp.StatusCode, Header: secrets.Header(h), Body: secrets.CutBytes(b.Text, MaxErrorBody)}
 }
 
 // errorSnippet bounds how much of the body an error message shows.
@@ -97,6 +118,64 @@ type StreamError struct {
 
 func (e *StreamError) Error() string {
 	return "rebound: error event in stream: " + snippet(e.Data)
+}
+
+// streamError is the *StreamError of an error event named name, its data
+// scrubbed of secrets and cut to MaxErrorBody.
+func streamError(name string, data []byte, secrets scrub.Secrets) error {
+	return &StreamError{Event: name, Data: secrets.CutBytes(data, MaxErrorBody)}
+}
+
+// StopReason is why a call stopped retrying.
+type StopReason uint8
+
+// Reasons to stop.
+const (
+	// StopAttempts: the attempts allowed for the failure's kind are spent.
+	StopAttempts StopReason = iota + 1
+	// StopWaitBudget: the next wait would overrun the wait budget.
+	StopWaitBudget
+	// StopDeadline: the next wait would reach the caller's deadline.
+	StopDeadline
+	// StopNotRetryable: the failure's kind is never retried (permanent,
+	// quota exhausted, context overflow).
+	StopNotRetryable
+	// StopCanceled: the caller's context was canceled or its deadline
+	// passed.
+	StopCanceled
+	// StopServerWait: the server asked for a wait beyond MaxServerWait
+	// and the policy honours hints.
+	StopServerWait
+	// StopSideEffects: the call has side effects and is attempted once.
+	StopSideEffects
+	// StopInvalidPolicy: the policy fails Validate (reported by Do, never
+	// by a Loop).
+	StopInvalidPolicy
+	// StopUnreplayableBody: the request's body could be sent only once
+	// (Transport).
+	StopUnreplayableBody
+	// StopBreakerOpen: the Policy's Breaker refused an attempt.
+	StopBreakerOpen
+	// StopRetryBudget: the retry budget shared with other calls is spent.
+	StopRetryBudget
+	// StopRefused: the context's Guard refused an attempt before it was
+	// sent (a spend cap it would pass, say).
+	StopRefused
+)
+
+var stopNames = [...]string{
+	StopAttempts: "attempts exhausted", StopWaitBudget: "wait budget exhausted",
+	StopDeadline: "deadline too near", StopNotRetryable: "not retryable", StopCanceled: "canceled",
+	StopServerWait: "server wait too long", StopSideEffects: "side effects, not retried",
+	StopInvalidPolicy: "invalid policy", StopUnreplayableBody: "request body cannot be replayed",
+	StopBreakerOpen: "breaker open", StopRetryBudget: "retry budget exhausted", StopRefused: "refused by the guard",
+}
+
+func (r StopReason) String() string {
+	if r == 0 {
+		return "not stopped"
+	}
+	return enumString(stopNames[:], int(r), "stop")
 }
 
 // GiveUpError is the error of a call that stopped without success. It wraps
@@ -212,3 +291,41 @@ func (e *IncompleteStreamError) Error() string {
 
 // Unwrap returns the read error that broke the stream, if any.
 func (e *IncompleteStreamError) Unwrap() error { return e.Err }
+
+// The causes with which rebound ends an attempt's context, and the
+// failures they leave: a hedge's loser, and a stream silent too long.
+var (
+	// ErrHedgeLost is the cause of the cancellation of a hedged attempt
+	// that lost the race: the other produced content first.
+	ErrHedgeLost = errors.New("rebound: another attempt of the hedged call answered first")
+
+	// ErrStreamStalled is the failure of an event stream that went silent
+	// for too long before any content: the Transport's StreamLookahead,
+	// or StreamOptions.Stall (the attempt's context then ends with it).
+	// It is transient.
+	ErrStreamStalled = errors.New("rebound: event stream went silent before any content")
+)
+
+// errStreamEnded is the failure of an event stream that ended before any
+// content: the provider gave up mid-answer.
+var errStreamEnded = fmt.Errorf("rebound: event stream ended before any content: %w", io.ErrUnexpectedEOF)
+
+// redactError returns err with the request's credentials scrubbed from
+// its message (a base transport may put the URL, key and all, in it);
+// errors.Is and errors.As still reach err.
+func redactError(err error, secrets scrub.Secrets) error {
+	msg := err.Error()
+	if scrubbed := secrets.String(msg); scrubbed != msg {
+		return &redactedError{msg: scrubbed, err: err}
+	}
+	return err
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+
+func (e *redactedError) Unwrap() error { return e.err }

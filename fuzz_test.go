@@ -98,9 +98,9 @@ func FuzzContinuationHandsOnOnlyText(f *testing.F) {
 	f.Add(true, anthMessageStart+anthBlockStart(0, "thinking")+anthBlockStop(0)+anthMessageDelta("end_turn")+anthMessageStop)
 	f.Add(true, anthMessageStart+anthMessageDelta("end_turn")+anthMessageStop)
 	f.Fuzz(func(t *testing.T, anthropic bool, cont string) {
-		path, body, cut := "/v1/chat/completions", reviewChatBody, chatRole+chatChunkOf("c1", `{"content":"Hello"}`)
+		path, body, cut := "/v1/chat/completions", chatRequest, chatRole+chatChunkOf("c1", `{"content":"Hello"}`)
 		if anthropic {
-			path, body, cut = "/v1/messages", reviewAnthBody, anthMessageStart+anthBlockStart(0, "text")+anthDelta(0, "Hello")
+			path, body, cut = "/v1/messages", anthropicRequest, anthMessageStart+anthBlockStart(0, "text")+anthDelta(0, "Hello")
 		}
 		tr := &Transport{Base: &sseTransport{streams: []string{cut, cont}}, Continuations: 1, Policy: Policy{MaxAttempts: 1}}
 		req, _ := http.NewRequest(http.MethodPost, "http://provider.test"+path, strings.NewReader(body))

@@ -46,58 +46,6 @@ type Decision struct {
 	HasServerWait bool
 }
 
-// StopReason is why a call stopped retrying.
-type StopReason uint8
-
-// Reasons to stop.
-const (
-	// StopAttempts: the attempts allowed for the failure's kind are spent.
-	StopAttempts StopReason = iota + 1
-	// StopWaitBudget: the next wait would overrun the wait budget.
-	StopWaitBudget
-	// StopDeadline: the next wait would reach the caller's deadline.
-	StopDeadline
-	// StopNotRetryable: the failure's kind is never retried (permanent,
-	// quota exhausted, context overflow).
-	StopNotRetryable
-	// StopCanceled: the caller's context was canceled or its deadline
-	// passed.
-	StopCanceled
-	// StopServerWait: the server asked for a wait beyond MaxServerWait
-	// and the policy honours hints.
-	StopServerWait
-	// StopSideEffects: the call has side effects and is attempted once.
-	StopSideEffects
-	// StopInvalidPolicy: the policy fails Validate (reported by Do, never
-	// by a Loop).
-	StopInvalidPolicy
-	// StopUnreplayableBody: the request's body could be sent only once
-	// (Transport).
-	StopUnreplayableBody
-	// StopBreakerOpen: the Policy's Breaker refused an attempt.
-	StopBreakerOpen
-	// StopRetryBudget: the retry budget shared with other calls is spent.
-	StopRetryBudget
-	// StopRefused: the context's Guard refused an attempt before it was
-	// sent (a spend cap it would pass, say).
-	StopRefused
-)
-
-var stopNames = [...]string{
-	StopAttempts: "attempts exhausted", StopWaitBudget: "wait budget exhausted",
-	StopDeadline: "deadline too near", StopNotRetryable: "not retryable", StopCanceled: "canceled",
-	StopServerWait: "server wait too long", StopSideEffects: "side effects, not retried",
-	StopInvalidPolicy: "invalid policy", StopUnreplayableBody: "request body cannot be replayed",
-	StopBreakerOpen: "breaker open", StopRetryBudget: "retry budget exhausted", StopRefused: "refused by the guard",
-}
-
-func (r StopReason) String() string {
-	if r == 0 {
-		return "not stopped"
-	}
-	return enumString(stopNames[:], int(r), "stop")
-}
-
 // Attempts returns how many failed attempts the loop has been told of.
 func (l *Loop) Attempts() int { return l.attempts }
 

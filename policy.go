@@ -1,31 +1,18 @@
 package rebound
 
 import (
-	"fmt"
 	"math"
 	"time"
 )
 
-// NoDelay is the sentinel for an explicit zero duration in a Policy.
-//
-// A zero field of Policy means "the default", so a zero duration has to be
-// asked for: set BaseDelay to NoDelay to retry immediately, WaitBudget to
-// NoDelay to allow no waiting at all, MaxServerWait to NoDelay to treat every
-// server wait hint as too long. In JSON an explicit 0 means the same.
-const NoDelay time.Duration = -1
-
-// Defaults of a zero Policy, and of a zero RetryBudget.
+// Defaults of a zero Policy; each field's doc gives its figure.
 const (
-	DefaultMaxAttempts   = 3
-	DefaultBaseDelay     = 500 * time.Millisecond
-	DefaultMaxDelay      = 10 * time.Second
-	DefaultMultiplier    = 2.0
-	DefaultWaitBudget    = 30 * time.Second
-	DefaultMaxServerWait = 60 * time.Second
-
-	DefaultBudgetRatio        = 0.1
-	DefaultBudgetMinPerSecond = 10
-	DefaultBudgetTTL          = 10 * time.Second
+	defaultMaxAttempts   = 3
+	defaultBaseDelay     = 500 * time.Millisecond
+	defaultMaxDelay      = 10 * time.Second
+	defaultMultiplier    = 2.0
+	defaultWaitBudget    = 30 * time.Second
+	defaultMaxServerWait = 60 * time.Second
 )
 
 // defaultPerKind is the patience a zero Policy gives each kind of failure
@@ -52,22 +39,22 @@ var defaultPerKind = [...]Override{
 // a whole setup.
 type Policy struct {
 	// MaxAttempts is the most attempts a call makes, the first included.
-	// Zero means DefaultMaxAttempts (3); 1 disables retries.
+	// Zero means 3; 1 disables retries.
 	MaxAttempts int
 
 	// BaseDelay is the delay before the first retry, before jitter.
-	// Zero means DefaultBaseDelay (500 ms), or MaxDelay if that is set and
+	// Zero means 500 ms, or MaxDelay if that is set and
 	// smaller; NoDelay means immediate retries.
 	BaseDelay time.Duration
 
 	// MaxDelay caps every computed backoff delay, before and after jitter.
 	// It does not cap server wait hints (see MaxServerWait).
-	// Zero means DefaultMaxDelay (10 s); NoDelay means every retry is
+	// Zero means 10 s; NoDelay means every retry is
 	// immediate.
 	MaxDelay time.Duration
 
 	// Multiplier is the growth factor of the exponential shape.
-	// Zero means DefaultMultiplier (2); otherwise it must be at least 1.
+	// Zero means 2; otherwise it must be at least 1.
 	Multiplier float64
 
 	// Jitter randomises each computed delay. The zero value is JitterFull.
@@ -84,13 +71,13 @@ type Policy struct {
 
 	// WaitBudget bounds the total time a call spends waiting between
 	// attempts. A retry whose wait would overrun it is not made: the call
-	// stops at once with the last error. Zero means DefaultWaitBudget
-	// (30 s); NoDelay allows only immediate retries.
+	// stops at once with the last error. Zero means 30 s; NoDelay allows
+	// only immediate retries.
 	WaitBudget time.Duration
 
 	// MaxServerWait bounds how long a server may ask the caller to wait
 	// (Retry-After and friends). What happens beyond it is ServerWait's
-	// choice. Zero means DefaultMaxServerWait (60 s).
+	// choice. Zero means 60 s.
 	MaxServerWait time.Duration
 
 	// ServerWait says what to do with a server's wait hint. The zero value
@@ -151,7 +138,10 @@ type Policy struct {
 	// makes delays reproducible but is not safe for concurrent use: give
 	// each goroutine's calls to Do their own; a Transport serialises its
 	// requests' use of it.
-	Rand Rand
+	Rand interface {
+		// Int64N returns a uniform value in [0, n); n > 0.
+		Int64N(n int64) int64
+	}
 }
 
 // Override replaces some of a Policy's settings for one kind of failure.
@@ -164,12 +154,6 @@ type Override struct {
 	BaseDelay time.Duration
 	// MaxDelay replaces Policy.MaxDelay.
 	MaxDelay time.Duration
-}
-
-// Rand is a source of random integers; *math/rand/v2.Rand satisfies it.
-type Rand interface {
-	// Int64N returns a uniform value in [0, n); n > 0.
-	Int64N(n int64) int64
 }
 
 // durationOr resolves a Policy duration: zero is the default, NoDelay zero.
@@ -191,11 +175,11 @@ type backoff struct {
 
 // resolved returns the effective backoff of p, defaults applied.
 func (p *Policy) resolved() backoff {
-	b := backoff{maxAttempts: p.MaxAttempts, max: durationOr(p.MaxDelay, DefaultMaxDelay)}
+	b := backoff{maxAttempts: p.MaxAttempts, max: durationOr(p.MaxDelay, defaultMaxDelay)}
 	if b.maxAttempts == 0 {
-		b.maxAttempts = DefaultMaxAttempts
+		b.maxAttempts = defaultMaxAttempts
 	}
-	b.base = durationOr(p.BaseDelay, min(DefaultBaseDelay, b.max))
+	b.base = durationOr(p.BaseDelay, min(defaultBaseDelay, b.max))
 	return b
 }
 
@@ -240,7 +224,7 @@ func (p *Policy) forKind(k Kind) backoff {
 
 func (p *Policy) multiplier() float64 {
 	if p.Multiplier == 0 {
-		return DefaultMultiplier
+		return defaultMultiplier
 	}
 	return p.Multiplier
 }
@@ -252,14 +236,17 @@ func (p *Policy) shape() Shape {
 	return p.Shape
 }
 
-func (p *Policy) waitBudget() time.Duration { return durationOr(p.WaitBudget, DefaultWaitBudget) }
+func (p *Policy) waitBudget() time.Duration { return durationOr(p.WaitBudget, defaultWaitBudget) }
 
 func (p *Policy) maxServerWait() time.Duration {
-	return durationOr(p.MaxServerWait, DefaultMaxServerWait)
+	return durationOr(p.MaxServerWait, defaultMaxServerWait)
 }
 
 // Validate reports the first thing wrong with p, in one line, or nil.
-func (p Policy) Validate() error {
+func (p Policy) Validate() error { return p.validate() }
+
+// validate is Validate without a copy of p.
+func (p *Policy) validate() error {
 	if p.MaxAttempts < 0 {
 		return policyErr("max_attempts", "must not be negative (got %d)", p.MaxAttempts)
 	}
@@ -331,24 +318,20 @@ func (p Policy) Validate() error {
 	return nil
 }
 
-// PolicyError says what is wrong with a Policy, or with the JSON read as
-// one.
-type PolicyError struct {
-	// Key is the JSON key at fault, e.g. "max_delay_ms" or
-	// "per_kind.rate_limited.max_attempts"; empty when the fault is in
-	// the policy as a whole (a syntax error, an unknown key).
-	Key string
-	// Reason says what was given and what is wanted, in one line.
-	Reason string
-}
+// Classify returns the verdict p gives a failed attempt's error, as its
+// retries judge it: the first of its Rules that matches, else its
+// Classifier, else Classify. A caller handed the final failure of a
+// Transport (a response with status 400 or above, as an *HTTPError, or a
+// *GiveUpError) learns from it what to do with the request next.
+func (p *Policy) Classify(err error) Verdict { return p.classify(err, time.Now) }
 
-func (e *PolicyError) Error() string {
-	if e.Key == "" {
-		return "rebound: policy: " + e.Reason
+// classify is Classify by the clock now.
+func (p *Policy) classify(err error, now func() time.Time) Verdict {
+	if p.Classifier != nil {
+		if v, ok := ruleVerdict(err, now, p.Rules); ok {
+			return v
+		}
+		return p.Classifier(err)
 	}
-	return "rebound: policy: " + e.Key + ": " + e.Reason
-}
-
-func policyErr(key, format string, args ...any) error {
-	return &PolicyError{Key: key, Reason: fmt.Sprintf(format, args...)}
+	return classify(err, now, p.Rules)
 }

@@ -3,14 +3,10 @@ package rebound
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"maps"
-	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // policyJSON is Policy's wire form. Pointers tell an absent key (the
@@ -172,43 +168,6 @@ var (
 	overrideKeys = []string{"max_attempts", "base_delay_ms", "max_delay_ms"}
 )
 
-// jsonObject decodes data, the value of key ("" for the policy itself),
-// as an object. A null value, like an absent key, is left out of it, as
-// encoding/json leaves a field alone for null. want says what it is.
-func jsonObject(key, want string, data []byte) (map[string]json.RawMessage, error) {
-	var obj map[string]json.RawMessage
-	err := json.Unmarshal(data, &obj)
-	var syntax *json.SyntaxError
-	switch {
-	case errors.As(err, &syntax):
-		return nil, policyErr(key, "%s at byte %d", syntax.Error(), syntax.Offset)
-	case err != nil:
-		return nil, policyErr(key, "want %s, got %s", want, given(data))
-	}
-	for k, v := range obj {
-		if string(v) == "null" {
-			delete(obj, k)
-		}
-	}
-	return obj, nil
-}
-
-// knownKeys returns an error for the first key of obj, the value of key,
-// that is not one of keys. Keys are matched exactly: the wire form has one
-// spelling.
-func knownKeys(key string, obj map[string]json.RawMessage, keys []string) error {
-	var unknown []string
-	for k := range obj {
-		if !slices.Contains(keys, k) {
-			unknown = append(unknown, k)
-		}
-	}
-	if len(unknown) == 0 {
-		return nil
-	}
-	return policyErr(key, "unknown key %s (want %s)", quote(slices.Min(unknown)), wantList(keys))
-}
-
 // attemptsValue reads a count of attempts.
 func attemptsValue(key string, v json.RawMessage) (int, error) {
 	n, err := integer(key, "an integer", v, strconv.IntSize)
@@ -216,30 +175,6 @@ func attemptsValue(key string, v json.RawMessage) (int, error) {
 		err = policyErr(key, "must be at least 1 (got 0)")
 	}
 	return int(n), err
-}
-
-// msValue reads a duration in milliseconds, as fromMS says.
-func msValue(key string, v json.RawMessage, zero time.Duration) (time.Duration, error) {
-	if v == nil {
-		return 0, nil
-	}
-	n, err := integer(key, "an integer number of milliseconds", v, 64)
-	if err != nil {
-		return 0, err
-	}
-	return fromMS(key, &n, zero)
-}
-
-// integer reads v as a JSON integer of bits bits.
-func integer(key, want string, v json.RawMessage, bits int) (int64, error) {
-	n, err := strconv.ParseInt(string(v), 10, bits)
-	switch {
-	case err == nil:
-		return n, nil
-	case errors.Is(err, strconv.ErrRange):
-		return 0, policyErr(key, "want %s, got %s (out of range)", want, given(v))
-	}
-	return 0, policyErr(key, "want %s, got %s", want, given(v))
 }
 
 // multiplierValue reads the multiplier.
@@ -252,19 +187,6 @@ func multiplierValue(v json.RawMessage) (float64, error) {
 		return 0, policyErr("multiplier", "must be a finite number of at least 1 (got %s)", given(v))
 	}
 	return m, nil
-}
-
-// enumValue reads the name of one of names and returns its index.
-func enumValue(key string, v json.RawMessage, names []string) (int, error) {
-	var s string
-	if v[0] != '"' || json.Unmarshal(v, &s) != nil {
-		return 0, policyErr(key, "want a string (%s), got %s", wantList(names), given(v))
-	}
-	i := slices.Index(names, s)
-	if i < 0 {
-		return 0, policyErr(key, "unknown value %s (want %s)", quote(s), wantList(names))
-	}
-	return i, nil
 }
 
 // perKindValue reads per_kind: overrides by kind. Validate then refuses
@@ -322,69 +244,85 @@ func overridable() []string {
 	return names
 }
 
-// isNumber reports whether the JSON value v is a number.
-func isNumber(v json.RawMessage) bool { return v[0] == '-' || '0' <= v[0] && v[0] <= '9' }
-
-// maxGiven is how much of a value an error shows.
-const maxGiven = 32
-
-// given shows the JSON value v in an error: as written, cut short if
-// long, or "an object" or "an array". A JSON value other than those holds
-// no line break.
-func given(v []byte) string {
-	v = bytes.TrimSpace(v)
-	switch {
-	case len(v) == 0:
-		return "nothing"
-	case v[0] == '{':
-		return "an object"
-	case v[0] == '[':
-		return "an array"
-	}
-	return clip(string(v))
+// ruleJSON is a Rule's wire form.
+type ruleJSON struct {
+	Status         int    `json:"status,omitempty"`
+	Header         string `json:"header,omitempty"`
+	HeaderContains string `json:"header_contains,omitempty"`
+	Type           string `json:"type,omitempty"`
+	Code           string `json:"code,omitempty"`
+	Message        string `json:"message,omitempty"`
+	Kind           Kind   `json:"kind"`
+	WaitMS         *int64 `json:"wait_ms,omitempty"`
 }
 
-// quote shows a string from the input in an error, quoted and cut short if
-// long.
-func quote(s string) string { return clip(strconv.Quote(s)) }
+var ruleKeys = []string{"status", "header", "header_contains", "type", "code", "message", "kind", "wait_ms"}
 
-// clip cuts s to maxGiven bytes, on a rune boundary, marking the cut.
-func clip(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= maxGiven {
-		return s
+// rulesJSON is rules' wire form.
+func rulesJSON(rules []Rule) []ruleJSON {
+	if len(rules) == 0 {
+		return nil
 	}
-	n := maxGiven
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
+	out := make([]ruleJSON, len(rules))
+	for i, r := range rules {
+		out[i] = ruleJSON{Status: r.Status, Header: r.Header, HeaderContains: r.HeaderContains,
+			Type: r.Type, Code: r.Code, Message: r.Message, Kind: r.Kind}
+		switch {
+		case r.Wait == NoDelay:
+			out[i].WaitMS = ptr[int64](0)
+		case r.Wait > 0:
+			out[i].WaitMS = ms(r.Wait)
+		}
 	}
-	return s[:n] + "…"
+	return out
 }
 
-func ptr[T any](v T) *T { return &v }
-
-// ms converts d to whole milliseconds, rounding to the nearest but keeping
-// a non-zero duration non-zero.
-func ms(d time.Duration) *int64 {
-	n := d.Round(time.Millisecond).Milliseconds()
-	if n == 0 && d > 0 {
-		n = 1
+// rulesValue reads rules: an array of objects, each with a kind.
+func rulesValue(v json.RawMessage) ([]Rule, error) {
+	var raws []json.RawMessage
+	if v[0] != '[' || json.Unmarshal(v, &raws) != nil {
+		return nil, policyErr("rules", "want an array of rules, got %s", given(v))
 	}
-	return &n
-}
-
-// fromMS converts a JSON millisecond value: absent is 0 (the default), an
-// explicit 0 is zero.
-func fromMS(key string, v *int64, zero time.Duration) (time.Duration, error) {
-	switch {
-	case v == nil:
-		return 0, nil
-	case *v < 0:
-		return 0, policyErr(key, "must not be negative (got %d)", *v)
-	case *v == 0:
-		return zero, nil
-	case *v > math.MaxInt64/int64(time.Millisecond):
-		return 0, policyErr(key, "%d ms is too large", *v)
+	rules := make([]Rule, len(raws))
+	for i, raw := range raws {
+		key := ruleKey(i)
+		obj, err := jsonObject(key, "an object", raw)
+		if err != nil {
+			return nil, err
+		}
+		if err := knownKeys(key, obj, ruleKeys); err != nil {
+			return nil, err
+		}
+		r := &rules[i]
+		if v := obj["status"]; v != nil {
+			n, err := integer(key+".status", "an HTTP status", v, 32)
+			if err != nil {
+				return nil, err
+			}
+			r.Status = int(n)
+		}
+		for _, f := range []struct {
+			key string
+			dst *string
+		}{{"header", &r.Header}, {"header_contains", &r.HeaderContains}, {"type", &r.Type}, {"code", &r.Code}, {"message", &r.Message}} {
+			if v := obj[f.key]; v != nil && (v[0] != '"' || json.Unmarshal(v, f.dst) != nil) {
+				return nil, policyErr(key+"."+f.key, "want a string, got %s", given(v))
+			}
+		}
+		v := obj["kind"]
+		if v == nil {
+			return nil, policyErr(key+".kind", "missing (want %s)", wantList(kindNames[:KindCanceled]))
+		}
+		k, err := enumValue(key+".kind", v, kindNames[:])
+		if err != nil {
+			// The same error, listing only the kinds a rule may give.
+			_, err = enumValue(key+".kind", v, kindNames[:KindCanceled])
+			return nil, err
+		}
+		r.Kind = Kind(k)
+		if r.Wait, err = msValue(key+".wait_ms", obj["wait_ms"], NoDelay); err != nil {
+			return nil, err
+		}
 	}
-	return time.Duration(*v) * time.Millisecond, nil
+	return rules, nil
 }

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/callctx"
 )
 
 // Stream opens a stream with open and retries under p while nothing has
@@ -72,9 +74,10 @@ type StreamOptions[E any] struct {
 // goroutine of its own.
 func StreamWith[E any](ctx context.Context, p Policy, open func(context.Context) iter.Seq2[E, error], o StreamOptions[E]) iter.Seq2[E, error] {
 	return func(yield func(E, error) bool) {
-		e := newEngine(ctx, p, "")
-		e.sideEffects = HasSideEffects(ctx)
-		key := TargetFrom(ctx)
+		var e engine
+		e.init(ctx, &p, "")
+		e.loop.sideEffects = callctx.SideEffects(ctx)
+		key := callctx.Target(ctx)
 		var (
 			delivered, stopped bool
 			failure            error

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"iter"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -97,6 +98,38 @@ func TestStreamWithCutsAStall(t *testing.T) {
 		}
 		if ie == nil || *opens != 1 || time.Since(start) != 2*time.Minute+10*time.Second {
 			t.Fatalf("after content: events %q, %d opens after %v", got, *opens, time.Since(start))
+		}
+	})
+}
+
+// Stall bounds open itself: an open that makes its request eagerly (as
+// SDK streaming calls do) and hangs until its context ends is cut at
+// Stall and retried, not left to the caller's own deadline.
+func TestStreamWithStallBoundsOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Hour) // a watchdog
+		defer cancel()
+		var opens atomic.Int32
+		open := func(ctx context.Context) iter.Seq2[string, error] {
+			if opens.Add(1) == 1 {
+				<-ctx.Done() // waiting for headers that never come
+				err := context.Cause(ctx)
+				return func(yield func(string, error) bool) { yield("", err) }
+			}
+			return func(yield func(string, error) bool) { yield("hi", nil) }
+		}
+		start := time.Now()
+		var got []string
+		var failed error
+		for ev, err := range rebound.StreamWith(ctx, rebound.Policy{BaseDelay: rebound.NoDelay}, open, rebound.StreamOptions[string]{Stall: time.Second}) {
+			if err != nil {
+				failed = err
+				break
+			}
+			got = append(got, ev)
+		}
+		if took := time.Since(start); failed != nil || took != time.Second || strings.Join(got, ",") != "hi" {
+			t.Errorf("read %q, %v after %v; want the retry's \"hi\" after the 1s stall bound", got, failed, took)
 		}
 	})
 }

@@ -1,19 +1,22 @@
 package rebound
 
 import (
-	"context"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/rebound-go/rebound/internal/scrub"
+	"github.com/rebound-go/rebound/internal/callctx"
+	"github.com/rebound-go/rebound/internal/firsttoken"
+	"github.com/rebound-go/rebound/internal/lru"
+	"github.com/rebound-go/rebound/internal/provider"
+	"github.com/rebound-go/rebound/internal/relay"
 )
 
 // Defaults of a zero Transport: how much of a request body without
 // GetBody it buffers to replay it, how much of an event stream it reads
 // looking for content, and how long such a stream may stay silent first.
 const (
-	defaultMaxBufferedBody      = 1 << 20
 	defaultStreamLookaheadBytes = 64 << 10
 	defaultStreamLookahead      = 2 * time.Minute
 )
@@ -204,61 +207,16 @@ type Transport struct {
 	ErrorBodyTimeout time.Duration
 
 	// DisableRetryBudget turns off the RetryBudget a Transport keeps per
-	// host when Policy.Budget is nil. It keeps at most maxHostBudgets of
-	// them: when a new host would pass that, the budgets idle for their
-	// whole TTL (which hold nothing a fresh one does not) are dropped,
-	// else the one used least recently.
+	// host when Policy.Budget is nil. It keeps at most 1024 of them: when
+	// a new host would pass that, the one used least recently is dropped
+	// (one idle for its whole TTL holds nothing a fresh one does not).
 	DisableRetryBudget bool
 
-	mu      sync.Mutex             // guards budgets, and serialises draws from Policy.Rand
-	budgets map[string]*hostBudget // per host, at most maxHostBudgets
-
-	firstTokens firstTokens // per target or host, for FirstTokenAdaptive
-}
-
-// maxHostBudgets bounds how many hosts' retry budgets a Transport keeps.
-const maxHostBudgets = 1024
-
-// hostBudget is the retry budget of one host, and when it was last used.
-type hostBudget struct {
-	RetryBudget
-	used time.Time
-}
-
-// hostBudget returns the retry budget of host, made on first use.
-func (t *Transport) hostBudget(host string, now time.Time) *RetryBudget {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b := t.budgets[host]
-	if b == nil {
-		if t.budgets == nil {
-			t.budgets = map[string]*hostBudget{}
-		}
-		if len(t.budgets) >= maxHostBudgets {
-			t.evictBudgets(now)
-		}
-		b = &hostBudget{}
-		t.budgets[host] = b
-	}
-	b.used = now
-	return &b.RetryBudget
-}
-
-// evictBudgets drops the budgets idle for a whole TTL, or else the one
-// used least recently; one still in use by a call goes on working for it.
-// t.mu is held.
-func (t *Transport) evictBudgets(now time.Time) {
-	var oldest string
-	for host, b := range t.budgets {
-		if now.Sub(b.used) >= b.ttl() {
-			delete(t.budgets, host)
-		} else if oldest == "" || b.used.Before(t.budgets[oldest].used) {
-			oldest = host
-		}
-	}
-	if len(t.budgets) >= maxHostBudgets {
-		delete(t.budgets, oldest)
-	}
+	// Made on first use, so that a Transport made for each request (as
+	// a proxy's may be) costs nothing for what it does not use.
+	budgets     atomic.Pointer[lru.Map[string, *RetryBudget]] // per host
+	firstTokens atomic.Pointer[firsttoken.Times]              // per target or host, for FirstTokenAdaptive
+	randMu      sync.Mutex                                    // serialises draws from Policy.Rand
 }
 
 func (t *Transport) base() http.RoundTripper {
@@ -277,106 +235,23 @@ func (t *Transport) CloseIdleConnections() {
 	}
 }
 
-// RoundTrip implements http.RoundTripper.
-func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
-	body, err := t.replayableBody(req)
-	if err != nil {
-		return nil, err
-	}
-	p := t.Policy
-	if p.Budget == nil && !t.DisableRetryBudget {
-		p.Budget = t.hostBudget(req.URL.Host, ClockFrom(ctx).Now())
-	}
-	e := newEngine(ctx, p, req.URL.Host)
-	key := TargetFrom(ctx)
-	if key == "" {
-		key = req.URL.Host
-	}
-	sideEffects := t.sideEffects(req, body) // a copy for the attempts: e stays on the stack
-	e.sideEffects = sideEffects
-	if body.once {
-		e.once = StopUnreplayableBody
-	}
-	e.noHedge = req.Header.Get("Upgrade") != ""
-	e.randMu = &t.mu
-	// The latest failed attempt is kept until the next one is surely made,
-	// so that a call that ends early (a breaker refusing the retry) can
-	// still give back the provider's own response.
-	var last failedAttempt
-	var ok *http.Response
-	stopped := e.run(nil, func(n int) outcome {
-		r, o := hedged(&e, n, key, func(actx context.Context, end func(), hedge bool) (roundTrip, outcome) {
-			areq, cancel, bodyErr := attemptRequest(actx, req, body, n > 1 || hedge, p.AttemptTimeout)
-			if bodyErr != nil {
-				end()
-				return roundTrip{}, outcome{err: bodyErr, unsent: true}
-			}
-			if actx != ctx { // a hedged attempt's context ends with it
-				cancel = stack(cancel, end)
-			}
-			gctx, settle, refused := admit(areq.Context(), areq)
-			if refused != nil {
-				cancel()
-				return roundTrip{}, *refused
-			}
-			if gctx != areq.Context() {
-				areq = areq.WithContext(gctx)
-			}
-			if !hedge {
-				last.discard() // the next attempt is surely made
-			}
-			return t.try(actx, req, areq, cancel, key, settle, sideEffects)
-		}, roundTrip.discard)
-		switch {
-		case r.stream != nil:
-			// The stream hands the permit back when it ends.
-			s := r.stream
-			var more *continuer
-			if !e.sideEffects { // a continuation is a request more
-				more = t.continuer(req, body, key)
-			}
-			r.ok.Body = t.newStreamBody(s.head, r.ok.Body, s.cancel, e.handOver(), s.encoded, more, scrub.Of(req))
-			ok = r.ok
-		case r.ok != nil:
-			ok = r.ok
-		case !o.unsent && !o.refused: // else the latest attempt is still the one before
-			last = r.failed
-		}
-		return o
-	})
-	switch {
-	case stopped == nil:
-		return ok, nil
-	case stopped.Attempts == 0:
-		body.close(req) // never sent, yet a RoundTripper closes it
-		return nil, stopped
-	case e.inWait, stopped.Reason == StopRefused:
-		// A refused retry is the caller's to know of: the failure before
-		// it would hide the refusal (a spend cap reached).
-		last.discard()
-		return nil, stopped
-	}
-	return last.giveBack(stopped)
-}
-
 // sideEffects reports whether req is attempted again only after an
 // attempt that provably never reached the server: it has side effects (by
 // its context's mark, or by SideEffects) and no Idempotency-Key. A body
 // buffered here is shown to SideEffects through GetBody; one that can be
 // sent only once is not, since reading it would consume it.
-func (t *Transport) sideEffects(req *http.Request, body requestBody) bool {
+func (t *Transport) sideEffects(req *http.Request, body relay.Replay) bool {
 	switch {
 	case req.Header.Get("Idempotency-Key") != "":
 		return false
-	case HasSideEffects(req.Context()):
+	case callctx.SideEffects(req.Context()):
 		return true
 	case t.SideEffects == nil:
 		return false
 	}
-	if req.GetBody == nil && body.get != nil && !body.once {
+	if req.GetBody == nil && body.Get != nil && !body.Once {
 		req = req.WithContext(req.Context()) // a copy, not the caller's
-		req.GetBody = body.get
+		req.GetBody = body.Get
 	}
 	return t.SideEffects(req)
 }
@@ -390,4 +265,119 @@ func (t *Transport) errorBodyTimeout() time.Duration {
 		return defaultErrorBodyTimeout
 	}
 	return t.ErrorBodyTimeout
+}
+
+// look says how t looks into an event stream whose first content is
+// bounded by firstToken (zero: no bound).
+func (t *Transport) look(resp *http.Response, firstToken time.Duration) relay.Look {
+	l := relay.Look{Bytes: t.StreamLookaheadBytes, Silence: t.StreamLookahead, FirstToken: firstToken, MaxEvent: MaxErrorBody}
+	if l.Bytes <= 0 {
+		l.Bytes = defaultStreamLookaheadBytes
+	}
+	if l.Silence <= 0 {
+		l.Silence = defaultStreamLookahead
+	}
+	return l
+}
+
+// The adaptive first-token bound: factor × the percentile of the last
+// tokenSamples first-token times, once firsttoken.MinSamples are known.
+const (
+	tokenSamples    = 64
+	tokenPercentile = 0.9
+	tokenFactor     = 3
+)
+
+// firstTokenBound is the first-token bound of a request to key (its target
+// or host): zero for none.
+func (t *Transport) firstTokenBound(key string) time.Duration {
+	bound := t.FirstTokenTimeout
+	if !t.FirstTokenAdaptive {
+		return bound
+	}
+	p, ok := made(&t.firstTokens).Percentile(key, tokenPercentile, firsttoken.MinSamples)
+	if !ok {
+		return bound
+	}
+	return max(bound, tokenFactor*p)
+}
+
+// firstTokenTook notes how long a stream to key took to its first content.
+func (t *Transport) firstTokenTook(key string, d time.Duration) {
+	if t.FirstTokenAdaptive {
+		made(&t.firstTokens).Add(key, d, tokenSamples)
+	}
+}
+
+// Defaults of the guards on a stream handed over.
+const (
+	// defaultStreamStall matches defaultStreamLookahead: a provider that
+	// has begun to answer sends tokens, or at least keep-alives, far more
+	// often; a connection silent that long is dead, and with no bound the
+	// caller would wait on it for ever (http.DefaultTransport has no read
+	// timeout).
+	defaultStreamStall      = 2 * time.Minute
+	defaultStreamRateWindow = 30 * time.Second
+)
+
+// guards are the bounds on a stream t hands over, defaults resolved.
+func (t *Transport) guards() relay.Guards {
+	g := relay.Guards{Stall: t.StreamStall, MinRate: t.StreamMinRate, Window: t.StreamRateWindow}
+	switch {
+	case g.Stall == 0:
+		g.Stall = defaultStreamStall
+	case g.Stall < 0:
+		g.Stall = 0
+	}
+	if g.Window <= 0 {
+		g.Window = defaultStreamRateWindow
+	}
+	return g
+}
+
+// ProviderSideEffects reports whether req may have side effects, by what
+// rebound knows of the providers' HTTP APIs. Set as Transport.SideEffects,
+// it keeps the requests that create something at a provider (a file, a
+// batch, a fine-tuning job, an upload, a vector store, an assistant, a
+// thread's message or run) from being made twice.
+//
+// A request has none when it is a GET, HEAD, OPTIONS or TRACE, or a POST
+// to a model call whose only product is its answer, known by the end of
+// its path:
+//
+//	OpenAI, and the servers that speak its API
+//	          …/chat/completions  …/completions  …/responses
+//	          …/responses/input_tokens  …/embeddings  …/moderations
+//	          …/audio/speech  …/audio/transcriptions  …/audio/translations
+//	          …/images/generations  …/images/edits  …/images/variations
+//	Anthropic …/v1/messages  …/v1/messages/count_tokens  …/v1/complete
+//	Gemini    …:generateContent  …:streamGenerateContent  …:countTokens
+//	          …:embedContent  …:batchEmbedContents
+//	Ollama    …/api/chat  …/api/generate  …/api/embed  …/api/embeddings
+//	rerankers …/rerank
+//
+// Any other request may: a path rebound does not know is taken to create
+// something, and so is a path it knows with any other method, or a
+// trailing slash. A model call has side effects too when it asks the
+// provider to act beyond answering: a Responses call that adds its turn to
+// a stored conversation ("conversation") or lets the provider call a
+// remote MCP server (a tool of type "mcp"), a Messages call with
+// "mcp_servers". For these, and only these, the body of a Responses or
+// Messages call is read, through GetBody (without one, a body that cannot
+// be read without being consumed is taken to have them), for the JSON
+// strings "conversation", "mcp" and "mcp_servers": a quoted name is found
+// only where it is a whole key or value, and one that is not what it
+// looks like costs a retry, never a duplicate. A stored or background
+// answer (Responses' and Chat Completions' "store", Responses'
+// "background") is still only the answer, paid for again on a retry as any
+// other answer is, and does not count.
+func ProviderSideEffects(req *http.Request) bool { return provider.SideEffects(req) }
+
+// made returns what p points to, made on first use.
+func made[T any](p *atomic.Pointer[T]) *T {
+	if v := p.Load(); v != nil {
+		return v
+	}
+	p.CompareAndSwap(nil, new(T))
+	return p.Load()
 }

@@ -7,10 +7,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/sse"
+	"go.uber.org/goleak"
 )
 
 // Events of an Anthropic stream, for continuations spliced onto a cut one.
@@ -200,36 +206,36 @@ func TestTransportContinuationWithoutTextEndsTheAnswer(t *testing.T) {
 			cut, cont        string
 			text, end        string
 		}{
-			{"anthropic, cut in the block, continued with an empty block", "/v1/messages", reviewAnthBody,
+			{"anthropic, cut in the block, continued with an empty block", "/v1/messages", anthropicRequest,
 				hello, anthMessageStart + anthBlockStart(0, "text") + anthPing + anthBlockStop(0) + anthMessageDelta("end_turn") + anthMessageStop,
 				"Hello", "end_turn"},
-			{"anthropic, cut in the block, continued with no block", "/v1/messages", reviewAnthBody,
+			{"anthropic, cut in the block, continued with no block", "/v1/messages", anthropicRequest,
 				hello, anthMessageStart + anthMessageDelta("max_tokens") + anthMessageStop,
 				"Hello", "max_tokens"},
-			{"anthropic, cut after the block, continued with an empty block", "/v1/messages", reviewAnthBody,
+			{"anthropic, cut after the block, continued with an empty block", "/v1/messages", anthropicRequest,
 				hello + anthBlockStop(0), anthMessageStart + anthBlockStart(0, "text") + anthBlockStop(0) + anthMessageDelta("end_turn") + anthMessageStop,
 				"Hello", "end_turn"},
-			{"anthropic, cut after the block, continued with no block", "/v1/messages", reviewAnthBody,
+			{"anthropic, cut after the block, continued with no block", "/v1/messages", anthropicRequest,
 				hello + anthBlockStop(0), anthMessageStart + anthMessageDelta("end_turn") + anthMessageStop,
 				"Hello", "end_turn"},
-			{"anthropic, cut after the block, continued with text", "/v1/messages", reviewAnthBody,
+			{"anthropic, cut after the block, continued with text", "/v1/messages", anthropicRequest,
 				hello + anthBlockStop(0), anthMessageStart + anthBlockStart(0, "text") + anthDelta(0, " world") + anthBlockStop(0) + anthMessageDelta("end_turn") + anthMessageStop,
 				"Hello world", "end_turn"},
-			{"anthropic, cut in the third block, continued with text", "/v1/messages", reviewAnthBody,
+			{"anthropic, cut in the third block, continued with text", "/v1/messages", anthropicRequest,
 				blocks, anthMessageStart + anthBlockStart(0, "text") + anthDelta(0, " world") + anthBlockStop(0) + anthMessageDelta("end_turn") + anthMessageStop,
 				"One. Two. Hello world", "end_turn"},
-			{"anthropic, cut in the third block, continued with no text", "/v1/messages", reviewAnthBody,
+			{"anthropic, cut in the third block, continued with no text", "/v1/messages", anthropicRequest,
 				blocks, anthMessageStart + anthBlockStart(0, "text") + anthBlockStop(0) + anthMessageDelta("end_turn") + anthMessageStop,
 				"One. Two. Hello", "end_turn"},
-			{"openai, continued with the finish and usage", "/v1/chat/completions", reviewChatBody,
+			{"openai, continued with the finish and usage", "/v1/chat/completions", chatRequest,
 				chatRole + chatChunkOf("c1", `{"content":"Hello"}`), chatRole + chatFinish("length") + chatUsage + chatDone,
 				"Hello", "length"},
-			{"openai, continued with the finish, not [DONE]", "/v1/chat/completions", reviewChatBody,
+			{"openai, continued with the finish, not [DONE]", "/v1/chat/completions", chatRequest,
 				chatRole + chatChunkOf("c1", `{"content":"Hello"}`), chatRole + chatFinish("stop"),
 				"Hello", "stop"},
 		} {
 			st := &sseTransport{streams: []string{c.cut, c.cont}}
-			got, err := reviewDo(t, &Transport{Base: st, Continuations: 3}, c.path, c.body)
+			got, err := readStreamOf(t, &Transport{Base: st, Continuations: 3}, c.path, c.body)
 			var text, end string
 			var shape error
 			if c.path == "/v1/messages" {
@@ -267,39 +273,39 @@ func TestTransportRefusesAContinuationThatIsNotText(t *testing.T) {
 			name, path, body string
 			cut, cont, text  string
 		}{
-			{"openai tool call", "/v1/chat/completions", reviewChatBody,
+			{"openai tool call", "/v1/chat/completions", chatRequest,
 				chatCut, chatRole + chatTool + chatFinish("tool_calls") + chatDone, "Hello"},
-			{"openai text, then a tool call", "/v1/chat/completions", reviewChatBody,
+			{"openai text, then a tool call", "/v1/chat/completions", chatRequest,
 				chatCut, chatRole + chatChunk(`{"content":" world"}`) + chatTool + chatFinish("tool_calls") + chatDone, "Hello world"},
-			{"openai function call", "/v1/chat/completions", reviewChatBody,
+			{"openai function call", "/v1/chat/completions", chatRequest,
 				chatCut, chatRole + chatChunk(`{"function_call":{"name":"transfer_funds","arguments":"{\"to\":\"mallory\"}"}}`) + chatFinish("function_call") + chatDone, "Hello"},
-			{"openai text, then an end that names tool calls", "/v1/chat/completions", reviewChatBody,
+			{"openai text, then an end that names tool calls", "/v1/chat/completions", chatRequest,
 				chatCut, chatRole + chatChunk(`{"content":" world"}`) + chatFinish("tool_calls") + chatDone, "Hello world"},
-			{"openai end that names tool calls, no text", "/v1/chat/completions", reviewChatBody,
+			{"openai end that names tool calls, no text", "/v1/chat/completions", chatRequest,
 				chatCut, chatRole + chatFinish("tool_calls") + chatDone, "Hello"},
-			{"anthropic tool use", "/v1/messages", reviewAnthBody,
+			{"anthropic tool use", "/v1/messages", anthropicRequest,
 				anthCut, anthMessageStart + strings.ReplaceAll(anthTool, `"index":1`, `"index":0`), "Hello"},
-			{"anthropic text, then tool use", "/v1/messages", reviewAnthBody,
+			{"anthropic text, then tool use", "/v1/messages", anthropicRequest,
 				anthCut, anthMessageStart + anthBlockStart(0, "text") + anthDelta(0, " world") + anthBlockStop(0) + anthTool, "Hello world"},
-			{"anthropic thinking", "/v1/messages", reviewAnthBody,
+			{"anthropic thinking", "/v1/messages", anthropicRequest,
 				anthCut, anthMessageStart + thinking, "Hello"},
-			{"anthropic text, then an end that names tool use", "/v1/messages", reviewAnthBody,
+			{"anthropic text, then an end that names tool use", "/v1/messages", anthropicRequest,
 				anthCut, anthMessageStart + anthBlockStart(0, "text") + anthDelta(0, " world") + anthBlockStop(0) + anthMessageDelta("tool_use") + anthMessageStop, "Hello world"},
-			{"anthropic end that names tool use, no text", "/v1/messages", reviewAnthBody,
+			{"anthropic end that names tool use, no text", "/v1/messages", anthropicRequest,
 				anthCut, anthMessageStart + anthMessageDelta("tool_use") + anthMessageStop, "Hello"},
-			{"anthropic thinking delta without its block", "/v1/messages", reviewAnthBody,
+			{"anthropic thinking delta without its block", "/v1/messages", anthropicRequest,
 				anthCut, anthMessageStart + "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"a secret plan\"}}\n\n" +
 					anthDelta(0, " world") + anthBlockStop(0) + anthMessageDelta("end_turn") + anthMessageStop, "Hello"},
-			{"anthropic tool use with an index of the wrong type", "/v1/messages", reviewAnthBody,
+			{"anthropic tool use with an index of the wrong type", "/v1/messages", anthropicRequest,
 				anthCut, anthMessageStart + strings.ReplaceAll(anthTool, `"index":1`, `"index":"1"`), "Hello"},
-			{"openai tool call with an id of the wrong type", "/v1/chat/completions", reviewChatBody,
+			{"openai tool call with an id of the wrong type", "/v1/chat/completions", chatRequest,
 				chatCut, chatRole + strings.ReplaceAll(chatTool, `"id":"c2"`, `"id":2`) + chatDone, "Hello"},
-			{"anthropic, continued in the Responses API's words", "/v1/messages", reviewAnthBody,
+			{"anthropic, continued in the Responses API's words", "/v1/messages", anthropicRequest,
 				anthCut, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\" world\"}\n\n" +
 					"event: response.completed\ndata: {\"type\":\"response.completed\"}\n\n", "Hello"},
 		} {
 			st := &sseTransport{streams: []string{c.cut, c.cont}}
-			got, err := reviewDo(t, &Transport{Base: st, Continuations: 3}, c.path, c.body)
+			got, err := readStreamOf(t, &Transport{Base: st, Continuations: 3}, c.path, c.body)
 			var ie *IncompleteStreamError
 			if !errors.As(err, &ie) || ie.Reason != IncompleteNotText || st.calls != 2 {
 				t.Errorf("%s: %d calls, read %v; want 2 calls, an *IncompleteStreamError (%v)\n%s", c.name, st.calls, err, IncompleteNotText, got)
@@ -349,14 +355,14 @@ func TestTransportEmptyContinuationThatNeverEndsIsBounded(t *testing.T) {
 			st := &scriptTransport{scripts: [][]step{{{0, anthMessageStart + anthBlockStart(0, "text") + anthDelta(0, "Hello")}}, c.cont}}
 			tr := &Transport{Base: cancelable{st}, Continuations: 2, StreamStall: time.Minute, Policy: Policy{BaseDelay: time.Second}}
 			start := time.Now()
-			got, err := reviewDo(t, tr, "/v1/messages", reviewAnthBody)
+			got, err := readStreamOf(t, tr, "/v1/messages", anthropicRequest)
 			took := time.Since(start)
 			var ie *IncompleteStreamError
 			st.mu.Lock()
 			calls := st.calls
 			st.mu.Unlock()
 			t.Logf("%s: %d calls, %v in the bubble's time, %v", c.name, calls, took, err)
-			if !errors.As(err, &ie) || anthropicTextOf(got) != "Hello" || calls > 1+2*DefaultMaxAttempts || took > 2*(time.Minute+time.Minute) {
+			if !errors.As(err, &ie) || anthropicTextOf(got) != "Hello" || calls > 1+2*defaultMaxAttempts || took > 2*(time.Minute+time.Minute) {
 				t.Errorf("%s: %d calls in %v, read %v after %q", c.name, calls, took, err, got)
 			}
 		})
@@ -383,8 +389,435 @@ func (c cancelable) RoundTrip(req *http.Request) (*http.Response, error) {
 func TestTransportAnthropicStopReasonEndsTheAnswer(t *testing.T) {
 	cut := anthMessageStart + anthBlockStart(0, "text") + anthDelta(0, "Hello") + anthBlockStop(0) + anthMessageDelta("max_tokens")
 	st := &sseTransport{streams: []string{cut, anthMessageStart + anthMessageDelta("end_turn") + anthMessageStop}}
-	got, err := reviewDo(t, &Transport{Base: st, Continuations: 1}, "/v1/messages", reviewAnthBody)
+	got, err := readStreamOf(t, &Transport{Base: st, Continuations: 1}, "/v1/messages", anthropicRequest)
 	if err != io.EOF || got != cut || st.calls != 1 {
 		t.Errorf("%d calls, read %v after\n%s\nwant 1 call, EOF after the cut stream", st.calls, err, got)
 	}
+}
+
+const (
+	chatRequest      = `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	anthropicRequest = `{"model":"m","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
+)
+
+func chatText(s string) string {
+	return "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" + s + "\"}}]}\n\n"
+}
+
+const chatFinishLength = "data: {\"id\":\"c2\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n"
+const chatUsageChunk = "data: {\"id\":\"c2\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":7}}\n\n"
+
+func anthropicDeltaOf(s string) string {
+	return "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"" + s + "\"}}\n\n"
+}
+
+const anthropicStop = "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n" +
+	"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\"},\"usage\":{\"output_tokens\":50}}\n\n" +
+	"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+
+func readStreamOf(t *testing.T, tr *Transport, path, body string) (string, error) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, "http://provider.test"+path, strings.NewReader(body))
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	return readStream(resp.Body)
+}
+
+// A continued answer keeps the provider's end: finish_reason or stop_reason,
+// and usage.
+func TestTransportContinuationKeepsTheEnd(t *testing.T) {
+	cut := openaiRole + chatText("Hello")
+	cont := openaiRole + chatText(" world") + chatFinishLength + chatUsageChunk + "data: [DONE]\n\n"
+	got, err := readStreamOf(t, &Transport{Base: &sseTransport{streams: []string{cut, cont}}, Continuations: 1}, "/v1/chat/completions", chatRequest)
+	t.Logf("openai err=%v\n%s", err, got)
+	if !strings.Contains(got, `"finish_reason":"length"`) || !strings.Contains(got, `"usage"`) {
+		t.Errorf("openai: the continuation's finish_reason/usage chunk never reached the caller")
+	}
+	cutA := anthropicStart + anthropicDeltaOf("Hello")
+	contA := anthropicStart + "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n" + anthropicDeltaOf(" world") + anthropicStop
+	got, err = readStreamOf(t, &Transport{Base: &sseTransport{streams: []string{cutA, contA}}, Continuations: 1}, "/v1/messages", anthropicRequest)
+	t.Logf("anthropic err=%v\n%s", err, got)
+	if !strings.Contains(got, `"stop_reason":"max_tokens"`) || !strings.Contains(got, "content_block_stop") {
+		t.Errorf("anthropic: the continuation's message_delta (stop_reason, usage) / content_block_stop never reached the caller")
+	}
+}
+
+// Close from another goroutine while Read is blocked makes no
+// continuation request.
+func TestTransportCloseDoesNotContinue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &scriptTransport{scripts: [][]step{
+			{{0, anthropicStart + anthropicDeltaOf("Hello")}, {}}, // held open
+			{{0, anthropicStart + anthropicDeltaOf(" world") + anthropicStop}},
+		}}
+		var continued atomic.Int32
+		tr := &Transport{Base: st, Continuations: 1, Policy: Policy{Observer: ObserverFunc(func(e Event) {
+			if e.Type == EventContinue {
+				continued.Add(1)
+			}
+		})}}
+		req, _ := http.NewRequest(http.MethodPost, "http://provider.test/v1/messages", strings.NewReader(anthropicRequest))
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 4096)
+		resp.Body.Read(buf)
+		done := make(chan error)
+		go func() {
+			_, err := io.ReadAll(resp.Body)
+			done <- err
+		}()
+		synctest.Wait() // Read is blocked on the provider
+		resp.Body.Close()
+		err = <-done
+		st.mu.Lock()
+		calls := st.calls
+		st.mu.Unlock()
+		t.Logf("read after Close: %v; provider calls %d; EventContinue %d", err, calls, continued.Load())
+		if calls != 1 || continued.Load() != 0 {
+			t.Errorf("the caller closed the stream, yet a continuation was requested (%d calls, %d EventContinue)", calls, continued.Load())
+		}
+	})
+}
+
+// The breaker hears that the provider cut a stream, even when it was
+// continued.
+func TestTransportBreakerHearsTheCut(t *testing.T) {
+	b := &countingBreaker{}
+	cut := anthropicStart + anthropicDeltaOf("Hello")
+	cont := anthropicStart + anthropicDeltaOf(" world") + anthropicStop
+	_, err := readStreamOf(t, &Transport{Base: &sseTransport{streams: []string{cut, cont}}, Continuations: 1, Policy: Policy{Breaker: b}}, "/v1/messages", anthropicRequest)
+	t.Logf("err=%v breaker outcomes=%v", err, b.outcomes)
+	for _, o := range b.outcomes {
+		if o == OutcomeFailure {
+			return
+		}
+	}
+	t.Errorf("the provider cut a stream mid-answer, the breaker heard only %v", b.outcomes)
+}
+
+// gatedTransport answers its first request at once, and the later ones
+// when gate is closed.
+type gatedTransport struct {
+	mu    sync.Mutex
+	calls int
+	first string
+	gate  chan struct{}
+	rest  string
+}
+
+func (g *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	g.mu.Lock()
+	g.calls++
+	n := g.calls
+	g.mu.Unlock()
+	body := g.first
+	if n > 1 {
+		select {
+		case <-g.gate:
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		}
+		body = g.rest
+	}
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
+		Body: io.NopCloser(strings.NewReader(body)), Request: req}, nil
+}
+
+func TestTransportCloseEndsAContinuation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &gatedTransport{first: anthropicStart + anthropicDeltaOf("Hello"), rest: anthropicStart + anthropicDeltaOf(" world") + anthropicStop, gate: make(chan struct{})}
+		tr := &Transport{Base: g, Continuations: 1}
+		req, _ := http.NewRequest(http.MethodPost, "http://provider.test/v1/messages", strings.NewReader(anthropicRequest))
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error)
+		go func() {
+			_, err := io.ReadAll(resp.Body)
+			done <- err
+		}()
+		synctest.Wait() // the continuation's request is waiting on the gate
+		closed := make(chan struct{})
+		go func() { resp.Body.Close(); close(closed) }()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Logf("Read ended after Close: %v", err)
+		default:
+			t.Errorf("Close returned, but Read is still blocked on the continuation's request, which Close did not cancel")
+			close(g.gate)
+			t.Logf("after the gate: %v", <-done)
+		}
+		<-closed
+	})
+}
+
+var _ = context.Background
+
+// An Anthropic answer cut after a tool_use block began is not continued
+// as text.
+func TestTransportDoesNotContinueAfterAToolUseBlock(t *testing.T) {
+	cut := anthropicStart + anthropicDeltaOf("Let me look that up.") +
+		"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n" +
+		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"search\",\"input\":{}}}\n\n"
+	cont := anthropicStart + anthropicDeltaOf(" Done.") + anthropicStop
+	st := &sseTransport{streams: []string{cut, cont}}
+	got, err := readStreamOf(t, &Transport{Base: st, Continuations: 1}, "/v1/messages", anthropicRequest)
+	t.Logf("calls %d, err %v\n%s", st.calls, err, got)
+	if st.calls != 1 {
+		t.Errorf("a tool_use block had begun, yet the answer was continued as text (%d calls)", st.calls)
+	}
+}
+
+// A continuation cut in its turn ends with its own reason.
+func TestTransportReportsAContinuationsOwnEnd(t *testing.T) {
+	cut := anthropicStart + anthropicDeltaOf("Hello")
+	cont := anthropicStart + anthropicDeltaOf(" world") // ends without message_stop, cleanly
+	_, err := readStreamOf(t, &Transport{Base: &sseTransport{streams: []string{cut, cont}}, Continuations: 1}, "/v1/messages", anthropicRequest)
+	var ie *IncompleteStreamError
+	if !errors.As(err, &ie) {
+		t.Fatalf("%v", err)
+	}
+	t.Logf("%v", err)
+	if ie.Reason != IncompleteNoEnd {
+		t.Errorf("the continuation ended cleanly without message_stop; reason %v, want %v", ie.Reason, IncompleteNoEnd)
+	}
+}
+
+func textOf(s string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(s, "\n") {
+		if i := strings.Index(line, `"content":"`); i >= 0 {
+			rest := line[i+len(`"content":"`):]
+			b.WriteString(rest[:strings.Index(rest, `"`)])
+		}
+	}
+	return b.String()
+}
+
+// silentTransport answers its first request, and never the later ones.
+type silentTransport struct {
+	mu    sync.Mutex
+	calls int
+	first string
+}
+
+func (h *silentTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	h.mu.Lock()
+	h.calls++
+	n := h.calls
+	h.mu.Unlock()
+	if n > 1 {
+		<-req.Context().Done() // a server that accepted and never answers
+		return nil, req.Context().Err()
+	}
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
+		Body: io.NopCloser(strings.NewReader(h.first)), Request: req}, nil
+}
+
+func TestTransportBoundsAContinuationThatNeverAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		h := &silentTransport{first: anthropicStart + anthropicDeltaOf("Hello")}
+		tr := &Transport{Base: h, Continuations: 1, StreamStall: 10 * time.Second, FirstTokenTimeout: 10 * time.Second}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://provider.test/v1/messages", strings.NewReader(anthropicRequest))
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { _, err := io.ReadAll(resp.Body); done <- err }()
+		time.Sleep(24 * time.Hour) // virtual time: a day passes in the bubble
+		resp.Body.Close()
+		time.Sleep(time.Hour) // and an hour more
+		select {
+		case err := <-done:
+			t.Logf("Read ended: %v", err)
+		default:
+			t.Errorf("24 h with StreamStall 10s, then Close, and an hour more: Read still blocked on the continuation's request")
+			cancel()
+			t.Logf("after cancelling the caller's context: %v", <-done)
+		}
+	})
+}
+
+// The caller's context cancelled mid-stream: no continuation is begun or
+// reported.
+func TestTransportDoesNotContinueACanceledCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		st := &scriptTransport{scripts: [][]step{{{0, anthropicStart + anthropicDeltaOf("Hello")}, {}}, {{0, anthropicStart + anthropicDeltaOf(" world") + anthropicStop}}}}
+		var cont atomic.Int32
+		upstream := make(chan io.Closer, 1) // the first stream's body, as net/http holds it
+		base := attemptFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := st.RoundTrip(req)
+			select {
+			case upstream <- resp.Body:
+			default:
+			}
+			return resp, err
+		})
+		tr := &Transport{Base: base, Continuations: 1, Policy: Policy{Observer: ObserverFunc(func(e Event) {
+			if e.Type == EventContinue {
+				cont.Add(1)
+			}
+		})}}
+		// the attempt's context ends the scripted stream, as net/http's would
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://provider.test/v1/messages", strings.NewReader(anthropicRequest))
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { <-ctx.Done(); (<-upstream).Close() }() // net/http closes the body when the context ends
+		done := make(chan error, 1)
+		go func() { _, err := io.ReadAll(resp.Body); done <- err }()
+		synctest.Wait()
+		cancel()
+		err = <-done
+		resp.Body.Close()
+		t.Logf("read: %v; EventContinue %d; provider calls %d", err, cont.Load(), st.calls)
+		if cont.Load() != 0 {
+			t.Errorf("the caller cancelled, yet a continuation was reported (EventContinue)")
+		}
+	})
+}
+
+// An Anthropic prefill's repeated whitespace is trimmed end to end, with
+// LF, CRLF and CR line ends.
+func TestTransportTrimsTheRepeatedWhitespace(t *testing.T) {
+	for _, eol := range []string{"\n", "\r\n", "\r"} {
+		fix := func(s string) string { return strings.ReplaceAll(s, "\n", eol) }
+		cut := fix(anthropicStart + anthropicDeltaOf("Hello") + anthropicDeltaOf(" \\n"))
+		cont := fix(anthropicStart + anthropicDeltaOf(" ") + anthropicDeltaOf("\\nWorld") + anthropicStop)
+		got, err := readStreamOf(t, &Transport{Base: &sseTransport{streams: []string{cut, cont}}, Continuations: 1}, "/v1/messages", anthropicRequest)
+		var tk sse.Tracker
+		tk.Write([]byte(got))
+		if err != io.EOF || string(tk.Text()) != "Hello \nWorld" || !tk.Ended() {
+			t.Errorf("eol %q: %v, text %q, ended %v\n%q", eol, err, tk.Text(), tk.Ended(), got)
+		}
+	}
+}
+
+// Close racing the swap of the body for the continuation's (for -race).
+func TestTransportCloseRacesAContinuation(t *testing.T) {
+	for i := range 300 {
+		st := &sseTransport{streams: []string{anthropicStart + anthropicDeltaOf("Hello"), anthropicStart + anthropicDeltaOf(" world") + anthropicStop}}
+		tr := &Transport{Base: st, Continuations: 1}
+		req, _ := http.NewRequest(http.MethodPost, "http://provider.test/v1/messages", strings.NewReader(anthropicRequest))
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); io.ReadAll(resp.Body) }()
+		go func() {
+			defer wg.Done()
+			for range i % 50 {
+				_ = i
+			}
+			resp.Body.Close()
+		}()
+		wg.Wait()
+	}
+}
+
+// attemptFunc adapts a function to http.RoundTripper.
+type attemptFunc func(*http.Request) (*http.Response, error)
+
+func (f attemptFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// Continued streams over a real connection leave no goroutine behind.
+func TestTransportContinuationsLeakNothing(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		k := n.Add(1)
+		switch k % 3 {
+		case 1: // cut: abort after content
+			io.WriteString(w, anthropicStart+anthropicDeltaOf("Hello"))
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler)
+		case 2: // continuation, whole
+			io.WriteString(w, anthropicStart+anthropicDeltaOf(" world")+anthropicStop)
+		case 0: // unused
+		}
+	}))
+	defer srv.Close()
+	tr := &Transport{Continuations: 1, Base: &http.Transport{}}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+	for i := range 20 {
+		n.Store(0)
+		resp, err := c.Post(srv.URL+"/v1/messages", "application/json", strings.NewReader(anthropicRequest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || !strings.Contains(string(b), "world") {
+			t.Fatalf("%d: %v %q", i, err, b)
+		}
+		if i%2 == 0 {
+			resp.Body.Close() // careless callers don't
+		}
+	}
+	tr.CloseIdleConnections() // goleak waits for what is closing
+}
+
+type thenTransport struct {
+	calls int
+	first string
+	then  func() *http.Response
+}
+
+func (z *thenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	z.calls++
+	if z.calls == 1 {
+		return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(strings.NewReader(z.first)), Request: req}, nil
+	}
+	r := z.then()
+	r.Request = req
+	return r, nil
+}
+
+func TestTransportContinuationThatFailsLeavesTheCut(t *testing.T) {
+	cut := openaiRole + chatText("Hello")
+	for _, tc := range []struct {
+		name string
+		then func() *http.Response
+	}{
+		{"200 json", func() *http.Response {
+			return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(`{}`))}
+		}},
+		{"429", func() *http.Response {
+			return &http.Response{StatusCode: 429, Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(`{"error":{}}`))}
+		}},
+	} {
+		z := &thenTransport{first: cut, then: tc.then}
+		got, err := readStreamOf(t, &Transport{Base: z, Continuations: 1, Policy: Policy{BaseDelay: NoDelay}}, "/v1/chat/completions", chatRequest)
+		var ie *IncompleteStreamError
+		t.Logf("%s: %d calls, %v", tc.name, z.calls, err)
+		if !errors.As(err, &ie) || got != cut {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+	// tool calls then a cut: never continued
+	tool := openaiRole + "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"function\":{\"name\":\"f\",\"arguments\":\"\"}}]}}]}\n\n"
+	z := &thenTransport{first: chatText("x")[:0] + tool, then: func() *http.Response { panic("continued") }}
+	_, err := readStreamOf(t, &Transport{Base: z, Continuations: 1}, "/v1/chat/completions", chatRequest)
+	t.Logf("tool calls: %d calls, %v", z.calls, err)
+	// multi-line data in the continuation's first delta: the whitespace is not trimmed
+	cutA := anthropicStart + anthropicDeltaOf("Hello") + anthropicDeltaOf(" ")
+	contA := anthropicStart + "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\ndata: \"delta\":{\"type\":\"text_delta\",\"text\":\" world\"}}\n\n" + anthropicStop
+	got, err := readStreamOf(t, &Transport{Base: &sseTransport{streams: []string{cutA, contA}}, Continuations: 1}, "/v1/messages", anthropicRequest)
+	t.Logf("multi-line data: %v\n%s", err, got[strings.LastIndex(got, "Hello"):])
 }

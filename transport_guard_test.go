@@ -2,14 +2,18 @@ package rebound
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"testing/iotest"
 	"testing/synctest"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/firsttoken"
 )
 
 // A complete stream in each dialect: preamble, content, then its end.
@@ -221,7 +225,7 @@ func TestTransportAdaptsTheFirstTokenBound(t *testing.T) {
 		slow := append(append([]step{{0, anthropicStart}}, pings(10, time.Second)...), step{0, anthropicDelta + anthropicEnd})
 		st := &scriptTransport{}
 		tr := &Transport{Base: st, FirstTokenAdaptive: true, Policy: Policy{BaseDelay: NoDelay}}
-		for range minTokenSamples - 1 {
+		for range firsttoken.MinSamples - 1 {
 			st.scripts, st.calls = [][]step{fast}, 0
 			streamOnce(t, tr)
 		}
@@ -229,7 +233,7 @@ func TestTransportAdaptsTheFirstTokenBound(t *testing.T) {
 		st.scripts, st.calls = [][]step{slow, fast}, 0
 		start := time.Now()
 		if _, _, err := streamOnce(t, tr); err != io.EOF || st.calls != 1 || time.Since(start) != 10*time.Second {
-			t.Fatalf("before %d samples: %d calls after %v, %v", minTokenSamples, st.calls, time.Since(start), err)
+			t.Fatalf("before %d samples: %d calls after %v, %v", firsttoken.MinSamples, st.calls, time.Since(start), err)
 		}
 		// Now 3 × the 90th percentile (1 s).
 		st.scripts, st.calls = [][]step{slow, fast}, 0
@@ -323,5 +327,177 @@ func BenchmarkStreamRead(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*events), "ns/event")
 		})
+	}
+}
+
+// With n=2, one choice's finish_reason does not make a stream cut in the
+// other look whole.
+func TestTransportOneFinishedChoiceIsNotTheEnd(t *testing.T) {
+	s := openaiRole +
+		"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"A\"}},{\"index\":1,\"delta\":{\"content\":\"B\"}}]}\n\n" +
+		"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n" +
+		"data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"BB\"}}]}\n\n"
+	b := &countingBreaker{}
+	_, got, err := streamOnce(t, &Transport{Base: &sseTransport{streams: []string{s}}, Policy: Policy{Breaker: b}})
+	var ie *IncompleteStreamError
+	if !errors.As(err, &ie) {
+		t.Errorf("choice 1 was cut mid-answer (no finish_reason, no [DONE]), yet Read ended with %v; breaker %v; got %d bytes", err, b.outcomes, len(got))
+	}
+}
+
+// The adaptive first-token bound relearns: a target grown 4x slower is not
+// locked out for ever.
+func TestTransportAdaptiveBoundRecovers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mk := func(d time.Duration) []step {
+			return []step{{0, anthropicStart}, {d, anthropicDelta + anthropicEnd}}
+		}
+		st := &scriptTransport{}
+		tr := &Transport{Base: st, FirstTokenAdaptive: true, DisableRetryBudget: true, Policy: Policy{BaseDelay: NoDelay}}
+		for range firsttoken.MinSamples {
+			st.scripts, st.calls = [][]step{mk(time.Second)}, 0
+			streamErr(t, tr)
+		}
+		// The provider is now 4 s to first token, for good.
+		fails := 0
+		for range 50 {
+			st.scripts, st.calls = [][]step{mk(4 * time.Second)}, 0
+			if err := streamErr(t, tr); err != nil {
+				fails++
+			}
+		}
+		t.Logf("bound now %v; %d of 50 calls failed", tr.firstTokenBound("provider.test"), fails)
+		if fails == 50 {
+			t.Errorf("adaptive bound stuck at %v: every call to a target now 4x slower fails, and no sample is ever learnt again", tr.firstTokenBound("provider.test"))
+		}
+	})
+}
+
+func streamErr(t *testing.T, tr *Transport) error {
+	req, _ := http.NewRequest(http.MethodPost, "http://provider.test/v1", strings.NewReader(`{}`))
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != 200 {
+		resp.Body.Close()
+		return errors.New(resp.Status)
+	}
+	_, err = readStream(resp.Body)
+	resp.Body.Close()
+	if err == io.EOF {
+		return nil
+	}
+	return err
+}
+
+// endlessLine is a body that sends one line, never ended, of limit bytes.
+type endlessLine struct{ n, limit int }
+
+func (e *endlessLine) Read(p []byte) (int, error) {
+	if e.n >= e.limit {
+		return 0, io.EOF
+	}
+	for i := range p {
+		p[i] = 'x'
+	}
+	n := min(len(p), e.limit-e.n)
+	e.n += n
+	return n, nil
+}
+
+func (e *endlessLine) Close() error { return nil }
+
+type bodyTransport struct{ body func() io.ReadCloser }
+
+func (z bodyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: z.body(), Request: req}, nil
+}
+
+func TestTransportBoundsAnEventThatNeverEnds(t *testing.T) {
+	const size = 64 << 20
+	tr := &Transport{Base: bodyTransport{func() io.ReadCloser {
+		return struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(strings.NewReader(anthropicStart+anthropicDelta+"data: "), &endlessLine{limit: size}), io.NopCloser(nil)}
+	}}}
+	req, _ := http.NewRequest(http.MethodPost, "http://provider.test/v1/messages", strings.NewReader(`{}`))
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	buf := make([]byte, 32<<10)
+	var got int
+	for {
+		n, err := resp.Body.Read(buf)
+		got += n
+		if err != nil {
+			t.Logf("after %d bytes: %v", got, err)
+			break
+		}
+	}
+	runtime.ReadMemStats(&after)
+	runtime.GC()
+	var live runtime.MemStats
+	runtime.ReadMemStats(&live)
+	t.Logf("heap in use after the stream ended, body not yet closed: %d MiB", live.HeapInuse>>20)
+	resp.Body.Close()
+	t.Logf("a %d MiB unfinished line: %d MiB allocated while reading, %d bytes handed to the caller", size>>20, (after.TotalAlloc-before.TotalAlloc)>>20, got)
+	if after.TotalAlloc-before.TotalAlloc > 4*size {
+		t.Errorf("memory grows with the event: %d MiB for a %d MiB line", (after.TotalAlloc-before.TotalAlloc)>>20, size>>20)
+	}
+}
+
+// failingBody ends its reader with err in place of io.EOF.
+type failingBody struct {
+	io.Reader
+	err error
+}
+
+func (z *failingBody) Read(p []byte) (int, error) {
+	n, err := z.Reader.Read(p)
+	if err == io.EOF {
+		return n, z.err
+	}
+	return n, err
+}
+
+func (z *failingBody) Close() error { return nil }
+
+func TestTransportScrubsTheCutOfAStream(t *testing.T) {
+	const key = "sk-ant-api03-SECRETSECRETSECRET0123456789"
+	for _, tc := range []struct {
+		name string
+		body func() io.ReadCloser
+	}{
+		{"error event", func() io.ReadCloser {
+			return io.NopCloser(strings.NewReader(anthropicStart + anthropicDeltaOf("Hello") +
+				"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"bad key " + key + "\"}}\n\n"))
+		}},
+		{"read error", func() io.ReadCloser {
+			return &failingBody{strings.NewReader(anthropicStart + anthropicDeltaOf("Hello")), fmt.Errorf("proxy: upstream rejected x-api-key %s", key)}
+		}},
+	} {
+		tr := &Transport{Base: bodyTransport{tc.body}}
+		req, _ := http.NewRequest(http.MethodPost, "http://provider.test/v1/messages", strings.NewReader(`{}`))
+		req.Header.Set("x-api-key", key)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Logf("%s: %v", tc.name, err)
+		if strings.Contains(err.Error(), key) || strings.Contains(err.Error(), "SECRETSECRET") {
+			t.Errorf("%s: the key is in the IncompleteStreamError: %v", tc.name, err)
+		}
+		var se *StreamError
+		if errors.As(err, &se) && strings.Contains(string(se.Data), "SECRETSECRET") {
+			t.Errorf("%s: key in StreamError.Data", tc.name)
+		}
 	}
 }

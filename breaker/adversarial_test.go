@@ -72,7 +72,7 @@ func TestAdversarial(t *testing.T) {
 		if b.State() != breaker.Closed {
 			t.Fatalf("state %v after 10 healthy calls", b.State())
 		}
-		time.Sleep(rebound.DefaultBudgetTTL)
+		time.Sleep(10 * time.Second) // a zero RetryBudget's TTL
 		if got := budget.Available(time.Now()); got != 100 {
 			t.Fatalf("%v retries available once the TTL has passed, want the whole reserve of 100", got)
 		}

@@ -1,26 +1,23 @@
 package breaker
 
-import "sync"
+import "github.com/rebound-go/rebound/internal/lru"
 
 // DefaultSetSize is how many breakers a Set holds unless told otherwise.
 const DefaultSetSize = 1024
 
 // Set holds one Breaker per key ("model:task", say), created on first use
 // with the Set's Config and named after its key. It is safe for concurrent
-// use, and a Get of a key that exists takes no lock.
+// use.
 //
-// A Set is bounded: when it is full, a new key evicts the oldest closed
-// breaker, or the oldest of all if none is closed. An evicted breaker
-// keeps working for whoever holds it, but a later Get of its key starts a
-// fresh one.
+// A Set is bounded: when it is full, a new key evicts the breaker used
+// least recently that is closed: an open or half-open breaker is what
+// keeps calls off a failing target, and a flood of new keys must not push
+// it out. Only when none is closed does the least recently used of all
+// go, so that memory stays bounded. An evicted breaker keeps working for
+// whoever holds it, but a later Get of its key starts a fresh one.
 type Set struct {
-	cfg  Config
-	size int
-
-	breakers sync.Map // key → *Breaker
-
-	mu    sync.Mutex // guards order and the writes to breakers
-	order []string   // keys, oldest first
+	cfg      Config
+	breakers lru.Map[string, *Breaker]
 }
 
 // NewSet returns an empty Set of at most size breakers; a size of zero or
@@ -29,44 +26,16 @@ func NewSet(cfg Config, size int) *Set {
 	if size <= 0 {
 		size = DefaultSetSize
 	}
-	return &Set{cfg: cfg, size: size}
+	s := &Set{cfg: cfg}
+	s.breakers.Size = size
+	s.breakers.Stay = func(b *Breaker) bool { return b.State() != Closed }
+	return s
 }
 
 // Get returns the breaker for key, creating it if need be.
 func (s *Set) Get(key string) *Breaker {
-	if b, ok := s.breakers.Load(key); ok {
-		return b.(*Breaker)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if b, ok := s.breakers.Load(key); ok {
-		return b.(*Breaker)
-	}
-	if len(s.order) >= s.size {
-		s.evict()
-	}
-	b := New(key, s.cfg)
-	s.breakers.Store(key, b)
-	s.order = append(s.order, key)
-	return b
+	return s.breakers.Get(key, func() *Breaker { return New(key, s.cfg) })
 }
 
 // Len returns how many breakers the Set holds.
-func (s *Set) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.order)
-}
-
-// evict drops the oldest closed breaker, or the oldest of all.
-func (s *Set) evict() {
-	victim := 0
-	for i, key := range s.order {
-		if b, ok := s.breakers.Load(key); ok && b.(*Breaker).State() == Closed {
-			victim = i
-			break
-		}
-	}
-	s.breakers.Delete(s.order[victim])
-	s.order = append(s.order[:victim], s.order[victim+1:]...)
-}
+func (s *Set) Len() int { return s.breakers.Len() }

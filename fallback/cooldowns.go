@@ -8,7 +8,7 @@ import (
 
 // Cooldowns remembers which targets are cooling down: skipped by a Chain
 // without a request, because their quota ran out. A Chain passes the time
-// by its call's clock (rebound.ClockFrom); an implementation may keep time
+// by its call's clock (rebound.WithClock); an implementation may keep time
 // by another clock it trusts more, a shared store's, say. It must be safe
 // for concurrent use and must not hold a call for long: a store that is
 // slow or away should answer from what this process knows.

@@ -45,6 +45,7 @@ import (
 
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/cost"
+	"github.com/rebound-go/rebound/internal/callctx"
 	"github.com/rebound-go/rebound/ratelimit"
 )
 
@@ -211,8 +212,8 @@ func (e *ChainError) Unwrap() error { return e.Err }
 // Do sends req along the chain and returns the first answer, with the
 // trail of how it got there. Without an answer the error is a *ChainError.
 func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Result[Resp], error) {
-	d := &chainCall[Req, Resp]{c: c, ctx: ctx, task: rebound.TargetFrom(ctx), clock: rebound.ClockFrom(ctx),
-		sideEffects: rebound.HasSideEffects(ctx), last: ErrNoTarget}
+	d := &chainCall[Req, Resp]{c: c, ctx: ctx, task: callctx.Target(ctx), clock: callctx.ClockOf(ctx),
+		sideEffects: callctx.SideEffects(ctx), last: ErrNoTarget}
 	d.trail.steps = d.trail.first[:0]
 	if c.Hedge != nil {
 		d.tried = make([]bool, len(c.Targets))

@@ -1,12 +1,12 @@
 package observe
 
 import (
-	"container/list"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/lru"
 	"github.com/rebound-go/rebound/internal/window"
 )
 
@@ -90,9 +90,8 @@ type Monitor struct {
 	// DefaultMaxTargets.
 	MaxTargets int
 
-	mu      sync.Mutex // guards targets and recent
-	targets map[string]*list.Element
-	recent  list.List // of *rateWindow, the least recently called first
+	mu      sync.Mutex // guards the windows
+	targets lru.Map[string, *rateWindow]
 }
 
 // rateBuckets is how many pieces a Window is cut into.
@@ -106,7 +105,6 @@ type rateBucket struct {
 // rateWindow is one target's recent calls, over two windows (this one and
 // the one before, for jumps).
 type rateWindow struct {
-	target  string
 	buckets [2 * rateBuckets]rateBucket
 	above   bool // an AlertAbove was sent and no AlertBelow since
 	// jumped says an AlertJump was sent, at the epoch jumpedAt, so that
@@ -169,20 +167,18 @@ func (m *Monitor) Observe(e rebound.Event) {
 func (m *Monitor) Rate(target string, now time.Time) (float64, int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e := m.targets[target]
-	if e == nil {
+	w, ok := m.targets.Load(target)
+	if !ok {
 		return 0, 0
 	}
 	epoch := m.epoch(now)
-	calls, retried := e.Value.(*rateWindow).sum(epoch-rateBuckets+1, epoch)
+	calls, retried := w.sum(epoch-rateBuckets+1, epoch)
 	return ratio(retried, calls), calls
 }
 
 // Len returns how many targets the Monitor keeps windows for.
 func (m *Monitor) Len() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.targets)
+	return m.targets.Len()
 }
 
 // epoch returns which bucket-long stretch of time t falls in.
@@ -201,7 +197,10 @@ func ratio(a, b int) float64 {
 func (m *Monitor) record(target string, retried bool, now time.Time) []Alert {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	w := m.windowOf(target)
+	if m.targets.Size == 0 {
+		m.targets.Size = m.maxTargets()
+	}
+	w := m.targets.Get(target, func() *rateWindow { return new(rateWindow) })
 	epoch := m.epoch(now)
 	b := &w.buckets[window.Slot(epoch, 2*rateBuckets)]
 	if b.epoch != epoch {
@@ -237,32 +236,6 @@ func (m *Monitor) record(target string, retried bool, now time.Time) []Alert {
 		}
 	}
 	return alerts
-}
-
-// windowOf returns target's windows, made afresh if the Monitor holds none,
-// and marks it the most recently called. m.mu is held.
-func (m *Monitor) windowOf(target string) *rateWindow {
-	if e := m.targets[target]; e != nil {
-		m.recent.MoveToBack(e)
-		return e.Value.(*rateWindow)
-	}
-	if m.targets == nil {
-		m.targets = map[string]*list.Element{}
-	}
-	if len(m.targets) >= m.maxTargets() {
-		// Full: the least recently called target's windows are reused
-		// for this one.
-		e := m.recent.Front()
-		w := e.Value.(*rateWindow)
-		delete(m.targets, w.target)
-		*w = rateWindow{target: target}
-		m.recent.MoveToBack(e)
-		m.targets[target] = e
-		return w
-	}
-	w := &rateWindow{target: target}
-	m.targets[target] = m.recent.PushBack(w)
-	return w
 }
 
 // sum adds up the buckets of epochs from..to.

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/breaker"
+	"github.com/rebound-go/rebound/internal/runes"
 )
 
 // Attribute keys. error.type, http.response.status_code and
@@ -129,10 +129,6 @@ func slot(inst, a, b uint8) int {
 	return -1
 }
 
-// maxTargets bounds how many targets' attributes are kept: past it, they
-// are built afresh for each measurement, as an uncached call would.
-const maxTargets = 1024
-
 // targetAttrs holds what is built once per target: the options that start
 // a call span, and the measurement options of each attribute set.
 type targetAttrs struct {
@@ -150,23 +146,17 @@ type measure struct {
 
 var startClient = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
 
-// attrsOf returns target's attributes.
+// attrsOf returns target's attributes, built once for each of the
+// lru.DefaultSize targets measured most recently.
 func (o *Observer) attrsOf(target string) *targetAttrs {
-	if ta, ok := o.targets.Load(target); ok {
-		return ta.(*targetAttrs)
-	}
-	ta := &targetAttrs{target: target, start: startClient}
-	if target != "" {
-		// The target, for samplers to see.
-		ta.start = []trace.SpanStartOption{startClient[0], trace.WithAttributes(keyTarget.String(target))}
-	}
-	if o.ntargets.Load() < maxTargets {
-		if prev, loaded := o.targets.LoadOrStore(target, ta); loaded {
-			return prev.(*targetAttrs)
+	return o.targets.Get(target, func() *targetAttrs {
+		ta := &targetAttrs{target: target, start: startClient}
+		if target != "" {
+			// The target, for samplers to see.
+			ta.start = []trace.SpanStartOption{startClient[0], trace.WithAttributes(keyTarget.String(target))}
 		}
-		o.ntargets.Add(1)
-	}
-	return ta
+		return ta
+	})
 }
 
 // measure returns the measurement options of an instrument's attributes.
@@ -336,9 +326,5 @@ func bound(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	cut := n - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
+	return runes.Cut(s, n-len("…")) + "…"
 }

@@ -3,8 +3,6 @@ package reboundotel
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -13,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/callctx"
+	"github.com/rebound-go/rebound/internal/lru"
 )
 
 // ScopeName is the instrumentation scope of the Observer's meter and
@@ -53,8 +53,7 @@ type Observer struct {
 	cost           metric.Float64Counter
 	wasted         metric.Float64Counter
 
-	targets  sync.Map // target to *targetAttrs
-	ntargets atomic.Int64
+	targets lru.Map[string, *targetAttrs] // the targets measured most recently
 }
 
 // Buckets of the duration histograms, in seconds. Calls use the GenAI
@@ -146,8 +145,8 @@ func (o *Observer) Observe(e rebound.Event) {
 // ObserveCall implements rebound.CallObserver: it starts the call's span
 // as a child of ctx's and returns the observer of the call's events.
 func (o *Observer) ObserveCall(ctx context.Context) rebound.Observer {
-	clock := rebound.ClockFrom(ctx)
-	c := &call{o: o, ta: o.attrsOf(rebound.TargetFrom(ctx))}
+	clock := callctx.ClockOf(ctx)
+	c := &call{o: o, ta: o.attrsOf(callctx.Target(ctx))}
 	opts := c.ta.start
 	if clock != realTime {
 		// Virtual time: every timestamp comes from the call's clock.
@@ -166,7 +165,7 @@ func (o *Observer) ObserveCall(ctx context.Context) rebound.Observer {
 
 // realTime is rebound's real clock, what a context without WithClock
 // has.
-var realTime = rebound.ClockFrom(context.Background())
+var realTime = callctx.Real
 
 // attempted counts an attempt.
 func (o *Observer) attempted(ctx context.Context, ta *targetAttrs, failed bool, kind rebound.Kind) {

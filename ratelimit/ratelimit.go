@@ -42,6 +42,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/callctx"
 	"github.com/rebound-go/rebound/internal/header"
 	"github.com/rebound-go/rebound/internal/pace"
 )
@@ -212,7 +213,7 @@ func (l *Limiter) Wait(ctx context.Context, tokens int) error {
 	}
 	clock := l.clock
 	if clock == nil {
-		clock = rebound.ClockFrom(ctx)
+		clock = callctx.ClockOf(ctx)
 	}
 	if err := clock.Sleep(ctx, d); err != nil {
 		r.Cancel()

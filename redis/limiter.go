@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/callctx"
 	"github.com/rebound-go/rebound/internal/header"
 	"github.com/rebound-go/rebound/internal/pace"
 	"github.com/rebound-go/rebound/ratelimit"
@@ -126,7 +127,7 @@ func (l *Limiter) Wait(ctx context.Context, tokens int) error {
 	}
 	clock := l.clock
 	if clock == nil {
-		clock = rebound.ClockFrom(ctx)
+		clock = callctx.ClockOf(ctx)
 	}
 	return clock.Sleep(ctx, delay)
 }

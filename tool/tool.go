@@ -58,9 +58,9 @@ import (
 	"fmt"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/runes"
 	"github.com/rebound-go/rebound/observe"
 )
 
@@ -307,14 +307,10 @@ const maxErrorText = 300
 
 // clip cuts s to maxErrorText bytes, on a character boundary.
 func clip(s string) string {
-	if len(s) <= maxErrorText {
-		return s
+	if cut := runes.Cut(s, maxErrorText); cut != s {
+		return cut + "…"
 	}
-	n := maxErrorText
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
+	return s
 }
 
 // Execute runs call under its tool's guard. A call to an unknown or

@@ -130,3 +130,18 @@ func TestContinueOffersNoTools(t *testing.T) {
 		}
 	}
 }
+
+// Structured output is never continued, even when its schema names a
+// property "text".
+func TestContinuationRefusesStructuredOutput(t *testing.T) {
+	for _, body := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"reply","schema":{"type":"object","properties":{"text":{"type":"string"}}}}}}`,
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"text","schema":{}}}}`,
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object","description":"give \"text\""}}`,
+	} {
+		_, err := Continue(OpenAIChat, []byte(body), `{"text":"hal`)
+		if err == nil {
+			t.Errorf("structured output request continued: %s", body)
+		}
+	}
+}

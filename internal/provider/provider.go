@@ -34,6 +34,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rebound-go/rebound/internal/header"
+	"github.com/rebound-go/rebound/internal/runes"
 )
 
 // Error is what an error response says, in the union of the providers'
@@ -352,13 +353,7 @@ const maxIdentifier = 64
 // A provider's type is a short word; a hostile one could send 60 KB of
 // terminal escapes, and every log record would carry them.
 func Identifier(s string) string {
-	if len(s) > maxIdentifier {
-		n := maxIdentifier
-		for n > 0 && !utf8.RuneStart(s[n]) {
-			n--
-		}
-		s = s[:n]
-	}
+	s = runes.Cut(s, maxIdentifier)
 	if strings.IndexFunc(s, unicode.IsControl) >= 0 {
 		s = strings.Map(func(r rune) rune {
 			if unicode.IsControl(r) {

@@ -23,7 +23,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/rebound-go/rebound/internal/runes"
 )
 
 // Redacted replaces a credential.
@@ -215,10 +216,7 @@ func (s Secrets) Cut(t string, n int) (cut string, ok bool) {
 	if len(t) <= n {
 		return t, true
 	}
-	for n > 0 && !utf8.RuneStart(t[n]) {
-		n--
-	}
-	return s.dropPartial(t[:n]), false
+	return s.dropPartial(runes.Cut(t, n)), false
 }
 
 // CutBytes is Cut for bytes, keeping at most n; it drops the start of a

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/runes"
 )
 
 // Limits that keep memory constant whatever the input holds.
@@ -334,11 +335,7 @@ func dollars(o optFloat) bool { return !o.set || o.v >= 0 && o.v <= MaxCost }
 // put in its error type, and a report must not carry terminal escapes.
 func clip(s string) string {
 	if len(s) > MaxCodeBytes {
-		n := MaxCodeBytes
-		for n > 0 && !utf8.RuneStart(s[n]) {
-			n--
-		}
-		s = strings.Clone(s[:n]) // not to keep the rest alive
+		s = strings.Clone(runes.Cut(s, MaxCodeBytes)) // not to keep the rest alive
 	}
 	if strings.IndexFunc(s, unicode.IsControl) >= 0 {
 		s = strings.Map(func(r rune) rune {

@@ -48,7 +48,7 @@ const (
 // 10 ms base; his decorrelated jitter starts from 5 ms. Attempts and the
 // wait budget are unbounded for all practical purposes: a client retries
 // until its write succeeds.
-func OCCPolicy(strategy string, rng rebound.Rand) (rebound.Policy, error) {
+func OCCPolicy(strategy string, rng interface{ Int64N(int64) int64 }) (rebound.Policy, error) {
 	p := rebound.Policy{
 		MaxAttempts: 1 << 30,
 		MaxDelay:    2 * time.Second,

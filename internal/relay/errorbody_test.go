@@ -1,4 +1,4 @@
-package rebound
+package relay
 
 import (
 	"bytes"

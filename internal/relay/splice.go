@@ -1,167 +1,14 @@
-package rebound
+package relay
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"strconv"
 	"strings"
-	"time"
 
-	"github.com/rebound-go/rebound/internal/continuation"
 	"github.com/rebound-go/rebound/internal/sse"
 )
-
-// continuingKey marks the context of a continuation's request: its own
-// stream is not continued from inside it, but by the stream it is spliced
-// onto, which knows the whole text delivered.
-type continuingKey struct{}
-
-// continuer continues a text answer whose stream was cut after content:
-// it keeps what a continuation needs of the request that was cut.
-type continuer struct {
-	t       *Transport
-	req     *http.Request
-	body    func() (io.ReadCloser, error)
-	dialect continuation.Dialect
-	target  string
-	made    int // continuations made so far
-}
-
-// continuer returns the continuer of req's stream, or nil when the
-// Transport makes none or req cannot be continued: an unreplayable body,
-// an API that has no continuation, a continuation's own request.
-func (t *Transport) continuer(req *http.Request, body requestBody, target string) *continuer {
-	d := continuation.DialectOf(req.URL.Path)
-	if t.Continuations <= 0 || body.get == nil || body.once || d == continuation.Unknown || req.Context().Value(continuingKey{}) != nil {
-		return nil
-	}
-	return &continuer{t: t, req: req, body: body.get, dialect: d, target: target}
-}
-
-// errNoContinuation says a cut stream is not continued.
-var errNoContinuation = errors.New("rebound: no continuation")
-
-// endsContinuation reports whether head, the stream of a continuation's
-// request (ctx's) that ended before any content, ended as an answer ends
-// (its end marker, or a finish reason): the text delivered before the cut
-// was the whole answer, and the continuation brings its end, to be spliced
-// on rather than retried.
-func endsContinuation(ctx context.Context, head sse.Head) bool {
-	return ctx.Value(continuingKey{}) != nil && head.Tracker != nil && (head.Tracker.Ended() || head.Tracker.Finished())
-}
-
-// next opens, on ctx, the continuation of the answer cut by cut, whose text
-// so far (in stream dialect d) is text: the new stream's body, and the
-// whitespace its text begins with that the caller has already had. Until
-// the new stream's headers come, it is bounded as a stall is.
-func (c *continuer) next(ctx context.Context, cancel func(), cut error, d sse.Dialect, text []byte) (io.ReadCloser, string, error) {
-	if c == nil || c.made >= c.t.Continuations || ctx.Err() != nil ||
-		!(d == sse.Chat && c.dialect == continuation.OpenAIChat || d == sse.Anthropic && c.dialect == continuation.AnthropicMessages) {
-		return nil, "", errNoContinuation
-	}
-	rc, err := c.body()
-	if err != nil {
-		return nil, "", err
-	}
-	raw, err := io.ReadAll(io.LimitReader(rc, defaultMaxBufferedBody+1))
-	rc.Close()
-	if err != nil || len(raw) > defaultMaxBufferedBody {
-		return nil, "", errNoContinuation
-	}
-	cont, err := continuation.Continue(c.dialect, raw, string(text))
-	if err != nil {
-		return nil, "", err
-	}
-	c.made++
-	if obs := c.t.Policy.Observer; obs != nil {
-		obs.Observe(Event{Type: EventContinue, Target: c.target, Attempt: c.made, Err: cut})
-	}
-	req := c.req.Clone(context.WithValue(ctx, continuingKey{}, true))
-	req.Body = io.NopCloser(bytes.NewReader(cont.Body))
-	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(cont.Body)), nil }
-	req.ContentLength = int64(len(cont.Body))
-	req.Header.Set("Content-Length", strconv.Itoa(len(cont.Body)))
-	stall := c.t.StreamStall
-	if stall == 0 {
-		stall = defaultStreamStall
-	}
-	if stall > 0 {
-		waiting := time.AfterFunc(stall, cancel)
-		defer waiting.Stop()
-	}
-	resp, err := c.t.RoundTrip(req)
-	if err != nil {
-		return nil, "", err
-	}
-	if resp.StatusCode != http.StatusOK || !isEventStream(resp) {
-		resp.Body.Close()
-		return nil, "", fmt.Errorf("rebound: the continuation was answered %s, not a stream", resp.Status)
-	}
-	return resp.Body, cont.Trimmed, nil
-}
-
-// resume carries on a stream cut after content with its continuation,
-// if it has one: the caller, who has had every complete event of the cut
-// stream, reads the continuation's content events next. It reports
-// whether it did; ended is how the stream ended. A stream the caller has
-// closed, or whose context is done, is not continued, nor one whose
-// continuation answered with other than text.
-func (b *streamBody) resume(ended error) bool {
-	var ie *IncompleteStreamError
-	if b.more == nil || !errors.As(ended, &ie) || ie.Reason == IncompleteNotText || !b.tr.TextOnly() || !b.tr.TextKept() || b.tr.TextBytes() == 0 {
-		return false
-	}
-	ctx, cancel := context.WithCancel(b.more.req.Context())
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		cancel()
-		return false
-	}
-	if b.stopCont != nil {
-		b.stopCont() // the continuation before this one, cut in its turn
-	}
-	b.stopCont = cancel // Close ends the continuation, under way or spliced on
-	b.mu.Unlock()
-	next, trim, err := b.more.next(ctx, cancel, ended, b.tr.Dialect(), b.tr.Text())
-	if err != nil {
-		return false
-	}
-	b.mu.Lock()
-	if b.closed { // the caller has gone: so does the continuation
-		b.mu.Unlock()
-		next.Close()
-		return false
-	}
-	old, oldWatch := b.body, b.w
-	b.body = next
-	b.w = b.more.t.newWatch(next)
-	b.mu.Unlock()
-	oldWatch.stop()
-	old.Close()
-	// The provider cut this attempt: its breaker hears so now; the
-	// continuation is a call of its own.
-	b.held.done(OutcomeFailure)
-	// What the caller has not had of the cut stream (half an event, an
-	// error event held back) is dropped.
-	b.tr.Rewind(b.base)
-	b.hi = b.lo
-	b.errAt, b.lastEnd = -1, b.base
-	id, created := b.tr.ChatID()
-	s := &splice{r: next, dialect: b.tr.Dialect(), trim: trim, id: id, created: created, open: -1}
-	if n, open := b.tr.Blocks(); open {
-		s.open, s.shift = n-1, n-1
-	} else {
-		s.shift = n
-	}
-	b.src = s
-	return true
-}
 
 // splice reads a continuation's stream as the rest of the stream it
 // continues: its opening dropped (a second message_start would start a
@@ -169,8 +16,7 @@ func (b *streamBody) resume(ended error) bool {
 // front of its text, its end (finish reason, usage, stop reason) handed
 // on. Only text is: the first event of anything else (a tool call, a
 // thinking block, an end that names a tool call, an event of another
-// dialect) ends it, with an *IncompleteStreamError (IncompleteNotText),
-// and none of it is handed on.
+// dialect) ends it, with notText, and none of it is handed on.
 type splice struct {
 	r       io.Reader
 	dialect sse.Dialect     // the cut stream's
@@ -196,6 +42,7 @@ type splice struct {
 	ready   bool   // tr.Each is set
 	err     error
 	refused error // the continuation answered with other than text
+	notText error // the error that says so
 }
 
 func (s *splice) Read(p []byte) (int, error) {
@@ -230,7 +77,7 @@ func (s *splice) event(end int64, k sse.Kind) {
 	case s.refused != nil:
 		return
 	case !s.tr.TextOnly() || s.tr.Dialect() != s.dialect && s.tr.Dialect() != sse.Unknown:
-		s.refused = &IncompleteStreamError{Reason: IncompleteNotText}
+		s.refused = s.notText
 		return
 	case k == sse.Content:
 		s.started = true

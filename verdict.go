@@ -1,7 +1,6 @@
 package rebound
 
 import (
-	"encoding/json"
 	"net/http"
 	"slices"
 	"strconv"
@@ -11,6 +10,101 @@ import (
 	"github.com/rebound-go/rebound/internal/header"
 	"github.com/rebound-go/rebound/internal/provider"
 )
+
+// Kind is what sort of failure an attempt met, and so what may be done
+// about it.
+type Kind uint8
+
+// Kinds of failure. The zero value is KindTransient: an error nobody
+// recognises is retried, as in every peer library.
+const (
+	// KindTransient may succeed if tried again: 5xx, 408, 409, 425,
+	// connection resets, per-attempt timeouts, unknown errors.
+	KindTransient Kind = iota
+	// KindRateLimited is a 429 that asks the caller to slow down.
+	KindRateLimited
+	// KindOverloaded is a provider saying it is overloaded (529).
+	KindOverloaded
+	// KindQuotaExhausted is an exhausted quota or balance: retrying
+	// cannot succeed until someone pays.
+	KindQuotaExhausted
+	// KindContextOverflow is a request too large for the model: it can
+	// only succeed once the request is made smaller (413, and providers'
+	// context-length errors).
+	KindContextOverflow
+	// KindPermanent will fail the same way however often it is tried:
+	// 400, 401, 403, 404, 422.
+	KindPermanent
+	// KindCanceled is the caller's own context, canceled or past its
+	// deadline.
+	KindCanceled
+)
+
+var kindNames = [...]string{
+	KindTransient: "transient", KindRateLimited: "rate_limited", KindOverloaded: "overloaded",
+	KindQuotaExhausted: "quota_exhausted", KindContextOverflow: "context_overflow",
+	KindPermanent: "permanent", KindCanceled: "canceled",
+}
+
+// String returns the JSON name of k.
+func (k Kind) String() string { return enumString(kindNames[:], int(k), "kind") }
+
+// MarshalText implements encoding.TextMarshaler.
+func (k Kind) MarshalText() ([]byte, error) { return enumMarshal(kindNames[:], int(k), "kind") }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (k *Kind) UnmarshalText(b []byte) error {
+	i, err := enumParse(kindNames[:], string(b), "kind")
+	*k = Kind(i)
+	return err
+}
+
+// retryable reports whether a failure of kind k may be retried on the same
+// target.
+func (k Kind) retryable() bool { return k <= KindOverloaded }
+
+// Verdict is a classifier's judgement of one failed attempt.
+type Verdict struct {
+	Kind Kind
+	// ServerWait is how long the server asked the caller to wait before
+	// trying again; meaningful only when HasServerWait is set (a server
+	// may ask for zero).
+	ServerWait    time.Duration
+	HasServerWait bool
+}
+
+// permanentError marks an error that must not be retried. See Permanent.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as not worth retrying, whatever the classifier would
+// say. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// retryableError marks an error as transient. See Retryable.
+type retryableError struct{ err error }
+
+func (e *retryableError) Error() string { return e.err.Error() }
+
+func (e *retryableError) Unwrap() error { return e.err }
+
+// Retryable marks err as transient, whatever the classifier would say. A
+// function returns it to reject a result it cannot use (an empty model
+// response, say) and have the call tried again. Retryable(nil) is nil.
+func Retryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &retryableError{err: err}
+}
 
 // A Rule classifies the failed responses it matches, before the built-in
 // rules do: the way to teach rebound a provider whose per-minute limit
@@ -80,40 +174,6 @@ func (r *Rule) match(status int, h http.Header, body []byte, pe *provider.Error,
 	return true
 }
 
-// ruleVerdict is the verdict of the first rule that matches the response
-// in err's tree, if any: rules are asked before a Policy's Classifier.
-func ruleVerdict(err error, now func() time.Time, rules []Rule) (Verdict, bool) {
-	if len(rules) == 0 {
-		return Verdict{}, false
-	}
-	status, h, body, found := unmarkedResponse(err)
-	if !found {
-		return Verdict{}, false
-	}
-	pe, parsed := provider.Read(h, body)
-	return applyRules(rules, status, h, body, &pe, parsed, now)
-}
-
-// unmarkedResponse is providerResponse, unless a Permanent or Retryable
-// mark comes first in err's tree: the caller's mark outweighs any rule.
-func unmarkedResponse(err error) (status int, h http.Header, body []byte, found bool) {
-	switch x := err.(type) {
-	case *permanentError, *retryableError:
-		return 0, nil, nil, false
-	case *HTTPError, *StreamError:
-		return providerResponse(x)
-	case interface{ Unwrap() error }:
-		return unmarkedResponse(x.Unwrap())
-	case interface{ Unwrap() []error }:
-		for _, e := range x.Unwrap() {
-			if status, h, body, ok := unmarkedResponse(e); ok {
-				return status, h, body, true
-			}
-		}
-	}
-	return 0, nil, nil, false
-}
-
 // applyRules is the verdict of the first of rules that matches a response
 // whose error pe says: its kind, and the response's own wait or else the
 // rule's.
@@ -129,7 +189,7 @@ func applyRules(rules []Rule, status int, h http.Header, body []byte, pe *provid
 		}
 		v.ServerWait, v.HasServerWait = responseWait(status, h, pe, parsed, now)
 		if !v.HasServerWait && r.Wait != 0 {
-			v.ServerWait, v.HasServerWait = durationOr(r.Wait, 0), true
+			v.ServerWait, v.HasServerWait = max(r.Wait, 0), true // NoDelay: at once
 		}
 		return v, true
 	}
@@ -173,103 +233,19 @@ func isTokenChar(c rune) bool {
 // ruleKey names rule i in errors, as a JSON path.
 func ruleKey(i int) string { return "rules[" + strconv.Itoa(i) + "]" }
 
-// ruleJSON is a Rule's wire form.
-type ruleJSON struct {
-	Status         int    `json:"status,omitempty"`
-	Header         string `json:"header,omitempty"`
-	HeaderContains string `json:"header_contains,omitempty"`
-	Type           string `json:"type,omitempty"`
-	Code           string `json:"code,omitempty"`
-	Message        string `json:"message,omitempty"`
-	Kind           Kind   `json:"kind"`
-	WaitMS         *int64 `json:"wait_ms,omitempty"`
-}
-
-var ruleKeys = []string{"status", "header", "header_contains", "type", "code", "message", "kind", "wait_ms"}
-
-// rulesJSON is rules' wire form.
-func rulesJSON(rules []Rule) []ruleJSON {
-	if len(rules) == 0 {
-		return nil
+// responseWait is the wait a failed response asks for, in the order
+// ClassifyResponse gives.
+func responseWait(status int, h http.Header, pe *provider.Error, parsed bool, now func() time.Time) (time.Duration, bool) {
+	if d, ok := header.Wait(h, now); ok {
+		return d, true
 	}
-	out := make([]ruleJSON, len(rules))
-	for i, r := range rules {
-		out[i] = ruleJSON{Status: r.Status, Header: r.Header, HeaderContains: r.HeaderContains,
-			Type: r.Type, Code: r.Code, Message: r.Message, Kind: r.Kind}
-		switch {
-		case r.Wait == NoDelay:
-			out[i].WaitMS = ptr[int64](0)
-		case r.Wait > 0:
-			out[i].WaitMS = ms(r.Wait)
+	if parsed {
+		if d, ok := pe.Wait(); ok {
+			return d, true
 		}
 	}
-	return out
-}
-
-// rulesValue reads rules: an array of objects, each with a kind.
-func rulesValue(v json.RawMessage) ([]Rule, error) {
-	var raws []json.RawMessage
-	if v[0] != '[' || json.Unmarshal(v, &raws) != nil {
-		return nil, policyErr("rules", "want an array of rules, got %s", given(v))
+	if status == http.StatusTooManyRequests && h != nil {
+		return header.ExhaustedReset(h, now())
 	}
-	rules := make([]Rule, len(raws))
-	for i, raw := range raws {
-		key := ruleKey(i)
-		obj, err := jsonObject(key, "an object", raw)
-		if err != nil {
-			return nil, err
-		}
-		if err := knownKeys(key, obj, ruleKeys); err != nil {
-			return nil, err
-		}
-		r := &rules[i]
-		if v := obj["status"]; v != nil {
-			n, err := integer(key+".status", "an HTTP status", v, 32)
-			if err != nil {
-				return nil, err
-			}
-			r.Status = int(n)
-		}
-		for _, f := range []struct {
-			key string
-			dst *string
-		}{{"header", &r.Header}, {"header_contains", &r.HeaderContains}, {"type", &r.Type}, {"code", &r.Code}, {"message", &r.Message}} {
-			if v := obj[f.key]; v != nil && (v[0] != '"' || json.Unmarshal(v, f.dst) != nil) {
-				return nil, policyErr(key+"."+f.key, "want a string, got %s", given(v))
-			}
-		}
-		v := obj["kind"]
-		if v == nil {
-			return nil, policyErr(key+".kind", "missing (want %s)", wantList(kindNames[:KindCanceled]))
-		}
-		k, err := enumValue(key+".kind", v, kindNames[:])
-		if err != nil {
-			// The same error, listing only the kinds a rule may give.
-			_, err = enumValue(key+".kind", v, kindNames[:KindCanceled])
-			return nil, err
-		}
-		r.Kind = Kind(k)
-		if r.Wait, err = msValue(key+".wait_ms", obj["wait_ms"], NoDelay); err != nil {
-			return nil, err
-		}
-	}
-	return rules, nil
-}
-
-// Classify returns the verdict p gives a failed attempt's error, as its
-// retries judge it: the first of its Rules that matches, else its
-// Classifier, else Classify. A caller handed the final failure of a
-// Transport (a response with status 400 or above, as an *HTTPError, or a
-// *GiveUpError) learns from it what to do with the request next.
-func (p *Policy) Classify(err error) Verdict { return p.classify(err, time.Now) }
-
-// classify is Classify by the clock now.
-func (p *Policy) classify(err error, now func() time.Time) Verdict {
-	if p.Classifier != nil {
-		if v, ok := ruleVerdict(err, now, p.Rules); ok {
-			return v
-		}
-		return p.Classifier(err)
-	}
-	return classify(err, now, p.Rules)
+	return 0, false
 }
