@@ -20,9 +20,9 @@ import (
 const simUsage = `usage: rebound sim [--scenario occ|iid|overload|priority|hedge] [--json] [--html FILE] [--seed N] [--trials N]
                    [--cells C,C,...] [--clients N,N,...] [--strategies S,S,...] [--attempts N,N,...]
 
-Run a simulation in virtual time through rebound's real retry decisions (a
-rebound.Loop per simulated call), and print ours beside the published or
-theoretical figures. The same seed gives the same numbers. --html FILE also
+Run a simulation in virtual time through rebound's real retry code (each
+simulated call a rebound.Run under a virtual clock), and print ours beside
+the published or theoretical figures. The same seed gives the same numbers. --html FILE also
 writes the results as a self-contained HTML page of charts.
 
 --scenario occ (the default) re-runs Brooker's optimistic-concurrency

@@ -1,0 +1,166 @@
+package sim
+
+import (
+	"context"
+	"iter"
+	"time"
+
+	"github.com/rebound-go/rebound"
+)
+
+// A proc is one simulated caller: a function that runs rebound's own code
+// (rebound.Do, its retry budget, its backoff and the attempts it makes)
+// on a goroutine of its own, which runs only while the scheduler resumes
+// it. The scheduler runs one event or one proc at a time, so a simulation
+// of thousands of concurrent calls is still one sequence of events, the
+// same for the same seed; a proc's waits (a retry's backoff through its
+// context's rebound.Clock, an attempt waiting for its answer) are events
+// in virtual time.
+type proc struct {
+	next  func() (struct{}, bool)
+	stop  func()
+	yield func(struct{}) bool
+	ctx   *callContext
+	ended bool
+}
+
+// spawn starts body as a proc now and runs it until it first waits. Its
+// context carries the simulation's clock and ends at deadline (none if
+// zero), or when the simulation ends (see endProcs). spawn is called
+// from an event, never from a proc.
+func (s *scheduler) spawn(deadline time.Time, body func(ctx context.Context)) {
+	p := &proc{ctx: &callContext{
+		Context:  rebound.WithClock(context.Background(), procClock{s}),
+		deadline: deadline,
+		done:     make(chan struct{}),
+	}}
+	if !deadline.IsZero() {
+		s.at(deadline, func() { p.ctx.end(context.DeadlineExceeded) })
+	}
+	p.next, p.stop = iter.Pull(func(yield func(struct{}) bool) {
+		p.yield = yield
+		body(p.ctx)
+	})
+	if len(s.procs) >= 2*s.live+64 { // forget the ended ones now and then
+		kept := s.procs[:0]
+		for _, q := range s.procs {
+			if !q.ended {
+				kept = append(kept, q)
+			}
+		}
+		clear(s.procs[len(kept):])
+		s.procs = kept
+	}
+	s.procs = append(s.procs, p)
+	s.live++
+	s.resume(p)
+}
+
+// resume runs p until it waits again or ends. It is called from an
+// event: a proc never runs another.
+func (s *scheduler) resume(p *proc) {
+	if s.current != nil {
+		panic("sim: a proc resumed another")
+	}
+	if p.ended {
+		return
+	}
+	s.current = p
+	defer func() { s.current = nil }()
+	if _, ok := p.next(); !ok {
+		p.ended = true
+		s.live--
+	}
+}
+
+// self returns the proc running; only a proc may call it.
+func (s *scheduler) self() *proc {
+	if s.current == nil {
+		panic("sim: a wait outside a simulated call")
+	}
+	return s.current
+}
+
+// park suspends the proc running until an event resumes it. It returns
+// false when the simulation is ending instead: the proc's context is
+// done, and it must return.
+func (s *scheduler) park() bool {
+	return s.self().yield(struct{}{})
+}
+
+// endProcs ends the procs still waiting, in the order they started: each
+// sees its context canceled, and whatever it waits for fails, so that its
+// rebound.Do returns and its goroutine ends. A simulation calls it when it
+// stops, whatever stopped it.
+func (s *scheduler) endProcs() {
+	for _, p := range s.procs {
+		if p.ended {
+			continue
+		}
+		p.ctx.end(context.Canceled)
+		s.current = p
+		p.stop()
+		s.current = nil
+		p.ended = true
+		s.live--
+	}
+	s.procs = nil
+}
+
+// procClock is the rebound.Clock of a scheduler's procs: Sleep parks the
+// proc running until the scheduler's clock has moved on by d.
+type procClock struct{ s *scheduler }
+
+func (c procClock) Now() time.Time { return c.s.clock.Now() }
+
+// Sleep waits for d of virtual time, or until ctx's deadline if that
+// comes first, and then returns ctx's cause if ctx is done.
+func (c procClock) Sleep(ctx context.Context, d time.Duration) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	if d <= 0 {
+		return nil
+	}
+	wake := c.s.clock.Now().Add(d)
+	if deadline, ok := ctx.Deadline(); ok && deadline.Before(wake) {
+		wake = deadline
+	}
+	p := c.s.self()
+	c.s.at(wake, func() { c.s.resume(p) })
+	c.s.park()
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
+// callContext is a proc's context: it carries the simulation's clock,
+// and it is done once the clock reaches its deadline (in virtual time,
+// unlike context.WithDeadline's) or the simulation ends.
+type callContext struct {
+	context.Context // the clock, and no deadline or cancellation of its own
+	deadline        time.Time
+	done            chan struct{}
+	err             error
+}
+
+func (c *callContext) Deadline() (time.Time, bool) { return c.deadline, !c.deadline.IsZero() }
+func (c *callContext) Done() <-chan struct{}       { return c.done }
+
+func (c *callContext) Err() error {
+	select {
+	case <-c.done:
+		return c.err
+	default:
+		return nil
+	}
+}
+
+// end makes c done with err, unless it is already.
+func (c *callContext) end(err error) {
+	if c.err == nil {
+		c.err = err
+		close(c.done)
+	}
+}
