@@ -533,42 +533,15 @@ func runCostBench(ctx context.Context, seed uint64, w sim.CostWorkload, asJSON b
 		fmt.Fprintf(stderr, "rebound bench: %s\n", strings.TrimPrefix(err.Error(), "sim: "))
 		return 2
 	}
-	fmt.Fprintf(stderr, "rebound bench: cost scenario, seed %d, %d days of %d tasks…\n", seed, w.Days, w.TasksPerDay)
-	start := time.Now()
-	var clock progressClock
-	clock.printed()
-	strategy, strategies, strategyStart := 0, len(sim.CostStrategies()), start
-	r, err := sim.RunCost(ctx, seed, w, func(p sim.CostProgress) {
-		if p.Result == nil {
-			if clock.due() {
-				fmt.Fprintf(stderr, "rebound bench: [%d/%d] %s: day %d of %d\n", strategy+1, strategies, p.Strategy, p.Day, p.Days)
-			}
-			return
-		}
-		strategy++
-		s := p.Result
-		fmt.Fprintf(stderr, "rebound bench: [%d/%d] %s: %d requests, %.2f%% of tasks succeeded, $%.5f per successful task, %v\n",
-			strategy, strategies, s.Name, s.Requests, 100*s.SuccessRate, s.CostPerSuccessUSD, time.Since(strategyStart).Round(time.Millisecond))
-		clock.printed()
-		strategyStart = time.Now()
-	})
+	r, err := w.RunCommand(ctx, seed, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "rebound bench: cost scenario stopped: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stderr, "rebound bench: done in %v\n", time.Since(start).Round(time.Millisecond))
 	if asJSON {
 		return printJSON(stdout, stderr, r)
 	}
-	fmt.Fprintf(stdout, "rebound bench --scenario cost, seed %d: %d days × %d tasks, first attempts failing %.1f%%\n\n",
-		seed, w.Days, w.TasksPerDay, 100*r.FirstAttemptFailureRate)
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\trequests\tto fallback\t$ / month\twasted\tsuccess\t$ / successful task\t")
-	for _, s := range r.Strategies {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%.1f%%\t%.2f%%\t%.5f\t\n", s.Name, s.Requests, s.FallbackRequests,
-			s.MonthlyCostUSD, 100*s.WastedShare, 100*s.SuccessRate, s.CostPerSuccessUSD)
-	}
-	tw.Flush()
+	r.WriteTable(stdout, w)
 	return 0
 }
 

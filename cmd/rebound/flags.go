@@ -6,7 +6,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"time"
 )
 
 // intFlag checks an integer flag's value against [lo, hi]; want says
@@ -39,24 +38,3 @@ func foreignFlag(fs *flag.FlagSet, scenario string, owners map[string][]string) 
 	})
 	return err
 }
-
-// progressEvery is the least wall time between two lines reporting a run
-// still under way: a long run is never silent for long, and a short one
-// tells only what it finished.
-var progressEvery = time.Second
-
-// progressClock says when a line reporting a run still under way is due.
-type progressClock struct{ last time.Time }
-
-// due reports whether such a line is due now, and if so counts it.
-func (p *progressClock) due() bool {
-	now := time.Now()
-	if now.Sub(p.last) < progressEvery {
-		return false
-	}
-	p.last = now
-	return true
-}
-
-// printed notes a line just printed, so the next report waits its turn.
-func (p *progressClock) printed() { p.last = time.Now() }
