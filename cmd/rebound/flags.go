@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"strings"
@@ -37,4 +39,16 @@ func foreignFlag(fs *flag.FlagSet, scenario string, owners map[string][]string) 
 		}
 	})
 	return err
+}
+
+// printJSON prints v as the one JSON object of a --json run and returns
+// the exit code.
+func printJSON(stdout, stderr io.Writer, v any) int {
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		fmt.Fprintf(stderr, "rebound: writing JSON: %v\n", err)
+		return 1
+	}
+	return 0
 }
