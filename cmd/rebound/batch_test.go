@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound/chaos"
+	"github.com/rebound-go/rebound/cmd/rebound/internal/batchrun"
 )
 
 // upstream wraps a handler and counts the requests it serves for each
@@ -90,10 +91,10 @@ func quickPolicy(t *testing.T, dir string) string {
 
 // batchJSON runs "rebound batch" with --json and returns its exit code and
 // report.
-func batchJSON(t *testing.T, args ...string) (int, batchReport, string) {
+func batchJSON(t *testing.T, args ...string) (int, batchrun.Report, string) {
 	t.Helper()
 	code, stdout, stderr := runCmd(append([]string{"batch", "--json"}, args...)...)
-	var r batchReport
+	var r batchrun.Report
 	if code != 2 {
 		if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 			t.Fatalf("batch %q: exit %d, stdout %q is not the report: %v; stderr %s", args, code, stdout, err, stderr)
@@ -271,6 +272,38 @@ func TestBatchBadInput(t *testing.T) {
 	}
 }
 
+// TestBatchSaysBatchOnce: an error of the batch package is said as the
+// command's, never "rebound batch: batch: ...", nor with the package's
+// prefix after the name of the file it is about.
+func TestBatchSaysBatchOnce(t *testing.T) {
+	up := &upstream{h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"ok":true}`)) })}
+	hs := httptest.NewServer(up)
+	defer hs.Close()
+	dir := t.TempDir()
+	in, out := writeInput(t, dir, 2), filepath.Join(dir, "out.jsonl")
+	if code, _, stderr := runCmd("batch", in, "--out", out, "--base-url", hs.URL); code != 0 {
+		t.Fatalf("first run: exit %d, stderr %q", code, stderr)
+	}
+	other := filepath.Join(dir, "other.jsonl")
+	os.WriteFile(other, []byte(`{"custom_id":"req-0","method":"POST","url":"/v1/x","body":{"changed":true}}`+"\n"), 0o644)
+	dup := filepath.Join(dir, "dup.jsonl")
+	line := `{"custom_id":"a","method":"POST","url":"/v1/x","body":{}}` + "\n"
+	os.WriteFile(dup, []byte(line+line), 0o644)
+	for _, c := range []struct{ in, journal, want string }{
+		{other, out + ".journal", ".journal: the journal was made from a different input"},
+		{dup, "", `rebound batch: ` + dup + `: custom_id "a" is on line 1`},
+	} {
+		args := []string{"batch", c.in, "--out", filepath.Join(dir, "o.jsonl"), "--base-url", hs.URL}
+		if c.journal != "" {
+			args = append(args, "--journal", c.journal)
+		}
+		code, _, stderr := runCmd(args...)
+		if code != 1 || !strings.Contains(stderr, c.want) || strings.Contains(stderr, "batch: batch:") || strings.Contains(stderr, ": batch: ") {
+			t.Errorf("%s: exit %d, stderr %q; want 1 and %q", c.in, code, stderr, c.want)
+		}
+	}
+}
+
 // TestBatchHelp: the command's help, asked for in each way, on stdout.
 func TestBatchHelp(t *testing.T) {
 	code, help, stderr := runCmd("help", "batch")
@@ -292,8 +325,8 @@ func TestBatchHelp(t *testing.T) {
 
 // TestBatchProgress: without a terminal, a line every so often on stderr.
 func TestBatchProgress(t *testing.T) {
-	defer func(d time.Duration) { batchProgressEvery = d }(batchProgressEvery)
-	batchProgressEvery = time.Millisecond
+	defer func(d time.Duration) { batchrun.ProgressEvery = d }(batchrun.ProgressEvery)
+	batchrun.ProgressEvery = time.Millisecond
 	slow := make(chan struct{})
 	var once sync.Once
 	up := &upstream{h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -535,7 +568,7 @@ func TestBatchInterrupted(t *testing.T) {
 	<-reached
 	cmd.Process.Signal(os.Interrupt)
 	err := cmd.Wait()
-	var report batchReport
+	var report batchrun.Report
 	json.Unmarshal([]byte(stdout.String()), &report)
 	if cmd.ProcessState.ExitCode() != 1 || !report.Run.Interrupted || !strings.Contains(stderr.String(), "stopped before the end") {
 		t.Fatalf("interrupted: %v, %+v; stderr %s", err, report.Run, stderr.String())

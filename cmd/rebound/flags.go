@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"slices"
 	"strings"
 )
@@ -51,4 +52,17 @@ func printJSON(stdout, stderr io.Writer, v any) int {
 		return 1
 	}
 	return 0
+}
+
+// isTerminal reports whether stderr, a command's, is a terminal.
+func isTerminal(stderr io.Writer) bool {
+	if s, ok := stderr.(cmdStderr); ok {
+		stderr = s.Writer
+	}
+	f, ok := stderr.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
