@@ -7,13 +7,12 @@ import (
 	"io"
 	"log"
 	"math"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rebound-go/rebound/chaos"
+	"github.com/rebound-go/rebound/cmd/rebound/internal/serve"
 )
 
 const chaosUsage = `usage: rebound chaos [flags]
@@ -111,39 +110,26 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 	// An address that is not host:port is bad usage; one that cannot be
 	// had (a port in use) is a failure.
-	if _, port, err := net.SplitHostPort(*addr); err != nil {
-		return usageErr("--addr %q: %v (want host:port, e.g. 127.0.0.1:0)", *addr, err)
-	} else if n, err := strconv.ParseUint(port, 10, 16); err != nil || n > 65535 {
-		return usageErr("--addr %q: port %q is not a number from 0 to 65535", *addr, port)
+	if _, err := serve.CheckAddr(*addr); err != nil {
+		return usageErr("%v", err)
 	}
-	ln, err := net.Listen("tcp", *addr)
+	err = serve.Run(ctx, serve.Config{
+		Addr: *addr,
+		Server: &http.Server{
+			Handler:           srv,
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          log.New(stderr, "rebound chaos: ", 0),
+		},
+		Listener: chaos.NewListener,
+		Drain:    5 * time.Second, // requests in flight (slow mode, say) finish, but not forever
+		Stdout:   stdout,
+		Unfinished: func(err error) {
+			fmt.Fprintf(stderr, "rebound chaos: shutdown: %v; closing open connections\n", err)
+		},
+	})
 	if err != nil {
 		fmt.Fprintf(stderr, "rebound chaos: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
-
-	hs := &http.Server{
-		Handler:           srv,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          log.New(stderr, "rebound chaos: ", 0),
-	}
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(chaos.NewListener(ln)) }()
-	select {
-	case err := <-served:
-		fmt.Fprintf(stderr, "rebound chaos: %v\n", err)
-		return 1
-	case <-ctx.Done():
-	}
-
-	// Let requests in flight (slow mode, say) finish, but not forever.
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := hs.Shutdown(shutdownCtx); err != nil {
-		fmt.Fprintf(stderr, "rebound chaos: shutdown: %v; closing open connections\n", err)
-		hs.Close()
-	}
-	<-served // http.ErrServerClosed
 	return 0
 }

@@ -6,27 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
-	"log/slog"
 	"net"
-	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-
-	"github.com/rebound-go/rebound"
-	"github.com/rebound-go/rebound/breaker"
-	"github.com/rebound-go/rebound/internal/scrub"
-	reboundotel "github.com/rebound-go/rebound/otel"
+	"github.com/rebound-go/rebound/cmd/rebound/internal/proxyrun"
+	"github.com/rebound-go/rebound/cmd/rebound/internal/serve"
 	"github.com/rebound-go/rebound/proxy"
-	"github.com/rebound-go/rebound/ratelimit"
-	reboundredis "github.com/rebound-go/rebound/redis"
 )
 
 const proxyUsage = `usage: rebound proxy --upstream URL [flags]
@@ -110,185 +97,115 @@ to --drain-timeout, and exits 0.
 flags:
 `
 
+// proxyFlags are the flags of "rebound proxy" that are not the proxy's
+// own configuration: where its keys, tokens and config file come from.
+type proxyFlags struct {
+	keyEnv, configFile, tokenEnv, tokensFile, redisEnv string
+	attemptTimeout                                     time.Duration
+}
+
 // runProxy implements "rebound proxy".
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
-	addr := fs.String("addr", "127.0.0.1:8080", "listen on `host:port` (port 0 picks a free port); a non-loopback address needs client tokens")
-	upstream := fs.String("upstream", "", "forward every request to this base `URL`")
-	keyEnv := fs.String("key-env", "", "with --upstream: the environment `variable` holding the upstream's key, which replaces the client's")
-	configFile := fs.String("config", "", "JSON config `file`: upstreams, routes, fallbacks, policies")
-	tokenEnv := fs.String("token-env", "", "environment `variable` holding the client tokens, comma-separated")
-	tokensFile := fs.String("tokens-file", "", "`file` of client tokens, one a line")
-	maxBody := fs.Int64("max-body", proxy.DefaultMaxBody, "largest request body in `bytes`; a larger one gets a 413")
-	maxBodyMemory := fs.Int64("max-body-memory", 0, "bound on the memory of all request bodies in flight together, in `bytes`, at least twice the largest body cap (0: a quarter of the machine's memory, at most 1 GiB)")
-	var allowHosts, allowOrigins listFlag
-	fs.Var(&allowHosts, "allow-host", "without client tokens, answer requests for this host `name` too, besides loopback names (repeatable, or comma-separated)")
-	fs.Var(&allowOrigins, "allow-origin", "let web pages of this `origin` (https://app.example.com) call the proxy, with CORS headers (repeatable, or comma-separated; * only with client tokens)")
-	drain := fs.Duration("drain-timeout", 30*time.Second, "how long requests in flight may finish after SIGTERM")
-	redisURL := fs.String("redis", "", "share limits, breakers and cool-downs with other replicas on this Redis `URL` (one with a password: --redis-env)")
-	redisEnv := fs.String("redis-env", "", "as --redis, with the URL (and its password) in this environment `variable`, out of ps's sight")
-	attemptTimeout := fs.Duration("attempt-timeout", 0, "bound each attempt, its body read included (0: none but the client's)")
-	maxQueueWait := fs.Duration("max-queue-wait", proxy.DefaultMaxQueueWait, "how long a request may wait for a slot of its upstream's limit on requests in flight; then a 503")
-
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "rebound proxy: "+format+"\n", a...)
-		return 2
-	}
+	var c proxyrun.Config
+	var f proxyFlags
+	o := &c.Options
+	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "listen on `host:port` (port 0 picks a free port); a non-loopback address needs client tokens")
+	fs.StringVar(&o.Upstream, "upstream", "", "forward every request to this base `URL`")
+	fs.StringVar(&f.keyEnv, "key-env", "", "with --upstream: the environment `variable` holding the upstream's key, which replaces the client's")
+	fs.StringVar(&f.configFile, "config", "", "JSON config `file`: upstreams, routes, fallbacks, policies")
+	fs.StringVar(&f.tokenEnv, "token-env", "", "environment `variable` holding the client tokens, comma-separated")
+	fs.StringVar(&f.tokensFile, "tokens-file", "", "`file` of client tokens, one a line")
+	fs.Int64Var(&o.MaxBody, "max-body", proxy.DefaultMaxBody, "largest request body in `bytes`; a larger one gets a 413")
+	fs.Int64Var(&o.MaxBodyMemory, "max-body-memory", 0, "bound on the memory of all request bodies in flight together, in `bytes`, at least twice the largest body cap (0: a quarter of the machine's memory, at most 1 GiB)")
+	fs.Var((*listFlag)(&o.AllowHosts), "allow-host", "without client tokens, answer requests for this host `name` too, besides loopback names (repeatable, or comma-separated)")
+	fs.Var((*listFlag)(&o.AllowOrigins), "allow-origin", "let web pages of this `origin` (https://app.example.com) call the proxy, with CORS headers (repeatable, or comma-separated; * only with client tokens)")
+	fs.DurationVar(&c.Drain, "drain-timeout", 30*time.Second, "how long requests in flight may finish after SIGTERM")
+	fs.StringVar(&c.Redis, "redis", "", "share limits, breakers and cool-downs with other replicas on this Redis `URL` (one with a password: --redis-env)")
+	fs.StringVar(&f.redisEnv, "redis-env", "", "as --redis, with the URL (and its password) in this environment `variable`, out of ps's sight")
+	fs.DurationVar(&f.attemptTimeout, "attempt-timeout", 0, "bound each attempt, its body read included (0: none but the client's)")
+	fs.DurationVar(&o.MaxQueueWait, "max-queue-wait", proxy.DefaultMaxQueueWait, "how long a request may wait for a slot of its upstream's limit on requests in flight; then a 503")
 	if code, done := parseFlags(fs, args, proxyUsage, withStdout(stderr, stdout)); done {
 		return code
 	}
+	if err := f.complete(&c); err != nil {
+		fmt.Fprintf(stderr, "rebound proxy: %v\n", err)
+		return 2
+	}
+	return proxyrun.Run(ctx, c, stdout, stderr)
+}
+
+// complete checks c's flags and fills in from f what they leave to the
+// environment and to files: the keys, the tokens, the config.
+func (f *proxyFlags) complete(c *proxyrun.Config) error {
+	o := &c.Options
 	switch {
-	case *upstream == "" && *configFile == "":
-		return usageErr("give --upstream URL or --config FILE")
-	case *upstream != "" && *configFile != "":
-		return usageErr("--upstream and --config both given: the config names the upstreams")
-	case *keyEnv != "" && *upstream == "":
-		return usageErr("--key-env goes with --upstream (a config names its keys' variables)")
-	case *maxBody <= 0:
-		return usageErr("--max-body %d: want a positive number of bytes", *maxBody)
-	case *maxBodyMemory < 0:
-		return usageErr("--max-body-memory %d: want a positive number of bytes (0: the default)", *maxBodyMemory)
-	case *maxBodyMemory > 0 && *maxBodyMemory/2 < *maxBody:
-		return usageErr("--max-body-memory %d: want at least twice --max-body (%d)", *maxBodyMemory, *maxBody)
-	case *drain < 0:
-		return usageErr("--drain-timeout %v is negative", *drain)
-	case *attemptTimeout < 0:
-		return usageErr("--attempt-timeout %v is negative", *attemptTimeout)
-	case *maxQueueWait <= 0:
-		return usageErr("--max-queue-wait %v: want a positive duration", *maxQueueWait)
-	case *redisURL != "" && *redisEnv != "":
-		return usageErr("--redis and --redis-env both given")
+	case o.Upstream == "" && f.configFile == "":
+		return errors.New("give --upstream URL or --config FILE")
+	case o.Upstream != "" && f.configFile != "":
+		return errors.New("--upstream and --config both given: the config names the upstreams")
+	case f.keyEnv != "" && o.Upstream == "":
+		return errors.New("--key-env goes with --upstream (a config names its keys' variables)")
+	case o.MaxBody <= 0:
+		return fmt.Errorf("--max-body %d: want a positive number of bytes", o.MaxBody)
+	case o.MaxBodyMemory < 0:
+		return fmt.Errorf("--max-body-memory %d: want a positive number of bytes (0: the default)", o.MaxBodyMemory)
+	case o.MaxBodyMemory > 0 && o.MaxBodyMemory/2 < o.MaxBody:
+		return fmt.Errorf("--max-body-memory %d: want at least twice --max-body (%d)", o.MaxBodyMemory, o.MaxBody)
+	case c.Drain < 0:
+		return fmt.Errorf("--drain-timeout %v is negative", c.Drain)
+	case f.attemptTimeout < 0:
+		return fmt.Errorf("--attempt-timeout %v is negative", f.attemptTimeout)
+	case o.MaxQueueWait <= 0:
+		return fmt.Errorf("--max-queue-wait %v: want a positive duration", o.MaxQueueWait)
+	case c.Redis != "" && f.redisEnv != "":
+		return errors.New("--redis and --redis-env both given")
 	}
-	if *redisEnv != "" {
-		if *redisURL = os.Getenv(*redisEnv); *redisURL == "" {
-			return usageErr("--redis-env: environment variable %s is not set", *redisEnv)
+	if f.redisEnv != "" {
+		if c.Redis = os.Getenv(f.redisEnv); c.Redis == "" {
+			return fmt.Errorf("--redis-env: environment variable %s is not set", f.redisEnv)
 		}
 	}
-	host, port, err := net.SplitHostPort(*addr)
+	host, err := serve.CheckAddr(c.Addr)
 	if err != nil {
-		return usageErr("--addr %q: %v (want host:port, e.g. 127.0.0.1:0)", *addr, err)
+		return err
 	}
-	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n > 65535 {
-		return usageErr("--addr %q: port %q is not a number from 0 to 65535", *addr, port)
+	if o.Tokens, err = readTokens(f.tokenEnv, f.tokensFile); err != nil {
+		return err
 	}
-	tokens, err := readTokens(*tokenEnv, *tokensFile)
-	if err != nil {
-		return usageErr("%v", err)
+	if !isLoopback(host) && len(o.Tokens) == 0 {
+		return fmt.Errorf("--addr %s is not a loopback address: give client tokens (--token-env or --tokens-file)", c.Addr)
 	}
-	if !isLoopback(host) && len(tokens) == 0 {
-		return usageErr("--addr %s is not a loopback address: give client tokens (--token-env or --tokens-file)", *addr)
+	return f.fill(o)
+}
+
+// fill fills in o what the flags take from the environment and from
+// files: the upstream's key, the config; and the defaults they leave.
+func (f *proxyFlags) fill(o *proxy.Options) error {
+	o.Getenv = os.Getenv
+	if o.MaxBodyMemory == 0 {
+		o.MaxBodyMemory = proxyrun.DefaultBodyMemory()
 	}
-	opts := proxy.Options{Upstream: *upstream, Tokens: tokens, MaxBody: *maxBody, MaxQueueWait: *maxQueueWait, Getenv: os.Getenv,
-		AllowHosts: allowHosts, AllowOrigins: allowOrigins, MaxBodyMemory: *maxBodyMemory}
-	if opts.MaxBodyMemory == 0 {
-		opts.MaxBodyMemory = defaultBodyMemory()
-	}
-	if *keyEnv != "" {
-		if opts.UpstreamKey = os.Getenv(*keyEnv); opts.UpstreamKey == "" {
-			return usageErr("--key-env: environment variable %s is not set", *keyEnv)
+	if f.keyEnv != "" {
+		if o.UpstreamKey = os.Getenv(f.keyEnv); o.UpstreamKey == "" {
+			return fmt.Errorf("--key-env: environment variable %s is not set", f.keyEnv)
 		}
 	}
-	if *configFile != "" {
-		data, err := os.ReadFile(*configFile)
+	if f.configFile != "" {
+		data, err := os.ReadFile(f.configFile)
 		if err != nil {
-			return usageErr("--config: %v", err)
+			return fmt.Errorf("--config: %v", err)
 		}
-		if opts.Config, err = proxy.ParseConfig(data, os.Getenv); err != nil {
-			return usageErr("%v", err)
+		if o.Config, err = proxy.ParseConfig(data, os.Getenv); err != nil {
+			return err
 		}
 	}
-	if *attemptTimeout > 0 {
+	if f.attemptTimeout > 0 {
 		p := proxy.RecommendedPolicy()
-		p.AttemptTimeout = *attemptTimeout
-		opts.Policy = &p
+		p.AttemptTimeout = f.attemptTimeout
+		o.Policy = &p
 	}
-	logger := slog.New(slog.NewJSONHandler(stderr, nil))
-	opts.Logger = logger
-
-	// Metrics: rebound's OpenTelemetry observer, read by Prometheus.
-	registry := prometheus.NewRegistry()
-	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
-	if err != nil {
-		fmt.Fprintf(stderr, "rebound proxy: metrics: %v\n", err)
-		return 1
-	}
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
-	defer provider.Shutdown(context.Background())
-	obs := reboundotel.New(reboundotel.Config{MeterProvider: provider})
-	opts.Observer = obs
-	opts.Metrics = promhttp.HandlerFor(registry, promhttp.HandlerOpts{})
-	breakerCfg := proxy.RecommendedBreaker()
-	breakerCfg.OnStateChange = func(c breaker.Change) {
-		obs.BreakerStateChange(c)
-		logger.Warn("breaker", "target", c.Name, "from", c.From.String(), "to", c.To.String(), "reason", c.Reason)
-	}
-	opts.Breaker = func(key string) rebound.Breaker { return breaker.New(key, breakerCfg) }
-
-	if *redisURL != "" {
-		cfg, err := reboundredis.Open(*redisURL)
-		if err != nil {
-			return usageErr("--redis: %v", err)
-		}
-		cfg.OnChange = func(up bool, err error) {
-			if !up {
-				logger.Warn("redis away; deciding locally until it is back", "error", fmt.Sprint(err))
-			} else {
-				logger.Info("redis back")
-			}
-		}
-		defer cfg.Client.Close()
-		store, err := reboundredis.New(cfg)
-		if err != nil {
-			return usageErr("--redis: %v", err)
-		}
-		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if err := store.Warm(wctx); err != nil {
-			logger.Warn("redis not answering; deciding locally until it does", "error", fmt.Sprint(err))
-		}
-		cancel()
-		opts.Breaker = func(key string) rebound.Breaker { return reboundredis.NewBreaker(store, key, breakerCfg) }
-		opts.Limiter = func(upstream string, cfg ratelimit.Config) ratelimit.Pacer {
-			return reboundredis.NewLimiter(store, upstream, cfg)
-		}
-		opts.Cooldowns = reboundredis.NewCooldowns(store)
-	}
-
-	p, err := proxy.New(opts)
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		fmt.Fprintf(stderr, "rebound proxy: %v\n", err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
-
-	hs := &http.Server{
-		Handler:           p,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          log.New(slogWriter{logger}, "", 0),
-	}
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
-	select {
-	case err := <-served:
-		fmt.Fprintf(stderr, "rebound proxy: %v\n", err)
-		return 1
-	case <-ctx.Done():
-	}
-	p.Drain()
-	logger.Info("draining", "timeout", drain.String())
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), *drain)
-	defer cancel()
-	if err := hs.Shutdown(shutdownCtx); err != nil {
-		logger.Warn("drain timed out; closing open connections")
-		hs.Close()
-	}
-	<-served // http.ErrServerClosed
-	logger.Info("stopped")
-	return 0
+	return nil
 }
 
 // readTokens reads the client tokens from the environment variable env (a
@@ -337,47 +254,6 @@ func (l *listFlag) Set(v string) error {
 	return nil
 }
 
-// defaultBodyMemory is --max-body-memory's default: a quarter of the
-// memory the process may use (the machine's, or its cgroup's limit if
-// lower), at most 1 GiB; 1 GiB when neither can be read.
-func defaultBodyMemory() int64 {
-	limit := int64(proxy.DefaultMaxBodyMemory)
-	if m := memoryLimit(); m > 0 {
-		limit = min(limit, m/4)
-	}
-	return limit
-}
-
-// memoryLimit returns the memory the process may use, in bytes: the
-// machine's (/proc/meminfo's MemTotal) or, when lower, its cgroup's
-// limit (v2's memory.max, v1's memory.limit_in_bytes); 0 when none can be
-// read.
-func memoryLimit() int64 {
-	var total int64
-	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for line := range strings.SplitSeq(string(data), "\n") {
-			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-				kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-				if err == nil && kb > 0 {
-					total = kb << 10
-				}
-				break
-			}
-		}
-	}
-	for _, f := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		// "max", or v1's near-2^63 "no limit", leave the machine's.
-		if n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); err == nil && n > 0 && (total == 0 || n < total) {
-			total = n
-		}
-	}
-	return total
-}
-
 // isLoopback reports whether host names a loopback address only.
 func isLoopback(host string) bool {
 	if host == "localhost" {
@@ -385,13 +261,4 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// slogWriter takes the http.Server's own error lines into the log; they
-// carry addresses and TLS errors, never a request's headers.
-type slogWriter struct{ l *slog.Logger }
-
-func (w slogWriter) Write(b []byte) (int, error) {
-	w.l.Warn("http", "error", scrub.Text(strings.TrimSpace(string(b))))
-	return len(b), nil
 }

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound/chaos"
-	"github.com/rebound-go/rebound/proxy"
 )
 
 // startProxy runs "rebound proxy" with args on a free port, in process. It
@@ -563,24 +562,6 @@ func TestProxyRedis(t *testing.T) {
 	}
 	if n := up.hits.Load(); n != 3 {
 		t.Errorf("%d upstream requests, want 3", n)
-	}
-}
-
-// TestProxyBodyMemoryDefault: --max-body-memory's default is a quarter of
-// the memory the process may use, read from the machine, at most 1 GiB.
-func TestProxyBodyMemoryDefault(t *testing.T) {
-	limit := memoryLimit()
-	if runtime.GOOS == "linux" && limit <= 0 {
-		t.Fatalf("memoryLimit() = %d on Linux: /proc/meminfo not read", limit)
-	}
-	got := defaultBodyMemory()
-	want := int64(proxy.DefaultMaxBodyMemory)
-	if limit > 0 {
-		want = min(want, limit/4)
-	}
-	t.Logf("memory %d bytes, default body memory %d", limit, got)
-	if got != want || got <= 0 {
-		t.Errorf("defaultBodyMemory() = %d, want %d", got, want)
 	}
 }
 
