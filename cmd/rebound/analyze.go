@@ -12,190 +12,102 @@ import (
 	"github.com/rebound-go/rebound/cmd/rebound/internal/analyze"
 )
 
-const analyzeUsage = `usage: rebound analyze [--json] [--price-in USD --price-out USD]
-                       [--run-cap USD] [--tenant-cap USD] FILE...
-       rebound analyze --generate N [--seed S]
-
-Read an agent's call logs and report where its retries went: calls grouped
-by the error they met (status, error type and code, verdict kind), how many
-were retried, how many a retry saved, the attempts and dollars wasted, and
-what to do about each kind. Rows are sorted by wasted dollars, then calls.
-Retries spent on errors that can never succeed (permanent, quota exhausted,
-context overflow) are counted apart. FILE - is stdin. Flags may come before
-or after the files.
-
-Each line is a JSON object, in either schema, mixed freely:
-
-  rebound's own log: records with "msg":"rebound.call", one per call
-  ("target", "attempts", "succeeded", and on failure "kind", "status",
-  "error_type", "error_code", "reason"), and any key of the simple schema
-  or of caps the logger adds; other records are skipped.
-
-  the simple schema, for other tools' logs: one object per call, without
-  "msg":
-    "succeeded"      bool, required: it identifies the schema
-    "status"         int: the HTTP status of the error the call met
-                     (0 or absent: none, or a transport error)
-    "error_type", "error_code"   strings, as the provider sent them
-    "retried"        bool
-    "attempts"       int; absent: 2 if retried, else 1
-    "input_tokens"   int, of one attempt
-    "output_tokens"  int, of the answer
-    "cost"           number, US dollars for the whole call (optional)
-    "reason"         string, as rebound logs it (optional)
-    "target" or "model"          optional
-
-  and, in either schema, optional spend caps:
-    "run", "tenant"  strings: the run and the tenant the call was for
-    "run_cap_usd"    number >= 0: the run's cap in US dollars
-    "tenant_cap_usd" number >= 0: the tenant's cap in US dollars
-  A call that gave up with "reason":"refused by the guard" was refused by
-  a cap.
-
-A call's cost is its "cost"; else, with --price-in and --price-out, input
-tokens × attempts × price-in plus, if it succeeded, output tokens ×
-price-out; else unknown, and dollar figures cover only the calls priced.
-
-When calls name runs or tenants, a table of runs and one of tenants
-list, for each, its calls, those refused by a cap, its spend (the cost
-of its calls whose cost is known), its cap (the largest its calls
-logged, else --run-cap or --tenant-cap, else unknown), spend as a share
-of the cap, and whether it passed the cap: those that passed or came
-nearest their caps first, the first 20 of each. At most 10000 runs, and
-as many tenants, are kept; the calls of further ones are counted
-together as other runs (tenants).
-
-Malformed lines (not a JSON object, a known key of the wrong type, a
-negative cost or cap, longer than 1 MiB) are counted, reported on stderr
-one line per file, and skipped. If not one line is a call (an empty or
-binary file, say), the command says so on stderr in one line and exits 1.
-
-Prices must lie between 0 and 1000000 dollars per million tokens; caps,
-logged or given, between 0 and 1000000000 dollars.
-
---json prints one object with these keys:
-
-  files      [{name, lines, calls, malformed, skipped, malformed_lines}]
-             one per input; malformed_lines holds the first few
-             malformed lines' numbers, from 1
-  lines      lines read: calls + malformed + skipped
-  calls, malformed, skipped
-  totals     {calls, succeeded, success_rate, attempts, retries,
-             calls_retried, retry_rate, succeeded_after_retry,
-             wasted_attempts, priced_calls, cost_usd, wasted_usd,
-             retry_cost_usd, cost_per_success_usd, futile_retries,
-             futile_retry_cost_usd}
-  rows       [{group, status, error_type, error_code, kind, calls,
-             attempts, retries, calls_retried, succeeded,
-             succeeded_after_retry, success_rate, wasted_attempts,
-             priced_calls, cost_usd, wasted_usd, retry_cost_usd,
-             futile, recommendation}]
-             by wasted_usd, then calls, most first
-  runs       [{name, calls, refused, priced_calls, spend_usd, cap_usd,
-             share_of_cap, passed_cap}]
-             every run the calls named, those that passed or came
-             nearest their caps first; left out when no call names one
-  tenants    the same, of tenants
-  other_runs, other_tenants   {calls, refused, priced_calls, spend_usd}
-             the calls of runs (tenants) past the first 10000, counted
-             together; left out when there are none
-
-retries is attempts - calls; calls_retried counts the calls with more
-than one attempt; retry_rate is calls_retried / calls; retry_cost_usd is
-what the attempts after each call's first cost; cost_per_success_usd is
-cost_usd over the priced calls that succeeded; futile_retries and
-futile_retry_cost_usd are the retries spent, and what they cost, on
-errors that can never succeed. Dollar fields are null when no call's cost
-is known; error_type, error_code and kind are left out when empty.
-refused counts the calls refused by a cap; spend_usd is the cost of the
-priced_calls; cap_usd is null when no cap is known; share_of_cap is
-spend_usd / cap_usd, null when either is unknown or the cap is 0;
-passed_cap is spend_usd > cap_usd.
-
---generate N writes N synthetic log lines in both schemas to stdout, the
-same for the same --seed, to try the command on or to measure it.
-
-flags:
-`
-
 // analyzeStdin is what FILE - reads; tests replace it.
 var analyzeStdin io.Reader = os.Stdin
 
 func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("analyze", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
-	priceIn := fs.Float64("price-in", 0, "US `dollars` per million input tokens, for calls that log tokens but no cost")
-	priceOut := fs.Float64("price-out", 0, "US `dollars` per million output tokens")
+	var o analyze.Options
+	fs.Float64Var(&o.PriceIn, "price-in", 0, "US `dollars` per million input tokens, for calls that log tokens but no cost")
+	fs.Float64Var(&o.PriceOut, "price-out", 0, "US `dollars` per million output tokens")
 	generate := fs.Int("generate", 0, "write `N` synthetic log lines to stdout instead of analysing")
 	seed := fs.Uint64("seed", 1, "seed of --generate")
 	runCap := fs.Float64("run-cap", 0, "the cap in US `dollars` of runs whose calls log none")
 	tenantCap := fs.Float64("tenant-cap", 0, "the cap in US `dollars` of tenants whose calls log none")
-	files, code, done := parseInterleaved(fs, args, analyzeUsage, withStdout(stderr, stdout))
+	files, code, done := parseInterleaved(fs, args, analyze.Usage, withStdout(stderr, stdout))
 	if done {
 		return code
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-
-	if set["generate"] {
-		switch {
-		case *generate <= 0:
-			return analyzeBadUsage(stderr, "--generate wants a positive number of lines")
-		case len(files) > 0:
-			return analyzeBadUsage(stderr, "--generate takes no files")
-		case set["json"] || set["price-in"] || set["price-out"] || set["run-cap"] || set["tenant-cap"]:
-			return analyzeBadUsage(stderr, "--generate takes no flag but --seed")
-		}
-		if err := analyze.Generate(stdout, *generate, *seed); err != nil {
-			fmt.Fprintf(stderr, "rebound analyze: %v\n", err)
-			return 1
-		}
-		return 0
-	}
+	var err error
 	switch {
+	case set["generate"] && *generate <= 0:
+		err = errors.New("--generate wants a positive number of lines")
+	case set["generate"] && len(files) > 0:
+		err = errors.New("--generate takes no files")
+	case set["generate"] && len(set) > 1 && !(len(set) == 2 && set["seed"]):
+		err = errors.New("--generate takes no flag but --seed")
+	case set["generate"]:
+		return analyzeGenerate(stdout, stderr, *generate, *seed)
 	case set["seed"]:
-		return analyzeBadUsage(stderr, "--seed goes with --generate")
+		err = errors.New("--seed goes with --generate")
 	case len(files) == 0:
-		return analyzeBadUsage(stderr, "no files to read (- reads stdin)")
+		err = errors.New("no files to read (- reads stdin)")
+	default:
+		o.Priced = set["price-in"] || set["price-out"]
+		err = analyzeCaps(&o, set, *runCap, *tenantCap)
 	}
+	if err != nil {
+		fmt.Fprintf(stderr, "rebound analyze: %v\n", err)
+		return 2
+	}
+	return analyzeFiles(ctx, analyze.New(o), files, *asJSON, stdout, stderr)
+}
+
+// analyzeGenerate writes n synthetic log lines of seed to stdout.
+func analyzeGenerate(stdout, stderr io.Writer, n int, seed uint64) int {
+	if err := analyze.Generate(stdout, n, seed); err != nil {
+		fmt.Fprintf(stderr, "rebound analyze: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// analyzeCaps checks o's prices, and sets its caps to those the flags
+// given (set) name.
+func analyzeCaps(o *analyze.Options, set map[string]bool, runCap, tenantCap float64) error {
 	for _, p := range []struct {
 		flag  string
 		price float64
-	}{{"--price-in", *priceIn}, {"--price-out", *priceOut}} {
+	}{{"--price-in", o.PriceIn}, {"--price-out", o.PriceOut}} {
 		// NaN fails both comparisons; ±Inf the one it is beyond.
 		if !(p.price >= 0 && p.price <= analyze.MaxPrice) {
-			return analyzeBadUsage(stderr, fmt.Sprintf("%s %v is not a price: want US dollars per million tokens, from 0 to %s",
-				p.flag, p.price, strconv.FormatFloat(analyze.MaxPrice, 'f', -1, 64)))
+			return fmt.Errorf("%s %v is not a price: want US dollars per million tokens, from 0 to %s",
+				p.flag, p.price, strconv.FormatFloat(analyze.MaxPrice, 'f', -1, 64))
 		}
 	}
-
-	opts := analyze.Options{Priced: set["price-in"] || set["price-out"], PriceIn: *priceIn, PriceOut: *priceOut}
 	for _, c := range []struct {
 		flag  string
-		usd   *float64
+		usd   float64
 		field **float64
-	}{{"run-cap", runCap, &opts.RunCapUSD}, {"tenant-cap", tenantCap, &opts.TenantCapUSD}} {
+	}{{"run-cap", runCap, &o.RunCapUSD}, {"tenant-cap", tenantCap, &o.TenantCapUSD}} {
 		if !set[c.flag] {
 			continue
 		}
-		if !(*c.usd >= 0 && *c.usd <= analyze.MaxCost) {
-			return analyzeBadUsage(stderr, fmt.Sprintf("--%s %v is not a cap: want US dollars, from 0 to %s",
-				c.flag, *c.usd, strconv.FormatFloat(analyze.MaxCost, 'f', -1, 64)))
+		if !(c.usd >= 0 && c.usd <= analyze.MaxCost) {
+			return fmt.Errorf("--%s %v is not a cap: want US dollars, from 0 to %s",
+				c.flag, c.usd, strconv.FormatFloat(analyze.MaxCost, 'f', -1, 64))
 		}
-		*c.field = c.usd
+		*c.field = &c.usd
 	}
-	a := analyze.New(opts)
+	return nil
+}
+
+// analyzeFiles reads files into a and prints its report.
+func analyzeFiles(ctx context.Context, a *analyze.Analyzer, files []string, asJSON bool, stdout, stderr io.Writer) int {
 	var read []analyze.File
 	for _, name := range files {
 		f, err := a.ReadFile(ctx, name, analyzeStdin)
 		read = append(read, f)
 		switch {
 		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-			analyzeMalformed(stderr, read)
+			analyze.WriteMalformed(stderr, read)
 			fmt.Fprintf(stderr, "rebound analyze: interrupted in %s after %d lines\n", name, f.Lines)
 			return 1
 		case err != nil:
-			analyzeMalformed(stderr, read)
+			analyze.WriteMalformed(stderr, read)
 			fmt.Fprintf(stderr, "rebound analyze: %v\n", err)
 			return 1
 		}
@@ -208,26 +120,10 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "rebound analyze: no calls in %s\n", r.NoCalls())
 		return 1
 	}
-	analyzeMalformed(stderr, read)
-	if *asJSON {
+	analyze.WriteMalformed(stderr, read)
+	if asJSON {
 		return printJSON(stdout, stderr, r)
 	}
 	r.WriteTable(stdout)
 	return 0
-}
-
-func analyzeBadUsage(stderr io.Writer, reason string) int {
-	fmt.Fprintf(stderr, "rebound analyze: %s\n", reason)
-	return 2
-}
-
-// analyzeMalformed reports on stderr, one line per input, the malformed
-// lines skipped in the inputs read.
-func analyzeMalformed(stderr io.Writer, read []analyze.File) {
-	for _, f := range read {
-		if f.Malformed > 0 {
-			fmt.Fprintf(stderr, "rebound analyze: %s: %d of %d lines malformed (%s)\n",
-				f.Name, f.Malformed, f.Lines, f.LineNumbers())
-		}
-	}
 }

@@ -12,48 +12,6 @@ import (
 	reboundpg "github.com/rebound-go/rebound/postgres"
 )
 
-const batchUsage = `usage: rebound batch INPUT.jsonl --out OUTPUT.jsonl [flags]
-       rebound batch status --journal PATH [--json]
-
-Send every request of INPUT, a file in the OpenAI Batch API's format (lines
-of {"custom_id", "method", "url", "body"}), to --base-url, through rebound's
-recommended retries, rate limiting and retry budget, and write one line for
-each custom_id answered to OUTPUT and one for each that failed to the errors
-file, in the Batch API's output format.
-
-Every outcome is written to a journal as it comes. Run the same command
-again and it sends only what failed in a way a later run may cure (a 5xx, a
-429, an overload, an exhausted quota) or was never answered; a permanent
-failure (a 400, a prompt too long) is sent again only with --retry-failed.
-A run that is killed, even with SIGKILL, loses at most the requests in flight
-(up to --concurrency), which the next run sends again and reports. Each run
-writes OUTPUT and the errors file afresh from the journal. An answer the
-journal cannot record (its database away for longer than the lease, its
-file damaged) is kept in OUTPUT with .unrecorded.jsonl for .jsonl, and the
-next run records it before it sends anything. A damaged journal file is
-refused: move it aside to start the batch afresh.
-
-The journal is a file (--journal PATH, by default OUTPUT.journal) that one
-run uses at a time, or PostgreSQL (--journal postgres://...), which several
-workers on several machines share: each runs the same command, and each
-request is sent by one of them at a time, under a lease that a dead worker
-loses.
-
-The key is read from the environment: OPENAI_API_KEY, ANTHROPIC_API_KEY or
-GEMINI_API_KEY by --dialect, or the variable --api-key-env names; none is
-sent when it is unset. Malformed input lines are reported with their line
-numbers and skipped (--strict: nothing is sent); a custom_id used twice, or a
-journal made from another input, stops the run before anything is sent.
-
-"rebound batch status" prints the journal's counts.
-
-Exit 0 when every request has succeeded, 1 when some failed, were not sent
-(malformed lines) or the run was stopped (run again to go on), 2 on bad
-usage.
-
-flags:
-`
-
 func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "status" {
 		return runBatchStatus(ctx, args[1:], stdout, stderr)
@@ -77,7 +35,7 @@ func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.BoolVar(&c.RetryFailed, "retry-failed", false, "send again the requests that failed permanently in earlier runs")
 	fs.BoolVar(&c.Strict, "strict", false, "send nothing if any input line is malformed")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
-	rest, code, done := parseInterleaved(fs, args, batchUsage, withStdout(stderr, stdout))
+	rest, code, done := parseInterleaved(fs, args, batchrun.Usage, withStdout(stderr, stdout))
 	if done {
 		return code
 	}
@@ -127,21 +85,13 @@ func checkBatchFlags(c *batchrun.Config, rest []string) error {
 	return c.Check()
 }
 
-const batchStatusUsage = `usage: rebound batch status --journal PATH|URL [--batch-name NAME] [--json]
-
-Print how many requests of the batch a journal records as succeeded,
-failed, failed permanently, in flight and not yet sent.
-
-flags:
-`
-
 func runBatchStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("batch status", flag.ContinueOnError)
 	journal := fs.String("journal", "", "journal `PATH` or postgres:// URL (required)")
 	name := fs.String("batch-name", "", "name of the batch in a postgres journal (required with one)")
 	schema := fs.String("schema", "", "schema of a postgres journal's tables (default rebound)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
-	if code, done := parseFlags(fs, args, batchStatusUsage, withStdout(stderr, stdout)); done {
+	if code, done := parseFlags(fs, args, batchrun.StatusUsage, withStdout(stderr, stdout)); done {
 		return code
 	}
 	switch {

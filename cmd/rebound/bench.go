@@ -12,23 +12,6 @@ import (
 	"github.com/rebound-go/rebound/cmd/rebound/internal/sim"
 )
 
-const benchUsage = `usage: rebound bench [--scenario seed|cost] [--json] [--seed N] [cost flags]
-
---scenario seed (the default) reproduces the 429 article's retry experiments
-with rebound against the chaos server over loopback HTTP, the calls of each
-row one after another, and prints the article's figure beside ours.
-
---scenario cost runs the $340 article's three retry strategies and rebound's
-recommended setup over a simulated month of agent traffic, in virtual time,
-through rebound's real retry, breaker and fallback code, and prints what each
-costs per successful task. Its flags (days to incidents-per-day below) belong
-to it alone; a rate of 0 means none.
-
-The same seed gives the same counts.
-
-flags:
-`
-
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
@@ -45,7 +28,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.Float64Var(&w.RateLimitRate, "rate-limit-rate", 0.015, "cost: chance an attempt meets a 429 (0 for none)")
 	fs.Float64Var(&w.ServerErrorRate, "server-error-rate", 0.015, "cost: chance an attempt meets a 5xx (0 for none)")
 	fs.Float64Var(&w.IncidentsPerDay, "incidents-per-day", 1.5, "cost: mean provider incidents (529s) a day (0 for none)")
-	if code, done := parseFlags(fs, args, benchUsage, stderr); done {
+	if code, done := parseFlags(fs, args, bench.Usage, stderr); done {
 		return code
 	}
 	if *scenario != "seed" && *scenario != "cost" {

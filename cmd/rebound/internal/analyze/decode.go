@@ -181,27 +181,7 @@ func (d *decoder) set(rec *record, f field, v []byte) error {
 	}
 	switch f {
 	case fMsg, fErrorType, fErrorCode, fKind, fRun, fTenant:
-		if v[0] != '"' {
-			return errType
-		}
-		if _, flags, _ := scanString(v, 0); flags&strEscaped != 0 ||
-			flags&strHigh != 0 && !utf8.Valid(v) {
-			return errFallback
-		}
-		switch b := v[1 : len(v)-1]; f {
-		case fMsg:
-			rec.Msg = intern(&d.strs, b)
-		case fErrorType:
-			rec.ErrorType = intern(&d.strs, b)
-		case fErrorCode:
-			rec.ErrorCode = intern(&d.strs, b)
-		case fKind:
-			rec.Kind = intern(&d.strs, b)
-		case fRun:
-			rec.Run = intern(&d.keys, b)
-		case fTenant:
-			rec.Tenant = intern(&d.keys, b)
-		}
+		return d.setString(rec, f, v)
 	case fReason:
 		if v[0] == '"' {
 			if _, flags, _ := scanString(v, 0); flags&strEscaped != 0 {
@@ -210,52 +190,96 @@ func (d *decoder) set(rec *record, f field, v []byte) error {
 		}
 		rec.Refused = string(v) == refusedJSON
 	case fSucceeded, fRetried:
-		var o optBool
-		switch string(v) {
-		case "true":
-			o = optBool{true, true}
-		case "false":
-			o = optBool{true, false}
-		default:
-			return errType
-		}
-		if f == fSucceeded {
-			rec.Succeeded = o
-		} else {
-			rec.Retried = o
-		}
+		return setBool(rec, f, v)
 	case fAttempts, fStatus, fInputTokens, fOutputTokens:
-		n, ok := parseInt(v)
-		if !ok {
-			return errType
-		}
-		o := optInt{true, n}
-		switch f {
-		case fAttempts:
-			rec.Attempts = o
-		case fStatus:
-			rec.Status = o
-		case fInputTokens:
-			rec.InputTokens = o
-		case fOutputTokens:
-			rec.OutputTokens = o
-		}
+		return setInt(rec, f, v)
 	case fCost, fRunCap, fTenantCap:
-		if v[0] != '-' && (v[0] < '0' || v[0] > '9') {
-			return errType
-		}
-		x, err := strconv.ParseFloat(string(v), 64)
-		if err != nil {
-			return errType
-		}
-		switch o := (optFloat{true, x}); f {
-		case fCost:
-			rec.Cost = o
-		case fRunCap:
-			rec.RunCap = o
-		case fTenantCap:
-			rec.TenantCap = o
-		}
+		return setFloat(rec, f, v)
+	}
+	return nil
+}
+
+// setString stores v, a string, in rec's string field f.
+func (d *decoder) setString(rec *record, f field, v []byte) error {
+	if v[0] != '"' {
+		return errType
+	}
+	if _, flags, _ := scanString(v, 0); flags&strEscaped != 0 ||
+		flags&strHigh != 0 && !utf8.Valid(v) {
+		return errFallback
+	}
+	switch b := v[1 : len(v)-1]; f {
+	case fMsg:
+		rec.Msg = intern(&d.strs, b)
+	case fErrorType:
+		rec.ErrorType = intern(&d.strs, b)
+	case fErrorCode:
+		rec.ErrorCode = intern(&d.strs, b)
+	case fKind:
+		rec.Kind = intern(&d.strs, b)
+	case fRun:
+		rec.Run = intern(&d.keys, b)
+	case fTenant:
+		rec.Tenant = intern(&d.keys, b)
+	}
+	return nil
+}
+
+// setBool stores v, true or false, in rec's bool field f.
+func setBool(rec *record, f field, v []byte) error {
+	var o optBool
+	switch string(v) {
+	case "true":
+		o = optBool{true, true}
+	case "false":
+		o = optBool{true, false}
+	default:
+		return errType
+	}
+	if f == fSucceeded {
+		rec.Succeeded = o
+	} else {
+		rec.Retried = o
+	}
+	return nil
+}
+
+// setInt stores v, a whole number, in rec's integer field f.
+func setInt(rec *record, f field, v []byte) error {
+	n, ok := parseInt(v)
+	if !ok {
+		return errType
+	}
+	o := optInt{true, n}
+	switch f {
+	case fAttempts:
+		rec.Attempts = o
+	case fStatus:
+		rec.Status = o
+	case fInputTokens:
+		rec.InputTokens = o
+	case fOutputTokens:
+		rec.OutputTokens = o
+	}
+	return nil
+}
+
+// setFloat stores v, a number, in rec's number field f.
+func setFloat(rec *record, f field, v []byte) error {
+	if v[0] != '-' && (v[0] < '0' || v[0] > '9') {
+		return errType
+	}
+	x, err := strconv.ParseFloat(string(v), 64)
+	if err != nil {
+		return errType
+	}
+	switch o := (optFloat{true, x}); f {
+	case fCost:
+		rec.Cost = o
+	case fRunCap:
+		rec.RunCap = o
+	case fTenantCap:
+		rec.TenantCap = o
 	}
 	return nil
 }

@@ -10,6 +10,16 @@ import (
 	"text/tabwriter"
 )
 
+// WriteMalformed writes to w, one line per input of read, the malformed
+// lines the command skipped in it.
+func WriteMalformed(w io.Writer, read []File) {
+	for _, f := range read {
+		if f.Malformed > 0 {
+			fmt.Fprintf(w, "rebound analyze: %s: %d of %d lines malformed (%s)\n", f.Name, f.Malformed, f.Lines, f.LineNumbers())
+		}
+	}
+}
+
 // LineNumbers lists the malformed lines f kept: "line 2, 4, …".
 func (f *File) LineNumbers() string {
 	nums := make([]string, len(f.MalformedLines))

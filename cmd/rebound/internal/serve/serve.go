@@ -82,3 +82,13 @@ func Run(ctx context.Context, c Config) error {
 	<-served // http.ErrServerClosed
 	return nil
 }
+
+// IsLoopback reports whether host names a loopback address only: a
+// server there needs no tokens of its clients.
+func IsLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
