@@ -424,6 +424,8 @@ func (r *Report) WriteTable(w io.Writer) {
 		fj.MaxAttempts, fj.BaseMS, fj.Succeeded, fj.Calls, pct(fj.Succeeded, fj.Calls), fj.ServerRequests,
 		float64(fj.ServerRequests)/float64(fj.Calls))
 	fmt.Fprintf(tw, "  waiting, wall clock\t1872 ms, 2907 ms\t%.0f ms, %.0f ms\n", fj.TotalWaitMS, fj.WallMS)
+	// The wall clock is the waits and the attempts: each a round trip.
+	fmt.Fprintf(tw, "  of which the attempts' own time\t1035 ms\t%.0f ms for %d requests\n", fj.WallMS-fj.TotalWaitMS, fj.ServerRequests)
 	by := fj.SuccessByAttempt
 	fmt.Fprintf(tw, "  success by attempt\t138 · 37 · 13 · 6\t%d · %d · %d · %d\n", by[0], by[1], by[2], by[3])
 	fmt.Fprintf(tw, "server always 400\t1 request, 1 ms\t%d request, %.2f ms\n", r.Always400.ServerRequests, r.Always400.WallMS)
@@ -437,6 +439,12 @@ func (r *Report) WriteTable(w io.Writer) {
 	bu := r.Budget
 	fmt.Fprintf(tw, "always 503, %d attempts, wait budget %d ms\tgave up at 1526 ms\tgave up at %.0f ms (%s), %d requests, %.0f ms waited\n",
 		bu.MaxAttempts, bu.WaitBudgetMS, bu.GaveUpAfterMS, bu.StopReason, bu.ServerRequests, bu.WaitedMS)
+	if bu.StopReason == rebound.StopWaitBudget.String() {
+		// The budget bounds the waits, and a wait is drawn whole: one
+		// that would not fit is never begun, so the call ends short of it.
+		fmt.Fprintf(tw, "  why before the budget\tran past it\tthe next wait would not fit in the %.0f ms left of the %d ms\n",
+			float64(bu.WaitBudgetMS)-bu.WaitedMS, bu.WaitBudgetMS)
+	}
 	id := r.Idempotency
 	fmt.Fprintf(tw, "always 503, side effects vs idempotent\t1 vs 4 requests\t%d vs %d requests\n", id.NonIdempotentRequests, id.IdempotentRequests)
 	tw.Flush()
