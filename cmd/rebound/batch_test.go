@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -342,6 +343,33 @@ func TestBatchProgress(t *testing.T) {
 	code := run(context.Background(), []string{"batch", in, "--out", filepath.Join(dir, "out.jsonl"), "--base-url", hs.URL}, &stdout, stderr)
 	if code != 0 || !strings.Contains(stderr.String(), "rebound batch: 0/20 done, 0 failed, 0 retrying") || !strings.Contains(stdout.String(), "20 succeeded") {
 		t.Errorf("exit %d, stderr %q, stdout %q", code, stderr.String(), stdout.String())
+	}
+}
+
+// TestBatchProgressSaysWhatItWaitsFor: while a request waits out the
+// Retry-After of a 429, the progress lines say so, not just "1 retrying".
+func TestBatchProgressSaysWhatItWaitsFor(t *testing.T) {
+	defer func(d time.Duration) { batchrun.ProgressEvery = d }(batchrun.ProgressEvery)
+	batchrun.ProgressEvery = time.Millisecond
+	var n atomic.Int32
+	up := &upstream{h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		w.Write([]byte(`{"ok":true}`))
+	})}
+	hs := httptest.NewServer(up)
+	defer hs.Close()
+	dir := t.TempDir()
+	in := writeInput(t, dir, 1)
+	var stdout bytes.Buffer
+	var stderr lockedBuffer
+	code := run(context.Background(), []string{"batch", in, "--out", filepath.Join(dir, "out.jsonl"), "--base-url", hs.URL}, &stdout, &stderr)
+	want := "0/1 done, 0 failed, 1 retrying"
+	if code != 0 || !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), "waiting for 1 wait the provider asked for") {
+		t.Errorf("exit %d, stderr %q; want a line with %q that says it waits for the provider's Retry-After", code, firstLines(stderr.String(), 6), want)
 	}
 }
 

@@ -10,24 +10,35 @@ import (
 	"github.com/rebound-go/rebound/batch"
 )
 
-// progressPrinter shows a run's progress on stderr: a bar redrawn in place
-// on a terminal, else a line every few seconds.
+// progressPrinter shows a run's progress on stderr, and what the run is
+// waiting for: a bar redrawn in place on a terminal, else lines.
 type progressPrinter struct {
 	w        io.Writer
 	terminal bool
 	every    time.Duration
+	waits    *waits // nil: nothing known of them
 
-	mu   sync.Mutex // guards last
-	last batch.Progress
+	mu      sync.Mutex // guards last and set
+	last    batch.Progress
+	started bool // last holds the run's progress
+
+	printedKey string    // what the last line said, but the times
+	printedAt  time.Time // when
 }
 
-// ProgressEvery is how often a run's progress is printed when stderr
-// is not a terminal.
-var ProgressEvery = 5 * time.Second
+// ProgressEvery is how often a run's progress is looked at when stderr is
+// not a terminal: a line is printed then if what it says has changed, and
+// every progressQuiet if not.
+var ProgressEvery = time.Second
 
-// newProgressPrinter returns a printer on stderr, a terminal or not.
-func newProgressPrinter(stderr io.Writer, terminal bool) *progressPrinter {
-	p := &progressPrinter{w: stderr, every: ProgressEvery}
+// progressQuiet is the longest a run goes without a progress line when
+// stderr is not a terminal.
+const progressQuiet = 5 * time.Second
+
+// newProgressPrinter returns a printer on stderr, a terminal or not, that
+// says what the run waits for as w tells.
+func newProgressPrinter(stderr io.Writer, terminal bool, w *waits) *progressPrinter {
+	p := &progressPrinter{w: stderr, every: ProgressEvery, waits: w}
 	if terminal {
 		p.terminal, p.every = true, 200*time.Millisecond
 	}
@@ -36,7 +47,7 @@ func newProgressPrinter(stderr io.Writer, terminal bool) *progressPrinter {
 
 func (p *progressPrinter) set(pr batch.Progress) {
 	p.mu.Lock()
-	p.last = pr
+	p.last, p.started = pr, true
 	p.mu.Unlock()
 }
 
@@ -52,9 +63,9 @@ func (p *progressPrinter) start() (stop func()) {
 		for {
 			select {
 			case <-t.C:
-				p.print(time.Since(begun), false)
+				p.print(begun, false)
 			case <-done:
-				p.print(time.Since(begun), true)
+				p.print(begun, true)
 				return
 			}
 		}
@@ -65,22 +76,31 @@ func (p *progressPrinter) start() (stop func()) {
 	}
 }
 
-// print prints the progress after elapsed; final ends a terminal's line.
-func (p *progressPrinter) print(elapsed time.Duration, final bool) {
+// print prints the progress of a run begun at begun; final ends a
+// terminal's line.
+func (p *progressPrinter) print(begun time.Time, final bool) {
 	p.mu.Lock()
-	pr := p.last
+	pr, started := p.last, p.started
 	p.mu.Unlock()
-	if !p.terminal && final {
-		return // the summary follows
+	if !started || !p.terminal && final {
+		return // nothing known yet; or the summary follows
 	}
+	now := time.Now()
 	finished := pr.Finished()
-	rate := perSecond(finished, elapsed)
+	rate := perSecond(finished, now.Sub(begun))
 	eta := "?"
 	if rate > 0 && pr.Todo >= finished {
 		eta = time.Duration(float64(time.Second) * float64(pr.Todo-finished) / rate).Round(time.Second).String()
 	}
-	line := fmt.Sprintf("%d/%d done, %d failed, %d retrying, %.0f/s, ETA %s", pr.Succeeded, pr.Todo, pr.Failed+pr.FailedPermanent, pr.Retrying, rate, eta)
+	w := p.waits.at(now, pr.InFlight)
+	counts := fmt.Sprintf("%d/%d done, %d failed, %d retrying", pr.Succeeded, pr.Todo, pr.Failed+pr.FailedPermanent, w.retrying())
+	line := fmt.Sprintf("%s, %.0f/s, ETA %s%s", counts, rate, eta, w.text())
 	if !p.terminal {
+		key := counts + w.key()
+		if key == p.printedKey && now.Sub(p.printedAt) < progressQuiet {
+			return
+		}
+		p.printedKey, p.printedAt = key, now
 		fmt.Fprintf(p.w, "rebound batch: %s\n", line)
 		return
 	}

@@ -101,6 +101,7 @@ type session struct {
 	kept       string          // the file of answers kept unrecorded
 	unrecorded []batch.Outcome // the answers an earlier run kept, nil if none
 	runner     *batch.Runner
+	waits      *waits // what the runner's requests wait for
 	journal    batch.Journal
 	closers    []func() error
 }
@@ -179,14 +180,24 @@ func (s *session) newRunner(ctx context.Context) (*batch.Runner, error) {
 	if key != "" {
 		r.Header = c.dialect.header(key)
 	}
-	var err error
-	r.Limiter, err = s.limiter(ctx)
-	return r, err
+	limiter, err := s.limiter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The runner's own defaults, made here so that the progress can say
+	// what the requests wait for.
+	if limiter == nil {
+		limiter = ratelimit.New(ratelimit.Config{})
+	}
+	s.waits = &waits{concurrency: c.Concurrency,
+		adaptive: ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{Initial: c.Concurrency, Max: c.Concurrency})}
+	r.Limiter, r.Adaptive, r.Policy.Observer = pacer{limiter, s.waits}, s.waits.adaptive, s.waits
+	return r, nil
 }
 
 // limiter returns the pace of the run's requests: one of its own, or one
-// shared on Redis; nil for the runner's own, which learns the provider's
-// limits from its headers.
+// shared on Redis; nil for none but the provider's, learnt from its
+// headers.
 func (s *session) limiter(ctx context.Context) (ratelimit.Pacer, error) {
 	c := s.c
 	limits := ratelimit.Config{RequestsPerMinute: c.RPM}
@@ -230,11 +241,11 @@ func (s *session) limiter(ctx context.Context) (ratelimit.Pacer, error) {
 
 // run sends the batch, its progress shown on stderr.
 func (s *session) run(ctx context.Context) (batch.Summary, error) {
-	prog := newProgressPrinter(s.stderr, s.c.Terminal)
+	prog := newProgressPrinter(s.stderr, s.c.Terminal, s.waits)
 	s.runner.Progress = prog.set
 	stopProgress := prog.start()
 	defer stopProgress()
-	return s.runner.Run(ctx, s.file, s.journal)
+	return s.runner.Run(ctx, s.file, journal{s.journal, s.waits})
 }
 
 // result writes the output and errors files afresh from the journal,
