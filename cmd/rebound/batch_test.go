@@ -457,9 +457,43 @@ func TestBatchSurvivesSIGKILL(t *testing.T) {
 	in, out := writeInput(t, dir, items), filepath.Join(dir, "out.jsonl")
 	args := []string{"batch", in, "--out", out, "--base-url", hs.URL, "--concurrency", fmt.Sprint(concurrency), "--json"}
 
-	sendsByRun := []map[string]int{}
-	killed := 0
-	for killed < kills {
+	sendsByRun := killRuns(t, args, kills, rng, up, arrived)
+	code, report, stderr := batchJSON(t, args[1:]...)
+	last := up.take()
+	if code != 0 || report.Journaled.Succeeded != items {
+		t.Fatalf("the run after %d kills: exit %d, %+v; stderr %s", kills, code, report, stderr)
+	}
+	got := outputLines(t, out)
+	if len(got) != items {
+		t.Errorf("the output has %d custom_ids, want %d", len(got), items)
+	}
+	for id, n := range got {
+		if n != 1 {
+			t.Errorf("%s is in the output %d times", id, n)
+		}
+	}
+
+	again, lastAgain := resends(sendsByRun, last)
+	// Every send beyond an id's first repeats a request that was in
+	// flight at a kill: at most the concurrency for each kill.
+	if again > concurrency*kills {
+		t.Errorf("%d requests were sent again over %d kills, more than %d in flight at each", again, kills, concurrency)
+	}
+	// The last run reports each it sends again.
+	if lastAgain > report.Run.Resent {
+		t.Errorf("the last run sent %d requests that earlier runs had sent, and reported %d as resent", lastAgain, report.Run.Resent)
+	}
+	t.Logf("seed %d: %d kills; %d requests sent again in all (the bound is %d); the last run sent %d, %d of them again, and reported %d resent",
+		seed, kills, again, concurrency*kills, report.Run.Sent, lastAgain, report.Run.Resent)
+}
+
+// killRuns starts "rebound batch" with args and kills it with SIGKILL
+// after a random number of requests (1 to 120, drawn from rng), kills
+// times, and returns the ids each run sent.
+func killRuns(t *testing.T, args []string, kills int, rng *rand.Rand, up *upstream, arrived *arrivals) []map[string]int {
+	t.Helper()
+	var sendsByRun []map[string]int
+	for killed := 0; killed < kills; {
 		k := 1 + rng.IntN(120)
 		cmd := commandProcess(t, args...)
 		var stderr lockedBuffer
@@ -480,54 +514,34 @@ func TestBatchSurvivesSIGKILL(t *testing.T) {
 		}
 		sendsByRun = append(sendsByRun, up.take())
 	}
-	code, report, stderr := batchJSON(t, args[1:]...)
-	last := up.take()
-	if code != 0 || report.Journaled.Succeeded != items {
-		t.Fatalf("the run after %d kills: exit %d, %+v; stderr %s", kills, code, report, stderr)
-	}
-	got := outputLines(t, out)
-	if len(got) != items {
-		t.Errorf("the output has %d custom_ids, want %d", len(got), items)
-	}
-	for id, n := range got {
-		if n != 1 {
-			t.Errorf("%s is in the output %d times", id, n)
-		}
-	}
+	return sendsByRun
+}
 
-	// Every send beyond an id's first repeats a request that was in
-	// flight at a kill: at most the concurrency for each kill.
+// resends counts the sends beyond each id's first over the runs killed
+// (sendsByRun) and the last, and the ids the last run sent that an
+// earlier one had.
+func resends(sendsByRun []map[string]int, last map[string]int) (again, lastAgain int) {
 	sent := map[string]int{}
 	for _, run := range append(sendsByRun, last) {
 		for id, n := range run {
 			sent[id] += n
 		}
 	}
-	again := 0
 	for _, n := range sent {
 		again += n - 1
 	}
-	if again > concurrency*kills {
-		t.Errorf("%d requests were sent again over %d kills, more than %d in flight at each", again, kills, concurrency)
-	}
-	// The last run reports each it sends again.
 	before := map[string]bool{}
 	for _, run := range sendsByRun {
 		for id := range run {
 			before[id] = true
 		}
 	}
-	lastAgain := 0
 	for id := range last {
 		if before[id] {
 			lastAgain++
 		}
 	}
-	if lastAgain > report.Run.Resent {
-		t.Errorf("the last run sent %d requests that earlier runs had sent, and reported %d as resent", lastAgain, report.Run.Resent)
-	}
-	t.Logf("seed %d: %d kills; %d requests sent again in all (the bound is %d); the last run sent %d, %d of them again, and reported %d resent",
-		seed, kills, again, concurrency*kills, report.Run.Sent, lastAgain, report.Run.Resent)
+	return again, lastAgain
 }
 
 // testSeed returns the seed of a test's randomness: REBOUND_TEST_SEED, or
