@@ -16,8 +16,8 @@ type scheduler struct {
 	events eventQueue
 	seq    int
 
-	procs   []*proc // started and perhaps not ended, in the order they started
-	live    int     // how many of procs have not ended
+	procs   []*proc // every proc made, in the order they were
+	free    []*proc // the procs with no call to run
 	current *proc   // the proc running, nil while an event runs
 }
 

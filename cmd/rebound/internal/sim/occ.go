@@ -159,6 +159,8 @@ func RunOCC(ctx context.Context, seed uint64, c OCCConfig) (OCCReport, error) {
 		trials = DefaultOCCTrials
 	}
 	report := OCCReport{Scenario: "occ", Seed: seed, Trials: trials}
+	var t occTrial
+	defer t.endProcs()
 	for _, strategy := range strategies {
 		for _, n := range clients {
 			var writes, succeeded int
@@ -172,7 +174,7 @@ func RunOCC(ctx context.Context, seed uint64, c OCCConfig) (OCCReport, error) {
 				if err != nil {
 					return OCCReport{}, err
 				}
-				w, done, last, err := occRun(ctx, p, n, rng)
+				w, done, last, err := t.run(ctx, p, n, rng)
 				if err != nil {
 					return OCCReport{}, err
 				}
@@ -211,7 +213,7 @@ func occStream(strategy string, clients, trial int) uint64 {
 // since this one read it. It is transient: read again, and write again.
 var errConflict = errors.New("sim: the version read is no longer current")
 
-// occTrial is one trial: a row with a version and the clients, each a
+// occTrial is a trial: a row with a version and the clients, each a
 // proc that runs rebound.Run until its write succeeds.
 type occTrial struct {
 	scheduler
@@ -222,14 +224,15 @@ type occTrial struct {
 	last              time.Time // the trial's last event so far
 }
 
-// occRun runs one trial of n clients under p and returns the writes the
+// run runs one trial of n clients under p and returns the writes the
 // server saw, how many clients' writes succeeded, and the time of the
-// trial's last event. It stops with ctx's cause when ctx is done.
-func occRun(ctx context.Context, p rebound.Policy, n int, rng *rand.Rand) (writes, succeeded int, last time.Duration, err error) {
+// trial's last event. It stops with ctx's cause when ctx is done. The
+// trials of a run take turns with one occTrial, whose procs the next
+// trial's clients reuse; the run ends them (endProcs) when it is done.
+func (t *occTrial) run(ctx context.Context, p rebound.Policy, n int, rng *rand.Rand) (writes, succeeded int, last time.Duration, err error) {
 	start := time.Date(2015, 3, 4, 0, 0, 0, 0, time.UTC)
-	t := &occTrial{policy: p, rng: rng, last: start}
-	t.clock = NewClock(start)
-	defer t.endProcs()
+	t.policy, t.rng, t.last, t.version, t.writes, t.succeeded = p, rng, start, 0, 0, 0
+	t.clock, t.events, t.seq = NewClock(start), t.events[:0], 0
 	for range n {
 		t.spawn(time.Time{}, t.client)
 	}

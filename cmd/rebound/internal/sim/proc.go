@@ -15,61 +15,64 @@ import (
 // of thousands of concurrent calls is still one sequence of events, the
 // same for the same seed; a proc's waits (a retry's backoff through its
 // context's rebound.Clock, an attempt waiting for its answer) are events
-// in virtual time.
+// in virtual time. A proc whose call has ended runs the next call
+// spawned: a goroutine is made for each call in flight at once, not for
+// each call.
 type proc struct {
-	next  func() (struct{}, bool)
+	next  func() (ended, ok bool)
 	stop  func()
-	yield func(struct{}) bool
-	ctx   *callContext
-	ended bool
+	yield func(ended bool) bool
+	body  func(ctx context.Context) // the call it runs, if busy
+	ctx   *callContext              // the call's
+	busy  bool                      // running a call, or waiting in one
+	// waiting: parked until an event resumes it, or spawned and not yet
+	// started. A proc is resumed only then.
+	waiting bool
 }
 
-// spawn starts body as a proc now and runs it until it first waits. Its
+// spawn starts body as a call now and runs it until it first waits. Its
 // context carries the simulation's clock and ends at deadline (none if
 // zero), or when the simulation ends (see endProcs). spawn is called
 // from an event, never from a proc.
 func (s *scheduler) spawn(deadline time.Time, body func(ctx context.Context)) {
-	p := &proc{ctx: &callContext{
-		Context:  rebound.WithClock(context.Background(), procClock{s}),
-		deadline: deadline,
-		done:     make(chan struct{}),
-	}}
-	if !deadline.IsZero() {
-		s.at(deadline, func() { p.ctx.end(context.DeadlineExceeded) })
-	}
-	p.next, p.stop = iter.Pull(func(yield func(struct{}) bool) {
-		p.yield = yield
-		body(p.ctx)
-	})
-	if len(s.procs) >= 2*s.live+64 { // forget the ended ones now and then
-		kept := s.procs[:0]
-		for _, q := range s.procs {
-			if !q.ended {
-				kept = append(kept, q)
+	var p *proc
+	if n := len(s.free); n > 0 {
+		p, s.free = s.free[n-1], s.free[:n-1]
+	} else {
+		p = &proc{}
+		p.next, p.stop = iter.Pull(func(yield func(bool) bool) {
+			p.yield = yield
+			for {
+				p.body(p.ctx)
+				if !yield(true) { // the call has ended; wait for another
+					return
+				}
 			}
-		}
-		clear(s.procs[len(kept):])
-		s.procs = kept
+		})
+		s.procs = append(s.procs, p)
 	}
-	s.procs = append(s.procs, p)
-	s.live++
+	ctx := &callContext{Context: rebound.WithClock(context.Background(), procClock{s}), deadline: deadline, done: make(chan struct{})}
+	if !deadline.IsZero() {
+		s.at(deadline, func() { ctx.end(context.DeadlineExceeded) })
+	}
+	p.body, p.ctx, p.busy, p.waiting = body, ctx, true, true
 	s.resume(p)
 }
 
-// resume runs p until it waits again or ends. It is called from an
-// event: a proc never runs another.
+// resume runs p until it waits again or its call ends. It is called from
+// an event: a proc never runs another.
 func (s *scheduler) resume(p *proc) {
 	if s.current != nil {
 		panic("sim: a proc resumed another")
 	}
-	if p.ended {
-		return
+	if !p.busy || !p.waiting {
+		panic("sim: a proc resumed that waits for nothing")
 	}
-	s.current = p
+	s.current, p.waiting = p, false
 	defer func() { s.current = nil }()
-	if _, ok := p.next(); !ok {
-		p.ended = true
-		s.live--
+	if ended, _ := p.next(); ended {
+		p.body, p.ctx, p.busy = nil, nil, false
+		s.free = append(s.free, p)
 	}
 }
 
@@ -85,26 +88,25 @@ func (s *scheduler) self() *proc {
 // false when the simulation is ending instead: the proc's context is
 // done, and it must return.
 func (s *scheduler) park() bool {
-	return s.self().yield(struct{}{})
+	p := s.self()
+	p.waiting = true
+	return p.yield(false)
 }
 
-// endProcs ends the procs still waiting, in the order they started: each
-// sees its context canceled, and whatever it waits for fails, so that its
-// rebound.Do returns and its goroutine ends. A simulation calls it when it
-// stops, whatever stopped it.
+// endProcs ends the procs: each call still waiting sees its context
+// canceled, and whatever it waits for fails, so that its rebound.Do
+// returns; then every proc's goroutine ends. A simulation calls it when
+// it stops, whatever stopped it.
 func (s *scheduler) endProcs() {
 	for _, p := range s.procs {
-		if p.ended {
-			continue
+		if p.busy {
+			p.ctx.end(context.Canceled)
 		}
-		p.ctx.end(context.Canceled)
 		s.current = p
 		p.stop()
 		s.current = nil
-		p.ended = true
-		s.live--
 	}
-	s.procs = nil
+	s.procs, s.free = nil, nil
 }
 
 // procClock is the rebound.Clock of a scheduler's procs: Sleep parks the
