@@ -22,17 +22,18 @@ type scheduler struct {
 }
 
 type event struct {
-	at  time.Time
-	seq int
-	fn  func()
+	at   time.Time
+	when int64 // at in nanoseconds since 1970, to order by (a simulation runs in this century)
+	seq  int
+	fn   func()
 }
 
 // eventQueue is a min-heap of events by (at, seq).
 type eventQueue []event
 
 func (q eventQueue) less(i, j int) bool {
-	if !q[i].at.Equal(q[j].at) {
-		return q[i].at.Before(q[j].at)
+	if q[i].when != q[j].when {
+		return q[i].when < q[j].when
 	}
 	return q[i].seq < q[j].seq
 }
@@ -78,7 +79,7 @@ func (q *eventQueue) pop() event {
 // at schedules fn at t.
 func (s *scheduler) at(t time.Time, fn func()) {
 	s.seq++
-	s.events.push(event{at: t, seq: s.seq, fn: fn})
+	s.events.push(event{at: t, when: t.UnixNano(), seq: s.seq, fn: fn})
 }
 
 // runUntil runs the events due up to end, telling minute (if set) of each
