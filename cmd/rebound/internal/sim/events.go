@@ -22,18 +22,17 @@ type scheduler struct {
 }
 
 type event struct {
-	at   time.Time
-	when int64 // at in nanoseconds since 1970, to order by (a simulation runs in this century)
-	seq  int
-	fn   func()
+	at  int64 // nanoseconds since 1970, in UTC (a simulation runs in this century)
+	seq int
+	fn  func()
 }
 
 // eventQueue is a min-heap of events by (at, seq).
 type eventQueue []event
 
 func (q eventQueue) less(i, j int) bool {
-	if q[i].when != q[j].when {
-		return q[i].when < q[j].when
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
 	}
 	return q[i].seq < q[j].seq
 }
@@ -79,7 +78,7 @@ func (q *eventQueue) pop() event {
 // at schedules fn at t.
 func (s *scheduler) at(t time.Time, fn func()) {
 	s.seq++
-	s.events.push(event{at: t, when: t.UnixNano(), seq: s.seq, fn: fn})
+	s.events.push(event{at: t.UnixNano(), seq: s.seq, fn: fn})
 }
 
 // runUntil runs the events due up to end, telling minute (if set) of each
@@ -87,21 +86,23 @@ func (s *scheduler) at(t time.Time, fn func()) {
 // done, checked every few thousand events.
 func (s *scheduler) runUntil(ctx context.Context, start, end time.Time, minute func(done time.Duration)) error {
 	nextMinute := start.Add(time.Minute)
+	last := int64(end.Sub(time.Unix(0, 0))) // saturates, for an end past any event
 	for n := 0; len(s.events) > 0; n++ {
 		if n%4096 == 0 && ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		if s.events[0].at.After(end) {
+		if s.events[0].at > last {
 			break
 		}
 		e := s.events.pop()
-		if !e.at.Before(nextMinute) {
+		at := time.Unix(0, e.at).UTC()
+		if !at.Before(nextMinute) {
 			if minute != nil {
-				minute(e.at.Sub(start).Truncate(time.Minute))
+				minute(at.Sub(start).Truncate(time.Minute))
 			}
-			nextMinute = start.Add(e.at.Sub(start).Truncate(time.Minute) + time.Minute)
+			nextMinute = start.Add(at.Sub(start).Truncate(time.Minute) + time.Minute)
 		}
-		s.clock.AdvanceTo(e.at) // events come in order: never back
+		s.clock.AdvanceTo(at) // events come in order: never back
 		e.fn()
 	}
 	return nil

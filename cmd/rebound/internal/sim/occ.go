@@ -253,43 +253,43 @@ func (t *occTrial) client(ctx context.Context) {
 	draw := func() { read = t.hop() }
 	ctx = rebound.WithClock(ctx, drawingClock{procClock{&t.scheduler}, draw})
 	draw()
-	err := rebound.Run(ctx, t.policy, func(ctx context.Context) error {
-		if !t.wait(read) { // the read reaches the server
-			return context.Cause(ctx)
-		}
-		version := t.version
-		if !t.wait(t.hop()) || !t.wait(t.hop()) { // the version comes back; the write goes out
-			return context.Cause(ctx)
-		}
-		t.writes++
-		ok := version == t.version
-		if ok {
-			t.version++
-		}
-		if !t.wait(t.hop()) { // the outcome comes back
-			return context.Cause(ctx)
-		}
-		if !ok {
-			return errConflict
-		}
-		return nil
-	})
+	err := rebound.Run(ctx, t.policy, func(ctx context.Context) error { return t.attempt(ctx, read) })
 	if err == nil {
 		t.succeeded++
 	}
 	t.last = t.clock.Now()
 }
 
+// attempt is one read and write of a client whose read takes read to
+// reach the server. The messages are events, each drawing the next hop
+// as it arrives; the client waits for the last.
+func (t *occTrial) attempt(ctx context.Context, read time.Duration) error {
+	p, ok := t.self(), false
+	after := func(d time.Duration, fn func()) { t.at(t.clock.Now().Add(d), fn) }
+	after(read, func() { // the read reaches the server
+		version := t.version
+		after(t.hop(), func() { // the version comes back
+			after(t.hop(), func() { // the write reaches the server
+				t.writes++
+				if ok = version == t.version; ok {
+					t.version++
+				}
+				after(t.hop(), func() { t.resume(p) }) // the outcome comes back
+			})
+		})
+	})
+	if !t.park() {
+		return context.Cause(ctx)
+	}
+	if !ok {
+		return errConflict
+	}
+	return nil
+}
+
 // hop draws one message hop: |Normal(10 ms, 2 ms)|.
 func (t *occTrial) hop() time.Duration {
 	return time.Duration(math.Abs(float64(occHopMean) + float64(occHopStdDev)*t.rng.NormFloat64()))
-}
-
-// wait waits for d, and reports false if the trial ended meanwhile.
-func (t *occTrial) wait(d time.Duration) bool {
-	p := t.self()
-	t.at(t.clock.Now().Add(d), func() { t.resume(p) })
-	return t.park()
 }
 
 // drawingClock is a procClock that calls draw before each Sleep.
