@@ -32,8 +32,9 @@ type proc struct {
 
 // spawn starts body as a call now and runs it until it first waits. Its
 // context carries the simulation's clock and ends at deadline (none if
-// zero), or when the simulation ends (see endProcs). spawn is called
-// from an event, never from a proc.
+// zero), or when the simulation ends (see endProcs). spawn is called by
+// the scheduler's goroutine (an event, or before the events run), never
+// by a proc.
 func (s *scheduler) spawn(deadline time.Time, body func(ctx context.Context)) {
 	var p *proc
 	if n := len(s.free); n > 0 {
@@ -59,8 +60,8 @@ func (s *scheduler) spawn(deadline time.Time, body func(ctx context.Context)) {
 	s.resume(p)
 }
 
-// resume runs p until it waits again or its call ends. It is called from
-// an event: a proc never runs another.
+// resume runs p until it waits again or its call ends. It is called by
+// the scheduler's goroutine: a proc never runs another.
 func (s *scheduler) resume(p *proc) {
 	if s.current != nil {
 		panic("sim: a proc resumed another")
