@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound/batch"
+	"github.com/rebound-go/rebound/cmd/rebound/internal/batchrun"
 	reboundpg "github.com/rebound-go/rebound/postgres"
 )
 
@@ -103,9 +104,9 @@ func BenchmarkBatch(b *testing.B) {
 				var err error
 				switch where {
 				case "bbolt":
-					inner, err = openJournal(b.Context(), filepath.Join(b.TempDir(), "bench.journal"), reboundpg.Config{}, false)
+					inner, err = batchrun.OpenJournal(b.Context(), filepath.Join(b.TempDir(), "bench.journal"), reboundpg.Config{}, false)
 				case "postgres":
-					inner, err = openJournal(b.Context(), postgresURL(), reboundpg.Config{Batch: fmt.Sprintf("bench-%d-%d", os.Getpid(), time.Now().UnixNano()), Schema: postgresSchema(b)}, false)
+					inner, err = batchrun.OpenJournal(b.Context(), postgresURL(), reboundpg.Config{Batch: fmt.Sprintf("bench-%d-%d", os.Getpid(), time.Now().UnixNano()), Schema: postgresSchema(b)}, false)
 				}
 				if err != nil {
 					b.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rebound-go/rebound/cmd/rebound/internal/batchrun"
 )
 
 // TestBatchRefusesADamagedJournal damages the journal of a finished run
@@ -120,7 +122,7 @@ func TestBatchKeepsTheAnswersItCannotRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	for line := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
-		var a keptAnswer
+		var a batchrun.KeptAnswer
 		if err := json.Unmarshal([]byte(line), &a); err != nil || a.State != "succeeded" || !strings.Contains(string(a.Body), `"ok"`) {
 			t.Errorf("kept %q: %v; want an answer, body and all", line, err)
 		}
@@ -159,7 +161,7 @@ func TestBatchRefusesAnotherInputsKeptAnswers(t *testing.T) {
 	dir := t.TempDir()
 	in, out := writeInput(t, dir, 3), filepath.Join(dir, "out.jsonl")
 	kept := `{"input_digest":"sha256:another","custom_id":"req-0","state":"succeeded","body":"e30="}` + "\n"
-	if err := os.WriteFile(keptPath(out), []byte(kept), 0o600); err != nil {
+	if err := os.WriteFile(batchrun.KeptPath(out), []byte(kept), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	code, _, stderr := runCmd("batch", in, "--out", out, "--base-url", hs.URL)

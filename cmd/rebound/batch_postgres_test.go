@@ -53,6 +53,51 @@ func postgresSchema(t testing.TB) string {
 	return schema
 }
 
+// worker is a "rebound batch" process of a shared journal.
+type worker struct {
+	stdout, stderr lockedBuffer
+	exited         chan error
+	out            string
+}
+
+// runWorkers starts n workers of "rebound batch" with args, each with an
+// --out of its own, kills the first when halfway is closed, and returns
+// once they have all exited; a survivor that fails, or any that takes a
+// minute, fails the test.
+func runWorkers(t *testing.T, n int, halfway <-chan struct{}, args ...string) []*worker {
+	t.Helper()
+	dir := t.TempDir()
+	workers := make([]*worker, n)
+	for i := range workers {
+		w := &worker{exited: make(chan error, 1), out: filepath.Join(dir, fmt.Sprintf("out-%d.jsonl", i))}
+		cmd := commandProcess(t, append(args, "--out", w.out)...)
+		cmd.Stdout, cmd.Stderr = &w.stdout, &w.stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { w.exited <- cmd.Wait() }()
+		workers[i] = w
+		if i == 0 {
+			defer cmd.Process.Kill()
+			go func() {
+				<-halfway
+				cmd.Process.Kill()
+			}()
+		}
+	}
+	for i, w := range workers {
+		select {
+		case err := <-w.exited:
+			if i > 0 && err != nil {
+				t.Errorf("worker %d: %v; stderr %s", i, err, w.stderr.String())
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("worker %d has not finished in a minute; stderr %s", i, w.stderr.String())
+		}
+	}
+	return workers
+}
+
 // TestBatchWorkersShareAPostgresJournal runs three workers, processes of
 // their own, on one batch through PostgreSQL, and kills one with SIGKILL
 // halfway: the other two take its items over once its leases run out,
@@ -80,40 +125,8 @@ func TestBatchWorkersShareAPostgresJournal(t *testing.T) {
 	in := writeInput(t, dir, items)
 	halfway := arrived.after(items / 2)
 
-	type worker struct {
-		stdout, stderr lockedBuffer
-		exited         chan error
-		out            string
-	}
-	workers := make([]*worker, 3)
-	for i := range workers {
-		w := &worker{exited: make(chan error, 1), out: filepath.Join(dir, fmt.Sprintf("out-%d.jsonl", i))}
-		cmd := commandProcess(t, "batch", in, "--out", w.out, "--journal", postgresURL(), "--schema", schema,
-			"--batch-name", "evals", "--lease", "1s", "--base-url", hs.URL, "--concurrency", strconv.Itoa(concurrency), "--json")
-		cmd.Stdout, cmd.Stderr = &w.stdout, &w.stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { w.exited <- cmd.Wait() }()
-		workers[i] = w
-		if i == 0 {
-			defer cmd.Process.Kill()
-			go func() {
-				<-halfway
-				cmd.Process.Kill()
-			}()
-		}
-	}
-	for i, w := range workers {
-		select {
-		case err := <-w.exited:
-			if i > 0 && err != nil {
-				t.Errorf("worker %d: %v; stderr %s", i, err, w.stderr.String())
-			}
-		case <-time.After(time.Minute):
-			t.Fatalf("worker %d has not finished in a minute; stderr %s", i, w.stderr.String())
-		}
-	}
+	workers := runWorkers(t, 3, halfway, "batch", in, "--journal", postgresURL(), "--schema", schema,
+		"--batch-name", "evals", "--lease", "1s", "--base-url", hs.URL, "--concurrency", strconv.Itoa(concurrency), "--json")
 	sent := up.take()
 	for _, w := range workers[1:] {
 		got := outputLines(t, w.out)

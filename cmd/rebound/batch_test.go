@@ -15,10 +15,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rebound-go/rebound/chaos"
+	"github.com/rebound-go/rebound/cmd/rebound/internal/batchrun"
 )
 
 // upstream wraps a handler and counts the requests it serves for each
@@ -90,10 +92,10 @@ func quickPolicy(t *testing.T, dir string) string {
 
 // batchJSON runs "rebound batch" with --json and returns its exit code and
 // report.
-func batchJSON(t *testing.T, args ...string) (int, batchReport, string) {
+func batchJSON(t *testing.T, args ...string) (int, batchrun.Report, string) {
 	t.Helper()
 	code, stdout, stderr := runCmd(append([]string{"batch", "--json"}, args...)...)
-	var r batchReport
+	var r batchrun.Report
 	if code != 2 {
 		if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 			t.Fatalf("batch %q: exit %d, stdout %q is not the report: %v; stderr %s", args, code, stdout, err, stderr)
@@ -271,6 +273,38 @@ func TestBatchBadInput(t *testing.T) {
 	}
 }
 
+// TestBatchSaysBatchOnce: an error of the batch package is said as the
+// command's, never "rebound batch: batch: ...", nor with the package's
+// prefix after the name of the file it is about.
+func TestBatchSaysBatchOnce(t *testing.T) {
+	up := &upstream{h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"ok":true}`)) })}
+	hs := httptest.NewServer(up)
+	defer hs.Close()
+	dir := t.TempDir()
+	in, out := writeInput(t, dir, 2), filepath.Join(dir, "out.jsonl")
+	if code, _, stderr := runCmd("batch", in, "--out", out, "--base-url", hs.URL); code != 0 {
+		t.Fatalf("first run: exit %d, stderr %q", code, stderr)
+	}
+	other := filepath.Join(dir, "other.jsonl")
+	os.WriteFile(other, []byte(`{"custom_id":"req-0","method":"POST","url":"/v1/x","body":{"changed":true}}`+"\n"), 0o644)
+	dup := filepath.Join(dir, "dup.jsonl")
+	line := `{"custom_id":"a","method":"POST","url":"/v1/x","body":{}}` + "\n"
+	os.WriteFile(dup, []byte(line+line), 0o644)
+	for _, c := range []struct{ in, journal, want string }{
+		{other, out + ".journal", ".journal: the journal was made from a different input"},
+		{dup, "", `rebound batch: ` + dup + `: custom_id "a" is on line 1`},
+	} {
+		args := []string{"batch", c.in, "--out", filepath.Join(dir, "o.jsonl"), "--base-url", hs.URL}
+		if c.journal != "" {
+			args = append(args, "--journal", c.journal)
+		}
+		code, _, stderr := runCmd(args...)
+		if code != 1 || !strings.Contains(stderr, c.want) || strings.Contains(stderr, "batch: batch:") || strings.Contains(stderr, ": batch: ") {
+			t.Errorf("%s: exit %d, stderr %q; want 1 and %q", c.in, code, stderr, c.want)
+		}
+	}
+}
+
 // TestBatchHelp: the command's help, asked for in each way, on stdout.
 func TestBatchHelp(t *testing.T) {
 	code, help, stderr := runCmd("help", "batch")
@@ -292,8 +326,8 @@ func TestBatchHelp(t *testing.T) {
 
 // TestBatchProgress: without a terminal, a line every so often on stderr.
 func TestBatchProgress(t *testing.T) {
-	defer func(d time.Duration) { batchProgressEvery = d }(batchProgressEvery)
-	batchProgressEvery = time.Millisecond
+	defer func(d time.Duration) { batchrun.ProgressEvery = d }(batchrun.ProgressEvery)
+	batchrun.ProgressEvery = time.Millisecond
 	slow := make(chan struct{})
 	var once sync.Once
 	up := &upstream{h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -309,6 +343,33 @@ func TestBatchProgress(t *testing.T) {
 	code := run(context.Background(), []string{"batch", in, "--out", filepath.Join(dir, "out.jsonl"), "--base-url", hs.URL}, &stdout, stderr)
 	if code != 0 || !strings.Contains(stderr.String(), "rebound batch: 0/20 done, 0 failed, 0 retrying") || !strings.Contains(stdout.String(), "20 succeeded") {
 		t.Errorf("exit %d, stderr %q, stdout %q", code, stderr.String(), stdout.String())
+	}
+}
+
+// TestBatchProgressSaysWhatItWaitsFor: while a request waits out the
+// Retry-After of a 429, the progress lines say so, not just "1 retrying".
+func TestBatchProgressSaysWhatItWaitsFor(t *testing.T) {
+	defer func(d time.Duration) { batchrun.ProgressEvery = d }(batchrun.ProgressEvery)
+	batchrun.ProgressEvery = time.Millisecond
+	var n atomic.Int32
+	up := &upstream{h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		w.Write([]byte(`{"ok":true}`))
+	})}
+	hs := httptest.NewServer(up)
+	defer hs.Close()
+	dir := t.TempDir()
+	in := writeInput(t, dir, 1)
+	var stdout bytes.Buffer
+	var stderr lockedBuffer
+	code := run(context.Background(), []string{"batch", in, "--out", filepath.Join(dir, "out.jsonl"), "--base-url", hs.URL}, &stdout, &stderr)
+	want := "0/1 done, 0 failed, 1 retrying"
+	if code != 0 || !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), "waiting for 1 wait the provider asked for") {
+		t.Errorf("exit %d, stderr %q; want a line with %q that says it waits for the provider's Retry-After", code, firstLines(stderr.String(), 6), want)
 	}
 }
 
@@ -396,9 +457,43 @@ func TestBatchSurvivesSIGKILL(t *testing.T) {
 	in, out := writeInput(t, dir, items), filepath.Join(dir, "out.jsonl")
 	args := []string{"batch", in, "--out", out, "--base-url", hs.URL, "--concurrency", fmt.Sprint(concurrency), "--json"}
 
-	sendsByRun := []map[string]int{}
-	killed := 0
-	for killed < kills {
+	sendsByRun := killRuns(t, args, kills, rng, up, arrived)
+	code, report, stderr := batchJSON(t, args[1:]...)
+	last := up.take()
+	if code != 0 || report.Journaled.Succeeded != items {
+		t.Fatalf("the run after %d kills: exit %d, %+v; stderr %s", kills, code, report, stderr)
+	}
+	got := outputLines(t, out)
+	if len(got) != items {
+		t.Errorf("the output has %d custom_ids, want %d", len(got), items)
+	}
+	for id, n := range got {
+		if n != 1 {
+			t.Errorf("%s is in the output %d times", id, n)
+		}
+	}
+
+	again, lastAgain := resends(sendsByRun, last)
+	// Every send beyond an id's first repeats a request that was in
+	// flight at a kill: at most the concurrency for each kill.
+	if again > concurrency*kills {
+		t.Errorf("%d requests were sent again over %d kills, more than %d in flight at each", again, kills, concurrency)
+	}
+	// The last run reports each it sends again.
+	if lastAgain > report.Run.Resent {
+		t.Errorf("the last run sent %d requests that earlier runs had sent, and reported %d as resent", lastAgain, report.Run.Resent)
+	}
+	t.Logf("seed %d: %d kills; %d requests sent again in all (the bound is %d); the last run sent %d, %d of them again, and reported %d resent",
+		seed, kills, again, concurrency*kills, report.Run.Sent, lastAgain, report.Run.Resent)
+}
+
+// killRuns starts "rebound batch" with args and kills it with SIGKILL
+// after a random number of requests (1 to 120, drawn from rng), kills
+// times, and returns the ids each run sent.
+func killRuns(t *testing.T, args []string, kills int, rng *rand.Rand, up *upstream, arrived *arrivals) []map[string]int {
+	t.Helper()
+	var sendsByRun []map[string]int
+	for killed := 0; killed < kills; {
 		k := 1 + rng.IntN(120)
 		cmd := commandProcess(t, args...)
 		var stderr lockedBuffer
@@ -419,54 +514,34 @@ func TestBatchSurvivesSIGKILL(t *testing.T) {
 		}
 		sendsByRun = append(sendsByRun, up.take())
 	}
-	code, report, stderr := batchJSON(t, args[1:]...)
-	last := up.take()
-	if code != 0 || report.Journaled.Succeeded != items {
-		t.Fatalf("the run after %d kills: exit %d, %+v; stderr %s", kills, code, report, stderr)
-	}
-	got := outputLines(t, out)
-	if len(got) != items {
-		t.Errorf("the output has %d custom_ids, want %d", len(got), items)
-	}
-	for id, n := range got {
-		if n != 1 {
-			t.Errorf("%s is in the output %d times", id, n)
-		}
-	}
+	return sendsByRun
+}
 
-	// Every send beyond an id's first repeats a request that was in
-	// flight at a kill: at most the concurrency for each kill.
+// resends counts the sends beyond each id's first over the runs killed
+// (sendsByRun) and the last, and the ids the last run sent that an
+// earlier one had.
+func resends(sendsByRun []map[string]int, last map[string]int) (again, lastAgain int) {
 	sent := map[string]int{}
 	for _, run := range append(sendsByRun, last) {
 		for id, n := range run {
 			sent[id] += n
 		}
 	}
-	again := 0
 	for _, n := range sent {
 		again += n - 1
 	}
-	if again > concurrency*kills {
-		t.Errorf("%d requests were sent again over %d kills, more than %d in flight at each", again, kills, concurrency)
-	}
-	// The last run reports each it sends again.
 	before := map[string]bool{}
 	for _, run := range sendsByRun {
 		for id := range run {
 			before[id] = true
 		}
 	}
-	lastAgain := 0
 	for id := range last {
 		if before[id] {
 			lastAgain++
 		}
 	}
-	if lastAgain > report.Run.Resent {
-		t.Errorf("the last run sent %d requests that earlier runs had sent, and reported %d as resent", lastAgain, report.Run.Resent)
-	}
-	t.Logf("seed %d: %d kills; %d requests sent again in all (the bound is %d); the last run sent %d, %d of them again, and reported %d resent",
-		seed, kills, again, concurrency*kills, report.Run.Sent, lastAgain, report.Run.Resent)
+	return again, lastAgain
 }
 
 // testSeed returns the seed of a test's randomness: REBOUND_TEST_SEED, or
@@ -535,7 +610,7 @@ func TestBatchInterrupted(t *testing.T) {
 	<-reached
 	cmd.Process.Signal(os.Interrupt)
 	err := cmd.Wait()
-	var report batchReport
+	var report batchrun.Report
 	json.Unmarshal([]byte(stdout.String()), &report)
 	if cmd.ProcessState.ExitCode() != 1 || !report.Run.Interrupted || !strings.Contains(stderr.String(), "stopped before the end") {
 		t.Fatalf("interrupted: %v, %+v; stderr %s", err, report.Run, stderr.String())

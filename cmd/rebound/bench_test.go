@@ -7,12 +7,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/rebound-go/rebound/cmd/rebound/internal/bench"
 	"github.com/rebound-go/rebound/cmd/rebound/internal/sim"
 )
 
-func runBenchJSON(t *testing.T, seed string) benchReport {
+func runBenchJSON(t *testing.T, seed string) bench.Report {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	if code := run(context.Background(), []string{"bench", "--json", "--seed", seed}, &stdout, &stderr); code != 0 {
@@ -21,7 +21,7 @@ func runBenchJSON(t *testing.T, seed string) benchReport {
 	if !strings.Contains(stderr.String(), "[7/7] idempotency") {
 		t.Errorf("no progress on stderr: %q", stderr.String())
 	}
-	var r benchReport
+	var r bench.Report
 	dec := json.NewDecoder(&stdout)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
@@ -36,7 +36,7 @@ func runBenchJSON(t *testing.T, seed string) benchReport {
 // TestBenchMeetsTheSeed runs the main job over loopback, twice with the
 // same seed, and checks every row against the 429 article's figures.
 func TestBenchMeetsTheSeed(t *testing.T) {
-	reports := make([]benchReport, 2)
+	reports := make([]bench.Report, 2)
 	t.Run("runs", func(t *testing.T) {
 		for i := range reports {
 			t.Run("", func(t *testing.T) {
@@ -108,22 +108,6 @@ func TestBenchBadUsage(t *testing.T) {
 		}
 		if len(args) > 0 && strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 {
 			t.Errorf("%q: reason is not one line: %q", args, stderr.String())
-		}
-	}
-}
-
-func TestMaxInWindow(t *testing.T) {
-	ms := time.Millisecond
-	for _, tc := range []struct {
-		in   []time.Duration
-		want int
-	}{
-		{nil, 0},
-		{[]time.Duration{1 * ms, 2 * ms, 9*ms + 900*time.Microsecond, 10 * ms, 25 * ms}, 3},
-		{[]time.Duration{100 * ms, 100 * ms, 100 * ms}, 3},
-	} {
-		if got := maxInWindow(tc.in, 10*ms); got != tc.want {
-			t.Errorf("%v: %d, want %d", tc.in, got, tc.want)
 		}
 	}
 }

@@ -5,56 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"math"
-	"net"
-	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rebound-go/rebound/chaos"
+	"github.com/rebound-go/rebound/cmd/rebound/internal/chaosrun"
+	"github.com/rebound-go/rebound/cmd/rebound/internal/serve"
 )
-
-const chaosUsage = `usage: rebound chaos [flags]
-
-Serve a fault-injecting HTTP server until interrupted. Every request is
-answered according to a mode (ok, random, down, badreq, retryafter, slow,
-reset, overload, quota, context, stream-cut, lost-reply, text); a request can
-pick its own with the X-Chaos-Mode header or the chaos_mode query parameter.
-In stream-cut mode a streaming request's stream breaks off, with probability
---fail-rate, after --cut-after pieces of text (or as many as an
-X-Chaos-Cut-After: N header asks for). In lost-reply mode every request
-performs an action, counted once per Idempotency-Key, and its reply is lost
-with probability --fail-rate, by a dropped connection or an answer delayed
-by --slow. In text mode a request gets an answer that depends only on --seed
-and its first user message, streamed in pieces if it asks for a stream;
-X-Chaos-Cut-At: BYTES with X-Chaos-Cut-How: abort|close|error cuts the
-stream, X-Chaos-First-Token-Delay: DURATION and X-Chaos-Stall: BYTES:DURATION
-slow it, and a request whose last assistant message is a prefix of the
-answer gets the rest of it. Answers follow a profile: plain, or the wire
-format of openai, anthropic or gemini, which their SDKs parse; a request can
-pick its own with the X-Chaos-Profile header. A failure carries a wait hint
-in retryafter mode, on every failure if --retry-after is given, and when the
-request asks with an X-Chaos-Retry-After: SECONDS header. A success
-reports the token usage of its profile: a token per 4 bytes, rounded up, of
-the prompt's text and of the answer's, which is cut short to fit the
-request's max_tokens (or max_completion_tokens, max_output_tokens,
-maxOutputTokens; the largest it names), for each of the n (candidateCount)
-answers it asks for, with a Gemini thinking budget billed in full and, for
-context the provider keeps (previous_response_id, conversation, a stored
-prompt, cachedContent), the tokens an X-Chaos-Context-Tokens header says.
-GET /chaos/stats reports counts by status, of broken
-streams, of actions and of continuations, the tokens billed (a success's
-usage, a cut stream's output delivered before the cut, nothing for a
-failure), and requests and tokens by X-Chaos-Tally header and model; POST
-/chaos/reset zeroes them, forgets idempotency keys and restarts the seeded
-outcome sequence.
-
-The first line on stdout is "listening on http://HOST:PORT".
-
-flags:
-`
 
 // runChaos implements "rebound chaos". It serves a chaos.Server until ctx is
 // done and returns the exit code: 0 after a clean stop or -h, 1 if it cannot
@@ -74,7 +32,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "rebound chaos: "+format+"\n", a...)
 		return 2
 	}
-	if code, done := parseFlags(fs, args, chaosUsage, withStdout(stderr, stdout)); done {
+	if code, done := parseFlags(fs, args, chaosrun.Usage, withStdout(stderr, stdout)); done {
 		return code
 	}
 	// An explicit --retry-after asks for a wait hint with every failure.
@@ -111,39 +69,8 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 	// An address that is not host:port is bad usage; one that cannot be
 	// had (a port in use) is a failure.
-	if _, port, err := net.SplitHostPort(*addr); err != nil {
-		return usageErr("--addr %q: %v (want host:port, e.g. 127.0.0.1:0)", *addr, err)
-	} else if n, err := strconv.ParseUint(port, 10, 16); err != nil || n > 65535 {
-		return usageErr("--addr %q: port %q is not a number from 0 to 65535", *addr, port)
+	if _, err := serve.CheckAddr(*addr); err != nil {
+		return usageErr("%v", err)
 	}
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		fmt.Fprintf(stderr, "rebound chaos: %v\n", err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
-
-	hs := &http.Server{
-		Handler:           srv,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          log.New(stderr, "rebound chaos: ", 0),
-	}
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(chaos.NewListener(ln)) }()
-	select {
-	case err := <-served:
-		fmt.Fprintf(stderr, "rebound chaos: %v\n", err)
-		return 1
-	case <-ctx.Done():
-	}
-
-	// Let requests in flight (slow mode, say) finish, but not forever.
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := hs.Shutdown(shutdownCtx); err != nil {
-		fmt.Fprintf(stderr, "rebound chaos: shutdown: %v; closing open connections\n", err)
-		hs.Close()
-	}
-	<-served // http.ErrServerClosed
-	return 0
+	return chaosrun.Serve(ctx, srv, *addr, stdout, stderr)
 }

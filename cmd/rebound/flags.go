@@ -1,12 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math"
+	"os"
 	"slices"
 	"strings"
-	"time"
 )
 
 // intFlag checks an integer flag's value against [lo, hi]; want says
@@ -40,23 +42,27 @@ func foreignFlag(fs *flag.FlagSet, scenario string, owners map[string][]string) 
 	return err
 }
 
-// progressEvery is the least wall time between two lines reporting a run
-// still under way: a long run is never silent for long, and a short one
-// tells only what it finished.
-var progressEvery = time.Second
-
-// progressClock says when a line reporting a run still under way is due.
-type progressClock struct{ last time.Time }
-
-// due reports whether such a line is due now, and if so counts it.
-func (p *progressClock) due() bool {
-	now := time.Now()
-	if now.Sub(p.last) < progressEvery {
-		return false
+// printJSON prints v as the one JSON object of a --json run and returns
+// the exit code.
+func printJSON(stdout, stderr io.Writer, v any) int {
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		fmt.Fprintf(stderr, "rebound: writing JSON: %v\n", err)
+		return 1
 	}
-	p.last = now
-	return true
+	return 0
 }
 
-// printed notes a line just printed, so the next report waits its turn.
-func (p *progressClock) printed() { p.last = time.Now() }
+// isTerminal reports whether stderr, a command's, is a terminal.
+func isTerminal(stderr io.Writer) bool {
+	if s, ok := stderr.(cmdStderr); ok {
+		stderr = s.Writer
+	}
+	f, ok := stderr.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -31,8 +31,9 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"slices"
-	"strings"
 	"syscall"
+
+	"github.com/rebound-go/rebound/cmd/rebound/internal/version"
 )
 
 const usage = `usage: rebound <command> [flags]
@@ -152,52 +153,8 @@ func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) int 
 		return code
 	}
 	bi, ok := debug.ReadBuildInfo()
-	fmt.Fprintln(stdout, versionLine(bi, ok))
+	fmt.Fprintln(stdout, version.Line(bi, ok))
 	return 0
-}
-
-// versionLine describes the build bi (ok false: none recorded) in one
-// line: "rebound v1.2.3, revision 1f17c81… (modified, 2025-03-01T10:00:00Z),
-// go1.26.0", with "(devel)" for a version the build did not record.
-func versionLine(bi *debug.BuildInfo, ok bool) string {
-	if !ok || bi == nil {
-		return "rebound (devel)"
-	}
-	version := bi.Main.Version
-	if version == "" {
-		version = "(devel)"
-	}
-	var b strings.Builder
-	b.WriteString("rebound " + version)
-	var rev, at string
-	modified := false
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.time":
-			at = s.Value
-		case "vcs.modified":
-			modified = s.Value == "true"
-		}
-	}
-	if rev != "" {
-		b.WriteString(", revision " + rev)
-		var notes []string
-		if modified {
-			notes = append(notes, "modified")
-		}
-		if at != "" {
-			notes = append(notes, at)
-		}
-		if len(notes) > 0 {
-			b.WriteString(" (" + strings.Join(notes, ", ") + ")")
-		}
-	}
-	if bi.GoVersion != "" {
-		b.WriteString(", " + bi.GoVersion)
-	}
-	return b.String()
 }
 
 // cmdStderr is a command's stderr that also carries its stdout, so that
@@ -230,20 +187,12 @@ func helpOutput(stderr io.Writer) io.Writer {
 // stdout stderr carries, see withStdout), 2 after a one-line reason for
 // bad usage on stderr. Subcommands take no positional arguments.
 func parseFlags(fs *flag.FlagSet, args []string, usage string, stderr io.Writer) (code int, done bool) {
-	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		printHelp(fs, usage, helpOutput(stderr))
-		return 0, true
-	case err != nil:
-		fmt.Fprintf(stderr, "rebound %s: %v\n", fs.Name(), err)
-		return 2, true
-	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "rebound %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+	rest, code, done := parseInterleaved(fs, args, usage, stderr)
+	if !done && len(rest) > 0 {
+		fmt.Fprintf(stderr, "rebound %s: unexpected argument %q\n", fs.Name(), rest[0])
 		return 2, true
 	}
-	return 0, false
+	return code, done
 }
 
 // parseInterleaved is parseFlags for a command that also takes arguments,

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,7 +21,6 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound/chaos"
-	"github.com/rebound-go/rebound/proxy"
 )
 
 // startProxy runs "rebound proxy" with args on a free port, in process. It
@@ -565,20 +565,89 @@ func TestProxyRedis(t *testing.T) {
 	}
 }
 
-// TestProxyBodyMemoryDefault: --max-body-memory's default is a quarter of
-// the memory the process may use, read from the machine, at most 1 GiB.
-func TestProxyBodyMemoryDefault(t *testing.T) {
-	limit := memoryLimit()
-	if runtime.GOOS == "linux" && limit <= 0 {
-		t.Fatalf("memoryLimit() = %d on Linux: /proc/meminfo not read", limit)
+// TestProxySecondSignalStopsDrain: during a long drain, a second SIGINT
+// (the operator's Ctrl-C again) stops the proxy at once rather than
+// waiting out --drain-timeout.
+func TestProxySecondSignalStopsDrain(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		streamEvents(w, sseEvents[:2])
+		<-r.Context().Done()
+	})
+	cmd := commandProcess(t, "proxy", "--addr", "127.0.0.1:0", "--upstream", up.URL, "--drain-timeout", "1h")
+	stdout, _ := cmd.StdoutPipe()
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	got := defaultBodyMemory()
-	want := int64(proxy.DefaultMaxBodyMemory)
-	if limit > 0 {
-		want = min(want, limit/4)
+	defer cmd.Process.Kill()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("memory %d bytes, default body memory %d", limit, got)
-	if got != want || got <= 0 {
-		t.Errorf("defaultBodyMemory() = %d, want %d", got, want)
+	url := strings.TrimSpace(strings.TrimPrefix(line, "listening on "))
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", url+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	bufio.NewReader(resp.Body).ReadString('\n')
+	cmd.Process.Signal(syscall.SIGINT)
+	for !strings.Contains(stderr.String(), `"msg":"draining"`) {
+		runtime.Gosched()
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		t.Errorf("a second SIGINT did not stop the proxy: it waits out --drain-timeout 1h (kill -9 is the only way out)")
+	}
+}
+
+// TestProxyUsageErrorsHideCredentials: a typo in a URL that carries a
+// credential is reported without the credential, which would otherwise go
+// to stderr and into the logs of whatever runs the proxy.
+func TestProxyUsageErrorsHideCredentials(t *testing.T) {
+	for _, args := range [][]string{
+		{"--upstream", "http://127.0.0.1:1", "--redis", "redis://:hunter2-redis-pw@redis.internal:63 79/0"},
+		{"--upstream", "htps://user:hunter2-basic-pw@gw.internal"},
+	} {
+		_, _, stderr := runCmd(append([]string{"proxy"}, args...)...)
+		if strings.Contains(stderr, "hunter2") {
+			t.Errorf("%q: stderr shows the credential: %s", args, stderr)
+		}
+	}
+}
+
+// TestProxyDropsSlowBody: a client that sends its headers and then never
+// finishes its body (ReadHeaderTimeout bounds the headers only) loses its
+// connection instead of holding it, a goroutine and up to --max-body of
+// memory for ever. It takes the proxy's 10 s body timeout of wall time,
+// and fails after 15 s.
+func TestProxyDropsSlowBody(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { io.WriteString(w, `{}`) })
+	url, _, _ := startProxy(t, "--upstream", up.URL)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n{")
+	conn.SetReadDeadline(time.Now().Add(15 * time.Second))
+	_, err = conn.Read(make([]byte, 1))
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Errorf("a body that never ends held the connection for 15 s (ReadHeaderTimeout is 10 s)")
+	}
+}
+
+// TestProxyRedisEnv: --redis-env reads the Redis URL from the environment,
+// and says so when the variable is not set.
+func TestProxyRedisEnv(t *testing.T) {
+	code, _, stderr := runCmd("proxy", "--upstream", "http://127.0.0.1:1", "--redis-env", "REBOUND_TEST_UNSET_REDIS_URL")
+	if code != 2 || !strings.Contains(stderr, "REBOUND_TEST_UNSET_REDIS_URL is not set") {
+		t.Errorf("exit %d, stderr %s", code, stderr)
 	}
 }

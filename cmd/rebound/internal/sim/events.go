@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"container/heap"
 	"context"
 	"time"
 
@@ -10,41 +9,76 @@ import (
 )
 
 // scheduler runs a discrete-event simulation: events in order of their
-// virtual time and, at one time, of their scheduling.
+// virtual time and, at one time, of their scheduling. Its procs (see
+// proc.go) are the simulated callers that run rebound's own code.
 type scheduler struct {
 	clock  *Clock // the simulation's now, moved event by event
 	events eventQueue
 	seq    int
+
+	procs   []*proc // every proc made, in the order they were
+	free    []*proc // the procs with no call to run
+	current *proc   // the proc running, nil while an event runs
 }
 
 type event struct {
-	at  time.Time
+	at  int64 // nanoseconds since 1970, in UTC (a simulation runs in this century)
 	seq int
 	fn  func()
 }
 
+// eventQueue is a min-heap of events by (at, seq).
 type eventQueue []event
 
-func (q eventQueue) Len() int { return len(q) }
-func (q eventQueue) Less(i, j int) bool {
-	if !q[i].at.Equal(q[j].at) {
-		return q[i].at.Before(q[j].at)
+func (q eventQueue) less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
 	}
 	return q[i].seq < q[j].seq
 }
-func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
-func (q *eventQueue) Pop() any {
-	old := *q
-	e := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return e
+
+func (q *eventQueue) push(e event) {
+	*q = append(*q, e)
+	h := *q
+	for i := len(h) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !h.less(i, parent) {
+			break
+		}
+		h[i], h[parent] = h[parent], h[i]
+		i = parent
+	}
+}
+
+func (q *eventQueue) pop() event {
+	h := *q
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h[last] = event{} // the queue keeps no closure it is done with
+	h = h[:last]
+	for i := 0; ; {
+		small, l, r := i, 2*i+1, 2*i+2
+		if l < len(h) && h.less(l, small) {
+			small = l
+		}
+		if r < len(h) && h.less(r, small) {
+			small = r
+		}
+		if small == i {
+			break
+		}
+		h[i], h[small] = h[small], h[i]
+		i = small
+	}
+	*q = h
+	return top
 }
 
 // at schedules fn at t.
 func (s *scheduler) at(t time.Time, fn func()) {
 	s.seq++
-	heap.Push(&s.events, event{at: t, seq: s.seq, fn: fn})
+	s.events.push(event{at: t.UnixNano(), seq: s.seq, fn: fn})
 }
 
 // runUntil runs the events due up to end, telling minute (if set) of each
@@ -52,21 +86,23 @@ func (s *scheduler) at(t time.Time, fn func()) {
 // done, checked every few thousand events.
 func (s *scheduler) runUntil(ctx context.Context, start, end time.Time, minute func(done time.Duration)) error {
 	nextMinute := start.Add(time.Minute)
-	for n := 0; s.events.Len() > 0; n++ {
+	last := int64(end.Sub(time.Unix(0, 0))) // saturates, for an end past any event
+	for n := 0; len(s.events) > 0; n++ {
 		if n%4096 == 0 && ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		e := heap.Pop(&s.events).(event)
-		if e.at.After(end) {
+		if s.events[0].at > last {
 			break
 		}
-		if !e.at.Before(nextMinute) {
+		e := s.events.pop()
+		at := time.Unix(0, e.at).UTC()
+		if !at.Before(nextMinute) {
 			if minute != nil {
-				minute(e.at.Sub(start).Truncate(time.Minute))
+				minute(at.Sub(start).Truncate(time.Minute))
 			}
-			nextMinute = start.Add(e.at.Sub(start).Truncate(time.Minute) + time.Minute)
+			nextMinute = start.Add(at.Sub(start).Truncate(time.Minute) + time.Minute)
 		}
-		s.clock.AdvanceTo(e.at) // events come in order: never back
+		s.clock.AdvanceTo(at) // events come in order: never back
 		e.fn()
 	}
 	return nil
@@ -100,8 +136,9 @@ func (g *gate[T]) enter(p ratelimit.Priority, c T) bool {
 // release gives a slot back, with the signal and latency ReleaseAfter
 // takes, and hands the free slots to the waiting calls in turn: send
 // sends one. A call stale (if set) says is too late to be answered is
-// dropped when its turn comes, never sent, as Acquire's ErrDeadline.
-func (g *gate[T]) release(s ratelimit.Signal, latency time.Duration, stale func(T) bool, send func(T)) {
+// dropped when its turn comes, never sent, as Acquire's ErrDeadline, and
+// handed to drop once out of the queue.
+func (g *gate[T]) release(s ratelimit.Signal, latency time.Duration, stale func(T) bool, drop, send func(T)) {
 	g.adaptive.ReleaseAfter(s, latency)
 	for {
 		next, ok := g.waiting.Next()
@@ -110,6 +147,7 @@ func (g *gate[T]) release(s ratelimit.Signal, latency time.Duration, stale func(
 		}
 		if stale != nil && stale(next.Value) {
 			g.waiting.Pop() // its turn, spent
+			drop(next.Value)
 			continue
 		}
 		if !g.adaptive.TryAcquire() {

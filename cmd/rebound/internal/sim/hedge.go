@@ -112,8 +112,12 @@ const hedgeTarget = "model"
 // The hedges are rebound's own: a zero rebound.Hedge picks each call's
 // delay, learning from the calls that came before it as Do and Transport
 // do, and a zero rebound.RetryBudget on the simulation's clock pays for
-// them. The same seed gives the same report. It stops with ctx's cause
-// soon after ctx is done.
+// them. The race of the two attempts is modelled here, since Do times a
+// hedge by the real clock in goroutines of its own, which no virtual
+// clock drives: TestHedgeModelIsTheEnginesRace runs the same calls
+// through Do's own race, in a synctest bubble, and wants the same times
+// to first token, hedges and spend. The same seed gives the same report.
+// It stops with ctx's cause soon after ctx is done.
 func RunHedge(ctx context.Context, seed uint64, c HedgeConfig) (HedgeReport, error) {
 	if err := c.Validate(); err != nil {
 		return HedgeReport{}, err

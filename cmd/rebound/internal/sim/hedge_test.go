@@ -4,9 +4,17 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/cost"
 )
 
 // hedgeVerdict checks the bar on a report of the default size:
@@ -162,4 +170,95 @@ func TestHedgeRefuses(t *testing.T) {
 	if _, err := RunHedge(ctx, 1, HedgeConfig{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("canceled: %v", err)
 	}
+}
+
+// TestHedgeModelIsTheEnginesRace runs the scenario's calls through
+// rebound.Do's own hedged race, with a zero Hedge and a zero RetryBudget,
+// and wants what the scenario's model of that race gives: the same times
+// to first token, the same hedges, the same spend. The command cannot run
+// Do's race in virtual time (the race times its delay by the real clock,
+// in goroutines of its own), so the scenario models it; this test runs
+// the race in a synctest bubble, where the real clock is virtual too.
+func TestHedgeModelIsTheEnginesRace(t *testing.T) {
+	const seed, calls = 5, 3000
+	t.Logf("seed %d, %d calls", seed, calls)
+	model := &hedgeRun{calls: calls, rng: rand.New(rand.NewPCG(seed, hedgeStream)), budget: &rebound.RetryBudget{}, hedge: &rebound.Hedge{}}
+	if err := model.run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	engine := hedgeThroughDo(t, seed, calls)
+	slices.Sort(model.firstTokens)
+	slices.Sort(engine.firstTokens)
+	if !slices.Equal(model.firstTokens, engine.firstTokens) {
+		for i := range model.firstTokens {
+			if model.firstTokens[i] != engine.firstTokens[i] {
+				t.Fatalf("the %dth fastest first token: %v in the model, %v through rebound.Do", i, model.firstTokens[i], engine.firstTokens[i])
+			}
+		}
+	}
+	if model.hedged != engine.hedged || model.refused != engine.refused || math.Abs(model.spend/engine.spend-1) > 1e-9 {
+		t.Errorf("model: %d hedged, %d refused, $%.6f; rebound.Do: %d hedged, %d refused, $%.6f",
+			model.hedged, model.refused, model.spend, engine.hedged, engine.refused, engine.spend)
+	}
+	if model.hedged == 0 {
+		t.Error("no call was hedged: the comparison says nothing of the race")
+	}
+}
+
+// hedgeThroughDo makes the hedge scenario's calls, drawn as the model
+// draws them, through rebound.Do under a zero Hedge and a zero
+// RetryBudget, in a synctest bubble; each attempt waits for its own time
+// to first token, and one cancelled as the loser is billed as the model
+// bills it.
+func hedgeThroughDo(t *testing.T, seed uint64, calls int) (r struct {
+	firstTokens     []time.Duration
+	hedged, refused int
+	spend           float64
+}) {
+	synctest.Test(t, func(t *testing.T) {
+		draws := &hedgeRun{rng: rand.New(rand.NewPCG(seed, hedgeStream))}
+		var mu sync.Mutex // guards r
+		p := rebound.Policy{MaxAttempts: 1, Hedge: &rebound.Hedge{}, Budget: &rebound.RetryBudget{},
+			Observer: rebound.ObserverFunc(func(e rebound.Event) {
+				if e.Type == rebound.EventHedge {
+					mu.Lock()
+					r.hedged++
+					mu.Unlock()
+				}
+			})}
+		full := HedgePrice.Of(cost.Usage{InputTokens: HedgeInputTokens, OutputTokens: HedgeOutputTokens})
+		var wg sync.WaitGroup
+		for i := range calls {
+			time.Sleep(draws.interarrival())
+			ttft := [2]time.Duration{draws.firstTokenTime(), draws.firstTokenTime()}
+			wg.Go(func() {
+				start := time.Now()
+				var n atomic.Int32
+				_, err := rebound.Do(t.Context(), p, func(ctx context.Context) (struct{}, error) {
+					attempt, began := n.Add(1)-1, time.Now()
+					first := time.NewTimer(ttft[attempt])
+					defer first.Stop()
+					select {
+					case <-first.C:
+						mu.Lock()
+						r.firstTokens = append(r.firstTokens, time.Since(start))
+						r.spend += full
+						mu.Unlock()
+						return struct{}{}, nil
+					case <-ctx.Done(): // lost the race
+						mu.Lock()
+						r.spend += HedgePrice.Of(cost.Usage{InputTokens: HedgeInputTokens,
+							OutputTokens: outputBy(began.Add(ttft[attempt]), time.Now())})
+						mu.Unlock()
+						return struct{}{}, context.Cause(ctx)
+					}
+				})
+				if err != nil {
+					t.Errorf("call %d: %v", i, err)
+				}
+			})
+		}
+		wg.Wait()
+	})
+	return r
 }

@@ -260,6 +260,16 @@ func value(v float64) string {
 	return strconv.FormatFloat(v, 'g', 4, 64)
 }
 
+// plot is where a chart's plot sits in its <svg>, and how its values map
+// to it.
+type plot struct {
+	x, y                     axis
+	left, top, right, bottom float64
+}
+
+func (p plot) px(v float64) float64 { return p.left + p.x.frac(v)*plotW }
+func (p plot) py(v float64) float64 { return p.bottom - p.y.frac(v)*plotH }
+
 // writeSVG writes the chart as one <svg> element.
 func (c Chart) writeSVG(b *bytes.Buffer) {
 	x, y := c.axes()
@@ -271,124 +281,134 @@ func (c Chart) writeSVG(b *bytes.Buffer) {
 	width := marginLeft + plotW + marginRight + legendW
 	height := marginTop + plotH + marginBot
 	height = max(height, marginTop+float64(len(legend))*legendLine+marginBot)
-	left, top, right, bottom := marginLeft, marginTop, marginLeft+plotW, marginTop+plotH
-	px := func(v float64) float64 { return left + x.frac(v)*plotW }
-	py := func(v float64) float64 { return bottom - y.frac(v)*plotH }
+	p := plot{x: x, y: y, left: marginLeft, top: marginTop, right: marginLeft + plotW, bottom: marginTop + plotH}
 
 	fmt.Fprintf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 %s %s\" width=\"%s\" height=\"%s\" role=\"img\" aria-label=\"%s\">\n",
 		num(width), num(height), num(width), num(height), esc(c.Title))
-	fmt.Fprintf(b, "<text class=\"title\" x=\"%s\" y=\"26\">%s</text>\n", num(left), esc(c.Title))
-
-	// The grid, the axes and their ticks.
-	b.WriteString("<g class=\"grid\">\n")
-	for _, v := range y.ticks {
-		fmt.Fprintf(b, "<line x1=\"%s\" y1=\"%s\" x2=\"%s\" y2=\"%s\"/>\n", num(left), num(py(v)), num(right), num(py(v)))
-	}
-	for _, v := range x.ticks {
-		fmt.Fprintf(b, "<line x1=\"%s\" y1=\"%s\" x2=\"%s\" y2=\"%s\"/>\n", num(px(v)), num(top), num(px(v)), num(bottom))
-	}
-	b.WriteString("</g>\n<g class=\"axis\">\n")
-	fmt.Fprintf(b, "<line x1=\"%s\" y1=\"%s\" x2=\"%s\" y2=\"%s\"/>\n", num(left), num(bottom), num(right), num(bottom))
-	fmt.Fprintf(b, "<line x1=\"%s\" y1=\"%s\" x2=\"%s\" y2=\"%s\"/>\n", num(left), num(top), num(left), num(bottom))
-	for i, v := range x.ticks {
-		fmt.Fprintf(b, "<line x1=\"%s\" y1=\"%s\" x2=\"%s\" y2=\"%s\"/>\n", num(px(v)), num(bottom), num(px(v)), num(bottom+5))
-		fmt.Fprintf(b, "<text x=\"%s\" y=\"%s\" text-anchor=\"middle\">%s</text>\n", num(px(v)), num(bottom+20), esc(x.labels[i]))
-	}
-	for i, v := range y.ticks {
-		fmt.Fprintf(b, "<line x1=\"%s\" y1=\"%s\" x2=\"%s\" y2=\"%s\"/>\n", num(left-5), num(py(v)), num(left), num(py(v)))
-		fmt.Fprintf(b, "<text x=\"%s\" y=\"%s\" text-anchor=\"end\">%s</text>\n", num(left-9), num(py(v)+4), esc(y.labels[i]))
-	}
-	fmt.Fprintf(b, "<text class=\"label\" x=\"%s\" y=\"%s\" text-anchor=\"middle\">%s</text>\n",
-		num(left+plotW/2), num(bottom+48), esc(c.XLabel))
-	fmt.Fprintf(b, "<text class=\"label\" transform=\"translate(%s %s) rotate(-90)\" text-anchor=\"middle\">%s</text>\n",
-		num(20), num(top+plotH/2), esc(c.YLabel))
-	b.WriteString("</g>\n")
-
+	fmt.Fprintf(b, "<text class=\"title\" x=\"%s\" y=\"26\">%s</text>\n", num(p.left), esc(c.Title))
+	c.writeAxes(b, p)
 	// The series: lines first, so that dots sit on top of them.
-	order := make([]int, 0, len(c.Series))
 	for i, s := range c.Series {
 		if !s.DotsOnly {
-			order = append(order, i)
+			c.writeSeries(b, p, i)
 		}
 	}
 	for i, s := range c.Series {
 		if s.DotsOnly {
-			order = append(order, i)
+			c.writeSeries(b, p, i)
 		}
 	}
-	for _, i := range order {
-		s := c.Series[i]
-		color := s.Color
-		if color == "" {
-			color = Palette(i)
-		}
-		var pts []Point
-		for _, p := range s.Points {
-			if drawable(p, y) {
-				pts = append(pts, p)
-			}
-		}
-		if len(pts) == 0 {
-			continue
-		}
-		fmt.Fprintf(b, "<g class=\"series\">\n<title>%s</title>\n", esc(s.Name))
-		if !s.DotsOnly {
-			dash := ""
-			if s.Dashed {
-				dash = " stroke-dasharray=\"7 5\""
-			}
-			fmt.Fprintf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" stroke-linejoin=\"round\"%s points=\"", esc(color), dash)
-			for k, p := range pts {
-				if k > 0 {
-					b.WriteByte(' ')
-				}
-				fmt.Fprintf(b, "%s,%s", num(px(p.X)), num(py(p.Y)))
-			}
-			b.WriteString("\"/>\n")
-		}
-		// Dots, or for a solid line invisible targets for the tooltips. A
-		// dashed line is a reference curve, drawn without them.
-		if s.DotsOnly || !s.Dashed {
-			fill := " fill-opacity=\"0\""
-			r := 5.0
-			if s.DotsOnly {
-				fill, r = " stroke=\"#fff\" stroke-width=\"1.5\"", 4.5
-			}
-			for _, p := range pts {
-				fmt.Fprintf(b, "<circle cx=\"%s\" cy=\"%s\" r=\"%s\" fill=\"%s\"%s><title>%s: %s, %s</title></circle>\n",
-					num(px(p.X)), num(py(p.Y)), num(r), esc(color), fill, esc(s.Name), value(p.X), value(p.Y))
-			}
-		}
-		b.WriteString("</g>\n")
-	}
-
-	// The legend, right of the plot.
-	if len(legend) > 0 {
-		lx := right + 24
-		b.WriteString("<g class=\"legend\">\n")
-		for k, i := range legend {
-			s := c.Series[i]
-			color := s.Color
-			if color == "" {
-				color = Palette(i)
-			}
-			ly := top + 8 + float64(k)*legendLine
-			switch {
-			case s.DotsOnly:
-				fmt.Fprintf(b, "<circle cx=\"%s\" cy=\"%s\" r=\"4.5\" fill=\"%s\"/>\n", num(lx+12), num(ly), esc(color))
-			default:
-				dash := ""
-				if s.Dashed {
-					dash = " stroke-dasharray=\"7 5\""
-				}
-				fmt.Fprintf(b, "<line x1=\"%s\" y1=\"%s\" x2=\"%s\" y2=\"%s\" stroke=\"%s\" stroke-width=\"2\"%s/>\n",
-					num(lx), num(ly), num(lx+26), num(ly), esc(color), dash)
-			}
-			fmt.Fprintf(b, "<text x=\"%s\" y=\"%s\">%s</text>\n", num(lx+34), num(ly+4), esc(s.Name))
-		}
-		b.WriteString("</g>\n")
-	}
+	c.writeLegend(b, p, legend)
 	b.WriteString("</svg>\n")
+}
+
+// writeAxes writes the grid, the axes, their ticks and their labels.
+func (c Chart) writeAxes(b *bytes.Buffer, p plot) {
+	line := func(x1, y1, x2, y2 float64) {
+		fmt.Fprintf(b, "<line x1=\"%s\" y1=\"%s\" x2=\"%s\" y2=\"%s\"/>\n", num(x1), num(y1), num(x2), num(y2))
+	}
+	b.WriteString("<g class=\"grid\">\n")
+	for _, v := range p.y.ticks {
+		line(p.left, p.py(v), p.right, p.py(v))
+	}
+	for _, v := range p.x.ticks {
+		line(p.px(v), p.top, p.px(v), p.bottom)
+	}
+	b.WriteString("</g>\n<g class=\"axis\">\n")
+	line(p.left, p.bottom, p.right, p.bottom)
+	line(p.left, p.top, p.left, p.bottom)
+	for i, v := range p.x.ticks {
+		line(p.px(v), p.bottom, p.px(v), p.bottom+5)
+		fmt.Fprintf(b, "<text x=\"%s\" y=\"%s\" text-anchor=\"middle\">%s</text>\n", num(p.px(v)), num(p.bottom+20), esc(p.x.labels[i]))
+	}
+	for i, v := range p.y.ticks {
+		line(p.left-5, p.py(v), p.left, p.py(v))
+		fmt.Fprintf(b, "<text x=\"%s\" y=\"%s\" text-anchor=\"end\">%s</text>\n", num(p.left-9), num(p.py(v)+4), esc(p.y.labels[i]))
+	}
+	fmt.Fprintf(b, "<text class=\"label\" x=\"%s\" y=\"%s\" text-anchor=\"middle\">%s</text>\n",
+		num(p.left+plotW/2), num(p.bottom+48), esc(c.XLabel))
+	fmt.Fprintf(b, "<text class=\"label\" transform=\"translate(%s %s) rotate(-90)\" text-anchor=\"middle\">%s</text>\n",
+		num(20), num(p.top+plotH/2), esc(c.YLabel))
+	b.WriteString("</g>\n")
+}
+
+// color returns series i's colour.
+func (c Chart) color(i int) string {
+	if color := c.Series[i].Color; color != "" {
+		return color
+	}
+	return Palette(i)
+}
+
+// writeSeries writes series i: its line, and its dots or the invisible
+// targets of its tooltips.
+func (c Chart) writeSeries(b *bytes.Buffer, p plot, i int) {
+	s := c.Series[i]
+	color := c.color(i)
+	var pts []Point
+	for _, pt := range s.Points {
+		if drawable(pt, p.y) {
+			pts = append(pts, pt)
+		}
+	}
+	if len(pts) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "<g class=\"series\">\n<title>%s</title>\n", esc(s.Name))
+	if !s.DotsOnly {
+		fmt.Fprintf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" stroke-linejoin=\"round\"%s points=\"", esc(color), dash(s))
+		for k, pt := range pts {
+			if k > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(b, "%s,%s", num(p.px(pt.X)), num(p.py(pt.Y)))
+		}
+		b.WriteString("\"/>\n")
+	}
+	// Dots, or for a solid line invisible targets for the tooltips. A
+	// dashed line is a reference curve, drawn without them.
+	if s.DotsOnly || !s.Dashed {
+		fill := " fill-opacity=\"0\""
+		r := 5.0
+		if s.DotsOnly {
+			fill, r = " stroke=\"#fff\" stroke-width=\"1.5\"", 4.5
+		}
+		for _, pt := range pts {
+			fmt.Fprintf(b, "<circle cx=\"%s\" cy=\"%s\" r=\"%s\" fill=\"%s\"%s><title>%s: %s, %s</title></circle>\n",
+				num(p.px(pt.X)), num(p.py(pt.Y)), num(r), esc(color), fill, esc(s.Name), value(pt.X), value(pt.Y))
+		}
+	}
+	b.WriteString("</g>\n")
+}
+
+// dash is the stroke attribute of a dashed series' line, or none.
+func dash(s Series) string {
+	if s.Dashed {
+		return " stroke-dasharray=\"7 5\""
+	}
+	return ""
+}
+
+// writeLegend writes the legend of the series listed, right of the plot.
+func (c Chart) writeLegend(b *bytes.Buffer, p plot, legend []int) {
+	if len(legend) == 0 {
+		return
+	}
+	lx := p.right + 24
+	b.WriteString("<g class=\"legend\">\n")
+	for k, i := range legend {
+		s := c.Series[i]
+		color := c.color(i)
+		ly := p.top + 8 + float64(k)*legendLine
+		if s.DotsOnly {
+			fmt.Fprintf(b, "<circle cx=\"%s\" cy=\"%s\" r=\"4.5\" fill=\"%s\"/>\n", num(lx+12), num(ly), esc(color))
+		} else {
+			fmt.Fprintf(b, "<line x1=\"%s\" y1=\"%s\" x2=\"%s\" y2=\"%s\" stroke=\"%s\" stroke-width=\"2\"%s/>\n",
+				num(lx), num(ly), num(lx+26), num(ly), esc(color), dash(s))
+		}
+		fmt.Fprintf(b, "<text x=\"%s\" y=\"%s\">%s</text>\n", num(lx+34), num(ly+4), esc(s.Name))
+	}
+	b.WriteString("</g>\n")
 }
 
 // Charts draws the report for WriteHTML: the mean writes and the mean

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -102,9 +103,10 @@ func iidPolicy(attempts int) rebound.Policy {
 }
 
 // RunIID runs the independent-failures experiment: every attempt of a call
-// fails with probability p, independently of every other, and a
-// rebound.Loop under a policy of MaxAttempts attempts and no delay decides
-// after each failure (a transient one) whether to try again. For each
+// fails with probability p, independently of every other, and each call
+// is a rebound.Run under a policy of MaxAttempts attempts and no delay,
+// which decides after each failure (a transient one) whether to try
+// again. For each
 // (attempts, p) cell it makes Trials calls and reports the share that
 // succeeded and the attempts they made, beside the theoretical values.
 //
@@ -126,7 +128,8 @@ func RunIID(ctx context.Context, seed uint64, c IIDConfig) (IIDReport, error) {
 		trials = DefaultIIDTrials
 	}
 	report := IIDReport{Scenario: "iid", Seed: seed}
-	transient := rebound.Verdict{Kind: rebound.KindTransient}
+	// The policies wait for nothing; a clock that never sleeps keeps it so.
+	simCtx := rebound.WithClock(context.Background(), NewClock(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)))
 	for _, n := range attempts {
 		policy := iidPolicy(n)
 		if err := policy.Validate(); err != nil {
@@ -135,20 +138,19 @@ func RunIID(ctx context.Context, seed uint64, c IIDConfig) (IIDReport, error) {
 		for _, p := range rates {
 			rng := rand.New(rand.NewPCG(seed, iidStream(n, p)))
 			var succeeded, made int
+			attempt := func(context.Context) error {
+				made++
+				if rng.Float64() >= p {
+					return nil
+				}
+				return errIIDFailure
+			}
 			for trial := range trials {
 				if trial%4096 == 0 && ctx.Err() != nil {
 					return IIDReport{}, context.Cause(ctx)
 				}
-				loop := rebound.NewLoop(policy, time.Time{}, false)
-				for {
-					made++
-					if rng.Float64() >= p {
-						succeeded++
-						break
-					}
-					if d := loop.Next(transient, time.Time{}); !d.Retry {
-						break
-					}
+				if rebound.Run(simCtx, policy, attempt) == nil {
+					succeeded++
 				}
 			}
 			success, load := IIDTheory(p, n)
@@ -168,6 +170,10 @@ func RunIID(ctx context.Context, seed uint64, c IIDConfig) (IIDReport, error) {
 	}
 	return report, nil
 }
+
+// errIIDFailure is how an attempt of the iid experiment fails: a
+// transient error, which the policy retries.
+var errIIDFailure = errors.New("sim: the attempt failed")
 
 // iidStream is the second PCG seed of one cell.
 func iidStream(attempts int, p float64) uint64 {
@@ -202,14 +208,14 @@ func (r IIDReport) Charts() []Chart {
 		XLabel:  "p, the probability that one attempt fails",
 		YLabel:  "calls that succeed",
 		FitY:    true,
-		Caption: "Dots: measured through rebound.Loop. Dashed: 1 − pⁿ for n attempts.",
+		Caption: "Dots: measured through rebound.Run. Dashed: 1 − pⁿ for n attempts.",
 	}
 	load := Chart{
 		Title:   "Load against the failure probability of one attempt",
 		XLabel:  "p, the probability that one attempt fails",
 		YLabel:  "attempts per call",
 		FitY:    true,
-		Caption: "Dots: measured through rebound.Loop. Dashed: (1 − pⁿ) / (1 − p) for n attempts.",
+		Caption: "Dots: measured through rebound.Run. Dashed: (1 − pⁿ) / (1 − p) for n attempts.",
 	}
 	for i, n := range attempts {
 		name := strconv.Itoa(n) + " attempts"

@@ -93,10 +93,10 @@ func TestIIDTheory(t *testing.T) {
 	}
 }
 
-// TestIIDStopsWhereTheLoopSays checks the extremes, where rebound's Loop
-// alone decides the figures: a call that always fails makes exactly
-// MaxAttempts attempts, one that never fails makes one.
-func TestIIDStopsWhereTheLoopSays(t *testing.T) {
+// TestIIDStopsWhereThePolicySays checks the extremes, where rebound's
+// retry decisions alone give the figures: a call that always fails makes
+// exactly MaxAttempts attempts, one that never fails makes one.
+func TestIIDStopsWhereThePolicySays(t *testing.T) {
 	r, err := RunIID(context.Background(), 3, IIDConfig{Attempts: []int{1, 3, 6}, Rates: []float64{0, 1}, Trials: 500})
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -130,14 +131,14 @@ type OCCReport struct {
 
 // RunOCC runs Brooker's optimistic-concurrency experiment ("Exponential
 // Backoff and Jitter", AWS Architecture Blog, 2015) as a discrete-event
-// simulation in virtual time, each client's backoff decided by its own
-// rebound.Loop.
+// simulation in virtual time, each client a call to rebound.Run: its
+// backoff and its waits are rebound's own, under a virtual clock.
 //
 // One server holds one row with a version. N clients start at once; each
 // reads the version and then writes it back, and the write succeeds only
 // if the version is still current (which bumps it). A client whose write
-// fails asks its Loop for the next wait, sleeps it and reads again; it
-// stops after its first successful write. Every message hop takes
+// fails waits as its policy says and reads again; it stops after its
+// first successful write. Every message hop takes
 // |Normal(10 ms, 2 ms)|.
 //
 // Each trial draws from its own PCG generator, seeded by seed and by the
@@ -158,7 +159,8 @@ func RunOCC(ctx context.Context, seed uint64, c OCCConfig) (OCCReport, error) {
 		trials = DefaultOCCTrials
 	}
 	report := OCCReport{Scenario: "occ", Seed: seed, Trials: trials}
-	var s occSim
+	var t occTrial
+	defer t.endProcs()
 	for _, strategy := range strategies {
 		for _, n := range clients {
 			var writes, succeeded int
@@ -172,7 +174,10 @@ func RunOCC(ctx context.Context, seed uint64, c OCCConfig) (OCCReport, error) {
 				if err != nil {
 					return OCCReport{}, err
 				}
-				w, done, last := s.trial(p, n, rng)
+				w, done, last, err := t.run(ctx, p, n, rng)
+				if err != nil {
+					return OCCReport{}, err
+				}
 				writes += w
 				succeeded += done
 				completion += last
@@ -204,127 +209,98 @@ func occStream(strategy string, clients, trial int) uint64 {
 	return h.Sum64()
 }
 
-// What happens at an event.
-type occKind uint8
+// errConflict is how a write fails: another client bumped the version
+// since this one read it. It is transient: read again, and write again.
+var errConflict = errors.New("sim: the version read is no longer current")
 
-const (
-	occReadAtServer  occKind = iota // a client's read reaches the server
-	occReadAtClient                 // the read's reply, with the version, reaches the client
-	occWriteAtServer                // a write, with the version read, reaches the server
-	occWriteAtClient                // the write's outcome reaches the client
-)
-
-type occEvent struct {
-	at      time.Duration // since the trial's start
-	seq     uint64        // insertion order, to break ties in at
-	kind    occKind
-	ok      bool // occWriteAtClient: the write succeeded
-	client  int32
-	version int64 // occReadAtClient, occWriteAtServer
+// occTrial is a trial: a row with a version and the clients, each a
+// proc that runs rebound.Run until its write succeeds.
+type occTrial struct {
+	scheduler
+	policy            rebound.Policy
+	rng               *rand.Rand
+	version           int64 // the row's current version
+	writes, succeeded int
+	last              time.Time // the trial's last event so far
 }
 
-// occQueue is a min-heap of events by (at, seq).
-type occQueue []occEvent
-
-func (q occQueue) less(i, j int) bool {
-	if q[i].at != q[j].at {
-		return q[i].at < q[j].at
-	}
-	return q[i].seq < q[j].seq
-}
-
-func (q *occQueue) push(e occEvent) {
-	*q = append(*q, e)
-	h := *q
-	for i := len(h) - 1; i > 0; {
-		parent := (i - 1) / 2
-		if !h.less(i, parent) {
-			break
-		}
-		h[i], h[parent] = h[parent], h[i]
-		i = parent
-	}
-}
-
-func (q *occQueue) pop() occEvent {
-	h := *q
-	top := h[0]
-	last := len(h) - 1
-	h[0] = h[last]
-	h = h[:last]
-	for i := 0; ; {
-		small, l, r := i, 2*i+1, 2*i+2
-		if l < len(h) && h.less(l, small) {
-			small = l
-		}
-		if r < len(h) && h.less(r, small) {
-			small = r
-		}
-		if small == i {
-			break
-		}
-		h[i], h[small] = h[small], h[i]
-		i = small
-	}
-	*q = h
-	return top
-}
-
-// occSim holds the buffers that trials reuse.
-type occSim struct {
-	queue occQueue
-	loops []rebound.Loop
-	seq   uint64
-}
-
-func (s *occSim) schedule(e occEvent) {
-	e.seq = s.seq
-	s.seq++
-	s.queue.push(e)
-}
-
-// trial runs one trial of n clients under p and returns the writes the
+// run runs one trial of n clients under p and returns the writes the
 // server saw, how many clients' writes succeeded, and the time of the
-// trial's last event.
-func (s *occSim) trial(p rebound.Policy, n int, rng *rand.Rand) (writes, succeeded int, last time.Duration) {
-	hop := func() time.Duration {
-		return time.Duration(math.Abs(float64(occHopMean) + float64(occHopStdDev)*rng.NormFloat64()))
+// trial's last event. It stops with ctx's cause when ctx is done. The
+// trials of a run take turns with one occTrial, whose procs the next
+// trial's clients reuse; the run ends them (endProcs) when it is done.
+func (t *occTrial) run(ctx context.Context, p rebound.Policy, n int, rng *rand.Rand) (writes, succeeded int, last time.Duration, err error) {
+	start := time.Date(2015, 3, 4, 0, 0, 0, 0, time.UTC)
+	t.policy, t.rng, t.last, t.version, t.writes, t.succeeded = p, rng, start, 0, 0, 0
+	t.clock, t.events, t.seq = NewClock(start), t.events[:0], 0
+	for range n {
+		t.spawn(time.Time{}, t.client)
 	}
-	s.queue, s.seq = s.queue[:0], 0
-	s.loops = slices.Grow(s.loops[:0], n)[:n]
-	var version int64 // the row's current version
-	for i := range n {
-		s.loops[i] = rebound.NewLoop(p, time.Time{}, false)
-		s.schedule(occEvent{at: hop(), kind: occReadAtServer, client: int32(i)})
+	if err := t.runUntil(ctx, start, start.Add(math.MaxInt64), nil); err != nil {
+		return 0, 0, 0, err
 	}
-	for len(s.queue) > 0 {
-		e := s.queue.pop()
-		last = e.at
-		switch e.kind {
-		case occReadAtServer:
-			s.schedule(occEvent{at: e.at + hop(), kind: occReadAtClient, client: e.client, version: version})
-		case occReadAtClient:
-			s.schedule(occEvent{at: e.at + hop(), kind: occWriteAtServer, client: e.client, version: e.version})
-		case occWriteAtServer:
-			writes++
-			ok := e.version == version
-			if ok {
-				version++
-			}
-			s.schedule(occEvent{at: e.at + hop(), kind: occWriteAtClient, client: e.client, ok: ok})
-		case occWriteAtClient:
-			if e.ok {
-				succeeded++
-				break
-			}
-			d := s.loops[e.client].Next(rebound.Verdict{Kind: rebound.KindTransient}, time.Time{})
-			if !d.Retry {
-				break // the loop gave up: this client never succeeds
-			}
-			s.schedule(occEvent{at: e.at + d.Wait + hop(), kind: occReadAtServer, client: e.client})
-		}
+	return t.writes, t.succeeded, t.last.Sub(start), nil
+}
+
+// client reads the row and writes it back, again after each conflict as
+// its policy says, until its write succeeds.
+func (t *occTrial) client(ctx context.Context) {
+	// The hop of each read after the first is drawn as the client learns
+	// its write failed, right after its policy has drawn the wait (its
+	// clock's Sleep comes next): the order of Brooker's simulator, which
+	// this one keeps draw for draw.
+	var read time.Duration
+	draw := func() { read = t.hop() }
+	ctx = rebound.WithClock(ctx, drawingClock{procClock{&t.scheduler}, draw})
+	draw()
+	err := rebound.Run(ctx, t.policy, func(ctx context.Context) error { return t.attempt(ctx, read) })
+	if err == nil {
+		t.succeeded++
 	}
-	return writes, succeeded, last
+	t.last = t.clock.Now()
+}
+
+// attempt is one read and write of a client whose read takes read to
+// reach the server. The messages are events, each drawing the next hop
+// as it arrives; the client waits for the last.
+func (t *occTrial) attempt(ctx context.Context, read time.Duration) error {
+	p, ok := t.self(), false
+	after := func(d time.Duration, fn func()) { t.at(t.clock.Now().Add(d), fn) }
+	after(read, func() { // the read reaches the server
+		version := t.version
+		after(t.hop(), func() { // the version comes back
+			after(t.hop(), func() { // the write reaches the server
+				t.writes++
+				if ok = version == t.version; ok {
+					t.version++
+				}
+				after(t.hop(), func() { t.resume(p) }) // the outcome comes back
+			})
+		})
+	})
+	if !t.park() {
+		return context.Cause(ctx)
+	}
+	if !ok {
+		return errConflict
+	}
+	return nil
+}
+
+// hop draws one message hop: |Normal(10 ms, 2 ms)|.
+func (t *occTrial) hop() time.Duration {
+	return time.Duration(math.Abs(float64(occHopMean) + float64(occHopStdDev)*t.rng.NormFloat64()))
+}
+
+// drawingClock is a procClock that calls draw before each Sleep.
+type drawingClock struct {
+	procClock
+	draw func()
+}
+
+func (c drawingClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.draw()
+	return c.procClock.Sleep(ctx, d)
 }
 
 // OCCFigure is a published result of the OCC experiment.

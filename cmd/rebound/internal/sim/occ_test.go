@@ -101,16 +101,18 @@ func TestOCCIsDeterministic(t *testing.T) {
 	}
 }
 
-// TestOCCPolicyIsBrookers drives each strategy's Policy through a
-// rebound.Loop, as the simulation does, and checks the waits against
-// Brooker's formulas: base 5 ms, cap 2 s, exponential min(cap, base·2ⁿ).
+// TestOCCPolicyIsBrookers drives each strategy's Policy through
+// rebound.Run, as the simulation does, under a clock that never sleeps,
+// and checks the waits its observer hears against Brooker's formulas:
+// base 5 ms, cap 2 s, exponential min(cap, base·2ⁿ).
 func TestOCCPolicyIsBrookers(t *testing.T) {
 	const (
 		base    = 5 * time.Millisecond
 		ceiling = 2 * time.Second
+		retries = 40
 	)
 	brooker := func(n int) time.Duration { return min(ceiling, base<<n) }
-	transient := rebound.Verdict{Kind: rebound.KindTransient}
+	ctx := rebound.WithClock(context.Background(), NewClock(time.Date(2015, 3, 4, 0, 0, 0, 0, time.UTC)))
 	for _, s := range OCCStrategies() {
 		p, err := OCCPolicy(s, rand.New(rand.NewPCG(1, 2)))
 		if err != nil {
@@ -119,13 +121,25 @@ func TestOCCPolicyIsBrookers(t *testing.T) {
 		if err := p.Validate(); err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}
-		loop := rebound.NewLoop(p, time.Time{}, false)
-		prev := base
-		for n := 1; n <= 40; n++ {
-			d := loop.Next(transient, time.Time{})
-			if !d.Retry {
-				t.Fatalf("%s: retry %d refused (%v)", s, n, d.Reason)
+		var waits []time.Duration
+		p.Observer = rebound.ObserverFunc(func(e rebound.Event) {
+			if e.Type == rebound.EventRetry {
+				waits = append(waits, e.Wait)
 			}
+		})
+		attempts := 0
+		err = rebound.Run(ctx, p, func(context.Context) error {
+			if attempts++; attempts <= retries {
+				return errConflict
+			}
+			return nil
+		})
+		if err != nil || len(waits) != retries {
+			t.Fatalf("%s: %v after %d retries, want success after %d", s, err, len(waits), retries)
+		}
+		prev := base
+		for i, wait := range waits {
+			n := i + 1
 			var lo, hi time.Duration
 			switch s {
 			case OCCNone:
@@ -137,10 +151,10 @@ func TestOCCPolicyIsBrookers(t *testing.T) {
 				lo, hi = brooker(n)/2, brooker(n)
 			case OCCDecorrelated:
 				lo, hi = base, min(ceiling, 3*prev)
-				prev = d.Wait
+				prev = wait
 			}
-			if d.Wait < lo || d.Wait > hi {
-				t.Errorf("%s: retry %d waits %v, want within [%v, %v]", s, n, d.Wait, lo, hi)
+			if wait < lo || wait > hi {
+				t.Errorf("%s: retry %d waits %v, want within [%v, %v]", s, n, wait, lo, hi)
 			}
 		}
 	}

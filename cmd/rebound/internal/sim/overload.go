@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -175,14 +176,16 @@ func RunOverload(ctx context.Context, seed uint64, c OverloadConfig) (OverloadRe
 	return report, nil
 }
 
-// An overload simulation: events in virtual time.
+// An overload simulation: the provider and the arrivals are events in
+// virtual time; each call is a proc that runs rebound.Run, whose attempts
+// wait for a slot of the adaptive limit (if any), join the provider's
+// queue and wait for the answer or their timeout.
 type overload struct {
 	strategy string
 	cell     OverloadCell
 	rng      *rand.Rand
-	policy   rebound.Policy
-	budget   *rebound.RetryBudget // nil: none
-	adaptive *ratelimit.Adaptive  // nil: none
+	policy   rebound.Policy      // with the strategy's retry budget, if any
+	adaptive *ratelimit.Adaptive // nil: none
 
 	scheduler
 	start, end time.Time
@@ -201,11 +204,11 @@ type overload struct {
 
 // ocall is one unique call.
 type ocall struct {
-	arrival  time.Time
 	deadline time.Time
-	loop     rebound.Loop
-	current  *attempt
-	done     bool
+	proc     *proc // the call, running rebound.Run
+	// dropped: when its turn for a slot came, too little time was left
+	// to be answered.
+	dropped bool
 }
 
 // attempt is one attempt of a call, sent to the provider.
@@ -216,6 +219,10 @@ type attempt struct {
 	timedOut bool // the client stopped waiting
 	holds    bool // it holds a slot of the adaptive limit
 }
+
+// errAttemptTimeout is how an attempt the provider did not answer within
+// OverloadAttemptTimeout fails: a transient error, as a timeout is.
+var errAttemptTimeout = errors.New("sim: the attempt timed out")
 
 func newOverload(strategy string, cell OverloadCell, rng *rand.Rand) (*overload, error) {
 	o := &overload{strategy: strategy, cell: cell, rng: rng}
@@ -231,10 +238,9 @@ func newOverload(strategy string, cell OverloadCell, rng *rand.Rand) (*overload,
 		o.policy = retry3
 	case OverloadBudget:
 		o.policy = retry3
-		o.budget = &rebound.RetryBudget{}
+		o.policy.Budget = &rebound.RetryBudget{}
 	case OverloadRebound:
-		o.policy = rebound.Policy{Rand: rng} // the recommended one
-		o.budget = &rebound.RetryBudget{}
+		o.policy = rebound.Policy{Rand: rng, Budget: &rebound.RetryBudget{}} // the recommended one
 		o.adaptive = ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{Clock: o.clock})
 		o.gate = newGate[*ocall](o.adaptive, ratelimit.DefaultMaxPassOver)
 	default:
@@ -256,6 +262,7 @@ func (o *overload) capacity(t time.Time) float64 {
 // minute done. It stops with ctx's cause when ctx is done, checked every
 // few thousand events.
 func (o *overload) run(ctx context.Context, minute func(done time.Duration)) (OverloadResult, error) {
+	defer o.endProcs()
 	o.goodput = make([]int, int(o.end.Sub(o.start)/time.Second)) // whole seconds only
 	o.at(o.start.Add(o.interarrival()), o.arrive)
 	if err := o.runUntil(ctx, o.start, o.end, minute); err != nil {
@@ -272,34 +279,51 @@ func (o *overload) interarrival() time.Duration {
 func (o *overload) arrive() {
 	o.calls++
 	now := o.clock.Now()
-	c := &ocall{arrival: now, deadline: now.Add(OverloadCallDeadline)}
-	c.loop = rebound.NewLoop(o.policy, c.deadline, false)
-	if o.budget != nil {
-		o.budget.Deposit(now)
-	}
-	o.send(c)
+	c := &ocall{deadline: now.Add(OverloadCallDeadline)}
+	o.spawn(c.deadline, func(ctx context.Context) {
+		c.proc = o.self()
+		if rebound.Run(ctx, o.policy, func(context.Context) error { return o.attempt(c) }) == nil {
+			o.succeeded++
+			if s := int(o.clock.Now().Sub(o.start) / time.Second); s < len(o.goodput) {
+				o.goodput[s]++
+			}
+		}
+	})
 	o.at(now.Add(o.interarrival()), o.arrive)
 }
 
-// send makes c's next attempt, or, with an adaptive limit and no free
-// slot, queues c for one.
-func (o *overload) send(c *ocall) {
+// attempt is one attempt of c, made by c's proc: it waits for a slot of
+// the adaptive limit, if any, then for the provider's answer or its
+// timeout.
+func (o *overload) attempt(c *ocall) error {
 	if o.gate != nil && !o.gate.enter(ratelimit.Interactive, c) {
-		return
+		if !o.park() {
+			return errSimulationEnded
+		}
+		if c.dropped {
+			c.dropped = false
+			return ratelimit.ErrDeadline // as Adaptive.Acquire says it
+		}
 	}
-	o.dispatch(c, o.adaptive != nil)
-}
-
-// dispatch puts an attempt of c on the provider's queue.
-func (o *overload) dispatch(c *ocall, holds bool) {
-	a := &attempt{call: c, sentAt: o.clock.Now(), holds: holds}
-	c.current = a
+	now := o.clock.Now()
+	a := &attempt{call: c, sentAt: now, holds: o.adaptive != nil}
 	o.attempts++
 	o.queue = append(o.queue, a)
 	o.serve()
-	timeout := min(OverloadAttemptTimeout, c.deadline.Sub(o.clock.Now()))
-	o.at(o.clock.Now().Add(timeout), func() { o.timeout(a) })
+	timeout := min(OverloadAttemptTimeout, c.deadline.Sub(now))
+	o.at(now.Add(timeout), func() { o.timeout(a) })
+	if !o.park() {
+		return errSimulationEnded
+	}
+	if a.answered {
+		return nil
+	}
+	return errAttemptTimeout
 }
+
+// errSimulationEnded is what an attempt still waiting when the
+// simulation ends returns; its call's context is canceled by then.
+var errSimulationEnded = errors.New("sim: the simulation ended")
 
 // serve starts serving the head of the provider's queue if it is idle.
 func (o *overload) serve() {
@@ -323,13 +347,8 @@ func (o *overload) served(a *attempt) {
 		return // work done for a client who had left
 	}
 	a.answered = true
-	c := a.call
-	c.done = true
-	o.succeeded++
-	if s := int(o.clock.Now().Sub(o.start) / time.Second); s < len(o.goodput) {
-		o.goodput[s]++
-	}
 	o.release(a, ratelimit.Success)
+	o.resume(a.call.proc)
 }
 
 // timeout ends an attempt the provider has not answered in time.
@@ -339,27 +358,12 @@ func (o *overload) timeout(a *attempt) {
 	}
 	a.timedOut = true
 	o.release(a, ratelimit.Congested)
-	c := a.call
-	d := c.loop.Next(rebound.Verdict{Kind: rebound.KindTransient}, o.clock.Now())
-	if d.Retry && o.budget != nil && !o.budget.Withdraw(o.clock.Now()) {
-		d.Retry = false
-	}
-	if !d.Retry {
-		c.done = true
-		return
-	}
-	o.at(o.clock.Now().Add(d.Wait), func() {
-		if o.clock.Now().Before(c.deadline) {
-			o.send(c)
-		} else {
-			c.done = true
-		}
-	})
+	o.resume(a.call.proc)
 }
 
 // release gives a's slot back and hands free slots to waiting calls,
-// oldest first, dropping those whose deadline has passed: they are never
-// sent.
+// oldest first; one whose deadline is too near is told so instead (as
+// Adaptive.Acquire's ErrDeadline), never sent.
 func (o *overload) release(a *attempt, s ratelimit.Signal) {
 	if !a.holds {
 		return
@@ -370,14 +374,12 @@ func (o *overload) release(a *attempt, s ratelimit.Signal) {
 		latency = o.clock.Now().Sub(a.sentAt)
 	}
 	o.gate.release(s, latency, func(c *ocall) bool {
-		// Too late to be answered in time (as Adaptive.Acquire judges):
-		// dropped, never sent.
-		if c.deadline.Sub(o.clock.Now()) < max(o.adaptive.Expected(), time.Nanosecond) {
-			c.done = true
-			return true
-		}
-		return false
-	}, func(c *ocall) { o.dispatch(c, true) })
+		// Too late to be answered in time, as Adaptive.Acquire judges.
+		return c.deadline.Sub(o.clock.Now()) < max(o.adaptive.Expected(), time.Nanosecond)
+	}, func(c *ocall) {
+		c.dropped = true
+		o.resume(c.proc)
+	}, func(c *ocall) { o.resume(c.proc) })
 }
 
 func (o *overload) result() OverloadResult {

@@ -244,7 +244,7 @@ func (p *prioritySim) send(c *pcall) {
 	p.at(p.clock.Now().Add(service), func() {
 		p.busy--
 		p.answered(c)
-		p.gate.release(ratelimit.Success, 0, nil, p.send)
+		p.gate.release(ratelimit.Success, 0, nil, nil, p.send)
 	})
 }
 

@@ -1,11 +1,15 @@
-// Package sim runs rebound's real code (Do, the Loop, breakers, fallback
-// chains) against modelled providers in virtual time: a month of agent
-// traffic runs in seconds, and the same seed gives the same numbers.
+// Package sim runs rebound's real code (Do and Run, with their retry
+// budget and backoff, breakers, fallback chains, adaptive limits) against
+// modelled providers in virtual time: a month of agent traffic runs in
+// seconds, and the same seed gives the same numbers.
 //
 // Nothing here re-implements a retry decision. A simulation gives the calls
 // a Clock (rebound.WithClock) that jumps instead of sleeping, gives the
-// breakers the same clock, and models only the provider: which attempt
-// fails, how, and what it costs.
+// breakers and limits the same clock, and models only the provider: which
+// attempt fails, how, when it is answered and what it costs. Calls that
+// run side by side (occ, overload) are procs (proc.go): each runs
+// rebound.Run on a goroutine of its own that runs only when the
+// simulation's events say, one at a time.
 package sim
 
 import (

@@ -1,0 +1,153 @@
+// Package proxyrun runs "rebound proxy": rebound's proxy, with the
+// metrics, breakers and logs of the command, its limits and breakers
+// shared on Redis if asked, served until the command is told to stop.
+package proxyrun
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/breaker"
+	"github.com/rebound-go/rebound/cmd/rebound/internal/serve"
+	"github.com/rebound-go/rebound/internal/scrub"
+	reboundotel "github.com/rebound-go/rebound/otel"
+	"github.com/rebound-go/rebound/proxy"
+	"github.com/rebound-go/rebound/ratelimit"
+	reboundredis "github.com/rebound-go/rebound/redis"
+)
+
+// Config is a run of "rebound proxy", as its flags ask for it.
+type Config struct {
+	// Addr is where to listen, host:port.
+	Addr string
+	// Options are the proxy's, from the flags; Run adds the logger, the
+	// metrics, the breakers and, with Redis, the shared limits.
+	Options proxy.Options
+	// Redis, if set, is the URL of a Redis that the replicas share their
+	// limits, breakers and cool-downs on.
+	Redis string
+	// Drain is how long requests in flight may finish after SIGTERM.
+	Drain time.Duration
+}
+
+// Run serves the proxy of c until ctx is done, its logs on stderr as JSON,
+// and returns the command's exit code: 0 after a clean stop, 1 if it
+// could not serve, 2 if c is bad usage (a reason in one line on stderr).
+func Run(ctx context.Context, c Config, stdout, stderr io.Writer) int {
+	logger := slog.New(slog.NewJSONHandler(stderr, nil))
+	opts := c.Options
+	opts.Logger = logger
+
+	// Metrics: rebound's OpenTelemetry observer, read by Prometheus.
+	registry := prometheus.NewRegistry()
+	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
+	if err != nil {
+		fmt.Fprintf(stderr, "rebound proxy: metrics: %v\n", err)
+		return 1
+	}
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	defer provider.Shutdown(context.Background())
+	obs := reboundotel.New(reboundotel.Config{MeterProvider: provider})
+	opts.Observer = obs
+	opts.Metrics = promhttp.HandlerFor(registry, promhttp.HandlerOpts{})
+	breakerCfg := proxy.RecommendedBreaker()
+	breakerCfg.OnStateChange = func(c breaker.Change) {
+		obs.BreakerStateChange(c)
+		logger.Warn("breaker", "target", c.Name, "from", c.From.String(), "to", c.To.String(), "reason", c.Reason)
+	}
+	opts.Breaker = func(key string) rebound.Breaker { return breaker.New(key, breakerCfg) }
+	if c.Redis != "" {
+		closeRedis, err := shareOnRedis(ctx, c.Redis, &opts, breakerCfg)
+		if err != nil {
+			fmt.Fprintf(stderr, "rebound proxy: --redis: %v\n", err)
+			return 2
+		}
+		defer closeRedis()
+	}
+	p, err := proxy.New(opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "rebound proxy: %v\n", err)
+		return 2
+	}
+	return serveProxy(ctx, c, p, logger, stdout, stderr)
+}
+
+// shareOnRedis makes opts's breakers, limits and cool-downs those shared
+// on the Redis at url, and returns what closes its client.
+func shareOnRedis(ctx context.Context, url string, opts *proxy.Options, breakerCfg breaker.Config) (func() error, error) {
+	logger := opts.Logger
+	cfg, err := reboundredis.Open(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.OnChange = func(up bool, err error) {
+		if !up {
+			logger.Warn("redis away; deciding locally until it is back", "error", fmt.Sprint(err))
+		} else {
+			logger.Info("redis back")
+		}
+	}
+	store, err := reboundredis.New(cfg)
+	if err != nil {
+		cfg.Client.Close()
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if err := store.Warm(wctx); err != nil {
+		logger.Warn("redis not answering; deciding locally until it does", "error", fmt.Sprint(err))
+	}
+	cancel()
+	opts.Breaker = func(key string) rebound.Breaker { return reboundredis.NewBreaker(store, key, breakerCfg) }
+	opts.Limiter = func(upstream string, cfg ratelimit.Config) ratelimit.Pacer {
+		return reboundredis.NewLimiter(store, upstream, cfg)
+	}
+	opts.Cooldowns = reboundredis.NewCooldowns(store)
+	return cfg.Client.Close, nil
+}
+
+// serveProxy serves p until ctx is done, then drains it.
+func serveProxy(ctx context.Context, c Config, p *proxy.Proxy, logger *slog.Logger, stdout, stderr io.Writer) int {
+	err := serve.Run(ctx, serve.Config{
+		Addr: c.Addr,
+		Server: &http.Server{
+			Handler:           p,
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			ErrorLog:          log.New(slogWriter{logger}, "", 0),
+		},
+		Drain:  c.Drain,
+		Stdout: stdout,
+		Stopping: func() {
+			p.Drain()
+			logger.Info("draining", "timeout", c.Drain.String())
+		},
+		Unfinished: func(error) { logger.Warn("drain timed out; closing open connections") },
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "rebound proxy: %v\n", err)
+		return 1
+	}
+	logger.Info("stopped")
+	return 0
+}
+
+// slogWriter takes the http.Server's own error lines into the log; they
+// carry addresses and TLS errors, never a request's headers.
+type slogWriter struct{ l *slog.Logger }
+
+func (w slogWriter) Write(b []byte) (int, error) {
+	w.l.Warn("http", "error", scrub.Text(strings.TrimSpace(string(b))))
+	return len(b), nil
+}

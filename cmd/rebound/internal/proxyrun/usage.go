@@ -1,0 +1,86 @@
+package proxyrun
+
+// Usage is the help of "rebound proxy": what the proxy does, and its
+// flags (which the command appends).
+const Usage = `usage: rebound proxy --upstream URL [flags]
+       rebound proxy --config FILE [flags]
+
+Serve a reverse proxy that speaks each provider's own API: a client changes
+only its base URL. Every request goes to the upstream with the same path,
+query and body (OpenAI chat completions and responses, Anthropic messages,
+Gemini generateContent, and their streaming forms), through rebound's
+Transport with the recommended setup:
+
+  - failures classified, and retried: 429, 503, 529, broken connections and
+    event streams that fail before their first content, up to 4 attempts
+    (rebound's backoff, server waits obeyed up to 60 s); an exhausted quota,
+    a 400 or a 401 never;
+  - a request that may create something at the provider (any but a model
+    call, a GET, or a path in the route's safe_paths: a file, a batch, a
+    job, a thread's run) is not sent again once it may have reached the
+    upstream, unless it carries an Idempotency-Key; after a refused
+    connection, a 429, 503 or 529 it still is;
+  - a retry budget per upstream (retries near a tenth of the calls under a
+    full outage);
+  - a breaker per upstream and model (models neither in the config nor
+    among the first 100 answered share one, "other", as they share their
+    metrics) that opens when 80% of at least 20 attempts in 30 s failed,
+    or after 20 failures in a row; rate limits that carry a server wait
+    do not count. A flaky upstream is retried, not refused; a dead one
+    is refused at once (503) until it recovers;
+  - limits learnt from the rate-limit headers, and an adaptive limit on
+    the requests in flight to each upstream (a stream counts until its
+    first content, another answer until its first byte; a request that
+    finds no slot within --max-queue-wait goes to the route's next
+    upstream if it has a slot free at once, and otherwise gets a 503 with
+    Retry-After, never sent);
+  - streams passed through byte for byte as they come; one that breaks
+    after its first content reaches the client broken, as it broke.
+
+With --upstream and no config, the client's own key passes through
+unchanged. A config file (JSON) names several upstreams, routes by path
+prefix or model, fallbacks to upstreams of the same dialect (with the model
+renamed), and a policy (rebound's Policy JSON) and body cap per route; the
+upstreams' keys come from the environment variables it names. With
+pass_client_key, the client's key goes only to the route's own upstream,
+never to a fallback.
+
+Bound to a loopback address the proxy asks no token of its clients; bound
+to any other, it refuses to start without client tokens (--token-env or
+--tokens-file), which clients send where their SDK sends its key
+("Authorization: Bearer TOKEN", x-api-key, x-goog-api-key, api-key or
+?key=TOKEN). Without tokens it answers only requests for a loopback host
+name (localhost, 127.0.0.0/8, [::1], any port; others with --allow-host),
+so that a web page that rebinds its own name to 127.0.0.1 cannot use the
+key. Tokens or not, a request from a web page (an Origin header, or a
+Sec-Fetch-Site other than same-origin) is refused unless its origin is
+given with --allow-origin; only those get CORS headers, an upstream's own
+never reach the client, and pre-flight OPTIONS are answered by the proxy,
+never forwarded. Refused: a 403 in the request's dialect.
+
+The proxy refuses, in the dialect of the request: a body sent as JSON that
+is not strict JSON (RFC 8259: UTF-8 throughout, no NaN or Infinity,
+nothing after the value), or whose top-level model key is not written
+"model" exactly once (a "Model", an escaped or NUL-cut second one: parsers
+disagree), or whose model is not a string or over 256 bytes (400); a path
+with "." or ".." segments (400); a protocol upgrade (501: websockets, and
+so OpenAI's Realtime API, are not proxied); and a body that sends nothing
+for 10 s or takes over 60 s (408). A body that is not JSON (a file upload's
+form, a compressed body) goes as it came, but names no model: only a route
+without one takes it. The request bodies in flight together hold at most
+--max-body-memory, taken as their bytes arrive; past it a request waits up
+to 2 s, then gets a 503 with Retry-After. It asks the upstreams for gzip
+itself, whatever the client accepts, and answers uncompressed: it reads
+every answer. Keys and
+tokens it knows are scrubbed from the response headers and error bodies an
+upstream might echo them in.
+
+The first line on stdout is "listening on http://HOST:PORT". Logs, an
+access log line per request among them, go to stderr as JSON (slog), and
+never carry a header, a body, a key or a prompt. GET /healthz and /readyz
+(503 while draining), /metrics (Prometheus). On SIGTERM or SIGINT the proxy
+stops accepting, lets requests in flight (streams included) finish for up
+to --drain-timeout, and exits 0.
+
+flags:
+`
