@@ -58,9 +58,10 @@
 //
 // # The decisions are a pure step
 //
-// All of the above is decided by a Loop, a state machine that never sleeps
-// and never reads the clock. Do drives it in real time; simulations drive
-// the very same code in virtual time.
+// All of the above is decided by one step that never sleeps and never
+// reads the clock: it asks the call's Clock (WithClock) for the time and
+// the waits. Do drives it in real time; simulations drive the very same
+// code, Run under a virtual clock, in virtual time.
 //
 // # Seeing it
 //

@@ -25,7 +25,7 @@ type engine struct {
 	target string
 	// loop holds the call's one copy of the caller's Policy, with the
 	// call's own Observer; the rest of it is set up at the first failure.
-	loop Loop
+	loop retryLoop
 	held lease // the breaker's permit while an attempt holds it
 
 	withdrewAt time.Time // when the latest retry was withdrawn from the budget
@@ -98,17 +98,17 @@ func (e *engine) run(first *outcome, attempt func(n int) outcome) *GiveUpError {
 		} else {
 			if refused := e.permit(); refused != nil {
 				if n == 1 {
-					return e.stop(Verdict{}, Decision{Reason: StopBreakerOpen}, refused, nil)
+					return e.stop(Verdict{}, decision{Reason: StopBreakerOpen}, refused, nil)
 				}
 				e.refund()
-				return e.stop(e.lastVerd, Decision{Reason: StopBreakerOpen}, e.lastErr, refused)
+				return e.stop(e.lastVerd, decision{Reason: StopBreakerOpen}, e.lastErr, refused)
 			}
 			o = attempt(n)
 		}
 		switch {
 		case o.refused && n == 1:
 			e.held.done(OutcomeIgnored)
-			return e.stop(Verdict{}, Decision{Reason: StopRefused}, o.err, nil)
+			return e.stop(Verdict{}, decision{Reason: StopRefused}, o.err, nil)
 		case o.unsent || o.refused:
 			e.held.done(OutcomeIgnored)
 			if n > 1 {
@@ -118,7 +118,7 @@ func (e *engine) run(first *outcome, attempt func(n int) outcome) *GiveUpError {
 			if o.refused {
 				reason = StopRefused
 			}
-			return e.stop(e.lastVerd, Decision{Reason: reason}, e.lastErr, o.err)
+			return e.stop(e.lastVerd, decision{Reason: reason}, e.lastErr, o.err)
 		}
 		e.attempted(n, o.err)
 		if o.err == nil {
@@ -187,7 +187,7 @@ func (e *engine) begin() *GiveUpError {
 	e.loop.deadline, _ = e.ctx.Deadline()
 	if invalid := e.loop.policy.validate(); invalid != nil {
 		e.loop.attempts = 1
-		return e.stop(Verdict{}, Decision{Reason: StopInvalidPolicy}, nil, invalid)
+		return e.stop(Verdict{}, decision{Reason: StopInvalidPolicy}, nil, invalid)
 	}
 	if e.randMu != nil && e.loop.policy.Rand != nil {
 		e.loop.policy.Rand = lockedRand{mu: e.randMu, r: e.loop.policy.Rand}
@@ -211,7 +211,7 @@ func (e *engine) classify(err error, timedOut bool) Verdict {
 // next asks the Loop, and then the retry budget, if any, about an attempt
 // that failed with v (and, if unreached, provably never reached the
 // server); the clock is read only when one of them needs it.
-func (e *engine) next(v Verdict, unreached bool) Decision {
+func (e *engine) next(v Verdict, unreached bool) decision {
 	var now time.Time
 	if !e.loop.deadline.IsZero() {
 		now = e.clock.Now()
@@ -223,7 +223,7 @@ func (e *engine) next(v Verdict, unreached bool) Decision {
 		}
 		if !b.Withdraw(now) {
 			e.loop.waited -= d.Wait
-			return Decision{Reason: StopRetryBudget, ServerWait: d.ServerWait, HasServerWait: d.HasServerWait}
+			return decision{Reason: StopRetryBudget, ServerWait: d.ServerWait, HasServerWait: d.HasServerWait}
 		}
 		e.withdrewAt = now
 	}
@@ -239,7 +239,7 @@ func (e *engine) refund() {
 }
 
 // wait sleeps for d.Wait, or stops the call if its context ends first.
-func (e *engine) wait(d Decision, err error) *GiveUpError {
+func (e *engine) wait(d decision, err error) *GiveUpError {
 	cause := e.clock.Sleep(e.ctx, d.Wait)
 	if cause == nil {
 		return nil
@@ -251,7 +251,7 @@ func (e *engine) wait(d Decision, err error) *GiveUpError {
 }
 
 // giveUp ends the call after decision d on err.
-func (e *engine) giveUp(v Verdict, d Decision, err error) *GiveUpError {
+func (e *engine) giveUp(v Verdict, d decision, err error) *GiveUpError {
 	var cause error
 	if v.Kind == KindCanceled && e.ctx.Err() != nil {
 		cause = context.Cause(e.ctx)
@@ -260,7 +260,7 @@ func (e *engine) giveUp(v Verdict, d Decision, err error) *GiveUpError {
 }
 
 // stop ends the call: an event, and the error that says why.
-func (e *engine) stop(v Verdict, d Decision, err, cause error) *GiveUpError {
+func (e *engine) stop(v Verdict, d decision, err, cause error) *GiveUpError {
 	if obs := e.loop.policy.Observer; obs != nil {
 		obs.Observe(Event{Type: EventGiveUp, Target: e.target, Attempt: e.loop.attempts, Err: err, Verdict: v,
 			Reason: d.Reason, Waited: e.loop.waited, Elapsed: e.elapsed(), BudgetLeft: e.budgetLeft()})
@@ -279,7 +279,7 @@ func (e *engine) attempted(n int, err error) {
 }
 
 // retrying reports a scheduled retry to the observer.
-func (e *engine) retrying(n int, err error, v Verdict, d Decision) {
+func (e *engine) retrying(n int, err error, v Verdict, d decision) {
 	if obs := e.loop.policy.Observer; obs != nil {
 		obs.Observe(Event{Type: EventRetry, Target: e.target, Attempt: n, Err: err, Verdict: v,
 			Wait: d.Wait, Waited: e.loop.waited, Elapsed: e.elapsed(), BudgetLeft: e.budgetLeft()})

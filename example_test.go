@@ -150,14 +150,17 @@ func ExamplePolicy_schedule() {
 			return time.Second << (retry - 3)
 		},
 	}
-	loop := rebound.NewLoop(p, time.Time{}, false)
-	for {
-		d := loop.Next(rebound.Verdict{Kind: rebound.KindTransient}, time.Time{})
-		if !d.Retry {
-			fmt.Println("stop:", d.Reason)
-			break
+	p.Observer = rebound.ObserverFunc(func(e rebound.Event) {
+		if e.Type == rebound.EventRetry {
+			fmt.Println("wait", e.Wait)
 		}
-		fmt.Println("wait", d.Wait)
+	})
+	// A clock that does not sleep, so that the example runs at once.
+	ctx := rebound.WithClock(context.Background(), instantClock{})
+	err := rebound.Run(ctx, p, func(context.Context) error { return errors.New("flaky") })
+	var g *rebound.GiveUpError
+	if errors.As(err, &g) {
+		fmt.Println("stop:", g.Reason)
 	}
 	// Output:
 	// wait 0s
@@ -245,3 +248,10 @@ func ExampleHedge() {
 	// first attempt: rebound: another attempt of the hedged call answered first
 	// the hedge's answer <nil>
 }
+
+// instantClock is a rebound.Clock whose sleeps end at once.
+type instantClock struct{}
+
+func (instantClock) Now() time.Time { return time.Time{} }
+
+func (instantClock) Sleep(ctx context.Context, _ time.Duration) error { return ctx.Err() }

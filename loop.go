@@ -6,14 +6,14 @@ import (
 	"time"
 )
 
-// Loop is the retry loop's decision logic as a state machine: told how an
+// retryLoop is the retry loop's decision logic as a state machine: told how an
 // attempt failed, it says how long to wait before the next attempt or why
 // to stop. It never sleeps and never reads the clock, so Do, the HTTP
 // transport and simulations in virtual time all run the same decisions.
 //
-// A Loop is used by one call at a time. Its zero value is not usable; make
-// one with NewLoop.
-type Loop struct {
+// A retryLoop is used by one call at a time. Its zero value is not usable;
+// make one with newLoop.
+type retryLoop struct {
 	policy   Policy
 	deadline time.Time
 	// sideEffects: the call is attempted again only after an attempt
@@ -26,15 +26,15 @@ type Loop struct {
 	prevDelay time.Duration // the last decorrelated-jitter delay
 }
 
-// NewLoop returns the decision state of one call under p. A non-zero
+// newLoop returns the decision state of one call under p. A non-zero
 // deadline is the caller's: a wait that would reach it is not made. A call
 // with sideEffects is never retried.
-func NewLoop(p Policy, deadline time.Time, sideEffects bool) Loop {
-	return Loop{policy: p, deadline: deadline, sideEffects: sideEffects}
+func newLoop(p Policy, deadline time.Time, sideEffects bool) retryLoop {
+	return retryLoop{policy: p, deadline: deadline, sideEffects: sideEffects}
 }
 
-// Decision is what a Loop says after a failed attempt.
-type Decision struct {
+// decision is what a retryLoop says after a failed attempt.
+type decision struct {
 	// Retry says to try again after Wait; otherwise the call stops for
 	// Reason.
 	Retry  bool
@@ -46,38 +46,29 @@ type Decision struct {
 	HasServerWait bool
 }
 
-// Attempts returns how many failed attempts the loop has been told of.
-func (l *Loop) Attempts() int { return l.attempts }
-
-// Waited returns the total wait of the retries the loop has allowed.
-func (l *Loop) Waited() time.Duration { return l.waited }
-
-// Next records a failed attempt with verdict v and decides what comes
-// next. now is read only when the loop has a deadline.
-func (l *Loop) Next(v Verdict, now time.Time) Decision { return l.next(v, now, false) }
-
-// next is Next for an attempt that, if unreached, provably never reached
-// the server (its connection was never made, or the server said it did
-// not take it on): it did nothing, so the call's side effects do not stop
-// a retry.
-// A body that can be sent only once still does.
-func (l *Loop) next(v Verdict, now time.Time, unreached bool) Decision {
+// next records a failed attempt with verdict v and decides what comes
+// next; now is read only when the loop has a deadline. An unreached
+// attempt provably never reached the server (its connection was never
+// made, or the server said it did not take it on): it did nothing, so the
+// call's side effects do not stop a retry. A body that can be sent only
+// once still does.
+func (l *retryLoop) next(v Verdict, now time.Time, unreached bool) decision {
 	l.attempts++
 	switch {
 	case v.Kind == KindCanceled:
-		return Decision{Reason: StopCanceled}
+		return decision{Reason: StopCanceled}
 	case !v.Kind.retryable():
-		return Decision{Reason: StopNotRetryable}
+		return decision{Reason: StopNotRetryable}
 	case l.sideEffects && !unreached:
-		return Decision{Reason: StopSideEffects}
+		return decision{Reason: StopSideEffects}
 	case l.once != 0:
-		return Decision{Reason: l.once}
+		return decision{Reason: l.once}
 	}
 	b := l.policy.forKind(v.Kind)
 	if l.attempts >= b.maxAttempts {
-		return Decision{Reason: StopAttempts}
+		return decision{Reason: StopAttempts}
 	}
-	var d Decision
+	var d decision
 	if v.HasServerWait && l.policy.ServerWait != ServerWaitIgnore {
 		d.ServerWait, d.HasServerWait = max(v.ServerWait, 0), true
 		d.Wait = d.ServerWait
@@ -104,7 +95,7 @@ func (l *Loop) next(v Verdict, now time.Time, unreached bool) Decision {
 }
 
 // delay returns the jittered backoff before retry n under b.
-func (l *Loop) delay(b backoff, n int) time.Duration {
+func (l *retryLoop) delay(b backoff, n int) time.Duration {
 	p := &l.policy
 	if p.Jitter == JitterDecorrelated {
 		prev := l.prevDelay
@@ -134,7 +125,7 @@ func (l *Loop) delay(b backoff, n int) time.Duration {
 }
 
 // uniform returns a uniform duration in [0, d].
-func (l *Loop) uniform(d time.Duration) time.Duration {
+func (l *retryLoop) uniform(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
 	}

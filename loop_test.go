@@ -10,10 +10,10 @@ import (
 // waits drives a fresh loop through n transient failures and returns the
 // waits it allowed.
 func waits(p Policy, n int) []time.Duration {
-	l := NewLoop(p, time.Time{}, false)
+	l := newLoop(p, time.Time{}, false)
 	var out []time.Duration
 	for range n {
-		d := l.Next(Verdict{}, time.Time{})
+		d := l.next(Verdict{}, time.Time{}, false)
 		if !d.Retry {
 			break
 		}
@@ -81,9 +81,9 @@ func TestShapes(t *testing.T) {
 
 func TestExponentialDoesNotOverflow(t *testing.T) {
 	p := Policy{MaxAttempts: 200, BaseDelay: time.Second, MaxDelay: 1 << 62, Multiplier: 10, Jitter: JitterNone, WaitBudget: 1 << 62}
-	l := NewLoop(p, time.Time{}, false)
+	l := newLoop(p, time.Time{}, false)
 	for range 100 {
-		d := l.Next(Verdict{}, time.Time{})
+		d := l.next(Verdict{}, time.Time{}, false)
 		if d.Wait < 0 || d.Wait > p.MaxDelay {
 			t.Fatalf("wait %v outside [0, %v]", d.Wait, p.MaxDelay)
 		}
@@ -94,11 +94,11 @@ func TestExponentialDoesNotOverflow(t *testing.T) {
 	// Waits near the largest duration: the budget check must not wrap.
 	huge := Policy{MaxAttempts: 10, BaseDelay: 5000000000000 * time.Millisecond, MaxDelay: 9223372036854 * time.Millisecond,
 		WaitBudget: 9223372036854 * time.Millisecond, Jitter: JitterNone}
-	l = NewLoop(huge, time.Time{}, false)
+	l = newLoop(huge, time.Time{}, false)
 	for range 10 {
-		d := l.Next(Verdict{}, time.Time{})
-		if l.Waited() < 0 || l.Waited() > huge.WaitBudget {
-			t.Fatalf("waited %v, budget %v", l.Waited(), huge.WaitBudget)
+		d := l.next(Verdict{}, time.Time{}, false)
+		if l.waited < 0 || l.waited > huge.WaitBudget {
+			t.Fatalf("waited %v, budget %v", l.waited, huge.WaitBudget)
 		}
 		if !d.Retry {
 			break
@@ -169,22 +169,22 @@ func TestDecorrelatedGrowsFromBase(t *testing.T) {
 
 func TestNotRetried(t *testing.T) {
 	for _, k := range []Kind{KindQuotaExhausted, KindContextOverflow, KindPermanent} {
-		l := NewLoop(Policy{}, time.Time{}, false)
-		if d := l.Next(Verdict{Kind: k}, time.Time{}); d.Retry || d.Reason != StopNotRetryable {
+		l := newLoop(Policy{}, time.Time{}, false)
+		if d := l.next(Verdict{Kind: k}, time.Time{}, false); d.Retry || d.Reason != StopNotRetryable {
 			t.Errorf("%v: %+v, want stop not retryable", k, d)
 		}
 	}
-	l := NewLoop(Policy{}, time.Time{}, false)
-	if d := l.Next(Verdict{Kind: KindCanceled}, time.Time{}); d.Retry || d.Reason != StopCanceled {
+	l := newLoop(Policy{}, time.Time{}, false)
+	if d := l.next(Verdict{Kind: KindCanceled}, time.Time{}, false); d.Retry || d.Reason != StopCanceled {
 		t.Errorf("canceled: %+v", d)
 	}
 	for _, k := range []Kind{KindTransient, KindRateLimited, KindOverloaded} {
-		l := NewLoop(Policy{}, time.Time{}, true)
-		if d := l.Next(Verdict{Kind: k}, time.Time{}); d.Retry || d.Reason != StopSideEffects {
+		l := newLoop(Policy{}, time.Time{}, true)
+		if d := l.next(Verdict{Kind: k}, time.Time{}, false); d.Retry || d.Reason != StopSideEffects {
 			t.Errorf("side effects, %v: %+v", k, d)
 		}
-		l = NewLoop(Policy{}, time.Time{}, false)
-		if d := l.Next(Verdict{Kind: k}, time.Time{}); !d.Retry {
+		l = newLoop(Policy{}, time.Time{}, false)
+		if d := l.next(Verdict{Kind: k}, time.Time{}, false); !d.Retry {
 			t.Errorf("%v not retried: %+v", k, d)
 		}
 	}
@@ -195,7 +195,7 @@ func TestNotRetried(t *testing.T) {
 // its retry; its attempts, its kind, and a body that can be sent only once
 // still do.
 func TestUnreachedAttemptRetriedDespiteSideEffects(t *testing.T) {
-	l := NewLoop(Policy{MaxAttempts: 3}, time.Time{}, true)
+	l := newLoop(Policy{MaxAttempts: 3}, time.Time{}, true)
 	for n := 1; n <= 2; n++ {
 		if d := l.next(Verdict{Kind: KindTransient}, time.Time{}, true); !d.Retry {
 			t.Fatalf("unreached attempt %d: %+v, want a retry", n, d)
@@ -204,11 +204,11 @@ func TestUnreachedAttemptRetriedDespiteSideEffects(t *testing.T) {
 	if d := l.next(Verdict{Kind: KindTransient}, time.Time{}, true); d.Retry || d.Reason != StopAttempts {
 		t.Fatalf("unreached, attempts spent: %+v, want stop attempts exhausted", d)
 	}
-	l = NewLoop(Policy{}, time.Time{}, true)
+	l = newLoop(Policy{}, time.Time{}, true)
 	if d := l.next(Verdict{Kind: KindPermanent}, time.Time{}, true); d.Retry || d.Reason != StopNotRetryable {
 		t.Fatalf("unreached, permanent: %+v, want stop not retryable", d)
 	}
-	l = NewLoop(Policy{}, time.Time{}, true)
+	l = newLoop(Policy{}, time.Time{}, true)
 	l.once = StopUnreplayableBody
 	if d := l.next(Verdict{Kind: KindTransient}, time.Time{}, true); d.Retry || d.Reason != StopUnreplayableBody {
 		t.Fatalf("unreached, body sent once: %+v, want stop unreplayable body", d)
@@ -241,8 +241,8 @@ func TestServerWait(t *testing.T) {
 		{"no hint", Policy{BaseDelay: 20 * time.Millisecond, Jitter: JitterNone}, Verdict{Kind: KindRateLimited}, true, 20 * time.Millisecond, 0},
 		{"negative hint is zero", Policy{}, hint(-time.Second), true, 0, 0},
 	} {
-		l := NewLoop(tc.p, time.Time{}, false)
-		d := l.Next(tc.v, time.Time{})
+		l := newLoop(tc.p, time.Time{}, false)
+		d := l.next(tc.v, time.Time{}, false)
 		if d.Retry != tc.retry || d.Wait != tc.wait || d.Reason != tc.reason {
 			t.Errorf("%s: %+v, want retry %v wait %v reason %v", tc.name, d, tc.retry, tc.wait, tc.reason)
 		}
@@ -255,15 +255,15 @@ func TestServerWait(t *testing.T) {
 func TestDeadline(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	p := Policy{BaseDelay: time.Second, Jitter: JitterNone}
-	l := NewLoop(p, now.Add(1500*time.Millisecond), false)
-	if d := l.Next(Verdict{}, now); !d.Retry || d.Wait != time.Second {
+	l := newLoop(p, now.Add(1500*time.Millisecond), false)
+	if d := l.next(Verdict{}, now, false); !d.Retry || d.Wait != time.Second {
 		t.Fatalf("first: %+v", d)
 	}
-	if d := l.Next(Verdict{}, now.Add(1100*time.Millisecond)); d.Retry || d.Reason != StopDeadline {
+	if d := l.next(Verdict{}, now.Add(1100*time.Millisecond), false); d.Retry || d.Reason != StopDeadline {
 		t.Fatalf("second: %+v, want stop at the deadline", d)
 	}
-	l = NewLoop(p, now.Add(time.Second), false)
-	if d := l.Next(Verdict{}, now); d.Retry || d.Reason != StopDeadline {
+	l = newLoop(p, now.Add(time.Second), false)
+	if d := l.next(Verdict{}, now, false); d.Retry || d.Reason != StopDeadline {
 		t.Fatalf("a wait that reaches the deadline exactly: %+v, want stop", d)
 	}
 }
@@ -273,10 +273,10 @@ func TestPerKind(t *testing.T) {
 		MaxAttempts: 2, BaseDelay: 100 * time.Millisecond, Jitter: JitterNone,
 		PerKind: map[Kind]Override{KindRateLimited: {MaxAttempts: 5, BaseDelay: time.Second, MaxDelay: 4 * time.Second}},
 	}
-	l := NewLoop(p, time.Time{}, false)
+	l := newLoop(p, time.Time{}, false)
 	var got []time.Duration
 	for {
-		d := l.Next(Verdict{Kind: KindRateLimited}, time.Time{})
+		d := l.next(Verdict{Kind: KindRateLimited}, time.Time{}, false)
 		if !d.Retry {
 			if d.Reason != StopAttempts {
 				t.Fatalf("stopped for %v", d.Reason)
@@ -288,9 +288,9 @@ func TestPerKind(t *testing.T) {
 	if want := millis(1000, 2000, 4000, 4000); !equalDurations(got, want) {
 		t.Fatalf("rate-limited waits %v, want %v", got, want)
 	}
-	l = NewLoop(p, time.Time{}, false)
-	l.Next(Verdict{Kind: KindRateLimited}, time.Time{})
-	if d := l.Next(Verdict{Kind: KindTransient}, time.Time{}); d.Retry || d.Reason != StopAttempts {
+	l = newLoop(p, time.Time{}, false)
+	l.next(Verdict{Kind: KindRateLimited}, time.Time{}, false)
+	if d := l.next(Verdict{Kind: KindTransient}, time.Time{}, false); d.Retry || d.Reason != StopAttempts {
 		t.Fatalf("a transient failure after 2 attempts: %+v, want stop (transient allows 2)", d)
 	}
 }
@@ -360,11 +360,11 @@ func TestLoopProperties(t *testing.T) {
 		}
 		p.Rand = r
 		side := r.IntN(10) == 0
-		l := NewLoop(p, time.Time{}, side)
+		l := newLoop(p, time.Time{}, side)
 		attempts, waited := 1, time.Duration(0)
 		for {
 			v := randomVerdict(r)
-			d := l.Next(v, time.Time{})
+			d := l.next(v, time.Time{}, false)
 			if !d.Retry {
 				stops[d.Reason]++
 				break
@@ -390,8 +390,8 @@ func TestLoopProperties(t *testing.T) {
 				t.Fatalf("policy %d: attempt %d above the maximum %d", i, attempts, maxAttempts)
 			}
 		}
-		if waited != l.Waited() || attempts != l.Attempts() {
-			t.Fatalf("policy %d: loop reports %d attempts %v waited, counted %d %v", i, l.Attempts(), l.Waited(), attempts, waited)
+		if waited != l.waited || attempts != l.attempts {
+			t.Fatalf("policy %d: loop reports %d attempts %v waited, counted %d %v", i, l.attempts, l.waited, attempts, waited)
 		}
 	}
 	// The draw must reach every way of stopping, or the test proves little.
@@ -430,9 +430,9 @@ func TestJSONRoundTripBehaviour(t *testing.T) {
 		}
 		draw := r.Uint64()
 		p.Rand, q.Rand = rand.New(rand.NewPCG(draw, 1)), rand.New(rand.NewPCG(draw, 1))
-		lp, lq := NewLoop(p, time.Time{}, false), NewLoop(q, time.Time{}, false)
+		lp, lq := newLoop(p, time.Time{}, false), newLoop(q, time.Time{}, false)
 		for _, v := range vs {
-			dp, dq := lp.Next(v, time.Time{}), lq.Next(v, time.Time{})
+			dp, dq := lp.next(v, time.Time{}, false), lq.next(v, time.Time{}, false)
 			if dp != dq {
 				t.Fatalf("policy %d %s: decisions differ after a round trip: %+v vs %+v", i, b, dp, dq)
 			}

@@ -13,7 +13,6 @@
 package relay
 
 import (
-
 	"github.com/rebound-go/rebound/internal/scrub"
 )
 
@@ -58,6 +57,5 @@ type Errors struct {
 	// reaching err.
 	Redact func(err error, secrets scrub.Secrets) error
 }
-
 
 func nothing() {}
