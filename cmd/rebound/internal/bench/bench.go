@@ -67,10 +67,14 @@ type Always400Row struct {
 // RetryAfterRow is a 429 with a Retry-After hint of HintS seconds,
 // honoured, and clamped to CappedMaxServerWaitMS.
 type RetryAfterRow struct {
-	HintS                 int     `json:"hint_s"`
+	HintS int `json:"hint_s"`
+	// PlannedMS is the wait rebound decided on; WaitedMS the sleep as it
+	// happened, which a busy machine makes longer.
+	PlannedMS             float64 `json:"planned_ms"`
 	WaitedMS              float64 `json:"waited_ms"`
 	CallMS                float64 `json:"call_ms"`
 	CappedMaxServerWaitMS int64   `json:"capped_max_server_wait_ms"`
+	CappedPlannedMS       float64 `json:"capped_planned_ms"`
 	CappedWaitedMS        float64 `json:"capped_waited_ms"`
 	CappedCallMS          float64 `json:"capped_call_ms"`
 }
@@ -279,8 +283,10 @@ func (b *runner) always400(ctx context.Context, r *Report) error {
 func (b *runner) retryAfter(ctx context.Context, r *Report) error {
 	// waited is measured, from the end of the first attempt to the start
 	// of the second: the sleep as it happened, not as it was planned.
-	call := func(p rebound.Policy) (waited, took time.Duration, err error) {
+	call := func(p rebound.Policy) (planned, waited, took time.Duration, err error) {
 		var failedAt time.Time
+		var tally waitTally
+		p.Observer = &tally
 		attempt := 0
 		start := time.Now()
 		err = rebound.Run(ctx, p, func(ctx context.Context) error {
@@ -293,20 +299,20 @@ func (b *runner) retryAfter(ctx context.Context, r *Report) error {
 			waited = time.Since(failedAt)
 			return b.get(ctx, chaos.ModeOK)
 		})
-		return waited, time.Since(start), err
+		return tally.waited, waited, time.Since(start), err
 	}
 	row := RetryAfterRow{HintS: 1, CappedMaxServerWaitMS: 300}
-	waited, took, err := call(rebound.Policy{MaxAttempts: 2, BaseDelay: 20 * time.Millisecond})
+	planned, waited, took, err := call(rebound.Policy{MaxAttempts: 2, BaseDelay: 20 * time.Millisecond})
 	if err != nil {
 		return err
 	}
-	row.WaitedMS, row.CallMS = millis(waited), millis(took)
-	waited, took, err = call(rebound.Policy{MaxAttempts: 2, BaseDelay: 20 * time.Millisecond,
+	row.PlannedMS, row.WaitedMS, row.CallMS = millis(planned), millis(waited), millis(took)
+	planned, waited, took, err = call(rebound.Policy{MaxAttempts: 2, BaseDelay: 20 * time.Millisecond,
 		ServerWait: rebound.ServerWaitClamp, MaxServerWait: time.Duration(row.CappedMaxServerWaitMS) * time.Millisecond})
 	if err != nil {
 		return err
 	}
-	row.CappedWaitedMS, row.CappedCallMS = millis(waited), millis(took)
+	row.CappedPlannedMS, row.CappedWaitedMS, row.CappedCallMS = millis(planned), millis(waited), millis(took)
 	r.RetryAfter = row
 	return nil
 }
