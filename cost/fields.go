@@ -201,20 +201,24 @@ func (w *walker) within(at place, key string) place {
 // named reads what a member named key of an object at at, whose value
 // begins with t, says.
 func (w *walker) named(at place, key string, t json.Token) {
+	if at == placeSchema {
+		return
+	}
 	r := w.r
 	f := fold(key)
 	switch at {
-	case placeSchema:
-		return
 	case placeContent:
 		// In what the model reads, only a part that refers to an image
 		// counts, or one that refers to a document, a file (Gemini's
-		// fileData) or a stored item.
-		s, _ := t.(string)
-		switch s = fold(s); {
-		case f == "type" && imageTypes[s]:
+		// fileData) or a stored item. Only a type is folded: the text
+		// the model reads is most of a body.
+		switch s, _ := t.(string); {
+		case f == "filedata":
+			r.kept = true
+		case f != "type":
+		case imageTypes[fold(s)]:
 			w.media++
-		case f == "type" && keptTypes[s], f == "filedata":
+		case keptTypes[fold(s)]:
 			r.kept = true
 		}
 		return
