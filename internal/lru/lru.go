@@ -1,6 +1,7 @@
 // Package lru is rebound's one bounded map of values by key: a Transport's
-// retry budgets per host, the first-token times per target, a set of
-// breakers, a monitor's windows, the attributes of a target's metrics.
+// retry budgets per host, the first-token times per target, the sets of
+// breakers (breaker.Set, the proxy's per upstream and model), a monitor's
+// windows, the attributes of a target's metrics.
 //
 // One rule evicts: when a new key would pass the bound, the entry used
 // least recently goes, passing over the entries its owner says must stay
