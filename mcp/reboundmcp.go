@@ -23,7 +23,8 @@ var ErrServerDown = errors.New("reboundmcp: MCP server is down")
 // when the server is first needed and after every crash or lost session.
 // Make one with Command or HTTP.
 type Upstream struct {
-	name string
+	name     string
+	sessions bool // HTTP: the server may lose the session
 	dial func(ctx context.Context, o *Options) (mcp.Connection, error)
 }
 
@@ -51,7 +52,7 @@ func HTTP(endpoint string, client *http.Client) Upstream {
 	if u, err := url.Parse(endpoint); err == nil && u.Host != "" {
 		name = u.Host
 	}
-	return Upstream{name: name, dial: func(ctx context.Context, o *Options) (mcp.Connection, error) {
+	return Upstream{name: name, sessions: true, dial: func(ctx context.Context, o *Options) (mcp.Connection, error) {
 		return dialHTTP(ctx, endpoint, client, o)
 	}}
 }
@@ -146,7 +147,7 @@ func (t *Transport) Connect(ctx context.Context) (mcp.Connection, error) {
 	if t.up.dial == nil {
 		return nil, errors.New("reboundmcp: the Upstream is not set: make one with Command or HTTP")
 	}
-	return t.up.dial(ctx, &t.o)
+	return newSession(ctx, t), nil
 }
 
 // Serve relays one client connection through t until the client closes
