@@ -23,12 +23,12 @@ type fake struct {
 
 	mu      sync.Mutex
 	starts  []time.Time
-	pipes   []net.Conn                                  // the server's end, per start
-	runs    map[string]int                              // runs of each tool
+	pipes   []net.Conn     // the server's end, per start
+	runs    map[string]int // runs of each tool
 	onCall  func(ctx context.Context, f *fake, tool string, run int) (string, error)
-	extra   func(start int) []string                    // more tools on a start
-	dialErr func(start int) error                       // refuse a start
-	cancels int                                         // handlers whose context ended
+	extra   func(start int) []string // more tools on a start
+	dialErr func(start int) error    // refuse a start
+	cancels int                      // handlers whose context ended
 }
 
 func newFake(t *testing.T) *fake { return &fake{t: t, runs: map[string]int{}} }

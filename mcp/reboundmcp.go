@@ -25,7 +25,7 @@ var ErrServerDown = errors.New("reboundmcp: MCP server is down")
 type Upstream struct {
 	name     string
 	sessions bool // HTTP: the server may lose the session
-	dial func(ctx context.Context, o *Options) (mcp.Connection, error)
+	dial     func(ctx context.Context, o *Options) (mcp.Connection, error)
 }
 
 // Command is an Upstream that runs cmd and speaks to it over its standard

@@ -13,11 +13,11 @@ import (
 // replayState is what a restart gives a new server so that the client's
 // session goes on as it was, and what rebound last saw listed.
 type replayState struct {
-	initParams  json.RawMessage // the client's initialize, once answered
-	initialized bool            // the client sent notifications/initialized
+	initParams   json.RawMessage // the client's initialize, once answered
+	initialized  bool            // the client sent notifications/initialized
 	discoverMeta json.RawMessage // the _meta of a stateless client's server/discover
-	subs        map[string]bool // resources subscribed to, by URI
-	logLevel    json.RawMessage // the params of the last logging/setLevel answered
+	subs         map[string]bool // resources subscribed to, by URI
+	logLevel     json.RawMessage // the params of the last logging/setLevel answered
 
 	tools   map[string]*mcp.ToolAnnotations // as last listed
 	listed  [len(lists)]string              // a digest of each list, "" before the first
