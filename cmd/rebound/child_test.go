@@ -13,6 +13,9 @@ import (
 const childArgs = "REBOUND_TEST_COMMAND"
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == mcpServerArg {
+		runTestMCPServer(os.Args[2:]) // the server "rebound mcp" runs, below the command
+	}
 	if args := os.Getenv(childArgs); args != "" {
 		var a []string
 		if err := json.Unmarshal([]byte(args), &a); err != nil {
