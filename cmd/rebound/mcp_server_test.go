@@ -42,7 +42,9 @@ func runTestMCPServer(args []string) {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strconv.Itoa(n)}}}
 	}
 	s.AddTool(&mcp.Tool{Name: "pid", InputSchema: object, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
-		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return text(os.Getpid()), nil })
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return text(os.Getpid()), nil
+		})
 	s.AddTool(&mcp.Tool{Name: "spawn", InputSchema: object},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			sleeper := exec.Command("sleep", "600")
