@@ -56,13 +56,12 @@ func runMCP(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", 30*time.Minute, "with --addr: end a session that has had no request for this long (0: never)")
 	fs.DurationVar(&c.Drain, "drain-timeout", 10*time.Second, "with --addr: how long requests in flight may finish after SIGTERM")
 	flags, command, dashes := cutDashes(args)
-	rest, code, done := parseInterleaved(fs, flags, mcprun.Usage, withStdout(stderr, stdout))
-	if done {
-		return code
-	}
-	if len(rest) > 0 {
-		fmt.Fprintf(stderr, "rebound mcp: unexpected argument %q: put the server's command after -- (rebound mcp [flags] -- COMMAND [ARGS...])\n", rest[0])
+	if arg, ok := firstArgument(fs, flags); ok {
+		fmt.Fprintf(stderr, "rebound mcp: unexpected argument %q: put the server's command after -- (rebound mcp [flags] -- COMMAND [ARGS...])\n", arg)
 		return 2
+	}
+	if code, done := parseFlags(fs, flags, mcprun.Usage, withStdout(stderr, stdout)); done {
+		return code
 	}
 	c.Command = command
 	if err := f.complete(fs, &c, dashes); err != nil {
@@ -80,6 +79,30 @@ func cutDashes(args []string) (flags, command []string, dashes bool) {
 		return args, nil, false
 	}
 	return args[:i], args[i+1:], true
+}
+
+// firstArgument returns the first of args that is neither a flag of fs
+// nor a flag's value: a server's command given without "--", whose own
+// flags would otherwise be reported as rebound's unknown ones.
+func firstArgument(fs *flag.FlagSet, args []string) (string, bool) {
+	for i := 0; i < len(args); i++ {
+		name, isFlag := strings.CutPrefix(args[i], "-")
+		if !isFlag || name == "" {
+			return args[i], true
+		}
+		name = strings.TrimPrefix(name, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		f := fs.Lookup(name)
+		if f == nil {
+			return "", false // an unknown flag: the parser says so
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+			i++ // its value
+		}
+	}
+	return "", false
 }
 
 // complete checks c's flags and fills in what they leave to files and the
