@@ -12,7 +12,6 @@ import (
 	"github.com/rebound-go/rebound"
 )
 
-
 // connectChild connects an SDK client through a Transport to the child.
 func connectChild(t *testing.T, up Upstream, o Options) *mcp.ClientSession {
 	t.Helper()
