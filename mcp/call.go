@@ -163,7 +163,9 @@ func (c *call) run() {
 		resp = errorResponse(c.req.ID, ce)
 	default:
 		outcome = c.remember(resp)
-		resp.ID = c.req.ID
+		answer := *resp // the server's is still read by its connection
+		answer.ID = c.req.ID
+		resp = &answer
 	}
 	c.log(outcome, time.Since(start))
 	if outcome != "cancelled" && outcome != "closed" {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -21,14 +22,15 @@ import (
 type fake struct {
 	t *testing.T
 
-	mu      sync.Mutex
-	starts  []time.Time
-	pipes   []net.Conn     // the server's end, per start
-	runs    map[string]int // runs of each tool
-	onCall  func(ctx context.Context, f *fake, tool string, run int) (string, error)
-	extra   func(start int) []string // more tools on a start
-	dialErr func(start int) error    // refuse a start
-	cancels int                      // handlers whose context ended
+	mu       sync.Mutex
+	starts   []time.Time
+	pipes    []net.Conn     // the server's end, per start
+	runs     map[string]int // runs of each tool
+	onCall   func(ctx context.Context, f *fake, tool string, run int) (string, error)
+	extra    func(start int) []string   // more tools on a start
+	dialErr  func(start int) error      // refuse a start
+	cancels  int                        // handlers whose context ended
+	handlers map[string]mcp.ToolHandler // replace a tool's own
 }
 
 func newFake(t *testing.T) *fake { return &fake{t: t, runs: map[string]int{}} }
@@ -39,6 +41,7 @@ var fakeTools = map[string]*mcp.ToolAnnotations{
 	"idem":  {IdempotentHint: true},
 	"write": nil,
 	"slow":  {ReadOnlyHint: true},
+	"new":   {ReadOnlyHint: true},
 }
 
 func (f *fake) upstream() Upstream {
@@ -72,6 +75,9 @@ func (f *fake) upstream() Upstream {
 }
 
 func (f *fake) handler(name string) mcp.ToolHandler {
+	if h := f.handlers[name]; h != nil {
+		return h
+	}
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		f.mu.Lock()
 		f.runs[name]++
@@ -134,8 +140,19 @@ func (l *logBuffer) Write(p []byte) (int, error) {
 
 func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewJSONHandler(l, nil)) }
 
+// awaitStarts waits, a virtual millisecond at a time, for the n-th start.
+func (f *fake) awaitStarts(n int) {
+	for len(f.startTimes()) < n {
+		time.Sleep(time.Millisecond)
+	}
+	synctest.Wait()
+}
+
 // requests returns the mcp.request lines.
-func (l *logBuffer) requests(t *testing.T) []map[string]any {
+func (l *logBuffer) requests(t *testing.T) []map[string]any { return l.lines(t, "mcp.request") }
+
+// lines returns the lines of one message.
+func (l *logBuffer) lines(t *testing.T, msg string) []map[string]any {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []map[string]any
@@ -147,7 +164,7 @@ func (l *logBuffer) requests(t *testing.T) []map[string]any {
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			t.Fatalf("log line %q: %v", line, err)
 		}
-		if m["msg"] == "mcp.request" {
+		if m["msg"] == msg {
 			out = append(out, m)
 		}
 	}

@@ -18,4 +18,4 @@ require (
 	golang.org/x/time v0.16.0 // indirect
 )
 
-replace github.com/rebound-go/rebound => ../
+replace github.com/rebound-go/rebound => ..
