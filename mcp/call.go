@@ -198,7 +198,7 @@ func (c *call) attempt(ctx context.Context) (*jsonrpc.Response, error) {
 	}
 	id, answer, err := g.send(wctx, c.req.Method, c.req.Params)
 	if err != nil {
-		return nil, c.writeFailed(ctx, g, err)
+		return c.writeFailed(ctx, g, err)
 	}
 	defer g.forget(id)
 	idle := c.s.o.idleTimeout()
@@ -248,24 +248,30 @@ func (c *call) tellCancelled(g *generation, id int64, reason string) {
 	g.notify(ctx, "notifications/cancelled", map[string]any{"requestId": id, "reason": reason})
 }
 
-// writeFailed judges a request the server's connection would not take.
-func (c *call) writeFailed(ctx context.Context, g *generation, err error) error {
+// writeFailed judges a request the server's connection would not take:
+// an HTTP server's JSON-RPC error is its answer, a lost session or a
+// refusal is sent again, anything else is a cut.
+func (c *call) writeFailed(ctx context.Context, g *generation, err error) (*jsonrpc.Response, error) {
+	c.s.logDebug("mcp.write_failed", "method", c.req.Method, "error", err.Error())
+	var we *jsonrpc.Error
 	switch {
 	case ctx.Err() != nil:
-		return ctx.Err()
+		return nil, ctx.Err()
 	case c.s.t.up.sessions && sessionLost(err):
 		g.end(true)
-		return rebound.Retryable(errSessionLost) // refused: it never ran
+		return nil, rebound.Retryable(errSessionLost) // refused: it never ran
+	case c.s.t.up.sessions && errors.As(err, &we):
+		return &jsonrpc.Response{Error: we}, nil // the server's answer, sent as an HTTP error
 	case !c.s.t.up.sessions, errors.Is(err, syscall.ECONNREFUSED), strings.Contains(err.Error(), "Service Unavailable"):
 		// A stdio server whose pipe broke read no whole line; an HTTP
 		// server that refused the connection or said 503 took nothing on.
 		g.end(false)
-		return rebound.Retryable(err)
+		return nil, rebound.Retryable(err)
 	case strings.Contains(err.Error(), "Too Many Requests"):
-		return rebound.Retryable(err) // the engine beneath waited as told; the session is fine
+		return nil, rebound.Retryable(err) // the engine beneath waited as told; the session is fine
 	}
 	g.end(false)
-	return c.cut(g, err)
+	return nil, c.cut(g, err)
 }
 
 // cut judges a call the server died or lost the session under.

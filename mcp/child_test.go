@@ -20,12 +20,16 @@ import (
 const (
 	childMode = "REBOUNDMCP_TEST_CHILD"
 	childLog  = "REBOUNDMCP_TEST_LOG"
+	childArgv = "REBOUNDMCP_TEST_ARGV" // relay-kill: the server's command line, JSON
+	childTool = "REBOUNDMCP_TEST_TOOL" // relay-kill: the tool whose call kills
 )
 
 func TestMain(m *testing.M) {
 	switch os.Getenv(childMode) {
 	case "":
 		os.Exit(m.Run())
+	case "relay-kill":
+		relayKill()
 	case "grandchild":
 		time.Sleep(time.Hour) // lives until its process group is killed
 		os.Exit(0)

@@ -138,7 +138,9 @@ func (l *logBuffer) Write(p []byte) (int, error) {
 	return l.buf.Write(p)
 }
 
-func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewJSONHandler(l, nil)) }
+func (l *logBuffer) logger() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
 
 // awaitStarts waits, a virtual millisecond at a time, for the n-th start.
 func (f *fake) awaitStarts(n int) {

@@ -121,11 +121,11 @@ func (g *generation) notify(ctx context.Context, method string, params any) erro
 // to whoever waits for them (an answer nobody waits for, a duplicate or a
 // late one, is dropped), everything else to the session.
 func (g *generation) read(ctx context.Context) {
-	defer g.end(false)
 	for {
 		msg, err := g.conn.Read(ctx)
 		if err != nil {
 			g.s.logDebug("mcp.read_failed", "start", g.n, "error", err.Error())
+			g.end(g.s.t.up.sessions && sessionLost(err))
 			return
 		}
 		switch msg := msg.(type) {

@@ -64,10 +64,12 @@ func sessionLost(err error) bool {
 	if !errors.As(err, &we) {
 		return false
 	}
-	if we.Code == -32001 {
-		return true
-	}
-	m := strings.ToLower(we.Message)
+	return we.Code == -32001 || saysSessionLost(strings.ToLower(we.Message))
+}
+
+// saysSessionLost says whether a lower-cased error message is about a
+// session ID that is missing, invalid or unknown.
+func saysSessionLost(m string) bool {
 	return strings.Contains(m, "session") &&
 		(strings.Contains(m, "not found") || strings.Contains(m, "missing") || strings.Contains(m, "invalid") ||
 			strings.Contains(m, "no valid") || strings.Contains(m, "unknown") || strings.Contains(m, "required"))
