@@ -1,7 +1,6 @@
 package reboundmcp
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"strings"
