@@ -27,3 +27,13 @@ func orDefault[T comparable](v, d T) T {
 func (o *Options) idleTimeout() time.Duration {
 	return max(0, orDefault(o.IdleTimeout, defaultIdleTimeout))
 }
+
+// positive returns d for a zero or negative v, v otherwise: for the
+// settings of the restart schedule, where no wait at all would let a
+// server that dies at once be spawned in a tight loop.
+func positive(v, d time.Duration) time.Duration {
+	if v <= 0 {
+		return d
+	}
+	return v
+}

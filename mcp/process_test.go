@@ -1,7 +1,6 @@
 package reboundmcp
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -104,14 +103,10 @@ func TestCloseEndsTheChildsWholeProcessGroup(t *testing.T) {
 		t.Fatalf("the grandchild %s is not running before Close: %v", pid, err)
 	}
 	cs.Close()
-	// EOF comes only once every process holding the pipe is gone.
+	// EOF comes only once every process holding the pipe has exited (or
+	// is exiting: its files are closed before it is reaped), and the
+	// grandchild closes it no other way.
 	if _, err := io.Copy(io.Discard, r); err != nil {
 		t.Fatal(err)
-	}
-	if _, err := os.Stat(fmt.Sprintf("/proc/%s", pid)); err == nil {
-		state, _ := os.ReadFile(fmt.Sprintf("/proc/%s/stat", pid))
-		if !strings.Contains(string(state), ") Z ") {
-			t.Errorf("the grandchild %s outlived Close: %s", pid, state)
-		}
 	}
 }

@@ -95,17 +95,21 @@ type Options struct {
 	// notifications/cancelled, the caller an error. Zero means 60 s;
 	// negative means never.
 	IdleTimeout time.Duration
-	// RestartMin and RestartMax bound the respawn backoff of a stdio
-	// server: the first restart after a healthy run is at once, the next
-	// after RestartMin, doubling up to RestartMax, each jittered. Zero
-	// means 100 ms and 2 s.
+	// RestartMin and RestartMax bound the respawn backoff (a new HTTP
+	// session counts as a start): the first restart after a healthy run is
+	// at once, the next after RestartMin, doubling up to RestartMax, each
+	// drawn from the upper half of its span. Zero or negative means
+	// 100 ms and 2 s.
 	RestartMin, RestartMax time.Duration
 	// HealthyAfter is how long a server must run for the backoff to start
-	// over. Zero means 10 s.
+	// over. Zero or negative means 10 s.
 	HealthyAfter time.Duration
 	// CrashLimit crashes within CrashWindow open the respawn breaker: no
-	// restart for CrashCooldown, then one probe start. Zero means 10
-	// crashes, 30 s and 30 s.
+	// restart for CrashCooldown, and calls fail at once with
+	// ErrServerDown; then one probe start, which closes the breaker once
+	// it has run for HealthyAfter, or opens it again when it dies sooner.
+	// Zero means 10 crashes; negative means no breaker. Zero or negative
+	// windows mean 30 s each.
 	CrashLimit                 int
 	CrashWindow, CrashCooldown time.Duration
 	// Tools overrides the annotations of the tools it names.

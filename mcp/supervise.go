@@ -16,6 +16,7 @@ type supervisor struct {
 	changed   chan struct{} // closed and replaced at every change
 	downSince time.Time
 	open      bool // the respawn breaker
+	starting  bool // a start is under way: calls wait for it whatever DownWait says
 }
 
 func (sp *supervisor) init() {
@@ -38,7 +39,7 @@ func (sp *supervisor) set(g *generation, open bool) {
 	if sp.gen != nil && g == nil {
 		sp.downSince = time.Now()
 	}
-	sp.gen, sp.open = g, open
+	sp.gen, sp.open, sp.starting = g, open, false
 	close(sp.changed)
 	sp.changed = make(chan struct{})
 }
@@ -51,12 +52,12 @@ func (s *session) waitReady(ctx context.Context) (*generation, error) {
 	downWait := orDefault(s.o.DownWait, defaultDownWait)
 	for {
 		sp.mu.Lock()
-		g, changed, open, since := sp.gen, sp.changed, sp.open, sp.downSince
+		g, changed, open, since, starting := sp.gen, sp.changed, sp.open, sp.downSince, sp.starting
 		sp.mu.Unlock()
 		if g != nil && !g.isDead() {
 			return g, nil
 		}
-		if g != nil { // dead, and its supervisor not yet told: wait for the next
+		if g != nil || starting { // dead and its supervisor not yet told, or a start is under way
 			select {
 			case <-changed:
 			case <-ctx.Done():
@@ -89,12 +90,15 @@ func (s *session) waitReady(ctx context.Context) (*generation, error) {
 // crashes within CrashWindow, then probes with one start.
 func (s *session) supervise() {
 	o := s.o
-	healthyAfter := orDefault(o.HealthyAfter, defaultHealthyAfter)
+	healthyAfter := positive(o.HealthyAfter, defaultHealthyAfter)
 	limit := orDefault(o.CrashLimit, defaultCrashLimit)
-	window := orDefault(o.CrashWindow, defaultCrashWindow)
+	window := positive(o.CrashWindow, defaultCrashWindow)
 	var crashes []time.Time
 	backoff, probing := 0, false
 	for n := 1; ; n++ {
+		s.sup.mu.Lock()
+		s.sup.starting = true
+		s.sup.mu.Unlock()
 		g, err := s.start(n)
 		if err == nil {
 			s.sup.set(g, false)
@@ -111,6 +115,9 @@ func (s *session) supervise() {
 		if s.ctx.Err() != nil {
 			return
 		}
+		if err != nil {
+			s.sup.set(nil, false) // the start failed: down, no longer starting
+		}
 		cause := "exited"
 		if err != nil {
 			cause = err.Error()
@@ -120,7 +127,7 @@ func (s *session) supervise() {
 		now := time.Now()
 		crashes = append(keepSince(crashes, now.Add(-window)), now)
 		if probing || (limit > 0 && len(crashes) >= limit) {
-			cooldown := max(orDefault(o.CrashCooldown, defaultCrashCooldown), 0)
+			cooldown := positive(o.CrashCooldown, defaultCrashCooldown)
 			s.logInfo("mcp.breaker", "state", "open", "crashes", len(crashes), "cooldown_ms", cooldown.Milliseconds(), "cause", cause)
 			s.sup.set(nil, true)
 			if !s.sleep(cooldown) {
@@ -143,7 +150,7 @@ func (s *session) supervise() {
 // waitDeath waits for g to die or the session to close, and says whether
 // g ran healthily for healthyAfter first.
 func (s *session) waitDeath(g *generation, healthyAfter time.Duration) (healthy bool) {
-	t := time.NewTimer(max(healthyAfter, 0))
+	t := time.NewTimer(healthyAfter)
 	defer t.Stop()
 	for {
 		select {
@@ -165,16 +172,13 @@ func (s *session) restartDelay(n int) time.Duration {
 	if n == 0 {
 		return 0
 	}
-	lo := max(orDefault(s.o.RestartMin, defaultRestartMin), 0)
-	hi := max(orDefault(s.o.RestartMax, defaultRestartMax), lo)
+	lo := positive(s.o.RestartMin, defaultRestartMin)
+	hi := max(positive(s.o.RestartMax, defaultRestartMax), lo)
 	d := lo
 	for i := 1; i < n && d < hi; i++ {
 		d *= 2
 	}
 	d = min(d, hi)
-	if d <= 1 {
-		return d
-	}
 	return d/2 + rand.N(d/2+1)
 }
 
