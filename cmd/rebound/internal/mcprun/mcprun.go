@@ -6,9 +6,10 @@
 //
 // Over stdio the relay is reboundmcp.Serve between the SDK's
 // newline-delimited connection on the command's standard input and
-// output and the resilient connection: two goroutines in all, each
-// message decoded once and written once. Nothing but the protocol is
-// written to standard output.
+// output and the resilient connection: the command adds a goroutine per
+// direction and none per message, and each message is decoded once and
+// encoded once on each side. Nothing but the protocol is written to
+// standard output.
 package mcprun
 
 import (
