@@ -25,6 +25,13 @@ func startHTTP(t *testing.T, env []string, args ...string) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := mcpProcess(t, append([]string{"--addr", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(cmd.Env, env...)
+	return cmd, startListening(t, cmd)
+}
+
+// startListening starts cmd, a "rebound mcp --addr", and returns its
+// endpoint, from the first line of its stdout.
+func startListening(t *testing.T, cmd *exec.Cmd) string {
+	t.Helper()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +45,7 @@ func startHTTP(t *testing.T, env []string, args ...string) (*exec.Cmd, string) {
 	if err != nil || !ok || !strings.HasSuffix(endpoint, "/mcp") {
 		t.Fatalf("first line %q (%v), want listening on http://HOST:PORT/mcp", line, err)
 	}
-	return cmd, endpoint
+	return endpoint
 }
 
 // postInitialize sends an initialize to endpoint with the header pairs given (a

@@ -118,3 +118,49 @@ func TestMCPEverythingOverHTTPUpstream(t *testing.T) {
 		t.Errorf("echo after the server restarted: %q", got)
 	}
 }
+
+// TestMCPEverythingBehindHTTPFront: the Go SDK's client over streamable
+// HTTP to "rebound mcp --addr", which runs the everything server over
+// stdio: its tools listed and echo called, the server killed and echo
+// answered by the next one, SIGTERM exiting 0 with the server gone.
+func TestMCPEverythingBehindHTTPFront(t *testing.T) {
+	server := npmserver.EverythingStdio(t)
+	cmd := mcpProcess(t, append([]string{"--addr", "127.0.0.1:0", "--"}, server.Args...)...)
+	cmd.Env = append(server.Env, cmd.Env[len(cmd.Env)-1])
+	endpoint := startListening(t, cmd)
+	client := mcp.NewClient(&mcp.Implementation{Name: "rebound-test", Version: "1"}, nil)
+	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: endpoint}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	tools, err := cs.ListTools(t.Context(), nil)
+	if err != nil || len(tools.Tools) == 0 {
+		t.Fatalf("tools/list: %v, %v", tools, err)
+	}
+	echo := func(msg string) string {
+		return textOf(t)(cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": msg}}))
+	}
+	if got := echo("before"); !strings.Contains(got, "before") {
+		t.Errorf("echo: %q", got)
+	}
+	kids := children(t, cmd.Process.Pid)
+	if len(kids) != 1 {
+		t.Fatalf("rebound mcp has children %v, want the one server", kids)
+	}
+	syscall.Kill(kids[0], syscall.SIGKILL)
+	if !waitExit(t, kids[0], 10*time.Second) {
+		t.Fatal("the killed server did not exit")
+	}
+	if got := echo("after"); !strings.Contains(got, "after") {
+		t.Errorf("echo after the server was killed: %q", got)
+	}
+	again := children(t, cmd.Process.Pid)
+	stop(t, cmd)
+	for _, pid := range again {
+		if !waitExit(t, pid, 10*time.Second) {
+			t.Errorf("server %d outlived the command", pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
