@@ -87,7 +87,8 @@ func refusedAsJSONRPC(t *testing.T, what string, status int, body string, want i
 	}
 }
 
-// serverStarts returns the pids the test server wrote to its mark file.
+// serverStarts returns the pids the test server wrote to its mark file,
+// one a start.
 func serverStarts(t *testing.T, mark string) []int {
 	t.Helper()
 	data, err := os.ReadFile(mark)
@@ -96,8 +97,9 @@ func serverStarts(t *testing.T, mark string) []int {
 	}
 	var pids []int
 	for _, f := range strings.Fields(string(data)) {
-		n, _ := strconv.Atoi(f)
-		pids = append(pids, n)
+		if n, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, n)
+		}
 	}
 	return pids
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -23,19 +24,30 @@ func testServer(mark string) []string {
 	return []string{"--", os.Args[0], mcpServerArg, mark}
 }
 
-// runTestMCPServer serves, until its stdin closes, the tools "pid" (its
-// process id; read-only) and "spawn" (starts a long sleep in its process
-// group and returns the sleeper's pid: what the server leaves behind if
-// only it is killed).
-func runTestMCPServer(args []string) {
-	if len(args) > 0 && args[0] != "" {
-		mark := args[0]
-		f, err := os.OpenFile(mark, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-		if err == nil {
-			f.WriteString(strconv.Itoa(os.Getpid()) + "\n")
-			f.Close()
-		}
+// note appends a line to the mark file, if there is one.
+func note(mark, line string) {
+	if mark == "" {
+		return
 	}
+	if f, err := os.OpenFile(mark, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600); err == nil {
+		f.WriteString(line + "\n")
+		f.Close()
+	}
+}
+
+// runTestMCPServer serves, until its stdin closes, the tools "pid" (its
+// process id; read-only), "spawn" (starts a long sleep in its process
+// group and returns the sleeper's pid: what the server leaves behind if
+// only it is killed), "exit" (side-effecting: notes "exit" in the mark
+// file and exits while the call runs) and "first_start_dies" (read-only:
+// the server's first start exits while the call runs, a later one answers
+// its pid).
+func runTestMCPServer(args []string) {
+	mark := ""
+	if len(args) > 0 {
+		mark = args[0]
+	}
+	note(mark, strconv.Itoa(os.Getpid()))
 	s := mcp.NewServer(&mcp.Implementation{Name: "rebound-test", Version: "1"}, nil)
 	object := json.RawMessage(`{"type":"object"}`)
 	text := func(n int) *mcp.CallToolResult {
@@ -53,6 +65,19 @@ func runTestMCPServer(args []string) {
 			}
 			go sleeper.Wait()
 			return text(sleeper.Process.Pid), nil
+		})
+	s.AddTool(&mcp.Tool{Name: "exit", InputSchema: object},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			note(mark, "exit")
+			os.Exit(3)
+			return nil, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "first_start_dies", InputSchema: object, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if data, _ := os.ReadFile(mark); strings.Count(string(data), "\n") == 1 {
+				os.Exit(3)
+			}
+			return text(os.Getpid()), nil
 		})
 	s.Run(context.Background(), &mcp.StdioTransport{})
 	os.Exit(0)

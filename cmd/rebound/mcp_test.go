@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -110,8 +112,8 @@ func TestMCPStdioGoSDKClient(t *testing.T) {
 	for _, tool := range tools.Tools {
 		names = append(names, tool.Name)
 	}
-	if strings.Join(names, ",") != "pid,spawn" {
-		t.Errorf("tools %v, want pid and spawn", names)
+	if strings.Join(names, ",") != "exit,first_start_dies,pid,spawn" {
+		t.Errorf("tools %v, want exit, first_start_dies, pid and spawn", names)
 	}
 	first := callInt(t, cs, "pid")
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
@@ -256,5 +258,36 @@ func TestMCPSIGTERMLeavesNoOrphan(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMCPCallCutShortByACrash: through the command, a read-only call the
+// server dies under is sent again to the next server and answered; a
+// side-effecting one runs once and the caller gets an error naming the
+// tool and saying it may have taken effect. The session goes on.
+func TestMCPCallCutShortByACrash(t *testing.T) {
+	mark := filepath.Join(t.TempDir(), "starts")
+	cmd := mcpProcess(t, append([]string{"--name", "test"}, testServer(mark)...)...)
+	client := mcp.NewClient(&mcp.Implementation{Name: "rebound-test", Version: "1"}, nil)
+	cs, err := client.Connect(t.Context(), &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	pid := callInt(t, cs, "first_start_dies")
+	if starts := serverStarts(t, mark); len(starts) != 2 || starts[1] != pid {
+		t.Errorf("starts %v, answer from %d: want the call answered by the second start", starts, pid)
+	}
+	_, err = cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "exit", Arguments: map[string]any{}})
+	want := `reboundmcp: MCP server test died while tool "exit" ran: the call may have taken effect, and was not sent again`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("tools/call exit: %v, want an error with %q", err, want)
+	}
+	data, _ := os.ReadFile(mark)
+	if n := strings.Count(string(data), "exit\n"); n != 1 {
+		t.Errorf("the side-effecting tool ran %d times, want once", n)
+	}
+	if again := callInt(t, cs, "pid"); again == pid {
+		t.Errorf("pid %d after the server died: no new server", again)
 	}
 }
