@@ -18,16 +18,15 @@ import (
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if why := p.door.Refusal(r); why != "" {
+	why, answered := p.door.Enter(w, r)
+	if why != "" {
 		writeError(w, dialectOfPath(r.URL.Path), http.StatusForbidden, why)
 		p.logCall(&call{start: time.Now(), method: r.Method, path: r.URL.Path, outcome: "forbidden"}, http.StatusForbidden)
 		return
 	}
-	if r.Method == http.MethodOptions {
-		p.door.Preflight(w, r)
-		return
+	if answered {
+		return // a pre-flight
 	}
-	p.door.AllowOrigin(w.Header(), r)
 	switch r.URL.Path {
 	case "/healthz":
 		writeJSON(w, http.StatusOK, `{"status":"ok"}`)

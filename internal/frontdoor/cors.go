@@ -5,9 +5,9 @@ import (
 	"strings"
 )
 
-// AllowOrigin adds to h the CORS headers of an answer to r, whose origin
-// Refusal has let through: none when r has no Origin.
-func (d *Door) AllowOrigin(h http.Header, r *http.Request) {
+// allowOrigin adds to h the CORS headers of an answer to r, whose origin
+// refusal has let through: none when r has no Origin.
+func (d *Door) allowOrigin(h http.Header, r *http.Request) {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
 		return
@@ -20,10 +20,10 @@ func (d *Door) AllowOrigin(h http.Header, r *http.Request) {
 // preflightMethods are what a pre-flight may ask for.
 const preflightMethods = "GET, POST, PUT, PATCH, DELETE"
 
-// Preflight answers an OPTIONS request, which never goes further: a
-// pre-flight from an allowed origin (Refusal let it through) with what
+// preflight answers an OPTIONS request, which never goes further: a
+// pre-flight from an allowed origin (refusal let it through) with what
 // it may send, anything else with the methods there are.
-func (d *Door) Preflight(w http.ResponseWriter, r *http.Request) {
+func (d *Door) preflight(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	if method := r.Header.Get("Access-Control-Request-Method"); method != "" && r.Header.Get("Origin") != "" {
 		h.Set("Access-Control-Allow-Origin", r.Header.Get("Origin"))

@@ -21,10 +21,10 @@
 // x-api-key, x-goog-api-key, api-key, the "key" query parameter) and
 // compared in constant time.
 //
-// The door decides and the caller shapes the answer: Refusal returns a
-// reason, Admit a yes or no, and the caller writes its 403 or 401 as its
-// clients read errors (the proxy in the request's API dialect, the MCP
-// front as a JSON-RPC error). Every caller checks in the same order:
-// Refusal, then an OPTIONS answered by Preflight, then AllowOrigin on
-// the answer, then Admit before anything is served that needs a token.
+// The door decides and the caller shapes the answer: Enter returns a
+// reason to refuse (or answers a pre-flight itself), Admit a yes or no,
+// and the caller writes its 403 or 401 as its clients read errors (the
+// proxy in the request's API dialect, the MCP front as a JSON-RPC
+// error). Enter comes first, for every request; Admit before anything is
+// served that needs a token (the proxy's health checks need none).
 package frontdoor

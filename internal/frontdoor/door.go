@@ -107,10 +107,28 @@ func normalOrigin(s string) (string, bool) {
 	return scheme + "://" + host, true
 }
 
-// Refusal says why r is refused whatever token it carries — a Host that
-// is neither loopback nor allowed (without tokens), an Origin not
-// allowed — or "" if it is not: the text of the caller's 403.
-func (d *Door) Refusal(r *http.Request) string {
+// Enter judges r before anything is served, in the order every server of
+// rebound's keeps. If r is refused whatever token it carries (a Host that
+// is neither loopback nor allowed, without tokens; an Origin not
+// allowed), refused says why, the text of the caller's 403, and nothing
+// is written. An OPTIONS request is answered here (a pre-flight from an
+// allowed origin with what it may send): answered is true and the caller
+// is done. Otherwise w has the CORS headers r's origin gets, and the
+// caller goes on, to Admit where a token is needed.
+func (d *Door) Enter(w http.ResponseWriter, r *http.Request) (refused string, answered bool) {
+	if why := d.refusal(r); why != "" {
+		return why, false
+	}
+	if r.Method == http.MethodOptions {
+		d.preflight(w, r)
+		return "", true
+	}
+	d.allowOrigin(w.Header(), r)
+	return "", false
+}
+
+// refusal says why r is refused whatever token it carries, or "".
+func (d *Door) refusal(r *http.Request) string {
 	host := r.Host
 	if host == "" {
 		host = r.URL.Host // a request served in memory, as a client made it

@@ -25,12 +25,12 @@ func TestRefusalHostWithoutTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, host := range []string{"localhost", "LOCALHOST:9", "127.0.0.1", "127.2.3.4:80", "[::1]", "[::1]:8080", "box.internal:1", "[fd00::1]:2"} {
-		if why := d.Refusal(request(host)); why != "" {
+		if why := d.refusal(request(host)); why != "" {
 			t.Errorf("Host %s refused: %s", host, why)
 		}
 	}
 	for _, host := range []string{"example.com", "localhost.example.com", "127.0.0.1.nip.io", "0.0.0.0", "[::2]:1", "box.internal.evil"} {
-		if why := d.Refusal(request(host)); why == "" {
+		if why := d.refusal(request(host)); why == "" {
 			t.Errorf("Host %s let through without tokens", host)
 		}
 	}
@@ -43,10 +43,10 @@ func TestRefusalHostWithTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if why := d.Refusal(request("example.com")); why != "" {
+	if why := d.refusal(request("example.com")); why != "" {
 		t.Errorf("Host example.com refused with tokens: %s", why)
 	}
-	if why := d.Refusal(request("example.com", "Origin", "https://app.example.com")); why != "" {
+	if why := d.refusal(request("example.com", "Origin", "https://app.example.com")); why != "" {
 		t.Errorf("allowed origin refused: %s", why)
 	}
 	for _, h := range [][]string{
@@ -55,11 +55,11 @@ func TestRefusalHostWithTokens(t *testing.T) {
 		{"Origin", "https://app.example.com", "Origin", "https://app.example.com"},
 		{"Sec-Fetch-Site", "cross-site"},
 	} {
-		if why := d.Refusal(request("example.com", h...)); why == "" {
+		if why := d.refusal(request("example.com", h...)); why == "" {
 			t.Errorf("%v let through", h)
 		}
 	}
-	if why := d.Refusal(request("example.com", "Sec-Fetch-Site", "same-origin")); why != "" {
+	if why := d.refusal(request("example.com", "Sec-Fetch-Site", "same-origin")); why != "" {
 		t.Errorf("same-origin refused: %s", why)
 	}
 }
@@ -129,24 +129,34 @@ func TestDropKeys(t *testing.T) {
 	}
 }
 
-// TestPreflightAndCORS: a pre-flight gets what it may send, only the
-// asked headers that are tokens; an answer gets CORS headers only when
-// the request had an Origin; an upstream's own CORS headers go.
-func TestPreflightAndCORS(t *testing.T) {
+// TestEnter: a refused request gets a reason and nothing written; a
+// pre-flight is answered with what it may send, only the asked headers
+// that are tokens; an answer gets CORS headers only when the request had
+// an allowed Origin; an upstream's own CORS headers go.
+func TestEnter(t *testing.T) {
 	d, _ := New(Options{AllowOrigins: []string{"http://localhost:3000"}})
+	w := httptest.NewRecorder()
+	if why, answered := d.Enter(w, request("localhost", "Origin", "https://evil.example")); why == "" || answered || len(w.Header()) != 0 {
+		t.Errorf("foreign origin: %q, answered %v, headers %v", why, answered, w.Header())
+	}
 	r := request("localhost", "Origin", "http://localhost:3000", "Access-Control-Request-Method", "POST",
 		"Access-Control-Request-Headers", "content-type, mcp-session-id, bad header,")
-	w := httptest.NewRecorder()
-	d.Preflight(w, r)
+	r.Method = http.MethodOptions
+	w = httptest.NewRecorder()
+	why, answered := d.Enter(w, r)
 	h := w.Result().Header
-	if w.Code != 204 || h.Get("Access-Control-Allow-Origin") != "http://localhost:3000" ||
+	if why != "" || !answered || w.Code != 204 || h.Get("Access-Control-Allow-Origin") != "http://localhost:3000" ||
 		h.Get("Access-Control-Allow-Headers") != "content-type, mcp-session-id" {
-		t.Errorf("pre-flight: %d %v", w.Code, h)
+		t.Errorf("pre-flight: %q, answered %v, %d %v", why, answered, w.Code, h)
 	}
-	plain := http.Header{}
-	d.AllowOrigin(plain, request("localhost"))
-	if len(plain) != 0 {
-		t.Errorf("CORS headers without an Origin: %v", plain)
+	w = httptest.NewRecorder()
+	if why, answered := d.Enter(w, request("localhost", "Origin", "http://localhost:3000")); why != "" || answered ||
+		w.Header().Get("Access-Control-Allow-Origin") != "http://localhost:3000" {
+		t.Errorf("allowed origin: %q, answered %v, headers %v", why, answered, w.Header())
+	}
+	w = httptest.NewRecorder()
+	if why, answered := d.Enter(w, request("localhost")); why != "" || answered || len(w.Header()) != 0 {
+		t.Errorf("no origin: %q, answered %v, headers %v", why, answered, w.Header())
 	}
 	up := http.Header{"Access-Control-Allow-Origin": {"*"}, "access-control-allow-credentials": {"true"}, "Content-Type": {"x"}}
 	StripCORS(up)

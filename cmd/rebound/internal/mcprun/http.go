@@ -85,15 +85,14 @@ func newFront(ctx context.Context, door *frontdoor.Door, newTransport func() *re
 // ServeHTTP implements http.Handler: the door decides, and its refusals
 // are written as the MCP client reads errors, a JSON-RPC error body.
 func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if why := f.door.Refusal(r); why != "" {
+	why, answered := f.door.Enter(w, r)
+	if why != "" {
 		writeError(w, http.StatusForbidden, codeServerError, "Forbidden: "+why)
 		return
 	}
-	if r.Method == http.MethodOptions {
-		f.door.Preflight(w, r)
-		return
+	if answered {
+		return // a pre-flight
 	}
-	f.door.AllowOrigin(w.Header(), r)
 	if !f.door.Admit(r) {
 		writeError(w, http.StatusUnauthorized, codeServerError, "missing or wrong token (send it as Authorization: Bearer TOKEN)")
 		return
