@@ -134,3 +134,45 @@ func TestFrontBoundsSessions(t *testing.T) {
 		t.Errorf("the upstream saw %d sessions initialized", n)
 	}
 }
+
+// TestFrontDoor: the door comes before anything of MCP: a browser's
+// pre-flight from an allowed origin is answered with CORS headers, a
+// foreign page gets a 403 and a request without the token a 401, each
+// with a JSON-RPC error body, and none opens a session.
+func TestFrontDoor(t *testing.T) {
+	door, err := frontdoor.New(frontdoor.Options{Tokens: []string{"tok"}, AllowOrigins: []string{"http://localhost:5173"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFront(t.Context(), door, nil, 1, 0) // no session may start: nil would panic
+	for _, c := range []struct {
+		method string
+		header []string
+		status int
+	}{
+		{"OPTIONS", []string{"Origin", "http://localhost:5173", "Access-Control-Request-Method", "POST", "Access-Control-Request-Headers", "mcp-session-id"}, 204},
+		{"POST", []string{"Origin", "https://evil.example", "Authorization", "Bearer tok"}, 403},
+		{"POST", []string{"Origin", "http://localhost:5173"}, 401},
+		{"POST", []string{"Authorization", "Bearer wrong"}, 401},
+	} {
+		r := httptest.NewRequest(c.method, "http://mcp.example.com"+Path, strings.NewReader(initialize))
+		for i := 0; i+1 < len(c.header); i += 2 {
+			r.Header.Set(c.header[i], c.header[i+1])
+		}
+		w := httptest.NewRecorder()
+		f.ServeHTTP(w, r)
+		var msg struct{ Error struct{ Message string } }
+		json.Unmarshal(w.Body.Bytes(), &msg)
+		switch {
+		case w.Code != c.status:
+			t.Errorf("%s %v: %d, want %d", c.method, c.header, w.Code, c.status)
+		case c.status == 204 && w.Header().Get("Access-Control-Allow-Origin") != "http://localhost:5173":
+			t.Errorf("pre-flight: headers %v", w.Header())
+		case c.status != 204 && msg.Error.Message == "":
+			t.Errorf("%s %v: body %q, want a JSON-RPC error", c.method, c.header, w.Body)
+		}
+	}
+	if len(f.sessions) != 0 {
+		t.Errorf("%d sessions opened", len(f.sessions))
+	}
+}
