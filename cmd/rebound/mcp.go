@@ -116,8 +116,11 @@ func (f *mcpFlags) complete(fs *flag.FlagSet, c *mcprun.Config, dashes bool) err
 		return errors.New("--upstream and a command both given: front one server")
 	case len(c.Command) == 0 && c.Upstream == "":
 		return errors.New("give the server: rebound mcp [flags] -- COMMAND [ARGS...], or --upstream URL")
-	case c.Addr == "" && (f.tokenEnv != "" || f.tokensFile != "" || len(c.Door.AllowHosts) > 0 || len(c.Door.AllowOrigins) > 0):
-		return errors.New("--token-env, --tokens-file, --allow-host and --allow-origin go with --addr (over stdio the client is the process that started rebound)")
+	}
+	if c.Addr == "" {
+		if name := firstSet(fs, "token-env", "tokens-file", "allow-host", "allow-origin", "max-sessions", "session-timeout", "drain-timeout"); name != "" {
+			return fmt.Errorf("--%s goes with --addr (over stdio the one client is the process that started rebound)", name)
+		}
 	}
 	if c.Upstream != "" {
 		if err := checkUpstream(c.Upstream); err != nil {
@@ -164,6 +167,18 @@ func (f *mcpFlags) complete(fs *flag.FlagSet, c *mcprun.Config, dashes bool) err
 		return fmt.Errorf("--addr %s is not a loopback address: give client tokens (--token-env or --tokens-file)", c.Addr)
 	}
 	return nil
+}
+
+// firstSet returns the first of names given on the command line, or "".
+func firstSet(fs *flag.FlagSet, names ...string) string {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, n := range names {
+		if set[n] {
+			return n
+		}
+	}
+	return ""
 }
 
 // checkUpstream checks --upstream is an http or https URL.
