@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rebound-go/rebound"
 )
 
@@ -144,6 +146,10 @@ func (c *call) run() {
 	if s.o.Observer != nil {
 		p.Observer = s.o.Observer
 	}
+	// A hedge would send the request twice at once, and a timeout per
+	// attempt would send again a call that may be running; the idle
+	// timeout is the bound on an attempt.
+	p.Hedge, p.AttemptTimeout = nil, 0
 	resp, err := rebound.Do(rebound.WithTarget(c.ctx, c.target()), p, c.attempt)
 	s.mu.Lock()
 	delete(s.calls, c.key)
@@ -335,6 +341,16 @@ func (c *call) remember(resp *jsonrpc.Response) string {
 		} else {
 			delete(s.state.subs, p.URI)
 		}
+	case "tools/list":
+		// The client's own listing says the same as rebound's.
+		var page struct {
+			Tools []json.RawMessage `json:"tools"`
+		}
+		json.Unmarshal(resp.Result, &page)
+		if s.state.tools == nil {
+			s.state.tools = map[string]*mcp.ToolAnnotations{}
+		}
+		maps.Copy(s.state.tools, annotations(page.Tools))
 	case "tools/call":
 		var r struct {
 			IsError bool `json:"isError"`

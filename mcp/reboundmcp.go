@@ -84,7 +84,8 @@ type Options struct {
 	// Policy bounds the retries of HTTP failures (429 and 503 with their
 	// Retry-After, refused and reset connections) and of requests resent
 	// after a crash or lost session; its Observer, Breaker and Budget
-	// apply. The zero value is rebound's default policy.
+	// apply, its Hedge and AttemptTimeout do not (IdleTimeout bounds an
+	// attempt). The zero value is rebound's default policy.
 	Policy rebound.Policy
 	// DownWait is how long a call waits for a server that is down (being
 	// restarted, or its breaker open) before it fails with ErrServerDown.

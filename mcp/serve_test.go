@@ -99,3 +99,26 @@ func TestErrorAnswersAndToolErrorsGoBackAsTheyCame(t *testing.T) {
 		}
 	})
 }
+
+func TestServerRequestsReachTheClientAndItsAnswersTheServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(t)
+		f.handlers = map[string]mcp.ToolHandler{"read": func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			roots, err := req.Session.ListRoots(ctx, nil)
+			if err != nil {
+				return nil, err
+			}
+			return text(roots.Roots[0].URI), nil
+		}}
+		client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+		client.AddRoots(&mcp.Root{URI: "file:///work"})
+		cs, err := client.Connect(t.Context(), New(f.upstream(), Options{}), &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		if got, err := callText(t, cs, "read"); err != nil || got != "file:///work" {
+			t.Fatalf("%q, %v; want the client's root, asked by the server", got, err)
+		}
+	})
+}

@@ -22,6 +22,7 @@ type supervisor struct {
 func (sp *supervisor) init() {
 	sp.changed = make(chan struct{})
 	sp.downSince = time.Now()
+	sp.starting = true // the first start, which supervise is about to make
 }
 
 // current returns the generation that is up, or nil.
