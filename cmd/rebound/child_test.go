@@ -16,6 +16,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == mcpServerArg {
 		runTestMCPServer(os.Args[2:]) // the server "rebound mcp" runs, below the command
 	}
+	if len(os.Args) > 1 && os.Args[1] == chaosServerArg {
+		runChaosMCPServer(os.Args[2:])
+	}
 	if args := os.Getenv(childArgs); args != "" {
 		var a []string
 		if err := json.Unmarshal([]byte(args), &a); err != nil {
