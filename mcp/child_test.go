@@ -102,7 +102,7 @@ func countRuns(path, tool string) int {
 
 // childCommand is the test binary as a stdio server in mode, logging its
 // runs to a file of the test's.
-func childCommand(t *testing.T, mode string) (*exec.Cmd, string) {
+func childCommand(t testing.TB, mode string) (*exec.Cmd, string) {
 	log := t.TempDir() + "/runs"
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), childMode+"="+mode, childLog+"="+log)

@@ -3,6 +3,7 @@ package reboundmcp
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rebound-go/rebound"
 )
 
 // httpFake is an MCP server on the official SDK behind a streamable HTTP
@@ -137,5 +139,57 @@ func TestHTTPCloseEndsTheSessionWithDELETE(t *testing.T) {
 	defer f.mu.Unlock()
 	if last := f.methods[len(f.methods)-1]; last != http.MethodDelete {
 		t.Errorf("the last request was %s, want DELETE: %s", last, strings.Join(f.methods, " "))
+	}
+}
+
+func TestHTTPServerThatRefusesConnectionsForAWhileLosesNoCall(t *testing.T) {
+	f := newHTTPFake(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	serve := func(ln net.Listener) *http.Server {
+		s := &http.Server{Handler: f.srv.Config.Handler}
+		go s.Serve(ln)
+		return s
+	}
+	first := serve(ln)
+	var once sync.Once
+	back := make(chan *http.Server, 1)
+	o := Options{}
+	// The server comes back once the engine beneath has seen a refusal.
+	o.Policy.Observer = rebound.ObserverFunc(func(e rebound.Event) {
+		if e.Err != nil && strings.Contains(e.Err.Error(), "refused") {
+			once.Do(func() {
+				f.restart()
+				ln, err := net.Listen("tcp", addr)
+				if err != nil {
+					t.Errorf("listening again on %s: %v", addr, err)
+					close(back)
+					return
+				}
+				back <- serve(ln)
+			})
+		}
+	})
+	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+	cs, err := client.Connect(t.Context(), New(HTTP("http://"+addr+"/mcp", nil), o), &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if got, err := callText(t, cs, "write"); err != nil || got != "write 1" {
+		t.Fatalf("%q, %v", got, err)
+	}
+	first.Close()
+	if got, err := callText(t, cs, "write"); err != nil || got != "write 2" {
+		t.Fatalf("through the refusals and the lost session: %q, %v; want write 2", got, err)
+	}
+	if second := <-back; second != nil {
+		defer second.Close()
+	}
+	if n := f.runsOf("write"); n != 2 {
+		t.Errorf("write ran %d times, want 2", n)
 	}
 }

@@ -30,6 +30,10 @@ func startChild(_ context.Context, tmpl *exec.Cmd) (mcp.Connection, error) {
 	cmd.Args = tmpl.Args
 	cmd.Env, cmd.Dir, cmd.Stderr = tmpl.Env, tmpl.Dir, tmpl.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Stderr that is not a file is copied by a goroutine of exec's, which
+	// Wait would wait for as long as a grandchild holds the pipe: the
+	// group is killed only once Wait returns.
+	cmd.WaitDelay = termGrace
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, err
