@@ -10,6 +10,7 @@ import (
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/cost"
 	"github.com/rebound-go/rebound/fallback"
+	"github.com/rebound-go/rebound/internal/frontdoor"
 	"github.com/rebound-go/rebound/internal/provider"
 	"github.com/rebound-go/rebound/internal/sse"
 	"github.com/rebound-go/rebound/ratelimit"
@@ -151,13 +152,7 @@ func (p *Proxy) upstreamRequest(out *http.Request, c *call, t target) *http.Requ
 	c.body.attach(req, t.model)
 	req.Header.Del("Accept-Encoding")
 	if t.up.key != "" || !p.passClientKey || t.up != c.rt.targets[0].up {
-		for _, h := range clientKeyHeaders {
-			req.Header.Del(h)
-		}
-		if q := u.Query(); q.Has("key") {
-			q.Del("key")
-			u.RawQuery = q.Encode()
-		}
+		frontdoor.DropKeys(req.Header, &u)
 	}
 	if t.up.key != "" {
 		dialect := t.up.dialect

@@ -13,6 +13,7 @@ import (
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/breaker"
 	"github.com/rebound-go/rebound/fallback"
+	"github.com/rebound-go/rebound/internal/frontdoor"
 	"github.com/rebound-go/rebound/internal/scrub"
 	"github.com/rebound-go/rebound/ratelimit"
 )
@@ -137,9 +138,8 @@ type Options struct {
 // Proxy is the http.Handler of rebound proxy.
 type Proxy struct {
 	routes        []*route
-	routed        bool // routes come from a config that has some: an unknown one is a 404
-	tokens        tokens
-	browsers      browsers
+	routed        bool            // routes come from a config that has some: an unknown one is a 404
+	door          *frontdoor.Door // who may call: hosts, origins, tokens
 	passClientKey bool
 	maxBody       int64 // the largest cap of any route: what is read before routing
 	memory        *bodyMemory
@@ -158,7 +158,6 @@ type Proxy struct {
 // New returns a Proxy for o, or a one-line error.
 func New(o Options) (*Proxy, error) {
 	p := &Proxy{
-		tokens:      newTokens(o.Tokens),
 		cooldowns:   o.Cooldowns,
 		observer:    o.Observer,
 		log:         o.Logger,
@@ -202,6 +201,16 @@ func New(o Options) (*Proxy, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
+	hosts, origins := o.AllowHosts, o.AllowOrigins
+	if o.Config != nil {
+		hosts = append(hosts[:len(hosts):len(hosts)], o.Config.AllowHosts...)
+		origins = append(origins[:len(origins):len(origins)], o.Config.AllowOrigins...)
+	}
+	door, err := frontdoor.New(frontdoor.Options{Tokens: o.Tokens, AllowHosts: hosts, AllowOrigins: origins})
+	if err != nil {
+		return nil, err
+	}
+	p.door = door
 	ups := upstreamMaker{send: send, limiter: o.Limiter, maxQueueWait: maxQueueWait}
 	keys, err := p.setRoutes(o, policy, ups, getenv)
 	if err != nil {
@@ -212,14 +221,6 @@ func New(o Options) (*Proxy, error) {
 		r.chain = p.newChain(r)
 	}
 	p.secrets = secretsOf(append(keys, o.Tokens...))
-	hosts, origins := o.AllowHosts, o.AllowOrigins
-	if o.Config != nil {
-		hosts = append(hosts[:len(hosts):len(hosts)], o.Config.AllowHosts...)
-		origins = append(origins[:len(origins):len(origins)], o.Config.AllowOrigins...)
-	}
-	if p.browsers, err = newBrowsers(hosts, origins, len(p.tokens) > 0); err != nil {
-		return nil, err
-	}
 	memory := o.MaxBodyMemory
 	switch {
 	case memory < 0:

@@ -6,6 +6,8 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+
+	"github.com/rebound-go/rebound/internal/frontdoor"
 )
 
 // maxErrorBody is the most of an upstream's error body the proxy passes
@@ -14,7 +16,7 @@ import (
 const maxErrorBody = 1 << 20
 
 // scrubResponse is the ReverseProxy's ModifyResponse. It strips the
-// upstream's CORS headers (stripCORS). And an upstream that
+// upstream's CORS headers (frontdoor.StripCORS). And an upstream that
 // echoes the key it was sent (in a response header, or in an error's
 // body) must not hand the operator's key to a client that holds only a
 // token. Header values lose the keys and tokens the proxy knows; an error
@@ -22,7 +24,7 @@ const maxErrorBody = 1 << 20
 // and is cut at maxErrorBody. A body the transport did not decode (an
 // encoding the proxy did not ask for) goes as it came.
 func (p *Proxy) scrubResponse(resp *http.Response) error {
-	stripCORS(resp.Header)
+	frontdoor.StripCORS(resp.Header)
 	if p.secrets.Empty() {
 		return nil
 	}

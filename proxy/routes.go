@@ -85,10 +85,10 @@ func (p *Proxy) setRoutes(o Options, policy rebound.Policy, ups upstreamMaker, g
 		if err != nil {
 			return nil, fmt.Errorf("--upstream: %v", err)
 		}
-		if len(p.tokens) > 0 && o.UpstreamKey == "" {
+		if p.door.HasTokens() && o.UpstreamKey == "" {
 			return nil, errors.New("client tokens need the upstream's key (--key-env): the token takes the header the client's key would pass in")
 		}
-		p.passClientKey = len(p.tokens) == 0
+		p.passClientKey = !p.door.HasTokens()
 		p.routes = []*route{{name: "default", targets: []target{{up: up}}, policy: policy, maxBody: p.maxBody}}
 		return []string{o.UpstreamKey}, nil
 	}
@@ -98,7 +98,7 @@ func (p *Proxy) setRoutes(o Options, policy rebound.Policy, ups upstreamMaker, g
 // configRoutes sets p's routes from the config c, with policy where it
 // names none, and returns the upstreams' keys.
 func (p *Proxy) configRoutes(c *FileConfig, policy rebound.Policy, ups upstreamMaker, getenv func(string) string) (keys []string, err error) {
-	if c.PassClientKey && len(p.tokens) > 0 {
+	if c.PassClientKey && p.door.HasTokens() {
 		return nil, errors.New("config: pass_client_key with client tokens: the token takes the header the client's key would pass in")
 	}
 	p.passClientKey = c.PassClientKey

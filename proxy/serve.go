@@ -18,16 +18,15 @@ import (
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if why := p.browsers.refusal(r); why != "" {
+	why, answered := p.door.Enter(w, r)
+	if why != "" {
 		writeError(w, dialectOfPath(r.URL.Path), http.StatusForbidden, why)
 		p.logCall(&call{start: time.Now(), method: r.Method, path: r.URL.Path, outcome: "forbidden"}, http.StatusForbidden)
 		return
 	}
-	if r.Method == http.MethodOptions {
-		p.browsers.options(w, r)
-		return
+	if answered {
+		return // a pre-flight
 	}
-	p.browsers.allowOrigin(w.Header(), r)
 	switch r.URL.Path {
 	case "/healthz":
 		writeJSON(w, http.StatusOK, `{"status":"ok"}`)
@@ -41,7 +40,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case "/metrics":
 		if p.metrics != nil {
-			if !p.tokens.admit(r) {
+			if !p.door.Admit(r) {
 				writeJSON(w, http.StatusUnauthorized, unauthorizedBody)
 				return
 			}
@@ -59,7 +58,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		p.logCall(c, sw.status)
 	}()
-	if !p.tokens.admit(r) {
+	if !p.door.Admit(r) {
 		writeJSON(sw, http.StatusUnauthorized, unauthorizedBody)
 		c.outcome = "unauthorized"
 		return

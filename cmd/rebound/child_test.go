@@ -13,6 +13,15 @@ import (
 const childArgs = "REBOUND_TEST_COMMAND"
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == mcpServerArg {
+		runTestMCPServer(os.Args[2:]) // the server "rebound mcp" runs, below the command
+	}
+	if len(os.Args) > 1 && os.Args[1] == byteCopyArg {
+		runByteCopy(os.Args[2:])
+	}
+	if len(os.Args) > 1 && os.Args[1] == chaosServerArg {
+		runChaosMCPServer(os.Args[2:])
+	}
 	if args := os.Getenv(childArgs); args != "" {
 		var a []string
 		if err := json.Unmarshal([]byte(args), &a); err != nil {
@@ -28,7 +37,7 @@ func TestMain(m *testing.M) {
 }
 
 // commandProcess returns the command "rebound args..." as a process of its own.
-func commandProcess(t *testing.T, args ...string) *exec.Cmd {
+func commandProcess(t testing.TB, args ...string) *exec.Cmd {
 	t.Helper()
 	a, _ := json.Marshal(args)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")

@@ -8,6 +8,8 @@
 //	                                    send a file of requests, resumably
 //	rebound bench [--json] [--seed N]   reproduce the 429 article's experiments
 //	rebound chaos [flags]               serve the fault-injecting chaos server
+//	rebound mcp [flags] -- COMMAND [ARGS...] | --upstream URL
+//	                                    keep an MCP server's tool calls alive through crashes
 //	rebound proxy --upstream URL | --config FILE [flags]
 //	                                    serve a retrying reverse proxy for LLM APIs
 //	rebound sim [--scenario occ] [--json] [flags]
@@ -43,6 +45,7 @@ commands:
   batch   send a file of requests in the OpenAI Batch format, resuming where it stopped
   bench   reproduce the 429 article's retry experiments against the chaos server
   chaos   serve the fault-injecting chaos server
+  mcp     run an MCP server behind rebound: restarted when it dies, calls resent when safe
   proxy   serve a reverse proxy that retries, paces and breaks calls to LLM APIs
   sim     simulate a scenario (occ: Brooker's backoff experiment) in virtual time
   help    print this, or with a command's name that command's help
@@ -97,6 +100,7 @@ func commands() map[string]command {
 		"batch":   runBatch,
 		"bench":   runBench,
 		"chaos":   runChaos,
+		"mcp":     runMCP,
 		"proxy":   runProxy,
 		"sim":     runSim,
 		"help":    runHelp,
@@ -104,7 +108,7 @@ func commands() map[string]command {
 	}
 }
 
-const commandNames = "analyze, batch, bench, chaos, proxy, sim, help or version"
+const commandNames = "analyze, batch, bench, chaos, mcp, proxy, sim, help or version"
 
 // run dispatches to a subcommand and returns the process's exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -75,15 +75,16 @@ func TestUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"help", "benchmark"}, `rebound help: unknown command "benchmark" (want analyze, batch, bench, chaos, proxy, sim, help or version)`},
+		{[]string{"help", "benchmark"}, `rebound help: unknown command "benchmark" (want analyze, batch, bench, chaos, mcp, proxy, sim, help or version)`},
 		{[]string{"help", "bench", "sim"}, `rebound help: unexpected argument "sim"`},
-		{[]string{"frobnicate"}, `rebound: unknown command "frobnicate" (want analyze, batch, bench, chaos, proxy, sim, help or version)`},
+		{[]string{"frobnicate"}, `rebound: unknown command "frobnicate" (want analyze, batch, bench, chaos, mcp, proxy, sim, help or version)`},
 		{[]string{"version", "now"}, `rebound version: unexpected argument "now"`},
 		{[]string{"version", "--short"}, `rebound version: flag provided but not defined: -short`},
 		{[]string{"chaos", "--nope"}, "rebound chaos: flag provided but not defined: -nope"},
 		{[]string{"analyze", "--nope"}, "rebound analyze: flag provided but not defined: -nope"},
 		{[]string{"bench", "--nope"}, "rebound bench: flag provided but not defined: -nope"},
 		{[]string{"sim", "--nope"}, "rebound sim: flag provided but not defined: -nope"},
+		{[]string{"mcp", "--nope"}, "rebound mcp: flag provided but not defined: -nope"},
 	} {
 		code, stdout, stderr := runCmd(c.args...)
 		if code != 2 || stdout != "" || stderr != c.want+"\n" {

@@ -1,7 +1,8 @@
-// Package serve runs the command's HTTP servers, "rebound proxy" and
-// "rebound chaos", the same way: the first line on stdout says where they
-// listen, and once the command is told to stop they let the requests in
-// flight finish for a while, then close what is still open.
+// Package serve runs the command's HTTP servers, "rebound proxy",
+// "rebound chaos" and "rebound mcp --addr", the same way: the first line
+// on stdout says where they listen, and once the command is told to stop
+// they let the requests in flight finish for a while, then close what is
+// still open.
 package serve
 
 import (
@@ -39,8 +40,9 @@ type Config struct {
 	// command is told to stop.
 	Drain time.Duration
 	// Stdout is where the first line, "listening on http://HOST:PORT",
-	// goes.
+	// goes; Path, if set, ends it ("/mcp").
 	Stdout io.Writer
+	Path   string
 	// Stopping, if set, is called once the command is told to stop,
 	// before the drain. Unfinished, if set, is told of requests still in
 	// flight when the drain ran out, before their connections are closed.
@@ -57,7 +59,7 @@ func Run(ctx context.Context, c Config) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.Stdout, "listening on http://%s\n", ln.Addr())
+	fmt.Fprintf(c.Stdout, "listening on http://%s%s\n", ln.Addr(), c.Path)
 	if c.Listener != nil {
 		ln = c.Listener(ln)
 	}

@@ -1,0 +1,280 @@
+package mcprun
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"mime"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/rebound-go/rebound/cmd/rebound/internal/serve"
+	"github.com/rebound-go/rebound/internal/frontdoor"
+	reboundmcp "github.com/rebound-go/rebound/mcp"
+)
+
+// Path is where the MCP endpoint is served.
+const Path = "/mcp"
+
+// maxBody caps a client's POST body, as the SDK's own handler does.
+const maxBody = mcp.DefaultMaxRequestBodyBytes
+
+// serveHTTP serves streamable HTTP at Path until ctx is done, then ends
+// every session (and so its upstream) and lets requests still in flight
+// finish for up to c.Drain.
+func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Transport, logger *slog.Logger, stdout, stderr io.Writer) int {
+	door, err := frontdoor.New(c.Door)
+	if err != nil {
+		fmt.Fprintf(stderr, "rebound mcp: %v\n", err)
+		return 2
+	}
+	f := newFront(ctx, door, newTransport, c.MaxSessions, c.SessionTimeout)
+	errorLog := log.New(io.Discard, "", 0)
+	if logger != nil {
+		errorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
+	}
+	err = serve.Run(ctx, serve.Config{
+		Addr: c.Addr,
+		Server: &http.Server{
+			Handler:           f,
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          errorLog,
+		},
+		Path:     Path,
+		Drain:    c.Drain,
+		Stdout:   stdout,
+		Stopping: f.closeAll,
+	})
+	f.closeAll()
+	if err != nil {
+		fmt.Fprintf(stderr, "rebound mcp: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// front is the HTTP handler: the door, then the client sessions, each a
+// StreamableServerTransport relayed by reboundmcp.Serve to an upstream
+// connection of its own.
+type front struct {
+	ctx          context.Context // the server's: a session outlives the request that opened it
+	door         *frontdoor.Door
+	newTransport func() *reboundmcp.Transport
+	max          int
+	timeout      time.Duration
+
+	mu       sync.Mutex
+	sessions map[string]*session
+	closed   bool
+	relays   sync.WaitGroup
+}
+
+func newFront(ctx context.Context, door *frontdoor.Door, newTransport func() *reboundmcp.Transport, max int, timeout time.Duration) *front {
+	return &front{ctx: ctx, door: door, newTransport: newTransport, max: max, timeout: timeout, sessions: map[string]*session{}}
+}
+
+// ServeHTTP implements http.Handler: the door decides, and its refusals
+// are written as the MCP client reads errors, a JSON-RPC error body.
+func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	why, answered := f.door.Enter(w, r)
+	if why != "" {
+		writeError(w, http.StatusForbidden, codeServerError, "Forbidden: "+why)
+		return
+	}
+	if answered {
+		return // a pre-flight
+	}
+	if !f.door.Admit(r) {
+		writeError(w, http.StatusUnauthorized, codeServerError, "missing or wrong token (send it as Authorization: Bearer TOKEN)")
+		return
+	}
+	if r.URL.Path != Path {
+		writeError(w, http.StatusNotFound, codeServerError, "the MCP endpoint is "+Path)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	id := r.Header.Get("Mcp-Session-Id")
+	switch {
+	case r.Method == http.MethodPost && id == "":
+		f.open(w, r)
+	case r.Method != http.MethodPost && r.Method != http.MethodGet && r.Method != http.MethodDelete:
+		w.Header().Set("Allow", "GET, POST, DELETE, OPTIONS")
+		writeError(w, http.StatusMethodNotAllowed, codeServerError, "method not allowed")
+	case id == "":
+		writeError(w, http.StatusBadRequest, codeServerError, "Bad Request: "+r.Method+" needs an Mcp-Session-Id header")
+	default:
+		f.serveSession(w, r, id)
+	}
+}
+
+// JSON-RPC error codes of the answers the front writes itself.
+const (
+	codeServerError     = -32000
+	codeSessionNotFound = -32001 // what the SDKs' servers answer for a session they do not know
+)
+
+// writeError writes a JSON-RPC error response with no id, as the SDKs'
+// servers answer an HTTP request they refuse.
+func writeError(w http.ResponseWriter, status, code int, msg string) {
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": map[string]any{"code": code, "message": msg}})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// open starts a session for an initialize request that names none.
+func (f *front) open(w http.ResponseWriter, r *http.Request) {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, codeServerError, "Content-Type must be application/json")
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, codeServerError, fmt.Sprintf("could not read the body (at most %d bytes)", maxBody))
+		return
+	}
+	// Only an initialize opens a session, and so starts a server: any
+	// other message without a session is an old session's, or noise.
+	if msg, err := jsonrpc.DecodeMessage(body); err != nil {
+		writeError(w, http.StatusBadRequest, jsonrpc.CodeParseError, "Bad Request: the body is not one JSON-RPC message")
+		return
+	} else if req, ok := msg.(*jsonrpc.Request); !ok || req.Method != "initialize" {
+		writeError(w, http.StatusBadRequest, codeServerError, "Bad Request: no valid session ID provided (only initialize opens a session)")
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	s, err := f.start()
+	if err != nil {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, codeServerError, err.Error())
+		return
+	}
+	s.serve(w, r)
+}
+
+// serveSession hands a request to its session's transport; DELETE ends
+// the session, and its upstream with it, before it is answered.
+func (f *front) serveSession(w http.ResponseWriter, r *http.Request, id string) {
+	f.mu.Lock()
+	s := f.sessions[id]
+	f.mu.Unlock()
+	if s == nil {
+		writeError(w, http.StatusNotFound, codeSessionNotFound, "Session not found")
+		return
+	}
+	if r.Method == http.MethodDelete {
+		s.end()
+		select {
+		case <-s.done:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	s.serve(w, r)
+}
+
+// start opens a session: a server transport, and the relay that ties it
+// to an upstream connection of its own until either ends.
+func (f *front) start() (*session, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.closed:
+		return nil, fmt.Errorf("shutting down")
+	case f.max > 0 && len(f.sessions) >= f.max:
+		return nil, fmt.Errorf("all %d sessions (--max-sessions) are open; end one with DELETE or try later", f.max)
+	}
+	id := crand.Text()
+	t := &mcp.StreamableServerTransport{SessionID: id}
+	conn, err := t.Connect(f.ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &session{t: t, conn: conn, done: make(chan struct{}), timeout: f.timeout}
+	if f.timeout > 0 {
+		s.idle = time.AfterFunc(f.timeout, s.end)
+	}
+	f.sessions[id] = s
+	f.relays.Add(1)
+	go func() {
+		defer f.relays.Done()
+		reboundmcp.Serve(f.ctx, conn, f.newTransport()) // ends the upstream on its way out
+		f.mu.Lock()
+		delete(f.sessions, id)
+		f.mu.Unlock()
+		s.stopIdle()
+		close(s.done)
+	}()
+	return s, nil
+}
+
+// closeAll ends every session, refuses new ones, and waits until every
+// upstream is closed.
+func (f *front) closeAll() {
+	f.mu.Lock()
+	f.closed = true
+	var all []*session
+	for _, s := range f.sessions {
+		all = append(all, s)
+	}
+	f.mu.Unlock()
+	for _, s := range all {
+		s.end()
+	}
+	f.relays.Wait()
+}
+
+// session is one client's: its transport, its relay's end, and the timer
+// that ends it when it has had no request for the session timeout.
+type session struct {
+	t    *mcp.StreamableServerTransport
+	conn mcp.Connection
+	done chan struct{} // closed when the relay has returned
+
+	timeout  time.Duration
+	mu       sync.Mutex
+	inFlight int
+	idle     *time.Timer // nil: no timeout, or stopped for good
+}
+
+// serve serves one request of the session, its idle timer paused while
+// the request is open (a GET's event stream may stay open for hours).
+func (s *session) serve(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	if s.idle != nil && s.inFlight == 0 {
+		s.idle.Stop()
+	}
+	s.inFlight++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inFlight--
+		if s.idle != nil && s.inFlight == 0 {
+			s.idle.Reset(s.timeout)
+		}
+		s.mu.Unlock()
+	}()
+	s.t.ServeHTTP(w, r)
+}
+
+// end closes the client's side; the relay then closes the upstream.
+func (s *session) end() { s.conn.Close() }
+
+func (s *session) stopIdle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.idle != nil {
+		s.idle.Stop()
+		s.idle = nil
+	}
+}

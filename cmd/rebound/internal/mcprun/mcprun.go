@@ -1,0 +1,101 @@
+// Package mcprun runs "rebound mcp": one MCP server (a command over
+// stdio, or a streamable HTTP endpoint) behind reboundmcp, which restarts
+// it, replays the session and resends what is safe, served to the client
+// over stdio (the default: what an agent that launches its servers
+// expects) or over streamable HTTP behind internal/frontdoor.
+//
+// Over stdio the relay is reboundmcp.Serve between the SDK's
+// newline-delimited connection on the command's standard input and
+// output and the resilient connection: the command adds a goroutine per
+// direction and none per message, and each message is decoded once and
+// encoded once on each side. Nothing but the protocol is written to
+// standard output.
+package mcprun
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/exec"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/rebound-go/rebound/internal/frontdoor"
+	reboundmcp "github.com/rebound-go/rebound/mcp"
+)
+
+// Config is a run of "rebound mcp", as its flags ask for it.
+type Config struct {
+	// Command is the stdio server's command and arguments; Upstream,
+	// when Command is empty, the streamable HTTP server's endpoint.
+	Command  []string
+	Upstream string
+	// Addr, if set, is where to serve streamable HTTP at /mcp; empty
+	// means the client speaks over standard input and output.
+	Addr string
+	// Door is who may call over HTTP.
+	Door frontdoor.Options
+	// MaxSessions bounds the HTTP client sessions open at once (each
+	// holds an upstream connection: a stdio server's process);
+	// SessionTimeout ends a session that has had no request for that long.
+	MaxSessions    int
+	SessionTimeout time.Duration
+	// Drain is how long HTTP requests in flight may finish once the
+	// command is told to stop.
+	Drain time.Duration
+	// Options are reboundmcp's, from the flags; Run adds the logger.
+	Options reboundmcp.Options
+	// LogLevel is the least level logged; Off logs nothing.
+	LogLevel slog.Level
+	LogOff   bool
+}
+
+// Run serves c until ctx is done or, over stdio, until the client closes
+// standard input; the upstream is closed on the way out (a stdio
+// server's process group ended, an HTTP session deleted). It returns the
+// command's exit code: 0 after a clean stop, 1 if it could not serve, 2
+// for bad usage (a reason in one line on stderr).
+func Run(ctx context.Context, c Config, stdin io.ReadCloser, stdout, stderr io.Writer) int {
+	opts := c.Options
+	if !c.LogOff {
+		opts.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: c.LogLevel}))
+	}
+	up, err := upstream(c, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "rebound mcp: %v\n", err)
+		return 2
+	}
+	newTransport := func() *reboundmcp.Transport { return reboundmcp.New(up, opts) }
+	if c.Addr != "" {
+		return serveHTTP(ctx, c, newTransport, opts.Logger, stdout, stderr)
+	}
+	client, _ := (&mcp.IOTransport{Reader: stdin, Writer: nopCloser{stdout}}).Connect(ctx) // cannot fail
+	if err := reboundmcp.Serve(ctx, client, newTransport()); err != nil {
+		fmt.Fprintf(stderr, "rebound mcp: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// upstream returns the server c names; a command that cannot be found
+// is bad usage.
+func upstream(c Config, stderr io.Writer) (reboundmcp.Upstream, error) {
+	if len(c.Command) == 0 {
+		return reboundmcp.HTTP(c.Upstream, nil), nil
+	}
+	cmd := exec.Command(c.Command[0], c.Command[1:]...)
+	if cmd.Err != nil {
+		return reboundmcp.Upstream{}, fmt.Errorf("server command: %v", cmd.Err)
+	}
+	cmd.Stderr = stderr // the server's own logs, beside rebound's
+	return reboundmcp.Command(cmd), nil
+}
+
+// nopCloser is standard output as the SDK's connection writes to it:
+// closing the connection leaves it open, for whatever is still said on
+// stderr.
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }

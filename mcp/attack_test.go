@@ -1,0 +1,259 @@
+package reboundmcp
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// scripted is an upstream whose every start is a pipe the test plays the
+// server on, by hand, line by line.
+type scripted struct {
+	starts chan *script
+}
+
+type script struct {
+	conn net.Conn
+	in   *bufio.Scanner
+}
+
+func newScripted() *scripted { return &scripted{starts: make(chan *script, 16)} }
+
+func (s *scripted) upstream() Upstream {
+	return Upstream{name: "scripted", dial: func(ctx context.Context, _ *Options) (mcp.Connection, error) {
+		server, client := net.Pipe()
+		s.starts <- &script{conn: server, in: bufio.NewScanner(server)}
+		return (&mcp.IOTransport{Reader: client, Writer: client}).Connect(ctx)
+	}}
+}
+
+// next reads the next message rebound sent.
+func (sc *script) next(t *testing.T) map[string]any {
+	t.Helper()
+	if !sc.in.Scan() {
+		t.Fatalf("the server's input ended: %v", sc.in.Err())
+	}
+	var m map[string]any
+	if err := json.Unmarshal(sc.in.Bytes(), &m); err != nil {
+		t.Fatalf("rebound sent %q: %v", sc.in.Bytes(), err)
+	}
+	return m
+}
+
+func (sc *script) send(line string) { sc.conn.Write([]byte(line + "\n")) }
+
+// rawRequest writes a request with the given ID straight into rebound's
+// connection, as a client would.
+func rawRequest(t *testing.T, conn mcp.Connection, id float64, method, params string) {
+	t.Helper()
+	rid, _ := jsonrpc.MakeID(id)
+	if err := conn.Write(t.Context(), &jsonrpc.Request{ID: rid, Method: method, Params: json.RawMessage(params)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readResponse(t *testing.T, conn mcp.Connection) *jsonrpc.Response {
+	t.Helper()
+	for {
+		msg, err := conn.Read(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, ok := msg.(*jsonrpc.Response); ok {
+			return r
+		}
+	}
+}
+
+func TestServerAnsweringGarbageIsRestartedAndAReadOnlyCallResent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newScripted()
+		conn, _ := New(s.upstream(), Options{}).Connect(t.Context())
+		defer conn.Close()
+		first := <-s.starts
+		rawRequest(t, conn, 1, "ping", "{}")
+		first.next(t)
+		first.send("}}} not JSON at all {{{")
+		second := <-s.starts
+		ping := second.next(t)
+		if ping["method"] != "ping" {
+			t.Fatalf("the restarted server got %v, want the ping again", ping)
+		}
+		second.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%v,"result":{}}`, ping["id"]))
+		if r := readResponse(t, conn); r.Error != nil || r.ID.Raw() != int64(1) {
+			t.Fatalf("answer %+v", r)
+		}
+	})
+}
+
+func TestServerAnsweringTwiceGivesTheClientOneAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newScripted()
+		conn, _ := New(s.upstream(), Options{}).Connect(t.Context())
+		defer conn.Close()
+		sc := <-s.starts
+		rawRequest(t, conn, 7, "ping", "{}")
+		req := sc.next(t)
+		for range 2 {
+			sc.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%v,"result":{}}`, req["id"]))
+		}
+		sc.send(`{"jsonrpc":"2.0","id":999,"result":{}}`) // an answer to nothing
+		rawRequest(t, conn, 8, "ping", "{}")
+		req = sc.next(t)
+		sc.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%v,"result":{}}`, req["id"]))
+		var ids []any
+		for range 2 {
+			ids = append(ids, readResponse(t, conn).ID.Raw())
+		}
+		if fmt.Sprint(ids) != "[7 8]" {
+			t.Fatalf("the client got answers %v, want [7 8]", ids)
+		}
+	})
+}
+
+func TestClientReusingAnIDInFlightIsRefusedAndTheFirstAnswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newScripted()
+		conn, _ := New(s.upstream(), Options{}).Connect(t.Context())
+		defer conn.Close()
+		sc := <-s.starts
+		rawRequest(t, conn, 1, "ping", "{}")
+		req := sc.next(t)
+		rawRequest(t, conn, 1, "ping", "{}")
+		r := readResponse(t, conn)
+		if r.Error == nil || !strings.Contains(r.Error.Error(), "already in flight") {
+			t.Fatalf("the reused ID got %+v, want a refusal", r)
+		}
+		sc.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%v,"result":{}}`, req["id"]))
+		if r := readResponse(t, conn); r.Error != nil {
+			t.Fatalf("the first: %+v", r)
+		}
+		// Once answered, the ID is free again.
+		rawRequest(t, conn, 1, "ping", "{}")
+		req = sc.next(t)
+		sc.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%v,"result":{}}`, req["id"]))
+		if r := readResponse(t, conn); r.Error != nil {
+			t.Fatalf("the ID reused after its answer: %+v", r)
+		}
+	})
+}
+
+func TestNotificationFloodIsPassedOnAndListedOnceAtATime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newScripted()
+		conn, _ := New(s.upstream(), Options{}).Connect(t.Context())
+		defer conn.Close()
+		sc := <-s.starts
+		var mu sync.Mutex
+		lists := 0
+		var wg sync.WaitGroup
+		wg.Go(func() { // the server: answers every list with nothing, counts them
+			for sc.in.Scan() {
+				var m map[string]any
+				json.Unmarshal(sc.in.Bytes(), &m)
+				if m["method"] == "tools/list" {
+					mu.Lock()
+					lists++
+					mu.Unlock()
+				}
+				if m["id"] != nil {
+					key := strings.TrimSuffix(strings.TrimPrefix(m["method"].(string), ""), "/list")
+					sc.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%v,"result":{%q:[]}}`, m["id"], key))
+				}
+			}
+		})
+		const flood = 2000
+		wg.Go(func() {
+			for range flood {
+				sc.send(`{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`)
+			}
+		})
+		for range flood {
+			msg, err := conn.Read(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, ok := msg.(*jsonrpc.Request); !ok || r.Method != "notifications/tools/list_changed" {
+				t.Fatalf("got %v", msg)
+			}
+		}
+		synctest.Wait()
+		conn.Close()
+		sc.conn.Close()
+		wg.Wait()
+		t.Logf("%d list_changed notifications, %d tools/list requests", flood, lists)
+		if lists == 0 || lists > flood/2 {
+			t.Errorf("%d listings for %d notifications", lists, flood)
+		}
+	})
+}
+
+func TestCloseDuringARestartLeavesNothingRunning(t *testing.T) {
+	for _, when := range []string{"in the backoff", "in the replay"} {
+		t.Run(when, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newScripted()
+				conn, _ := New(s.upstream(), Options{}).Connect(t.Context())
+				sc := <-s.starts
+				rawRequest(t, conn, 1, "initialize", `{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}`)
+				req := sc.next(t)
+				sc.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%v,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`, req["id"]))
+				readResponse(t, conn)
+				sc.conn.Close()
+				sc = <-s.starts // the first restart is at once
+				if when == "in the backoff" {
+					sc.conn.Close() // the second waits out the backoff
+				} else {
+					sc.next(t) // the replayed initialize, never answered
+				}
+				synctest.Wait()
+				conn.Close() // returns once every goroutine of its own has; synctest fails on any left
+			})
+		})
+	}
+}
+
+func TestOddOptionsStillWork(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(t)
+		f.onCall = func(ctx context.Context, f *fake, tool string, run int) (string, error) {
+			if tool == "slow" {
+				time.Sleep(10 * time.Minute)
+			}
+			return "ok", nil
+		}
+		var logs logBuffer
+		negative := time.Duration(-1)
+		o := Options{DownWait: negative, IdleTimeout: negative, RestartMin: negative, RestartMax: negative,
+			HealthyAfter: negative, CrashLimit: -1, CrashWindow: negative, CrashCooldown: negative, Logger: logs.logger()}
+		cs := connect(t, f, o, true, nil)
+		if _, err := callText(t, cs, "slow"); err != nil {
+			t.Fatalf("a 10-minute call with no idle timeout: %v", err)
+		}
+		f.crash() // restarted at once
+		synctest.Wait()
+		f.crash() // down for a backoff of 50 ms to 100 ms
+		synctest.Wait()
+		start := time.Now()
+		if _, err := callText(t, cs, "read"); err == nil || time.Since(start) != 0 {
+			t.Fatalf("a call to a down server with a negative down-wait: %v after %v, want an error at once", err, time.Since(start))
+		}
+		var delays []string
+		for _, l := range logs.lines(t, "mcp.restart") {
+			delays = append(delays, fmt.Sprint(l["delay_ms"]))
+		}
+		if len(delays) != 2 || delays[0] != "0" || len(delays[1]) != 2 || delays[1] < "50" {
+			t.Errorf("restart delays %v ms: want the defaults' at once, then from 50", delays)
+		}
+	})
+}

@@ -1,0 +1,404 @@
+package reboundmcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rebound-go/rebound"
+)
+
+// A call is one request of the client's, in flight.
+type call struct {
+	s        *session
+	req      *jsonrpc.Request
+	key      string // its ID's, in session.calls
+	tool     string // for a tools/call
+	progress string // its progress token's key, or ""
+	ctx      context.Context
+	cancel   context.CancelFunc
+	byClient atomic.Bool   // the client cancelled it: it gets no answer
+	alivec   chan struct{} // a progress notification came
+
+	// Touched by the call's own goroutine only.
+	attempts  int
+	firstGen  int
+	restarted bool
+}
+
+// callError is an error rebound answers a call with.
+type callError struct {
+	code    int64
+	msg     string
+	outcome string
+	err     error
+}
+
+func (e *callError) Error() string { return e.msg }
+func (e *callError) Unwrap() error { return e.err }
+
+// startCall takes a client's request and answers it later, from a
+// goroutine of its own.
+func (s *session) startCall(req *jsonrpc.Request) error {
+	tool, token := requestFacts(req.Params)
+	c := &call{s: s, req: req, key: idKey(req.ID.Raw()), tool: tool, alivec: make(chan struct{}, 1)}
+	c.ctx, c.cancel = context.WithCancel(s.ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx.Err() != nil {
+		c.cancel()
+		return errors.New("reboundmcp: connection closed")
+	}
+	if _, dup := s.calls[c.key]; dup {
+		c.cancel()
+		answer := errorResponse(req.ID, &callError{code: jsonrpc.CodeInvalidRequest, msg: fmt.Sprintf("reboundmcp: request ID %v is already in flight", req.ID.Raw())})
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.toClient(answer)
+		}()
+		return nil
+	}
+	s.calls[c.key] = c
+	if token != nil {
+		c.progress = idKey(token)
+		s.progress[c.progress] = c
+	}
+	s.wg.Add(1)
+	go c.run()
+	return nil
+}
+
+// cancelByClient ends the call at the client's word: the server is told,
+// the client gets no answer.
+func (c *call) cancelByClient() {
+	c.byClient.Store(true)
+	c.cancel()
+}
+
+// alive notes a progress notification.
+func (c *call) alive() {
+	select {
+	case c.alivec <- struct{}{}:
+	default:
+	}
+}
+
+// resendable says whether the call may be sent again once it may have
+// reached a server that then died or lost the session.
+func (c *call) resendable() bool {
+	if c.req.Method != "tools/call" {
+		return resendable[c.req.Method]
+	}
+	c.s.mu.Lock()
+	listed := c.s.state.tools[c.tool]
+	c.s.mu.Unlock()
+	return c.s.o.ruleOf(c.tool, listed).safe()
+}
+
+// awaitListing waits, before a tools/call of a tool not yet seen listed,
+// for a listing under way to end, so that the call is judged by the
+// tool's annotations rather than as a stranger.
+func (c *call) awaitListing(ctx context.Context) error {
+	if c.req.Method != "tools/call" {
+		return nil
+	}
+	c.s.mu.Lock()
+	_, known := c.s.state.tools[c.tool]
+	end := c.s.state.listEnd
+	listing := c.s.state.listing
+	c.s.mu.Unlock()
+	if known || !listing {
+		return nil
+	}
+	select {
+	case <-end:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// target names the call in events.
+func (c *call) target() string {
+	if c.req.Method == "tools/call" {
+		return "mcp:" + c.s.o.Name + "/" + c.tool
+	}
+	return "mcp:" + c.s.o.Name + "/" + c.req.Method
+}
+
+// run makes the call's attempts under the Policy and answers the client.
+func (c *call) run() {
+	s := c.s
+	defer s.wg.Done()
+	defer c.cancel()
+	start := time.Now()
+	p := s.o.Policy
+	if s.o.Observer != nil {
+		p.Observer = s.o.Observer
+	}
+	// A hedge would send the request twice at once, and a timeout per
+	// attempt would send again a call that may be running; the idle
+	// timeout is the bound on an attempt.
+	p.Hedge, p.AttemptTimeout = nil, 0
+	resp, err := rebound.Do(rebound.WithTarget(c.ctx, c.target()), p, c.attempt)
+	s.mu.Lock()
+	delete(s.calls, c.key)
+	if c.progress != "" && s.progress[c.progress] == c {
+		delete(s.progress, c.progress)
+	}
+	s.mu.Unlock()
+	outcome := "ok"
+	switch {
+	case c.byClient.Load():
+		outcome = "cancelled"
+	case s.ctx.Err() != nil:
+		outcome = "closed"
+	case err != nil:
+		ce := asCallError(err, c)
+		outcome = ce.outcome
+		resp = errorResponse(c.req.ID, ce)
+	default:
+		outcome = c.remember(resp)
+		answer := *resp // the server's is still read by its connection
+		answer.ID = c.req.ID
+		resp = &answer
+	}
+	c.log(outcome, time.Since(start))
+	if outcome != "cancelled" && outcome != "closed" {
+		s.toClient(resp)
+	}
+}
+
+// attempt sends the call to the server that is up and waits for its
+// answer. An error marked Retryable sends it again; any other ends it.
+func (c *call) attempt(ctx context.Context) (*jsonrpc.Response, error) {
+	g, err := c.s.waitReady(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, rebound.Permanent(&callError{code: jsonrpc.CodeInternalError, msg: err.Error(), outcome: "server_down", err: err})
+	}
+	c.attempts++
+	if c.firstGen == 0 {
+		c.firstGen = g.n
+	} else if g.n != c.firstGen {
+		c.restarted = true
+	}
+	if err := c.awaitListing(ctx); err != nil {
+		return nil, err
+	}
+	wctx := ctx
+	if !c.resendable() {
+		wctx = rebound.WithSideEffects(ctx) // for the engine under an HTTP upstream
+	}
+	id, answer, err := g.send(wctx, c.req.Method, c.req.Params)
+	if err != nil {
+		return c.writeFailed(ctx, g, err)
+	}
+	defer g.forget(id)
+	idle := c.s.o.idleTimeout()
+	if lasting[c.req.Method] {
+		idle = 0
+	}
+	var timeout <-chan time.Time
+	timer := time.NewTimer(max(idle, 1))
+	defer timer.Stop()
+	if idle > 0 {
+		timeout = timer.C
+	}
+	for {
+		select {
+		case resp := <-answer:
+			var we *jsonrpc.Error
+			switch {
+			case resp.Error != nil && c.s.t.up.sessions && sessionLost(resp.Error):
+				g.end(true)
+				return nil, rebound.Retryable(errSessionLost) // refused: it never ran
+			case resp.Error != nil && !errors.As(resp.Error, &we):
+				// The SDK's own word: the answer's stream ended before it.
+				return nil, c.cut(g, resp.Error)
+			}
+			return resp, nil
+		case <-g.dead:
+			return nil, c.cut(g, errServerExited)
+		case <-c.alivec:
+			if idle > 0 {
+				timer.Reset(idle)
+			}
+		case <-timeout:
+			c.tellCancelled(g, id, "no answer or progress within the idle timeout")
+			err := fmt.Errorf("reboundmcp: %s got no answer and no progress from MCP server %s for %v; it was cancelled", c.what(), c.s.o.Name, idle)
+			return nil, rebound.Permanent(&callError{code: jsonrpc.CodeInternalError, msg: err.Error(), outcome: "idle_timeout"})
+		case <-ctx.Done():
+			c.tellCancelled(g, id, "cancelled by the client")
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// tellCancelled sends the server notifications/cancelled for request id.
+func (c *call) tellCancelled(g *generation, id int64, reason string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), time.Second)
+	defer cancel()
+	g.notify(ctx, "notifications/cancelled", map[string]any{"requestId": id, "reason": reason})
+}
+
+// writeFailed judges a request the server's connection would not take:
+// an HTTP server's JSON-RPC error is its answer, a lost session or a
+// refusal is sent again, anything else is a cut.
+func (c *call) writeFailed(ctx context.Context, g *generation, err error) (*jsonrpc.Response, error) {
+	c.s.logDebug("mcp.write_failed", "method", c.req.Method, "error", err.Error())
+	var we *jsonrpc.Error
+	switch {
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case c.s.t.up.sessions && sessionLost(err):
+		g.end(true)
+		return nil, rebound.Retryable(errSessionLost) // refused: it never ran
+	case c.s.t.up.sessions && errors.As(err, &we):
+		return &jsonrpc.Response{Error: we}, nil // the server's answer, sent as an HTTP error
+	case !c.s.t.up.sessions, errors.Is(err, syscall.ECONNREFUSED), strings.Contains(err.Error(), "Service Unavailable"):
+		// A stdio server whose pipe broke read no whole line; an HTTP
+		// server that refused the connection or said 503 took nothing on.
+		g.end(false)
+		return nil, rebound.Retryable(err)
+	case strings.Contains(err.Error(), "Too Many Requests"):
+		return nil, rebound.Retryable(err) // the engine beneath waited as told; the session is fine
+	}
+	g.end(false)
+	return nil, c.cut(g, err)
+}
+
+// cut judges a call the server died or lost the session under.
+func (c *call) cut(g *generation, err error) error {
+	if c.resendable() {
+		return rebound.Retryable(fmt.Errorf("reboundmcp: %s was cut short: %w", c.what(), err))
+	}
+	return rebound.Permanent(&callError{
+		code:    jsonrpc.CodeInternalError,
+		msg:     mayHaveRunMessage(c.s.o.Name, c.req.Method, c.tool, g.sessionWasLost()),
+		outcome: "may_have_run",
+		err:     err,
+	})
+}
+
+// what names the call in messages.
+func (c *call) what() string {
+	if c.req.Method == "tools/call" {
+		return fmt.Sprintf("tool %q", c.tool)
+	}
+	return c.req.Method
+}
+
+// remember keeps what a restart must replay from a successful answer, and
+// returns the outcome to log.
+func (c *call) remember(resp *jsonrpc.Response) string {
+	if resp.Error != nil {
+		return "error"
+	}
+	s := c.s
+	var relistOn *generation
+	s.mu.Lock()
+	defer func() {
+		s.mu.Unlock()
+		if relistOn != nil {
+			s.relist(relistOn, false)
+		}
+	}()
+	switch c.req.Method {
+	case "initialize":
+		s.state.initParams = c.req.Params
+	case "server/discover":
+		var p struct {
+			Meta json.RawMessage `json:"_meta"`
+		}
+		json.Unmarshal(c.req.Params, &p)
+		s.state.discoverMeta = p.Meta
+		relistOn = s.sup.current()
+	case "logging/setLevel":
+		s.state.logLevel = c.req.Params
+	case "resources/subscribe", "resources/unsubscribe":
+		var p struct {
+			URI string `json:"uri"`
+		}
+		json.Unmarshal(c.req.Params, &p)
+		if s.state.subs == nil {
+			s.state.subs = map[string]bool{}
+		}
+		if c.req.Method == "resources/subscribe" {
+			s.state.subs[p.URI] = true
+		} else {
+			delete(s.state.subs, p.URI)
+		}
+	case "tools/list":
+		// The client's own listing says the same as rebound's.
+		var page struct {
+			Tools []json.RawMessage `json:"tools"`
+		}
+		json.Unmarshal(resp.Result, &page)
+		if s.state.tools == nil {
+			s.state.tools = map[string]*mcp.ToolAnnotations{}
+		}
+		maps.Copy(s.state.tools, annotations(page.Tools))
+	case "tools/call":
+		var r struct {
+			IsError bool `json:"isError"`
+		}
+		json.Unmarshal(resp.Result, &r)
+		if r.IsError {
+			return "tool_error"
+		}
+	}
+	return "ok"
+}
+
+// asCallError turns the error a call ended with into what the client is
+// told.
+func asCallError(err error, c *call) *callError {
+	var ce *callError
+	if errors.As(err, &ce) {
+		return ce
+	}
+	msg := fmt.Sprintf("reboundmcp: %s to MCP server %s failed after %d attempts: %v", c.what(), c.s.o.Name, c.attempts, err)
+	return &callError{code: jsonrpc.CodeInternalError, msg: msg, outcome: "gave_up", err: err}
+}
+
+func errorResponse(id jsonrpc.ID, ce *callError) *jsonrpc.Response {
+	return &jsonrpc.Response{ID: id, Error: &jsonrpc.Error{Code: ce.code, Message: ce.msg}}
+}
+
+func notification(method string) *jsonrpc.Request {
+	return &jsonrpc.Request{Method: method, Params: json.RawMessage("{}")}
+}
+
+// log writes the call's one line: never its arguments or result.
+func (c *call) log(outcome string, took time.Duration) {
+	l := c.s.o.Logger
+	if l == nil {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("server", c.s.o.Name), slog.String("method", c.req.Method),
+	}
+	if c.tool != "" {
+		attrs = append(attrs, slog.String("tool", c.tool))
+	}
+	attrs = append(attrs, slog.Int("attempts", c.attempts), slog.String("outcome", outcome),
+		slog.Bool("restarted", c.restarted), slog.Duration("duration", took))
+	level := slog.LevelInfo
+	if outcome != "ok" && outcome != "tool_error" && outcome != "cancelled" {
+		level = slog.LevelWarn
+	}
+	l.LogAttrs(context.Background(), level, "mcp.request", attrs...)
+}

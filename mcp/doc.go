@@ -1,0 +1,110 @@
+// Package reboundmcp keeps an MCP client's session with one server alive
+// through the server's crashes, hangs and lost sessions, and sends a
+// request cut short again only when that cannot repeat a side effect.
+//
+// A Transport is an mcp.Transport: give it to the official SDK's
+// mcp.Client.Connect in place of the server's own transport, or relay
+// another client's connection through it with Serve (as `rebound mcp`
+// does for agents in any language).
+//
+//	t := reboundmcp.New(reboundmcp.Command(exec.Command("my-mcp-server")), reboundmcp.Options{})
+//	session, err := mcp.NewClient(impl, nil).Connect(ctx, t, nil)
+//
+// # A session that comes back
+//
+// A stdio server runs in a process group of its own. When it exits, is
+// killed, or writes what is not JSON-RPC, it is started again: at once
+// the first time, then after a backoff from 100 ms doubling to 2 s (each
+// wait drawn from the upper half of its span), which starts over once a
+// server has run for 10 s. The new server is given the client's session
+// as it was: the client's own initialize (same capabilities, same
+// protocol version), notifications/initialized, its resource
+// subscriptions and its log level. A client of the stateless protocol,
+// which sends no initialize, needs nothing replayed. After 10 crashes
+// within 30 s a respawn breaker stops the restarts for 30 s, then tries
+// one start; a start that then runs for 10 s closes it, one that dies
+// sooner opens it again.
+//
+// Over streamable HTTP, what comes back is the session. The server's word that
+// it does not know the session (the spec's 404; a 400 whose error says
+// the session ID is missing or invalid, as the official SDKs' servers
+// answer; a JSON-RPC error -32001 "Session not found") opens a new one,
+// re-initialized the same way. Beneath the session, rebound's engine
+// (rebound.Transport, under Options.Policy) retries 429 and 503 after
+// their Retry-After, and refused connections; it counts every POST as
+// side-effecting, so it sends one again only when it provably never
+// reached the server.
+//
+// After every start, and whenever the server says
+// notifications/tools/list_changed, rebound lists the server's tools
+// itself, all pages, under request IDs the client never sees, and keeps
+// each tool's annotations. When a restarted server's tools, prompts or
+// resources differ from the ones listed before, the client is sent the
+// matching list_changed notification.
+//
+// # What is sent again
+//
+// A request is sent again after a crash or a lost session when doing it
+// twice does what doing it once does:
+//
+//	request                                         server died, or lost the session, while it ran
+//	initialize, ping, tools/list, prompts/list,     sent again
+//	prompts/get, resources/list, resources/read,
+//	resources/templates/list, completion/complete,
+//	logging/setLevel, resources/(un)subscribe
+//	tools/call, annotations readOnlyHint: true      sent again
+//	tools/call, annotations idempotentHint: true    sent again
+//	tools/call, any other annotations, or none,     not sent again: the caller gets an error that
+//	  or a tool never seen listed                   names the tool and says it may have taken effect
+//	any request the server refused for its session  sent again, whatever it is: it never ran
+//
+// Options.Tools overrides a tool's annotations; IgnoreAnnotations treats
+// every tool it does not name as side-effecting. A JSON-RPC error answer
+// (parse error, invalid request, method not found, invalid params, or any
+// other) is the server's answer and goes back as it came, as does a tool
+// result with isError: true. Resending is bounded by Options.Policy:
+// its attempts, its backoff, its budget and breaker.
+//
+// # What the caller sees
+//
+// Nothing, when a request is resent and answered: the answer comes under
+// the client's own request ID. Otherwise a JSON-RPC error response
+// (code -32603) whose message says what happened:
+//
+//   - the server died or lost the session while a tool that is not safe
+//     to repeat ran: the message names the tool and says the call may
+//     have taken effect and was not sent again;
+//   - the server stayed down for Options.DownWait (10 s) after it went
+//     down, or its respawn breaker is open: ErrServerDown's message, at
+//     once for every later call until it is back;
+//   - the request had no answer and no progress notification for
+//     Options.IdleTimeout (60 s): the server is sent
+//     notifications/cancelled for it; progress notifications for the
+//     request's progressToken keep a long call alive;
+//   - the resends the Policy allows ran out.
+//
+// A request the client cancels (notifications/cancelled) is cancelled at
+// the server under the ID the server knows, and gets no answer. A client
+// that reuses the ID of a request still in flight is refused (invalid
+// request), so that no answer can be taken for another.
+//
+// # Seen
+//
+// Options.Logger gets one JSON line per client request (message
+// mcp.request: server, method, tool, attempts, outcome, whether the server
+// restarted during it, duration), never its arguments or result; restarts
+// (mcp.restart) and the breaker's changes (mcp.breaker) have lines of
+// their own. Options.Observer (else Policy.Observer) gets rebound's Events
+// for every attempt of a request, with the Target "mcp:NAME/TOOL" for a
+// tools/call and "mcp:NAME/METHOD" otherwise, so that reboundotel traces
+// and counts tool calls.
+//
+// # Ending
+//
+// Closing the connection (the SDK's ClientSession.Close, or the client's
+// end of Serve) ends every request in flight and the server: a stdio
+// server's whole process group gets SIGTERM, then SIGKILL, so that no
+// grandchild outlives it; an HTTP session ends with the spec's DELETE, so
+// that a server that holds one session at a time takes the next
+// initialize.
+package reboundmcp

@@ -1,0 +1,195 @@
+package reboundmcp
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rebound-go/rebound"
+)
+
+// httpFake is an MCP server on the official SDK behind a streamable HTTP
+// handler that a test can restart (a new handler, which knows none of the
+// old sessions) or make refuse requests.
+type httpFake struct {
+	srv     *httptest.Server
+	handler atomic.Pointer[http.Handler]
+
+	mu      sync.Mutex
+	runs    map[string]int
+	methods []string // the HTTP methods of the requests, in order
+	refuse  func(r *http.Request) (status int, retryAfter string)
+}
+
+func newHTTPFake(t *testing.T) *httpFake {
+	f := &httpFake{runs: map[string]int{}}
+	f.restart()
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.methods = append(f.methods, r.Method)
+		refuse := f.refuse
+		f.mu.Unlock()
+		if refuse != nil {
+			if status, after := refuse(r); status != 0 {
+				w.Header().Set("Retry-After", after)
+				w.WriteHeader(status)
+				return
+			}
+		}
+		(*f.handler.Load()).ServeHTTP(w, r)
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// restart replaces the server: every session is lost.
+func (f *httpFake) restart() {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "httpfake", Version: "1"}, nil)
+	schema := map[string]any{"type": "object"}
+	for name, a := range map[string]*mcp.ToolAnnotations{"read": {ReadOnlyHint: true}, "write": nil} {
+		srv.AddTool(&mcp.Tool{Name: name, Annotations: a, InputSchema: schema}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			f.mu.Lock()
+			f.runs[name]++
+			n := f.runs[name]
+			f.mu.Unlock()
+			return text(fmt.Sprintf("%s %d", name, n)), nil
+		})
+	}
+	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	f.handler.Store(&h)
+}
+
+func (f *httpFake) runsOf(tool string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.runs[tool]
+}
+
+func TestHTTPLostSessionIsReinitializedWithoutTheCallerSeeingIt(t *testing.T) {
+	for _, version := range []string{"2025-11-25", ""} {
+		t.Run("protocol "+version, func(t *testing.T) {
+			f := newHTTPFake(t)
+			var logs logBuffer
+			client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+			cs, err := client.Connect(t.Context(), New(HTTP(f.srv.URL, nil), Options{Logger: logs.logger()}), &mcp.ClientSessionOptions{ProtocolVersion: version})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			if got, err := callText(t, cs, "write"); err != nil || got != "write 1" {
+				t.Fatalf("%q, %v", got, err)
+			}
+			f.restart()
+			if got, err := callText(t, cs, "write"); err != nil || got != "write 2" {
+				t.Fatalf("after the server restarted: %q, %v; want write 2", got, err)
+			}
+			if n := f.runsOf("write"); n != 2 {
+				t.Errorf("write ran %d times, want 2", n)
+			}
+			t.Logf("%s", logs.String())
+		})
+	}
+}
+
+func TestHTTP503WithRetryAfterIsRetriedBeneathTheSession(t *testing.T) {
+	f := newHTTPFake(t)
+	var refused atomic.Int32
+	f.refuse = func(r *http.Request) (int, string) {
+		if r.Method == http.MethodPost && refused.Add(1) == 3 { // the first tools/call
+			return http.StatusServiceUnavailable, "0"
+		}
+		return 0, ""
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+	cs, err := client.Connect(t.Context(), New(HTTP(f.srv.URL, nil), Options{}), &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	synctestFreeWaitListing(cs, t)
+	if got, err := callText(t, cs, "write"); err != nil || got != "write 1" {
+		t.Fatalf("%q, %v", got, err)
+	}
+}
+
+// synctestFreeWaitListing makes sure rebound's own listing is done: a
+// ping is answered after the notifications/initialized before it.
+func synctestFreeWaitListing(cs *mcp.ClientSession, t *testing.T) {
+	if err := cs.Ping(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHTTPCloseEndsTheSessionWithDELETE(t *testing.T) {
+	f := newHTTPFake(t)
+	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+	cs, err := client.Connect(t.Context(), New(HTTP(f.srv.URL, nil), Options{}), &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs.Close()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if last := f.methods[len(f.methods)-1]; last != http.MethodDelete {
+		t.Errorf("the last request was %s, want DELETE: %s", last, strings.Join(f.methods, " "))
+	}
+}
+
+func TestHTTPServerThatRefusesConnectionsForAWhileLosesNoCall(t *testing.T) {
+	f := newHTTPFake(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	serve := func(ln net.Listener) *http.Server {
+		s := &http.Server{Handler: f.srv.Config.Handler}
+		go s.Serve(ln)
+		return s
+	}
+	first := serve(ln)
+	var once sync.Once
+	back := make(chan *http.Server, 1)
+	o := Options{}
+	// The server comes back once the engine beneath has seen a refusal.
+	o.Policy.Observer = rebound.ObserverFunc(func(e rebound.Event) {
+		if e.Err != nil && strings.Contains(e.Err.Error(), "refused") {
+			once.Do(func() {
+				f.restart()
+				ln, err := net.Listen("tcp", addr)
+				if err != nil {
+					t.Errorf("listening again on %s: %v", addr, err)
+					close(back)
+					return
+				}
+				back <- serve(ln)
+			})
+		}
+	})
+	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+	cs, err := client.Connect(t.Context(), New(HTTP("http://"+addr+"/mcp", nil), o), &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if got, err := callText(t, cs, "write"); err != nil || got != "write 1" {
+		t.Fatalf("%q, %v", got, err)
+	}
+	first.Close()
+	if got, err := callText(t, cs, "write"); err != nil || got != "write 2" {
+		t.Fatalf("through the refusals and the lost session: %q, %v; want write 2", got, err)
+	}
+	if second := <-back; second != nil {
+		defer second.Close()
+	}
+	if n := f.runsOf("write"); n != 2 {
+		t.Errorf("write ran %d times, want 2", n)
+	}
+}

@@ -1,0 +1,112 @@
+package reboundmcp
+
+import (
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rebound-go/rebound"
+)
+
+// connectChild connects an SDK client through a Transport to the child.
+func connectChild(t *testing.T, up Upstream, o Options) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+	cs, err := client.Connect(t.Context(), New(up, o), nil)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func TestStdioSideEffectingCallInFlightWhenTheProcessDiesRunsOnceAndTheCallerIsTold(t *testing.T) {
+	cmd, runs := childCommand(t, "crash-write")
+	var logs logBuffer
+	cs := connectChild(t, Command(cmd), Options{Logger: logs.logger()})
+	if _, err := callText(t, cs, "read"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := callText(t, cs, "write")
+	if err == nil || !strings.Contains(err.Error(), `tool "write"`) || !strings.Contains(err.Error(), "may have taken effect") {
+		t.Fatalf("err = %v; want one naming the tool and saying it may have taken effect", err)
+	}
+	if got, err := callText(t, cs, "read"); err != nil || got != "read 2" {
+		t.Fatalf("the call after the crash: %q, %v; want read 2 from the restarted server", got, err)
+	}
+	if n := countRuns(runs, "write"); n != 1 {
+		t.Errorf("write ran %d times, want 1", n)
+	}
+	reqs := logs.requests(t)
+	var write map[string]any
+	for _, r := range reqs {
+		if r["tool"] == "write" {
+			write = r
+		}
+	}
+	if write["outcome"] != "may_have_run" || write["attempts"] != 1.0 {
+		t.Errorf("the write's log line: %v", write)
+	}
+}
+
+func TestStdioReadOnlyCallsThroughRepeatedCrashesAreNoneLost(t *testing.T) {
+	cmd, runs := childCommand(t, "crash-read-3")
+	var logs logBuffer
+	// Restarts come quicker than by default, and the respawn breaker
+	// (10 crashes in 30 s) is off: this is about calls, not the schedule.
+	o := Options{Logger: logs.logger(), RestartMin: time.Millisecond, RestartMax: 10 * time.Millisecond, CrashLimit: -1}
+	o.Policy.BaseDelay = rebound.NoDelay
+	cs := connectChild(t, Command(cmd), o)
+	const calls = 30
+	var slowest time.Duration
+	for i := range calls {
+		start := time.Now()
+		if _, err := callText(t, cs, "read"); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		slowest = max(slowest, time.Since(start))
+	}
+	// Every third run dies mid-call and is run again, on a new process.
+	crashed := countRuns(runs, "read") - calls
+	restarted := 0
+	for _, r := range logs.requests(t) {
+		if r["restarted"] == true {
+			restarted++
+		}
+	}
+	t.Logf("%d calls, %d crashes mid-call, %d answered by a restarted server; slowest call %v", calls, crashed, restarted, slowest)
+	if crashed < calls/3 || restarted != crashed {
+		t.Errorf("%d crashes and %d calls answered after a restart: want about %d of each", crashed, restarted, calls/2)
+	}
+	if slowest >= defaultDownWait {
+		t.Errorf("the slowest call took %v, past the down-wait", slowest)
+	}
+}
+
+func TestCloseEndsTheChildsWholeProcessGroup(t *testing.T) {
+	cmd, _ := childCommand(t, "serve")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = w // the child and its grandchild hold it open while they live
+	cs := connectChild(t, Command(cmd), Options{})
+	w.Close()
+	pid, err := callText(t, cs, "spawn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat("/proc/" + pid); err != nil {
+		t.Fatalf("the grandchild %s is not running before Close: %v", pid, err)
+	}
+	cs.Close()
+	// EOF comes only once every process holding the pipe has exited (or
+	// is exiting: its files are closed before it is reaped), and the
+	// grandchild closes it no other way.
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,193 @@
+package reboundmcp
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rebound-go/rebound"
+)
+
+// ErrServerDown is wrapped by the error a caller sees when the server
+// stayed down for all of Options.DownWait, or its respawn breaker is open.
+var ErrServerDown = errors.New("reboundmcp: MCP server is down")
+
+// Upstream says how to reach one MCP server. A fresh connection is opened
+// when the server is first needed and after every crash or lost session.
+// Make one with Command or HTTP.
+type Upstream struct {
+	name     string
+	sessions bool // HTTP: the server may lose the session
+	dial     func(ctx context.Context, o *Options) (mcp.Connection, error)
+}
+
+// Command is an Upstream that runs cmd and speaks to it over its standard
+// input and output. cmd is a template: its Path, Args, Env, Dir and Stderr
+// are copied for each start, and cmd itself is never started. Each child
+// runs in a process group of its own, which is killed whole (SIGTERM, then
+// SIGKILL) when the server is replaced or the Transport closed, so that no
+// grandchild outlives it.
+func Command(cmd *exec.Cmd) Upstream {
+	tmpl := *cmd
+	return Upstream{name: filepath.Base(cmd.Path), dial: func(ctx context.Context, _ *Options) (mcp.Connection, error) {
+		return startChild(ctx, &tmpl)
+	}}
+}
+
+// HTTP is an Upstream that speaks the streamable HTTP transport to the
+// endpoint (the server's MCP URL). Requests go through client with
+// rebound's Transport beneath it, which retries 429, 503 and refused
+// connections under Options.Policy; a nil client means one with
+// http.DefaultClient's settings. Closing the Transport ends the session
+// with the spec's DELETE.
+func HTTP(endpoint string, client *http.Client) Upstream {
+	name := endpoint
+	if u, err := url.Parse(endpoint); err == nil && u.Host != "" {
+		name = u.Host
+	}
+	return Upstream{name: name, sessions: true, dial: func(ctx context.Context, o *Options) (mcp.Connection, error) {
+		return dialHTTP(ctx, endpoint, client, o)
+	}}
+}
+
+// ToolRule says whether a tools/call of one tool may be sent again after
+// the server died or lost its session while it ran.
+type ToolRule uint8
+
+// Tool rules. A tool without one (or with the zero ToolRule) is judged by
+// its annotations: readOnlyHint or idempotentHint in its last listing make
+// it safe to resend, anything else does not.
+const (
+	// ToolReadOnly: the tool changes nothing; resent after a crash.
+	ToolReadOnly ToolRule = iota + 1
+	// ToolIdempotent: running the tool twice does what running it once
+	// does; resent after a crash.
+	ToolIdempotent
+	// ToolSideEffects: the tool may act on the world; never resent once it
+	// may have reached the server.
+	ToolSideEffects
+)
+
+// Options configure a Transport. The zero value works: each field
+// documents its default.
+type Options struct {
+	// Name names the server in logs and events. Empty means the command's
+	// base name or the endpoint's host.
+	Name string
+	// Policy bounds the retries of HTTP failures (429 and 503 with their
+	// Retry-After, refused and reset connections) and of requests resent
+	// after a crash or lost session; its Observer, Breaker and Budget
+	// apply, its Hedge and AttemptTimeout do not (IdleTimeout bounds an
+	// attempt). The zero value is rebound's default policy.
+	Policy rebound.Policy
+	// DownWait is how long a call waits for a server that is down (being
+	// restarted, or its breaker open) before it fails with ErrServerDown.
+	// Zero means 10 s; negative means calls fail at once.
+	DownWait time.Duration
+	// IdleTimeout cancels a call that has had no result and no progress
+	// notification for this long: the server is sent
+	// notifications/cancelled, the caller an error. Zero means 60 s;
+	// negative means never.
+	IdleTimeout time.Duration
+	// RestartMin and RestartMax bound the respawn backoff (a new HTTP
+	// session counts as a start): the first restart after a healthy run is
+	// at once, the next after RestartMin, doubling up to RestartMax, each
+	// drawn from the upper half of its span. Zero or negative means
+	// 100 ms and 2 s.
+	RestartMin, RestartMax time.Duration
+	// HealthyAfter is how long a server must run for the backoff to start
+	// over. Zero or negative means 10 s.
+	HealthyAfter time.Duration
+	// CrashLimit crashes within CrashWindow open the respawn breaker: no
+	// restart for CrashCooldown, and calls fail at once with
+	// ErrServerDown; then one probe start, which closes the breaker once
+	// it has run for HealthyAfter, or opens it again when it dies sooner.
+	// Zero means 10 crashes; negative means no breaker. Zero or negative
+	// windows mean 30 s each.
+	CrashLimit                 int
+	CrashWindow, CrashCooldown time.Duration
+	// Tools overrides the annotations of the tools it names.
+	Tools map[string]ToolRule
+	// IgnoreAnnotations treats every tool not in Tools as side-effecting,
+	// whatever its annotations say.
+	IgnoreAnnotations bool
+	// Observer receives an Event for every attempt of a client request
+	// (Target "mcp:NAME/TOOL" for a tools/call, "mcp:NAME/METHOD"
+	// otherwise). Nil means Policy.Observer.
+	Observer rebound.Observer
+	// Logger gets one line per client request: server, method, tool,
+	// attempts, outcome, whether the server restarted, and duration;
+	// never arguments or results. Restarts and breaker changes are logged
+	// too. Nil means none.
+	Logger *slog.Logger
+}
+
+// Transport is an mcp.Transport whose Connection survives the server's
+// crashes, hangs and lost sessions. Give it to mcp.Client.Connect, or
+// relay a client's connection through it with Serve. A Transport is
+// connected at most once.
+type Transport struct {
+	up Upstream
+	o  Options
+}
+
+// New returns a Transport to the server up, configured by o.
+func New(up Upstream, o Options) *Transport {
+	if o.Name == "" {
+		o.Name = up.name
+	}
+	return &Transport{up: up, o: o}
+}
+
+// Connect opens the resilient connection. The server itself is started (or
+// the HTTP session opened) when the first message is sent.
+func (t *Transport) Connect(ctx context.Context) (mcp.Connection, error) {
+	if t.up.dial == nil {
+		return nil, errors.New("reboundmcp: the Upstream is not set: make one with Command or HTTP")
+	}
+	return newSession(ctx, t), nil
+}
+
+// Serve relays one client connection through t until the client closes
+// it or ctx ends, then closes the upstream: a stdio server's process group
+// is ended, an HTTP session DELETEd.
+func Serve(ctx context.Context, client mcp.Connection, t *Transport) error {
+	up, err := t.Connect(ctx)
+	if err != nil {
+		client.Close()
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 2)
+	pump := func(from, to mcp.Connection) {
+		for {
+			msg, err := from.Read(ctx)
+			if err == nil {
+				err = to.Write(ctx, msg)
+			}
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+	}
+	go pump(client, up)
+	go pump(up, client)
+	err = <-done
+	cancel()
+	client.Close()
+	up.Close()
+	<-done
+	if ctx.Err() != nil || errors.Is(err, io.EOF) || errors.Is(err, mcp.ErrConnectionClosed) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,187 @@
+package reboundmcp
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// session is the resilient mcp.Connection a Transport's Connect returns:
+// the client writes requests into it and reads answers and the server's
+// messages from it, while the server beneath is restarted and re-initialized
+// as often as it takes.
+type session struct {
+	t      *Transport
+	o      *Options
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	out    chan jsonrpc.Message // to the client
+	nextID atomic.Int64         // the IDs of requests to the server
+	wg     sync.WaitGroup       // every goroutine the session starts
+	closed sync.Once
+
+	sup supervisor
+
+	mu       sync.Mutex
+	calls    map[string]*call // client requests in flight, by their ID
+	progress map[string]*call // by progress token
+	state    replayState
+}
+
+func newSession(ctx context.Context, t *Transport) *session {
+	s := &session{t: t, o: &t.o, out: make(chan jsonrpc.Message, 16), calls: map[string]*call{}, progress: map[string]*call{}}
+	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	s.sup.init()
+	s.spawn(s.supervise)
+	return s
+}
+
+// Read returns the next message for the client.
+func (s *session) Read(ctx context.Context) (jsonrpc.Message, error) {
+	select {
+	case msg := <-s.out:
+		return msg, nil
+	case <-s.ctx.Done():
+		return nil, mcp.ErrConnectionClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Write takes a message from the client: a request is answered later, by
+// Read; a notification or an answer to the server's request goes to the
+// server that is up, if one is.
+func (s *session) Write(ctx context.Context, msg jsonrpc.Message) error {
+	if s.ctx.Err() != nil {
+		return mcp.ErrConnectionClosed
+	}
+	switch msg := msg.(type) {
+	case *jsonrpc.Request:
+		if msg.IsCall() {
+			return s.startCall(msg)
+		}
+		s.fromClientNotification(ctx, msg)
+	case *jsonrpc.Response:
+		if g := s.sup.current(); g != nil {
+			if err := g.conn.Write(ctx, msg); err != nil {
+				s.logDebug("mcp.answer_lost", "error", err.Error())
+			}
+		}
+	}
+	return nil
+}
+
+// Close ends every call in flight and the server: a stdio server's process
+// group is killed, an HTTP session DELETEd. It waits for all the session's
+// goroutines.
+func (s *session) Close() error {
+	s.closed.Do(func() {
+		s.mu.Lock()
+		s.cancel()
+		s.mu.Unlock()
+		s.wg.Wait()
+	})
+	return nil
+}
+
+// SessionID is empty: the client's session with rebound outlives every
+// session rebound has with the server.
+func (s *session) SessionID() string { return "" }
+
+// toClient hands a message to the client, unless the session has closed.
+func (s *session) toClient(msg jsonrpc.Message) bool {
+	select {
+	case s.out <- msg:
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
+}
+
+// fromClientNotification passes a client's notification on, keeping what
+// a restart replays and turning a cancellation's request ID into the one
+// the server knows.
+func (s *session) fromClientNotification(ctx context.Context, msg *jsonrpc.Request) {
+	switch msg.Method {
+	case "notifications/initialized":
+		s.mu.Lock()
+		s.state.initialized = true
+		s.mu.Unlock()
+	case "notifications/cancelled":
+		var p struct {
+			RequestID any `json:"requestId"`
+		}
+		json.Unmarshal(msg.Params, &p)
+		s.mu.Lock()
+		c := s.calls[idKey(p.RequestID)]
+		s.mu.Unlock()
+		if c != nil {
+			c.cancelByClient() // the call tells the server, under the ID it knows
+		}
+		return
+	}
+	g := s.sup.current()
+	if g == nil {
+		return // a restart replays the state that matters; the rest is moot on a new server
+	}
+	if err := g.conn.Write(ctx, msg); err != nil {
+		s.logDebug("mcp.notification_lost", "method", msg.Method, "error", err.Error())
+	}
+	if msg.Method == "notifications/initialized" {
+		s.relist(g, false)
+	}
+}
+
+// fromServer passes a server's request or notification to the client,
+// noting progress and list changes on the way. It returns false once the
+// session has closed.
+func (s *session) fromServer(ctx context.Context, g *generation, msg *jsonrpc.Request) bool {
+	switch msg.Method {
+	case "notifications/progress":
+		var p struct {
+			ProgressToken any `json:"progressToken"`
+		}
+		json.Unmarshal(msg.Params, &p) // a token nobody asked for keeps nothing alive
+		s.mu.Lock()
+		c := s.progress[idKey(p.ProgressToken)]
+		s.mu.Unlock()
+		if c != nil {
+			c.alive()
+		}
+	case "notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed":
+		s.relist(g, false)
+	}
+	return s.toClient(msg)
+}
+
+// spawn runs f in a goroutine the session waits for at Close, unless the
+// session has closed.
+func (s *session) spawn(f func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx.Err() != nil {
+		return false
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+	return true
+}
+
+func (s *session) logDebug(msg string, args ...any) {
+	if s.o.Logger != nil {
+		s.o.Logger.Debug(msg, append([]any{"server", s.o.Name}, args...)...)
+	}
+}
+
+func (s *session) logInfo(msg string, args ...any) {
+	if s.o.Logger != nil {
+		s.o.Logger.Info(msg, append([]any{"server", s.o.Name}, args...)...)
+	}
+}

@@ -1,0 +1,99 @@
+package reboundmcp
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// termGrace is how long a child's process group has between SIGTERM and
+// SIGKILL.
+const termGrace = 2 * time.Second
+
+// child is one start of a stdio server: the SDK's newline-delimited JSON
+// connection over the pipes, and the process group it runs in.
+type child struct {
+	mcp.Connection
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when the leader has been waited for
+}
+
+// startChild starts a copy of tmpl in a process group of its own.
+func startChild(_ context.Context, tmpl *exec.Cmd) (mcp.Connection, error) {
+	cmd := exec.Command(tmpl.Path, tmpl.Args[1:]...)
+	cmd.Args = tmpl.Args
+	cmd.Env, cmd.Dir, cmd.Stderr = tmpl.Env, tmpl.Dir, tmpl.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Stderr that is not a file is copied by a goroutine of exec's, which
+	// Wait would wait for as long as a grandchild holds the pipe: the
+	// group is killed only once Wait returns.
+	cmd.WaitDelay = termGrace
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	cmd.Stdin, cmd.Stdout = inR, outW
+	err = cmd.Start()
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		return nil, err
+	}
+	c := &child{cmd: cmd, exited: make(chan struct{})}
+	// The SDK's IOTransport cannot fail to connect.
+	c.Connection, _ = (&mcp.IOTransport{Reader: outR, Writer: inW}).Connect(context.Background())
+	go func() {
+		cmd.Wait()
+		// The leader is gone: whatever it left in its group goes too, so
+		// that the pipe ends and the next start owns the server alone.
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		close(c.exited)
+	}()
+	return c, nil
+}
+
+// Read reads the next message from the server; once the child has exited
+// and its output is drained, it returns the child's end.
+func (c *child) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Connection.Read(ctx)
+	if err != nil && ctx.Err() == nil {
+		return nil, errors.Join(errServerExited, err)
+	}
+	return msg, err
+}
+
+// Close ends the child's whole process group: SIGTERM, then SIGKILL after
+// termGrace, and waits for the leader.
+func (c *child) Close() error {
+	c.Connection.Close()
+	c.kill()
+	return nil
+}
+
+func (c *child) kill() {
+	pgid := -c.cmd.Process.Pid
+	syscall.Kill(pgid, syscall.SIGTERM)
+	select {
+	case <-c.exited:
+		return
+	case <-time.After(termGrace):
+	}
+	syscall.Kill(pgid, syscall.SIGKILL)
+	<-c.exited
+}
+
+var errServerExited = errors.New("the server process exited")
