@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/goleak"
 )
 
 // connect serves srv to a client over in-memory transports, until t ends.
@@ -200,7 +201,14 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines outlived the tests:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // serverProcess returns the command of a process serving c over stdio.
