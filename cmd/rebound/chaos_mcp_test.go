@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -135,23 +136,61 @@ func TestRunChaosMCPStdioEndsWhenStdinCloses(t *testing.T) {
 	}
 }
 
-// TestRunChaosMCPHTTPLosesSessions runs the HTTP server as a process of
-// its own, so that it can be sent SIGHUP.
-func TestRunChaosMCPHTTPLosesSessions(t *testing.T) {
-	cmd := commandProcess(t, "chaos", "--mcp", "--addr", "127.0.0.1:0", "--lose-sessions-every", "3")
+// startChaosMCPProcess starts "rebound chaos --mcp --addr 127.0.0.1:0"
+// with args as a process of its own and returns it, its URL and its stderr.
+func startChaosMCPProcess(t *testing.T, args ...string) (cmd *exec.Cmd, url string, stderr io.Reader) {
+	t.Helper()
+	cmd = commandProcess(t, append([]string{"chaos", "--mcp", "--addr", "127.0.0.1:0"}, args...)...)
 	stdout, _ := cmd.StdoutPipe()
-	stderrPipe, _ := cmd.StderrPipe()
+	stderr, _ = cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
+	t.Cleanup(func() { cmd.Process.Kill() })
 	line, _ := bufio.NewReader(stdout).ReadString('\n')
 	m := regexp.MustCompile(`^listening on (http://127\.0\.0\.1:[0-9]+)\n$`).FindStringSubmatch(line)
 	if m == nil {
 		t.Fatalf("first stdout line %q", line)
 	}
+	return cmd, m[1], stderr
+}
+
+// A call in flight does not keep the server from stopping: the sessions
+// are closed, and closing one waits for its calls.
+func TestRunChaosMCPHTTPStopsWithACallInFlight(t *testing.T) {
+	cmd, url, stderr := startChaosMCPProcess(t, "--slow", "1h", "--progress")
+	go io.Copy(io.Discard, stderr)
+	inFlight := make(chan struct{}, 1)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
+			select {
+			case inFlight <- struct{}{}:
+			default:
+			}
+		},
+	}).Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url + "/mcp"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	go func() {
+		params := &mcp.CallToolParams{Name: chaosmcp.ToolLookup, Arguments: map[string]any{"key": "k"}}
+		params.SetProgressToken("p")
+		cs.CallTool(t.Context(), params)
+	}()
+	<-inFlight
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("after SIGTERM with a call in flight: %v, want exit 0", err)
+	}
+}
+
+// TestRunChaosMCPHTTPLosesSessions runs the HTTP server as a process of
+// its own, so that it can be sent SIGHUP.
+func TestRunChaosMCPHTTPLosesSessions(t *testing.T) {
+	cmd, url, stderrPipe := startChaosMCPProcess(t, "--lose-sessions-every", "3")
 	stderr := bufio.NewScanner(stderrPipe)
-	cs := connectMCP(t, &mcp.StreamableClientTransport{Endpoint: m[1] + "/mcp"})
+	cs := connectMCP(t, &mcp.StreamableClientTransport{Endpoint: url + "/mcp"})
 	for range 2 {
 		if err := appendX(t, cs); err != nil {
 			t.Fatal(err)
@@ -160,7 +199,7 @@ func TestRunChaosMCPHTTPLosesSessions(t *testing.T) {
 	if err := appendX(t, cs); !errors.Is(err, mcp.ErrSessionMissing) {
 		t.Errorf("the third call: %v, want ErrSessionMissing", err)
 	}
-	cs = connectMCP(t, &mcp.StreamableClientTransport{Endpoint: m[1] + "/mcp"})
+	cs = connectMCP(t, &mcp.StreamableClientTransport{Endpoint: url + "/mcp"})
 	if err := appendX(t, cs); err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +209,7 @@ func TestRunChaosMCPHTTPLosesSessions(t *testing.T) {
 	if err := appendX(t, cs); !errors.Is(err, mcp.ErrSessionMissing) {
 		t.Errorf("a call after SIGHUP: %v, want ErrSessionMissing", err)
 	}
-	resp, err := http.Get(m[1] + "/chaos/counts")
+	resp, err := http.Get(url + "/chaos/counts")
 	if err != nil {
 		t.Fatal(err)
 	}
