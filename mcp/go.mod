@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/rebound-go/rebound v0.0.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (

@@ -21,23 +21,31 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8787", "listen on `host:port` (port 0 picks a free port)")
 	mode := fs.String("mode", chaos.ModeRandom, "default `mode` of requests that name none")
-	seed := fs.Uint64("seed", 1, "seed of the outcome sequence of random, stream-cut and lost-reply mode, and of text mode's answers")
+	seed := fs.Uint64("seed", 1, "seed of the outcome sequence of random, stream-cut and lost-reply mode, of text mode's answers, and of --mcp's faults")
 	failRate := fs.Float64("fail-rate", 0.35, "failure probability in random, stream-cut and lost-reply mode, in (0, 1]")
 	retryAfter := fs.Int("retry-after", 1, "wait hint `seconds` sent in retryafter mode, at most a year (31536000); if given, with every failure")
-	slow := fs.Duration("slow", time.Second, "response `delay` in slow mode and of late replies in lost-reply mode")
+	slow := fs.Duration("slow", time.Second, "response `delay` in slow mode and of late replies in lost-reply mode; with --mcp, of every tool call (none unless given)")
 	profile := fs.String("profile", chaos.ProfilePlain, "answer in the wire format of `profile` (plain, openai, anthropic, gemini, azure, bedrock, local)")
 	cutAfter := fs.Int("cut-after", 0, "`pieces` of text a breaking stream sends before it breaks, in stream-cut mode")
+	mf := defineChaosMCPFlags(fs)
 
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "rebound chaos: "+format+"\n", a...)
 		return 2
 	}
-	if code, done := parseFlags(fs, args, chaosrun.Usage, withStdout(stderr, stdout)); done {
+	if code, done := parseFlags(fs, args, chaosrun.Usage+chaosrun.MCPUsage+"\nflags:\n", withStdout(stderr, stdout)); done {
 		return code
 	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if *mf.on {
+		return runChaosMCP(ctx, mf, given, *seed, *slow, *addr, stdout, stderr)
+	}
+	if name := firstGiven(given, chaosMCPOnly); name != "" {
+		return usageErr("--%s applies to --mcp only", name)
+	}
 	// An explicit --retry-after asks for a wait hint with every failure.
-	hintAll := false
-	fs.Visit(func(f *flag.Flag) { hintAll = hintAll || f.Name == "retry-after" })
+	hintAll := given["retry-after"]
 	// chaos.Config reads zero as "use the default"; on the command line a
 	// zero would be a surprise either way, so it is refused.
 	switch {

@@ -7,7 +7,7 @@
 //	rebound batch INPUT.jsonl --out OUTPUT.jsonl [flags]
 //	                                    send a file of requests, resumably
 //	rebound bench [--json] [--seed N]   reproduce the 429 article's experiments
-//	rebound chaos [flags]               serve the fault-injecting chaos server
+//	rebound chaos [--mcp] [flags]       serve the fault-injecting chaos server, or a flaky MCP server
 //	rebound mcp [flags] -- COMMAND [ARGS...] | --upstream URL
 //	                                    keep an MCP server's tool calls alive through crashes
 //	rebound proxy --upstream URL | --config FILE [flags]
@@ -44,7 +44,7 @@ commands:
   analyze read call logs (JSON lines) and report the retries wasted, by error
   batch   send a file of requests in the OpenAI Batch format, resuming where it stopped
   bench   reproduce the 429 article's retry experiments against the chaos server
-  chaos   serve the fault-injecting chaos server
+  chaos   serve the fault-injecting chaos server (--mcp: a flaky MCP server)
   mcp     run an MCP server behind rebound: restarted when it dies, calls resent when safe
   proxy   serve a reverse proxy that retries, paces and breaks calls to LLM APIs
   sim     simulate a scenario (occ: Brooker's backoff experiment) in virtual time

@@ -122,6 +122,10 @@ func Install(ctx context.Context, p Package) (script string, err error) {
 	if script, err := p.script(dir); err == nil {
 		return script, nil
 	}
+	// A folder there but broken (files deleted by hand) is replaced.
+	if err := os.RemoveAll(dir); err != nil {
+		return "", fmt.Errorf("npmserver: %w", err)
+	}
 	if err := p.installInto(ctx, root, dir); err != nil {
 		return "", err
 	}

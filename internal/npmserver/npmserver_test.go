@@ -124,9 +124,14 @@ func TestInstallRunsNpmOnceAcrossProcesses(t *testing.T) {
 			t.Errorf("a temporary folder was left in the cache: %s", e.Name())
 		}
 	}
-	// Installed, it needs no npm.
+	// A broken install is replaced.
 	t.Setenv("PATH", bin)
 	t.Setenv(CacheEnv, cache)
+	os.Remove(strings.TrimSuffix(want, "\n"))
+	if script, err := Install(t.Context(), Everything); err != nil || script+"\n" != want {
+		t.Errorf("Install over a broken install: %q, %v", script, err)
+	}
+	// Installed, it needs no npm.
 	os.Remove(filepath.Join(bin, "npm"))
 	if script, err := Install(t.Context(), Everything); err != nil || script+"\n" != want {
 		t.Errorf("Install of an installed package: %q, %v", script, err)

@@ -112,7 +112,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.CountFile != "" {
 		counts, err := ReadCounts(cfg.CountFile)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, err
+			return nil, fmt.Errorf("chaosmcp: count file: %w", err)
 		}
 		if counts != nil {
 			s.counts = counts

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/goleak"
 )
 
 // connect serves srv to a client over in-memory transports, until t ends.
@@ -200,7 +201,14 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines outlived the tests:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // serverProcess returns the command of a process serving c over stdio.
@@ -273,5 +281,22 @@ func TestCrashRateIsSeeded(t *testing.T) {
 	t.Logf("seed %d", seed)
 	if a, b := crashAt(seed), crashAt(seed); a != b {
 		t.Errorf("one seed crashed at call %d and at call %d", a, b)
+	}
+}
+
+func TestReadCountsSkipsALineCutShortAndRefusesGarbage(t *testing.T) {
+	dir := t.TempDir()
+	cut := filepath.Join(dir, "cut")
+	os.WriteFile(cut, []byte(`{"tool":"set","args":{}}`+"\n"+`{"tool":"append","ar`), 0o644)
+	if c, err := ReadCounts(cut); err != nil || !mapsEqual(c, map[string]int{ToolSet: 1}) {
+		t.Errorf("a file whose last line was cut short: %v, %v; want 1 set", c, err)
+	}
+	garbage := filepath.Join(dir, "garbage")
+	os.WriteFile(garbage, []byte(`{"tool":"set","args":{}}`+"\nnot json\n"), 0o644)
+	if _, err := ReadCounts(garbage); err == nil {
+		t.Error("a file with a line that is not a count: no error")
+	}
+	if _, err := New(Config{CountFile: garbage}); err == nil {
+		t.Error("New on a file that is not a count file: no error")
 	}
 }

@@ -2,6 +2,7 @@ package chaosmcp
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -15,14 +16,22 @@ import (
 type generation struct {
 	server  *mcp.Server
 	handler *mcp.StreamableHTTPHandler
+	// lost ends with the generation: the calls in flight end with it, as
+	// they would with a restarted process, since closing a session waits
+	// for them.
+	lost context.Context
+	lose context.CancelFunc
 }
 
 func (s *Server) newGeneration() *generation {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "rebound-chaos", Version: "1"}, nil)
-	s.addTools(srv)
+	lost, lose := context.WithCancel(context.Background())
+	s.addTools(srv, lost)
 	return &generation{
 		server:  srv,
 		handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil),
+		lost:    lost,
+		lose:    lose,
 	}
 }
 
@@ -40,6 +49,7 @@ func (s *Server) LoseSessions() {
 	old := s.gen
 	s.gen = s.newGeneration()
 	s.mu.Unlock()
+	old.lose()
 	for ss := range old.server.Sessions() {
 		ss.Close()
 	}

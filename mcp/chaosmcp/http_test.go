@@ -1,6 +1,7 @@
 package chaosmcp
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -147,4 +149,44 @@ func mapsEqual(a, b map[string]int) bool {
 		}
 	}
 	return true
+}
+
+// Closing a session waits for its calls, so LoseSessions ends them first:
+// a slow call in flight ends, unrun, and LoseSessions returns.
+func TestLoseSessionsEndsCallsInFlight(t *testing.T) {
+	srv, err := New(Config{Slow: time.Hour, Progress: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	inFlight := make(chan struct{}, 1)
+	tr := &mcp.StreamableClientTransport{Endpoint: hs.URL + "/mcp"}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
+			select {
+			case inFlight <- struct{}{}:
+			default:
+			}
+		},
+	}).Connect(t.Context(), tr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	done := make(chan error, 1)
+	go func() {
+		params := &mcp.CallToolParams{Name: ToolAppend, Arguments: map[string]any{"key": "k", "value": "x"}}
+		params.SetProgressToken("p")
+		_, err := cs.CallTool(t.Context(), params)
+		done <- err
+	}()
+	<-inFlight
+	srv.LoseSessions()
+	if err := <-done; err == nil {
+		t.Error("a call in flight when its session was lost answered")
+	}
+	if n := srv.Counts()[ToolAppend]; n != 0 {
+		t.Errorf("the call cut short ran %d times", n)
+	}
 }

@@ -28,36 +28,39 @@ type writeArgs struct {
 	Value string `json:"value" jsonschema:"the value to set or append"`
 }
 
-// addTools adds the three tools to srv.
-func (s *Server) addTools(srv *mcp.Server) {
+// addTools adds the three tools to srv; their calls end when lost does.
+func (s *Server) addTools(srv *mcp.Server, lost context.Context) {
 	no, yes := false, true
 	mcp.AddTool(srv, &mcp.Tool{
 		Name:        ToolLookup,
 		Description: "Returns the value of a key (empty if never set).",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, DestructiveHint: &no, OpenWorldHint: &no},
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in lookupArgs) (*mcp.CallToolResult, any, error) {
-		return s.call(ctx, req, ToolLookup, in, func() string { return s.values[in.Key] })
+		return s.call(ctx, lost, req, ToolLookup, in, func() string { return s.values[in.Key] })
 	})
 	mcp.AddTool(srv, &mcp.Tool{
 		Name:        ToolSet,
 		Description: "Sets the value of a key, replacing what it held.",
 		Annotations: &mcp.ToolAnnotations{IdempotentHint: true, DestructiveHint: &yes, OpenWorldHint: &no},
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in writeArgs) (*mcp.CallToolResult, any, error) {
-		return s.call(ctx, req, ToolSet, in, func() string { s.values[in.Key] = in.Value; return in.Value })
+		return s.call(ctx, lost, req, ToolSet, in, func() string { s.values[in.Key] = in.Value; return in.Value })
 	})
 	mcp.AddTool(srv, &mcp.Tool{
 		Name:        ToolAppend,
 		Description: "Appends to the value of a key and returns the new value.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &no, OpenWorldHint: &no},
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in writeArgs) (*mcp.CallToolResult, any, error) {
-		return s.call(ctx, req, ToolAppend, in, func() string { s.values[in.Key] += in.Value; return s.values[in.Key] })
+		return s.call(ctx, lost, req, ToolAppend, in, func() string { s.values[in.Key] += in.Value; return s.values[in.Key] })
 	})
 }
 
 // call is every tool's handler: it draws the call's fault, waits out a
 // slow delay, runs the tool (run, under s.mu, returns its answer),
 // counts the run and then crashes or answers.
-func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, tool string, args any, run func() string) (*mcp.CallToolResult, any, error) {
+func (s *Server) call(ctx, lost context.Context, req *mcp.CallToolRequest, tool string, args any, run func() string) (*mcp.CallToolResult, any, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(lost, cancel)()
 	f := s.draw()
 	if f == faultHang {
 		<-ctx.Done()

@@ -14,8 +14,8 @@ import (
 	"github.com/rebound-go/rebound/cmd/rebound/internal/serve"
 )
 
-// Usage is the help of "rebound chaos": what the chaos server answers,
-// and its flags (which the command appends).
+// Usage is the help of "rebound chaos": what the chaos server answers
+// (MCPUsage follows it, then the flags).
 const Usage = `usage: rebound chaos [flags]
 
 Serve a fault-injecting HTTP server until interrupted. Every request is
@@ -52,8 +52,6 @@ failure), and requests and tokens by X-Chaos-Tally header and model; POST
 outcome sequence.
 
 The first line on stdout is "listening on http://HOST:PORT".
-
-flags:
 `
 
 // Serve serves srv on addr (checked: see serve.CheckAddr) until ctx is
