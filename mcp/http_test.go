@@ -142,6 +142,13 @@ func TestHTTPCloseEndsTheSessionWithDELETE(t *testing.T) {
 	}
 }
 
+// TestHTTPServerThatRefusesConnectionsForAWhileLosesNoCall: a server that
+// stops listening, refuses connections for a while and comes back without
+// its sessions: the side-effecting call made meanwhile never reached it
+// (each refusal is provable), so it is sent again, and runs once. The
+// client keeps no idle connection: a request written into a pooled one the
+// old server had closed may have reached it, and is rightly never sent
+// again; that is a race the test would otherwise lose now and then.
 func TestHTTPServerThatRefusesConnectionsForAWhileLosesNoCall(t *testing.T) {
 	f := newHTTPFake(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -174,7 +181,7 @@ func TestHTTPServerThatRefusesConnectionsForAWhileLosesNoCall(t *testing.T) {
 		}
 	})
 	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
-	cs, err := client.Connect(t.Context(), New(HTTP("http://"+addr+"/mcp", nil), o), &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	cs, err := client.Connect(t.Context(), New(HTTP("http://"+addr+"/mcp", &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}), o), &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 	if err != nil {
 		t.Fatal(err)
 	}
