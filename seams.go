@@ -114,25 +114,38 @@ const (
 	// EventHedge: attempt Attempt, slow to its first token, has a hedge:
 	// a second attempt beside it (see Hedge).
 	EventHedge
+	// EventRestart: the server behind Target went down, for Err, and is
+	// started again after Wait; Attempt is the number of that start, from
+	// 2. What supervises a server reports it (reboundmcp).
+	EventRestart
+	// EventBreaker: the breaker of Target entered State; an open one
+	// probes after Wait, if it says, and Err is why it opened, if known.
+	// The breaker's owner reports it (breaker.Notify, reboundmcp).
+	EventBreaker
 )
 
-var eventNames = [...]string{EventAttempt: "attempt", EventRetry: "retry", EventGiveUp: "give_up", EventContinue: "continue", EventHedge: "hedge"}
+var eventNames = [...]string{EventAttempt: "attempt", EventRetry: "retry", EventGiveUp: "give_up", EventContinue: "continue", EventHedge: "hedge",
+	EventRestart: "restart", EventBreaker: "breaker"}
 
 func (t EventType) String() string { return enumString(eventNames[:], int(t), "event") }
 
-// Event is one step of a call, as seen by an Observer.
+// Event is one step of a call, as seen by an Observer; or, for
+// EventRestart and EventBreaker, a change in a target's health that
+// belongs to no one call, given to the Observer itself (never to a
+// CallObserver's per-call one), with no Elapsed or Waited.
 type Event struct {
 	Type EventType
 	// Target names what was called (see WithTarget); Transport uses the
 	// request's host when the context names none.
 	Target string
-	// Attempt is the attempt number, from 1.
+	// Attempt is the attempt number, from 1 (EventRestart: the start's).
 	Attempt int
 	// Err is the attempt's error; nil for a successful attempt.
 	Err error
 	// Verdict is the classifier's verdict on Err (EventRetry, EventGiveUp).
 	Verdict Verdict
-	// Wait is the wait before the next attempt (EventRetry).
+	// Wait is the wait before the next attempt (EventRetry), the next
+	// start (EventRestart) or an open breaker's probe (EventBreaker).
 	Wait time.Duration
 	// Waited is the call's total wait so far (Wait included).
 	Waited time.Duration
@@ -143,6 +156,9 @@ type Event struct {
 	// BudgetLeft is how many retries the policy's retry budget still
 	// allows (EventRetry, EventGiveUp); -1 when it has none that can say.
 	BudgetLeft float64
+	// State is the state a breaker entered (EventBreaker): "closed",
+	// "open" or "half-open", as breaker.State names them.
+	State string
 }
 
 // CallObserver is an Observer that wants to know where each call starts:

@@ -149,6 +149,27 @@ type Change struct {
 	Reason string
 }
 
+// Notify returns an OnStateChange that reports every change to obs as a
+// rebound.EventBreaker (the breaker's name as its Target, the state
+// entered, and for an opening the Reason as its Err), so that the
+// observers a Policy has (logs, metrics) hear of the breaker too:
+//
+//	b := breaker.New("gpt-x:summarise", breaker.Config{OnStateChange: breaker.Notify(obs)})
+//
+// Do and Transport do not report a breaker's changes themselves: a
+// breaker serves every call and policy that shares it, so a change
+// belongs to none of their observers, and the rebound.Breaker they
+// consult does not tell them when it changes.
+func Notify(obs rebound.Observer) func(Change) {
+	return func(c Change) {
+		e := rebound.Event{Type: rebound.EventBreaker, Target: c.Name, State: c.To.String()}
+		if c.To == Open {
+			e.Err = errors.New(c.Reason)
+		}
+		obs.Observe(e)
+	}
+}
+
 // DefaultProbeTimeout is the ProbeTimeout of a zero Config: 5 minutes.
 // A streamed probe legitimately lasts as long as the answer, seconds
 // usually and minutes for a long one, and taking its slot too early costs

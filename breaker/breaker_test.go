@@ -197,3 +197,24 @@ func TestClosedPathAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v allocations on the closed path", n)
 	}
 }
+
+func TestNotifyReportsEveryChangeAsAnEvent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var seen []string
+		obs := rebound.ObserverFunc(func(e rebound.Event) {
+			s := fmt.Sprintf("%v %s %s", e.Type, e.Target, e.State)
+			if e.Err != nil {
+				s += " (" + e.Err.Error() + ")"
+			}
+			seen = append(seen, s)
+		})
+		b := New("m", Config{ConsecutiveFailures: 1, Cooldown: 10 * time.Second, Successes: 1, OnStateChange: Notify(obs)})
+		call(b, rebound.OutcomeFailure)
+		time.Sleep(10 * time.Second)
+		call(b, rebound.OutcomeSuccess)
+		want := "breaker m open (1 failures in a row)|breaker m half-open|breaker m closed"
+		if got := strings.Join(seen, "|"); got != want {
+			t.Fatalf("events\n%s\nwant\n%s", got, want)
+		}
+	})
+}

@@ -93,11 +93,23 @@
 // Options.Logger gets one JSON line per client request (message
 // mcp.request: server, method, tool, attempts, outcome, whether the server
 // restarted during it, duration), never its arguments or result; restarts
-// (mcp.restart) and the breaker's changes (mcp.breaker) have lines of
-// their own. Options.Observer (else Policy.Observer) gets rebound's Events
-// for every attempt of a request, with the Target "mcp:NAME/TOOL" for a
-// tools/call and "mcp:NAME/METHOD" otherwise, so that reboundotel traces
-// and counts tool calls.
+// (mcp.restart) and the respawn breaker's changes (mcp.breaker) have lines
+// of their own. Options.Observer (else Policy.Observer) gets the same as
+// rebound's Events, so that observe.Slog logs them and reboundotel traces
+// and counts them:
+//
+//   - every attempt of a request: EventAttempt, EventRetry, EventGiveUp,
+//     under the Target "mcp:NAME/TOOL" for a tools/call and
+//     "mcp:NAME/METHOD" otherwise;
+//   - EventRestart, under "mcp:NAME": the server went down (Err says why)
+//     and start number Attempt follows after Wait;
+//   - EventBreaker, under "mcp:NAME": the respawn breaker entered State,
+//     "open" for Wait (Err: the last crash's cause), "half-open" when one
+//     start probes, "closed" once that start has run for HealthyAfter.
+//
+// A restart and a breaker's change belong to no request: they go to the
+// Observer itself, never to a per-call one, and a request cut short by
+// the crash sees it as its attempt's error.
 //
 // # Ending
 //

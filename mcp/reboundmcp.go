@@ -120,7 +120,9 @@ type Options struct {
 	IgnoreAnnotations bool
 	// Observer receives an Event for every attempt of a client request
 	// (Target "mcp:NAME/TOOL" for a tools/call, "mcp:NAME/METHOD"
-	// otherwise). Nil means Policy.Observer.
+	// otherwise), and an EventRestart or EventBreaker (Target "mcp:NAME")
+	// for every restart and change of the respawn breaker. Nil means
+	// Policy.Observer.
 	Observer rebound.Observer
 	// Logger gets one line per client request: server, method, tool,
 	// attempts, outcome, whether the server restarted, and duration;

@@ -103,13 +103,15 @@ func (s *session) supervise() {
 		g, err := s.start(n)
 		if err == nil {
 			s.sup.set(g, false)
-			if s.waitDeath(g, healthyAfter) {
-				backoff = 0
-				crashes = crashes[:0]
+			healed := func() {
 				if probing {
 					probing = false
-					s.logInfo("mcp.breaker", "state", "closed")
+					s.breakerMoved(breakerClosed)
 				}
+			}
+			if s.waitDeath(g, healthyAfter, healed) {
+				backoff = 0
+				crashes = crashes[:0]
 			}
 			s.sup.set(nil, false)
 		}
@@ -119,29 +121,24 @@ func (s *session) supervise() {
 		if err != nil {
 			s.sup.set(nil, false) // the start failed: down, no longer starting
 		}
-		cause := "exited"
-		if err != nil {
-			cause = err.Error()
-		} else if g.sessionWasLost() {
-			cause = "session lost"
-		}
+		cause := downCause(g, err)
 		now := time.Now()
 		crashes = append(keepSince(crashes, now.Add(-window)), now)
 		if probing || (limit > 0 && len(crashes) >= limit) {
 			cooldown := positive(o.CrashCooldown, defaultCrashCooldown)
-			s.logInfo("mcp.breaker", "state", "open", "crashes", len(crashes), "cooldown_ms", cooldown.Milliseconds(), "cause", cause)
+			s.breakerOpened(len(crashes), cause, cooldown)
 			s.sup.set(nil, true)
 			if !s.sleep(cooldown) {
 				return
 			}
-			s.logInfo("mcp.breaker", "state", "probe")
+			s.breakerMoved(breakerHalfOpen)
 			s.sup.set(nil, false)
 			crashes, backoff, probing = crashes[:0], 0, true
 			continue
 		}
 		delay := s.restartDelay(backoff)
 		backoff++
-		s.logInfo("mcp.restart", "start", n+1, "cause", cause, "delay_ms", delay.Milliseconds())
+		s.restarting(n+1, cause, delay)
 		if !s.sleep(delay) {
 			return
 		}
@@ -149,8 +146,8 @@ func (s *session) supervise() {
 }
 
 // waitDeath waits for g to die or the session to close, and says whether
-// g ran healthily for healthyAfter first.
-func (s *session) waitDeath(g *generation, healthyAfter time.Duration) (healthy bool) {
+// g ran healthily for healthyAfter first; it calls healed when g has.
+func (s *session) waitDeath(g *generation, healthyAfter time.Duration, healed func()) (healthy bool) {
 	t := time.NewTimer(healthyAfter)
 	defer t.Stop()
 	for {
@@ -162,6 +159,7 @@ func (s *session) waitDeath(g *generation, healthyAfter time.Duration) (healthy 
 			return healthy
 		case <-t.C:
 			healthy = true
+			healed()
 		}
 	}
 }

@@ -77,6 +77,11 @@ const maxErrorText = 200
 //     after retries, Warn if it gave up): target, attempts, succeeded,
 //     waited_ms, elapsed_ms; on failure also kind, status, error_type,
 //     error_code, reason and error.
+//   - "rebound.restart" (Warn): the server behind target went down and is
+//     started again: target, start, wait_ms, error (why it went down).
+//   - "rebound.breaker" (Warn if it opened, Info otherwise): target's
+//     breaker changed state: target, state; for an opening, wait_ms (the
+//     cool-down, when the breaker says) and error (why, when known).
 func Slog(logger *slog.Logger) rebound.Observer {
 	return rebound.ObserverFunc(func(e rebound.Event) {
 		ctx := context.Background()
@@ -111,8 +116,29 @@ func Slog(logger *slog.Logger) rebound.Observer {
 				slog.String("kind", e.Verdict.Kind.String()), slog.String("reason", e.Reason.String()),
 				ms("waited_ms", e.Waited), ms("elapsed_ms", e.Elapsed)}
 			logger.LogAttrs(ctx, slog.LevelWarn, "rebound.call", append(attrs, failure(e.Err)...)...)
+		case e.Type == rebound.EventRestart, e.Type == rebound.EventBreaker:
+			health(ctx, logger, e)
 		}
 	})
+}
+
+// health writes the record of an event about a target's health outside
+// any call: a restart, or a breaker's change.
+func health(ctx context.Context, logger *slog.Logger, e rebound.Event) {
+	if e.Type == rebound.EventRestart {
+		attrs := []slog.Attr{slog.String("target", e.Target), slog.Int("start", e.Attempt), ms("wait_ms", e.Wait)}
+		logger.LogAttrs(ctx, slog.LevelWarn, "rebound.restart", append(attrs, failure(e.Err)...)...)
+		return
+	}
+	attrs := []slog.Attr{slog.String("target", e.Target), slog.String("state", e.State)}
+	level := slog.LevelInfo
+	if e.State == "open" {
+		level = slog.LevelWarn
+		if e.Wait > 0 {
+			attrs = append(attrs, ms("wait_ms", e.Wait))
+		}
+	}
+	logger.LogAttrs(ctx, level, "rebound.breaker", append(attrs, failure(e.Err)...)...)
 }
 
 func ms(key string, d time.Duration) slog.Attr {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -104,6 +105,36 @@ func TestSlogRecords(t *testing.T) {
 			t.Errorf("give-up record %v", gaveUp)
 		}
 	})
+}
+
+func TestSlogRecordsRestartsAndBreakerChanges(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: noTime}))
+	obs := observe.Slog(logger)
+	obs.Observe(rebound.Event{Type: rebound.EventRestart, Target: "mcp:memory", Attempt: 2, Err: errors.New("the server process exited")})
+	obs.Observe(rebound.Event{Type: rebound.EventBreaker, Target: "mcp:memory", State: "open", Wait: 30 * time.Second, Err: errors.New("exited")})
+	obs.Observe(rebound.Event{Type: rebound.EventBreaker, Target: "mcp:memory", State: "half-open"})
+	var got []string
+	for _, r := range records(t, &buf) {
+		got = append(got, fmt.Sprintf("%v %v %v start=%v state=%v wait_ms=%v error=%v", r["level"], r["msg"], r["target"], r["start"], r["state"], r["wait_ms"], r["error"]))
+	}
+	want := []string{
+		"WARN rebound.restart mcp:memory start=2 state=<nil> wait_ms=0 error=the server process exited",
+		"WARN rebound.breaker mcp:memory start=<nil> state=open wait_ms=30000 error=exited",
+		"INFO rebound.breaker mcp:memory start=<nil> state=half-open wait_ms=<nil> error=<nil>",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("records\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestMonitorCountsNoRestartOrBreakerChangeAsACall(t *testing.T) {
+	m := &observe.Monitor{}
+	m.Observe(rebound.Event{Type: rebound.EventRestart, Target: "mcp:memory", Attempt: 2})
+	m.Observe(rebound.Event{Type: rebound.EventBreaker, Target: "mcp:memory", State: "open"})
+	if rate, calls := m.Rate("mcp:memory", time.Now()); calls != 0 {
+		t.Fatalf("rate %v over %d calls, want no call", rate, calls)
+	}
 }
 
 func TestMonitor(t *testing.T) {

@@ -74,6 +74,7 @@
 //	rebound.retries                 counter   {retry}    rebound.target, rebound.verdict.kind
 //	rebound.give_ups                counter   {call}     rebound.target, rebound.stop_reason, rebound.verdict.kind
 //	rebound.hedges                  counter   {hedge}    rebound.target
+//	rebound.restarts                counter   {restart}  rebound.target (the server's, "mcp:NAME")
 //	rebound.wait.duration           histogram s          rebound.target, rebound.verdict.kind
 //	rebound.call.duration           histogram s          rebound.target, rebound.outcome
 //	rebound.retry_budget.available  gauge     {retry}    rebound.target
@@ -91,8 +92,14 @@
 // The retry budget gauge holds the last value an event reported for the
 // target (rebound.Event.BudgetLeft, on retries and give-ups, when the
 // policy's budget can say). The breaker instruments are fed by
-// Observer.BreakerStateChange, which fits breaker.Config.OnStateChange, and
-// so report a breaker from its first change on. The limiter and cost
+// Observer.BreakerStateChange, which fits breaker.Config.OnStateChange, or
+// by a rebound.EventBreaker given to Observe (breaker.Notify makes them;
+// reboundmcp reports its respawn breaker so, named by the Target), and so
+// report a breaker from its first change on. rebound.restarts counts the
+// rebound.EventRestart events of a supervised server (reboundmcp's). Both
+// kinds of event belong to no call: they are counted, and make no span,
+// since the call that a crash cut short learns of it as its attempt's
+// error. The limiter and cost
 // instruments are fed by hand: RecordLimiterDelay, RecordCost and
 // RecordTask.
 //

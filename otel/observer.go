@@ -44,6 +44,7 @@ type Observer struct {
 	retries        metric.Int64Counter
 	giveUps        metric.Int64Counter
 	hedges         metric.Int64Counter
+	restarts       metric.Int64Counter
 	waits          metric.Float64Histogram
 	calls          metric.Float64Histogram
 	budget         metric.Float64Gauge
@@ -95,6 +96,9 @@ func New(cfg Config) *Observer {
 	check(err)
 	o.hedges, err = m.Int64Counter("rebound.hedges", metric.WithUnit("{hedge}"),
 		metric.WithDescription("Hedges started beside attempts slow to their first token."))
+	check(err)
+	o.restarts, err = m.Int64Counter("rebound.restarts", metric.WithUnit("{restart}"),
+		metric.WithDescription("Restarts of the server behind a target after it went down."))
 	check(err)
 	o.waits, err = m.Float64Histogram("rebound.wait.duration", metric.WithUnit("s"),
 		metric.WithDescription("Waits before retries."), metric.WithExplicitBucketBoundaries(waitBuckets...))
@@ -190,6 +194,10 @@ func (o *Observer) record(ctx context.Context, ta *targetAttrs, e rebound.Event)
 		o.budgetLeft(ctx, ta, e)
 	case rebound.EventHedge:
 		o.hedges.Add(ctx, 1, ta.measure(instHedges, 0, 0).add...)
+	case rebound.EventRestart:
+		o.restarts.Add(ctx, 1, metric.WithAttributes(keyTarget.String(e.Target)))
+	case rebound.EventBreaker:
+		o.breakerEntered(ctx, e.Target, e.State)
 	case rebound.EventGiveUp:
 		o.giveUps.Add(ctx, 1, ta.measure(instGiveUps, uint8(e.Reason), verdictOf(e)).add...)
 		o.calls.Record(ctx, e.Elapsed.Seconds(), ta.measure(instCalls, 1, 0).rec...)

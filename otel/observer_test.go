@@ -342,6 +342,38 @@ func TestBreaker(t *testing.T) {
 	})
 }
 
+func TestRestartsAndBreakerEventsAreCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		server := attribute.String("rebound.target", "mcp:memory")
+		h.obs.Observe(rebound.Event{Type: rebound.EventRestart, Target: "mcp:memory", Attempt: 2, Err: errors.New("exited")})
+		h.obs.Observe(rebound.Event{Type: rebound.EventRestart, Target: "mcp:memory", Attempt: 3, Wait: time.Second})
+		h.obs.Observe(rebound.Event{Type: rebound.EventBreaker, Target: "mcp:memory", State: "open", Wait: 30 * time.Second})
+		b := breaker.New("gpt-x", breaker.Config{ConsecutiveFailures: 1, OnStateChange: breaker.Notify(h.obs)})
+		p, _ := b.Allow()
+		b.Done(p, rebound.OutcomeFailure)
+		ms := h.metrics(t)
+		if v := mustValue(t, ms, "rebound.restarts", server).value; v != 2 {
+			t.Errorf("restarts %v, want 2", v)
+		}
+		for _, name := range []string{"mcp:memory", "gpt-x"} {
+			attr := attribute.String("rebound.breaker.name", name)
+			if v := mustValue(t, ms, "rebound.breaker.state", attr).value; v != 2 {
+				t.Errorf("%s: state %v, want 2 (open)", name, v)
+			}
+			if v := mustValue(t, ms, "rebound.breaker.changes", attr, attribute.String("rebound.breaker.state", "open")).value; v != 1 {
+				t.Errorf("%s: changes %v, want 1", name, v)
+			}
+		}
+		if _, ok := value(ms, "rebound.attempts", server); ok {
+			t.Error("a restart counted as an attempt")
+		}
+		if n := len(h.spans.GetSpans()); n != 0 {
+			t.Errorf("%d spans for events outside any call", n)
+		}
+	})
+}
+
 func TestErrorMessages(t *testing.T) {
 	const secret = "sk-do-not-record"
 	long := &rebound.HTTPError{StatusCode: 500, Body: []byte(strings.Repeat("é", 400))}
