@@ -33,7 +33,7 @@ type Upstream struct {
 	// child's standard input), so that a call's first attempt may be
 	// written on the goroutine that took it from the client
 	inline bool
-	dial     func(ctx context.Context, o *Options) (mcp.Connection, error)
+	dial   func(ctx context.Context, o *Options) (mcp.Connection, error)
 }
 
 // Command is an Upstream that runs cmd and speaks to it over its standard
