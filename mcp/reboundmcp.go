@@ -165,7 +165,9 @@ func (t *Transport) Connect(ctx context.Context) (mcp.Connection, error) {
 
 // Serve relays one client connection through t until the client closes
 // it or ctx ends, then closes the upstream: a stdio server's process group
-// is ended, an HTTP session DELETEd. The client's messages are passed on
+// is ended, an HTTP session DELETEd. Over a client connection made by
+// NewLineConn, a line that is not JSON-RPC is answered with a parse error
+// and the relay goes on; over another, it ends the relay. The client's messages are passed on
 // by the goroutine that reads them, and the answers written to the client
 // by the goroutine that has them, without a hand-off between the two.
 func Serve(ctx context.Context, client mcp.Connection, t *Transport) error {
@@ -187,6 +189,9 @@ func Serve(ctx context.Context, client mcp.Connection, t *Transport) error {
 			client.Close()
 		})
 	}
+	// A client's Read may not heed its context (a lineConn's does not):
+	// closing the client ends it.
+	defer context.AfterFunc(parent, func() { fail(parent.Err()) })()
 	up := newSession(ctx, t, func(msg jsonrpc.Message) error {
 		err := client.Write(ctx, msg)
 		if err != nil {
@@ -194,9 +199,16 @@ func Serve(ctx context.Context, client mcp.Connection, t *Transport) error {
 		}
 		return err
 	})
+	lines, _ := client.(*lineConn)
 	for {
 		msg, err := client.Read(ctx)
-		if err == nil {
+		var bad *lineError
+		if lines != nil && errors.As(err, &bad) {
+			if t.o.Logger != nil {
+				t.o.Logger.Warn("mcp.parse_error", "server", t.o.Name, "error", bad.Error())
+			}
+			err = lines.answerParseError()
+		} else if err == nil {
 			err = up.Write(ctx, msg)
 		}
 		if err != nil {
