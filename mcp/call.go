@@ -171,8 +171,27 @@ func (s *session) policy() rebound.Policy {
 	// attempt would send again a call that may be running; the idle
 	// timeout is the bound on an attempt.
 	p.Hedge, p.AttemptTimeout = nil, 0
+	classify := p.Classifier
+	if classify == nil {
+		classify = rebound.Classify
+	}
+	p.Classifier = func(err error) rebound.Verdict {
+		if errors.As(err, new(resendAtOnce)) {
+			// The wait before this resend is the restart's (waitReady):
+			// the Policy's backoff on top of it would only delay a call
+			// that a new server is ready for.
+			return rebound.Verdict{Kind: rebound.KindTransient, HasServerWait: true}
+		}
+		return classify(err)
+	}
 	return p
 }
+
+// resendAtOnce marks a failed attempt whose resend waits only for the
+// next server: one the server died under or refused for a lost session.
+type resendAtOnce struct{ error }
+
+func (e resendAtOnce) Unwrap() error { return e.error }
 
 // goOn gives the call a goroutine of its own, which makes its attempts
 // under the Policy and answers the client. resp and err, when either is
@@ -300,12 +319,13 @@ func (c *call) attempt(ctx context.Context) (*jsonrpc.Response, error) {
 func (c *call) judge(g *generation, resp *jsonrpc.Response) (*jsonrpc.Response, error) {
 	var we *jsonrpc.Error
 	switch {
-	case resp.Error != nil && c.s.t.up.sessions && sessionLost(resp.Error):
+	case resp.Error != nil && g.hadSession() && sessionLost(resp.Error):
 		g.end(true)
-		return nil, rebound.Retryable(errSessionLost) // refused: it never ran
+		return nil, rebound.Retryable(resendAtOnce{errSessionLost}) // refused: it never ran
 	case resp.Error != nil && !errors.As(resp.Error, &we):
 		return nil, c.cut(g, resp.Error)
 	}
+	g.served.Store(true)
 	return resp, nil
 }
 
@@ -321,18 +341,22 @@ func (c *call) tellCancelled(g *generation, id int64, reason string) {
 // refusal is sent again, anything else is a cut.
 func (c *call) writeFailed(ctx context.Context, g *generation, err error) (*jsonrpc.Response, error) {
 	c.s.logDebug("mcp.write_failed", "method", c.req.Method, "error", err.Error())
-	var we *jsonrpc.Error
 	switch {
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
-	case c.s.t.up.sessions && sessionLost(err):
+	case g.hadSession() && sessionLost(err):
 		g.end(true)
-		return nil, rebound.Retryable(errSessionLost) // refused: it never ran
-	case c.s.t.up.sessions && errors.As(err, &we):
-		return &jsonrpc.Response{Error: we}, nil // the server's answer, sent as an HTTP error
-	case !c.s.t.up.sessions, errors.Is(err, syscall.ECONNREFUSED), strings.Contains(err.Error(), "Service Unavailable"):
-		// A stdio server whose pipe broke read no whole line; an HTTP
-		// server that refused the connection or said 503 took nothing on.
+		return nil, rebound.Retryable(resendAtOnce{errSessionLost}) // refused: it never ran
+	case c.s.t.up.sessions && serverError(err) != nil:
+		return &jsonrpc.Response{Error: serverError(err)}, nil // the server's answer, sent as an HTTP error
+	case !c.s.t.up.sessions:
+		// A stdio server whose pipe broke read no whole line: resent
+		// once the next one is up.
+		g.end(false)
+		return nil, rebound.Retryable(resendAtOnce{err})
+	case errors.Is(err, syscall.ECONNREFUSED), strings.Contains(err.Error(), "Service Unavailable"):
+		// An HTTP server that refused the connection or said 503 took
+		// nothing on.
 		g.end(false)
 		return nil, rebound.Retryable(err)
 	case strings.Contains(err.Error(), "Too Many Requests"):
@@ -345,7 +369,7 @@ func (c *call) writeFailed(ctx context.Context, g *generation, err error) (*json
 // cut judges a call the server died or lost the session under.
 func (c *call) cut(g *generation, err error) error {
 	if c.resendable() {
-		return rebound.Retryable(fmt.Errorf("reboundmcp: %s was cut short: %w", c.what(), err))
+		return rebound.Retryable(resendAtOnce{fmt.Errorf("reboundmcp: %s was cut short: %w", c.what(), err)})
 	}
 	return rebound.Permanent(&callError{
 		code:    jsonrpc.CodeInternalError,

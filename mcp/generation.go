@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -24,6 +25,8 @@ type generation struct {
 	waiting map[int64]waiter // by the ID rebound gave the request
 	dead    chan struct{}
 	lost    bool // the server lost the session (rather than died)
+
+	served atomic.Bool // it answered a request of the client's
 }
 
 func newGeneration(s *session, conn mcp.Connection, n int) *generation {
@@ -65,6 +68,12 @@ func (g *generation) end(lost bool) {
 	for _, c := range cut {
 		c.firstCut(g)
 	}
+}
+
+// hadSession says whether the generation is an HTTP session the server
+// gave an ID: only then can the server have lost it.
+func (g *generation) hadSession() bool {
+	return g.s.t.up.sessions && g.conn.SessionID() != ""
 }
 
 // isDead says whether the generation has ended.
@@ -155,7 +164,7 @@ func (g *generation) read(ctx context.Context) {
 		msg, err := g.conn.Read(ctx)
 		if err != nil {
 			g.s.logDebug("mcp.read_failed", "start", g.n, "error", err.Error())
-			g.end(g.s.t.up.sessions && sessionLost(err))
+			g.end(g.hadSession() && sessionLost(err))
 			return
 		}
 		switch msg := msg.(type) {

@@ -60,11 +60,40 @@ func sessionLost(err error) bool {
 	if errors.Is(err, mcp.ErrSessionMissing) {
 		return true
 	}
-	var we *jsonrpc.Error
-	if !errors.As(err, &we) {
+	we := serverError(err)
+	if we == nil {
 		return false
 	}
 	return we.Code == -32001 || saysSessionLost(strings.ToLower(we.Message))
+}
+
+// rejectedCode is the code of the SDK's own jsonrpc2.ErrRejected, which
+// its streamable client wraps around every request it could not deliver:
+// the client's word, never the server's.
+const rejectedCode = -32005
+
+// serverError returns the first JSON-RPC error in err's tree that is the
+// server's, skipping the SDK's "rejected by transport", or nil.
+func serverError(err error) *jsonrpc.Error {
+	for err != nil {
+		if we, ok := err.(*jsonrpc.Error); ok && !(we.Code == rejectedCode && we.Message == "rejected by transport") {
+			return we
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if we := serverError(e); we != nil {
+					return we
+				}
+			}
+			return nil
+		default:
+			return nil
+		}
+	}
+	return nil
 }
 
 // saysSessionLost says whether a lower-cased error message is about a
