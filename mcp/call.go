@@ -36,9 +36,9 @@ type call struct {
 	mu     sync.Mutex
 	ctx    context.Context // set once the call has a goroutine
 	cancel context.CancelFunc
-	first  *generation // the generation its first attempt awaits, without a goroutine
-	firstN int64       // that attempt's request ID
-	idle   *time.Timer // that attempt's idle timeout
+	first  *generation  // the generation its first attempt awaits, without a goroutine
+	firstN int64        // that attempt's request ID
+	idleAt atomic.Int64 // when that attempt's idle timeout is due, in Unix ns; 0: none
 
 	// Touched by one goroutine at a time: the one making the attempt.
 	attempts  int
@@ -112,8 +112,8 @@ func (c *call) alive() {
 	default:
 	}
 	c.mu.Lock()
-	if c.idle != nil {
-		c.idle.Reset(c.s.o.idleTimeout())
+	if c.first != nil && c.idleAt.Load() != 0 {
+		c.idleAt.Store(time.Now().Add(c.s.o.idleTimeout()).UnixNano())
 	}
 	c.mu.Unlock()
 }

@@ -45,10 +45,11 @@ func (c *call) tryFirst() bool {
 	id := s.nextID.Add(1)
 	c.mu.Lock()
 	c.first, c.firstN = g, id
-	if idle := s.o.idleTimeout(); idle > 0 && !lasting[c.req.Method] {
-		c.idle = time.AfterFunc(idle, func() { c.firstIdle(idle) })
-	}
 	c.mu.Unlock()
+	if idle := s.o.idleTimeout(); idle > 0 && !lasting[c.req.Method] {
+		c.idleAt.Store(time.Now().Add(idle).UnixNano())
+		s.watchIdle(idle)
+	}
 	if err := g.write(s.ctx, id, waiter{call: c}, c.req.Method, c.req.Params); err != nil {
 		if _, _, ok := c.takeFirst(); ok { // else the generation's end took it
 			c.goOn(c.writeFailed(s.ctx, g, err))
@@ -77,10 +78,7 @@ func (c *call) takeFirst() (g *generation, id int64, ok bool) {
 	c.mu.Lock()
 	g, id = c.first, c.firstN
 	c.first = nil
-	if c.idle != nil {
-		c.idle.Stop()
-		c.idle = nil
-	}
+	c.idleAt.Store(0)
 	c.mu.Unlock()
 	if g == nil {
 		return nil, 0, false
@@ -106,19 +104,53 @@ func (c *call) firstCut(g *generation) {
 	c.goOn(nil, c.cut(g, errServerExited))
 }
 
-// firstIdle ends the first attempt when it had no answer and no progress
-// for the idle timeout: the server is told to cancel it.
-func (c *call) firstIdle(idle time.Duration) {
-	s := c.s
+// watchIdle makes sure the session's idle watch is set, for first
+// attempts awaited without a goroutine. One timer for them all, set only
+// when none is, rather than one per call: a timer set per call would wake
+// a sleeping thread of the runtime's at every call.
+func (s *session) watchIdle(idle time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.idleWatch == nil:
+		s.idleWatch = time.AfterFunc(idle, s.sweepIdle)
+	case !s.idleWatching:
+		s.idleWatch.Reset(idle)
+	}
+	s.idleWatching = true
+}
+
+// sweepIdle ends the first attempts that had no answer and no progress
+// for the idle timeout, and sets the watch again for the next one due.
+func (s *session) sweepIdle() {
 	if !s.enter() {
-		return // closing: the generation's end takes the attempt
+		return // closing: the generation's end takes the attempts
 	}
 	defer s.wg.Done()
-	g, id, ok := c.takeFirst()
-	if !ok {
-		return
+	now := time.Now().UnixNano()
+	var due []*call
+	var next int64
+	s.mu.Lock()
+	for _, c := range s.calls {
+		switch at := c.idleAt.Load(); {
+		case at == 0:
+		case at <= now:
+			due = append(due, c)
+		case next == 0 || at < next:
+			next = at
+		}
 	}
-	c.goOn(nil, c.idleTimedOut(g, id, idle))
+	s.idleWatching = next != 0
+	if next != 0 {
+		s.idleWatch.Reset(time.Duration(next - now))
+	}
+	s.mu.Unlock()
+	idle := s.o.idleTimeout()
+	for _, c := range due {
+		if g, id, ok := c.takeFirst(); ok {
+			c.goOn(nil, c.idleTimedOut(g, id, idle))
+		}
+	}
 }
 
 // idleTimedOut cancels request id at the server, and returns the error

@@ -110,3 +110,23 @@ func TestCloseEndsTheChildsWholeProcessGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestStdioCallWithoutAnswerOrProgressIsCancelledAfterTheIdleTimeout(t *testing.T) {
+	cmd, runs := childCommand(t, "serve")
+	cs := connectChild(t, Command(cmd), Options{IdleTimeout: time.Second})
+	_, err := callText(t, cs, "hang")
+	if err == nil || !strings.Contains(err.Error(), "no answer and no progress") {
+		t.Fatalf("err = %v; want the idle timeout's", err)
+	}
+	// The server is told: its handler ends, and says so.
+	for countRuns(runs, "cancelled") == 0 {
+		select {
+		case <-t.Context().Done():
+			t.Fatal("the server was never told to cancel the call")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if got, err := callText(t, cs, "read"); err != nil || got != "read 1" {
+		t.Errorf("the next call: %q, %v", got, err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -31,6 +32,9 @@ type session struct {
 	calls    map[string]*call // client requests in flight, by their ID
 	progress map[string]*call // by progress token
 	state    replayState
+
+	idleWatch    *time.Timer // sweepIdle's, for first attempts without a goroutine
+	idleWatching bool        // idleWatch is set
 }
 
 // newSession opens a session; sink, if not nil, takes the messages for
@@ -85,6 +89,9 @@ func (s *session) Close() error {
 	s.closed.Do(func() {
 		s.mu.Lock()
 		s.cancel()
+		if s.idleWatch != nil {
+			s.idleWatch.Stop()
+		}
 		s.mu.Unlock()
 		s.wg.Wait()
 	})
