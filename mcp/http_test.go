@@ -178,7 +178,11 @@ func TestHTTPServerThatRefusesConnectionsForAWhileLosesNoCall(t *testing.T) {
 		}
 	})
 	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
-	cs, err := client.Connect(t.Context(), New(HTTP("http://"+addr+"/mcp", nil), o), &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	// No kept-alive connections: a POST sent on one that the closing
+	// server has just closed gets EOF, and may have run as far as the
+	// client can tell (so it is not resent); this test is about refusals.
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	cs, err := client.Connect(t.Context(), New(HTTP("http://"+addr+"/mcp", hc), o), &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 	if err != nil {
 		t.Fatal(err)
 	}
