@@ -140,8 +140,8 @@ func (s *session) sweepIdle() {
 			next = at
 		}
 	}
-	s.idleWatching = next != 0
-	if next != 0 {
+	s.idleWatching = next != 0 && s.ctx.Err() == nil
+	if s.idleWatching {
 		s.idleWatch.Reset(time.Duration(next - now))
 	}
 	s.mu.Unlock()

@@ -106,9 +106,14 @@ func (g *generation) send(ctx context.Context, method string, params json.RawMes
 }
 
 // write awaits w for request id, then writes the request; the caller
-// forgets a request that could not be written.
+// forgets a request that could not be written. A dead generation takes
+// no request.
 func (g *generation) write(ctx context.Context, id int64, w waiter, method string, params json.RawMessage) error {
 	g.mu.Lock()
+	if g.isDead() { // its end has told the waiters it had: none would tell this one
+		g.mu.Unlock()
+		return errServerExited
+	}
 	g.waiting[id] = w
 	g.mu.Unlock()
 	rid, _ := jsonrpc.MakeID(float64(id))
