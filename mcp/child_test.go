@@ -63,6 +63,7 @@ func serveChild(mode string) {
 		})
 	srv.AddTool(&mcp.Tool{Name: "hang", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}, InputSchema: schema},
 		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			record("hang")
 			<-ctx.Done() // until cancelled
 			record("cancelled")
 			return nil, ctx.Err()

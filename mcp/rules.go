@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -130,5 +131,20 @@ func requestFacts(params json.RawMessage) (tool string, progressToken any) {
 	return p.Name, p.Meta.ProgressToken
 }
 
-// idKey is a map key for a JSON-RPC ID or progress token: 1 and "1" differ.
-func idKey(v any) string { return fmt.Sprintf("%T:%v", v, v) }
+// idKey is a map key for a JSON-RPC ID or progress token: 1 and "1"
+// differ, and a number is the same key whether the SDK read it (an ID's
+// int64) or encoding/json did (a float64, in a cancellation's requestId).
+func idKey(v any) string {
+	switch v := v.(type) {
+	case string:
+		return "s:" + v
+	case int64:
+		return "n:" + strconv.FormatInt(v, 10)
+	case float64:
+		if i := int64(v); float64(i) == v {
+			return "n:" + strconv.FormatInt(i, 10)
+		}
+		return "n:" + strconv.FormatFloat(v, 'g', -1, 64)
+	}
+	return fmt.Sprintf("%T:%v", v, v)
+}
