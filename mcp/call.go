@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -17,19 +18,29 @@ import (
 	"github.com/rebound-go/rebound"
 )
 
-// A call is one request of the client's, in flight.
+// A call is one request of the client's, in flight. Its first attempt is
+// made on the goroutine that wrote it, when the server is up, and its
+// answer given to the client by the goroutine that reads the server: a
+// call gets a goroutine of its own only when it must wait or be sent
+// again.
 type call struct {
 	s        *session
 	req      *jsonrpc.Request
 	key      string // its ID's, in session.calls
 	tool     string // for a tools/call
 	progress string // its progress token's key, or ""
-	ctx      context.Context
-	cancel   context.CancelFunc
+	start    time.Time
 	byClient atomic.Bool   // the client cancelled it: it gets no answer
 	alivec   chan struct{} // a progress notification came
 
-	// Touched by the call's own goroutine only.
+	mu     sync.Mutex
+	ctx    context.Context // set once the call has a goroutine
+	cancel context.CancelFunc
+	first  *generation  // the generation its first attempt awaits, without a goroutine
+	firstN int64        // that attempt's request ID
+	idleAt atomic.Int64 // when that attempt's idle timeout is due, in Unix ns; 0: none
+
+	// Touched by one goroutine at a time: the one making the attempt.
 	attempts  int
 	firstGen  int
 	restarted bool
@@ -46,26 +57,23 @@ type callError struct {
 func (e *callError) Error() string { return e.msg }
 func (e *callError) Unwrap() error { return e.err }
 
-// startCall takes a client's request and answers it later, from a
-// goroutine of its own.
+// startCall takes a client's request and answers it later.
 func (s *session) startCall(req *jsonrpc.Request) error {
 	tool, token := requestFacts(req.Params)
-	c := &call{s: s, req: req, key: idKey(req.ID.Raw()), tool: tool, alivec: make(chan struct{}, 1)}
-	c.ctx, c.cancel = context.WithCancel(s.ctx)
+	c := &call{s: s, req: req, key: idKey(req.ID.Raw()), tool: tool, start: time.Now(), alivec: make(chan struct{}, 1)}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.ctx.Err() != nil {
-		c.cancel()
+		s.mu.Unlock()
 		return errors.New("reboundmcp: connection closed")
 	}
 	if _, dup := s.calls[c.key]; dup {
-		c.cancel()
 		answer := errorResponse(req.ID, &callError{code: jsonrpc.CodeInvalidRequest, msg: fmt.Sprintf("reboundmcp: request ID %v is already in flight", req.ID.Raw())})
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
 			s.toClient(answer)
 		}()
+		s.mu.Unlock()
 		return nil
 	}
 	s.calls[c.key] = c
@@ -73,8 +81,10 @@ func (s *session) startCall(req *jsonrpc.Request) error {
 		c.progress = idKey(token)
 		s.progress[c.progress] = c
 	}
-	s.wg.Add(1)
-	go c.run()
+	s.mu.Unlock()
+	if !c.tryFirst() {
+		c.goOn(nil, nil)
+	}
 	return nil
 }
 
@@ -82,7 +92,17 @@ func (s *session) startCall(req *jsonrpc.Request) error {
 // the client gets no answer.
 func (c *call) cancelByClient() {
 	c.byClient.Store(true)
-	c.cancel()
+	if g, id, ok := c.takeFirst(); ok {
+		c.tellCancelled(g, id, "cancelled by the client")
+		c.finish(nil, context.Canceled)
+		return
+	}
+	c.mu.Lock()
+	cancel := c.cancel
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
 }
 
 // alive notes a progress notification.
@@ -91,6 +111,11 @@ func (c *call) alive() {
 	case c.alivec <- struct{}{}:
 	default:
 	}
+	c.mu.Lock()
+	if c.first != nil && c.idleAt.Load() != 0 {
+		c.idleAt.Store(time.Now().Add(c.s.o.idleTimeout()).UnixNano())
+	}
+	c.mu.Unlock()
 }
 
 // resendable says whether the call may be sent again once it may have
@@ -136,12 +161,8 @@ func (c *call) target() string {
 	return "mcp:" + c.s.o.Name + "/" + c.req.Method
 }
 
-// run makes the call's attempts under the Policy and answers the client.
-func (c *call) run() {
-	s := c.s
-	defer s.wg.Done()
-	defer c.cancel()
-	start := time.Now()
+// policy is the Policy a call's attempts run under.
+func (s *session) policy() rebound.Policy {
 	p := s.o.Policy
 	if s.o.Observer != nil {
 		p.Observer = s.o.Observer
@@ -150,7 +171,63 @@ func (c *call) run() {
 	// attempt would send again a call that may be running; the idle
 	// timeout is the bound on an attempt.
 	p.Hedge, p.AttemptTimeout = nil, 0
-	resp, err := rebound.Do(rebound.WithTarget(c.ctx, c.target()), p, c.attempt)
+	classify := p.Classifier
+	if classify == nil {
+		classify = rebound.Classify
+	}
+	p.Classifier = func(err error) rebound.Verdict {
+		if errors.As(err, new(resendAtOnce)) {
+			// The wait before this resend is the restart's (waitReady):
+			// the Policy's backoff on top of it would only delay a call
+			// that a new server is ready for.
+			return rebound.Verdict{Kind: rebound.KindTransient, HasServerWait: true}
+		}
+		return classify(err)
+	}
+	return p
+}
+
+// resendAtOnce marks a failed attempt whose resend waits only for the
+// next server: one the server died under or refused for a lost session.
+type resendAtOnce struct{ error }
+
+func (e resendAtOnce) Unwrap() error { return e.error }
+
+// goOn gives the call a goroutine of its own, which makes its attempts
+// under the Policy and answers the client. resp and err, when either is
+// set, are the outcome of a first attempt already made; rebound.Do takes
+// it as its first attempt's.
+func (c *call) goOn(resp *jsonrpc.Response, err error) {
+	s := c.s
+	c.mu.Lock()
+	c.ctx, c.cancel = context.WithCancel(s.ctx)
+	if c.byClient.Load() {
+		c.cancel()
+	}
+	c.mu.Unlock()
+	made := resp != nil || err != nil
+	attempt := func(ctx context.Context) (*jsonrpc.Response, error) {
+		if made {
+			made = false
+			return resp, err
+		}
+		return c.attempt(ctx)
+	}
+	ok := s.spawn(func() {
+		defer c.cancel()
+		resp, err := rebound.Do(rebound.WithTarget(c.ctx, c.target()), s.policy(), attempt)
+		c.finish(resp, err)
+	})
+	if !ok {
+		c.cancel()
+		c.finish(nil, s.ctx.Err())
+	}
+}
+
+// finish ends the call with the outcome of its attempts and answers the
+// client, unless the client cancelled it or the session closed.
+func (c *call) finish(resp *jsonrpc.Response, err error) {
+	s := c.s
 	s.mu.Lock()
 	delete(s.calls, c.key)
 	if c.progress != "" && s.progress[c.progress] == c {
@@ -173,7 +250,7 @@ func (c *call) run() {
 		answer.ID = c.req.ID
 		resp = &answer
 	}
-	c.log(outcome, time.Since(start))
+	c.log(outcome, time.Since(c.start))
 	if outcome != "cancelled" && outcome != "closed" {
 		s.toClient(resp)
 	}
@@ -220,16 +297,7 @@ func (c *call) attempt(ctx context.Context) (*jsonrpc.Response, error) {
 	for {
 		select {
 		case resp := <-answer:
-			var we *jsonrpc.Error
-			switch {
-			case resp.Error != nil && c.s.t.up.sessions && sessionLost(resp.Error):
-				g.end(true)
-				return nil, rebound.Retryable(errSessionLost) // refused: it never ran
-			case resp.Error != nil && !errors.As(resp.Error, &we):
-				// The SDK's own word: the answer's stream ended before it.
-				return nil, c.cut(g, resp.Error)
-			}
-			return resp, nil
+			return c.judge(g, resp)
 		case <-g.dead:
 			return nil, c.cut(g, errServerExited)
 		case <-c.alivec:
@@ -237,9 +305,7 @@ func (c *call) attempt(ctx context.Context) (*jsonrpc.Response, error) {
 				timer.Reset(idle)
 			}
 		case <-timeout:
-			c.tellCancelled(g, id, "no answer or progress within the idle timeout")
-			err := fmt.Errorf("reboundmcp: %s got no answer and no progress from MCP server %s for %v; it was cancelled", c.what(), c.s.o.Name, idle)
-			return nil, rebound.Permanent(&callError{code: jsonrpc.CodeInternalError, msg: err.Error(), outcome: "idle_timeout"})
+			return nil, c.idleTimedOut(g, id, idle)
 		case <-ctx.Done():
 			c.tellCancelled(g, id, "cancelled by the client")
 			return nil, ctx.Err()
@@ -247,9 +313,25 @@ func (c *call) attempt(ctx context.Context) (*jsonrpc.Response, error) {
 	}
 }
 
+// judge reads the server's answer to an attempt: a refusal for the
+// session is sent again, the SDK's word that the answer's stream ended is
+// a cut, anything else is the answer.
+func (c *call) judge(g *generation, resp *jsonrpc.Response) (*jsonrpc.Response, error) {
+	var we *jsonrpc.Error
+	switch {
+	case resp.Error != nil && g.hadSession() && sessionLost(resp.Error):
+		g.end(true)
+		return nil, rebound.Retryable(resendAtOnce{errSessionLost}) // refused: it never ran
+	case resp.Error != nil && !errors.As(resp.Error, &we):
+		return nil, c.cut(g, resp.Error)
+	}
+	g.served.Store(true)
+	return resp, nil
+}
+
 // tellCancelled sends the server notifications/cancelled for request id.
 func (c *call) tellCancelled(g *generation, id int64, reason string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.s.ctx), time.Second)
 	defer cancel()
 	g.notify(ctx, "notifications/cancelled", map[string]any{"requestId": id, "reason": reason})
 }
@@ -259,18 +341,24 @@ func (c *call) tellCancelled(g *generation, id int64, reason string) {
 // refusal is sent again, anything else is a cut.
 func (c *call) writeFailed(ctx context.Context, g *generation, err error) (*jsonrpc.Response, error) {
 	c.s.logDebug("mcp.write_failed", "method", c.req.Method, "error", err.Error())
-	var we *jsonrpc.Error
 	switch {
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
-	case c.s.t.up.sessions && sessionLost(err):
+	case errors.Is(err, errNotSent):
+		return nil, rebound.Retryable(resendAtOnce{err})
+	case g.hadSession() && sessionLost(err):
 		g.end(true)
-		return nil, rebound.Retryable(errSessionLost) // refused: it never ran
-	case c.s.t.up.sessions && errors.As(err, &we):
-		return &jsonrpc.Response{Error: we}, nil // the server's answer, sent as an HTTP error
-	case !c.s.t.up.sessions, errors.Is(err, syscall.ECONNREFUSED), strings.Contains(err.Error(), "Service Unavailable"):
-		// A stdio server whose pipe broke read no whole line; an HTTP
-		// server that refused the connection or said 503 took nothing on.
+		return nil, rebound.Retryable(resendAtOnce{errSessionLost}) // refused: it never ran
+	case c.s.t.up.sessions && serverError(err) != nil:
+		return &jsonrpc.Response{Error: serverError(err)}, nil // the server's answer, sent as an HTTP error
+	case !c.s.t.up.sessions:
+		// A stdio server whose pipe broke read no whole line: resent
+		// once the next one is up.
+		g.end(false)
+		return nil, rebound.Retryable(resendAtOnce{err})
+	case errors.Is(err, syscall.ECONNREFUSED), strings.Contains(err.Error(), "Service Unavailable"):
+		// An HTTP server that refused the connection or said 503 took
+		// nothing on.
 		g.end(false)
 		return nil, rebound.Retryable(err)
 	case strings.Contains(err.Error(), "Too Many Requests"):
@@ -283,7 +371,7 @@ func (c *call) writeFailed(ctx context.Context, g *generation, err error) (*json
 // cut judges a call the server died or lost the session under.
 func (c *call) cut(g *generation, err error) error {
 	if c.resendable() {
-		return rebound.Retryable(fmt.Errorf("reboundmcp: %s was cut short: %w", c.what(), err))
+		return rebound.Retryable(resendAtOnce{fmt.Errorf("reboundmcp: %s was cut short: %w", c.what(), err)})
 	}
 	return rebound.Permanent(&callError{
 		code:    jsonrpc.CodeInternalError,

@@ -38,8 +38,8 @@ func TestMain(m *testing.M) {
 	}
 }
 
-// serveChild serves the tools read (read-only), write (no annotations)
-// and spawn (starts a grandchild, says its PID, and hangs). mode says when
+// serveChild serves the tools read (read-only), write (no annotations),
+// hang (read-only, answers nothing until cancelled) and spawn (starts a grandchild, says its PID, and hangs). mode says when
 // to die mid-call: "crash-write" on every write, "crash-read-3" on every
 // third read of all the children's lives.
 func serveChild(mode string) {
@@ -60,6 +60,13 @@ func serveChild(mode string) {
 				os.Exit(3)
 			}
 			return text(fmt.Sprintf("write %d", n)), nil
+		})
+	srv.AddTool(&mcp.Tool{Name: "hang", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}, InputSchema: schema},
+		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			record("hang")
+			<-ctx.Done() // until cancelled
+			record("cancelled")
+			return nil, ctx.Err()
 		})
 	srv.AddTool(&mcp.Tool{Name: "spawn", InputSchema: schema},
 		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {

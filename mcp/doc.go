@@ -10,6 +10,12 @@
 //	t := reboundmcp.New(reboundmcp.Command(exec.Command("my-mcp-server")), reboundmcp.Options{})
 //	session, err := mcp.NewClient(impl, nil).Connect(ctx, t, nil)
 //
+// NewLineConn is the SDK's stdio framing read without a goroutine of its
+// own: given to Serve as the client's connection, a call to a stdio
+// server passes from one goroutine to another nowhere on its way, and a
+// line that is not JSON-RPC is answered with a parse error while serving
+// goes on.
+//
 // # A session that comes back
 //
 // A stdio server runs in a process group of its own. When it exits, is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -21,18 +22,30 @@ type generation struct {
 	started time.Time
 
 	mu      sync.Mutex
-	waiting map[int64]chan *jsonrpc.Response // by the ID rebound gave the request
+	waiting map[int64]waiter // by the ID rebound gave the request
 	dead    chan struct{}
 	lost    bool // the server lost the session (rather than died)
+
+	served atomic.Bool // it answered a request of the client's
 }
 
 func newGeneration(s *session, conn mcp.Connection, n int) *generation {
-	return &generation{s: s, conn: conn, n: n, started: time.Now(), waiting: map[int64]chan *jsonrpc.Response{}, dead: make(chan struct{})}
+	return &generation{s: s, conn: conn, n: n, started: time.Now(), waiting: map[int64]waiter{}, dead: make(chan struct{})}
+}
+
+// A waiter awaits the answer to one request: on a channel, read by a
+// goroutine that selects on it and on dead too; or, for a call's first
+// attempt, made without a goroutine of its own, as a call the reader hands
+// the answer to, and end the death.
+type waiter struct {
+	answer chan *jsonrpc.Response
+	call   *call
 }
 
 // end marks the generation dead, lost says whether for its session, and
 // closes its connection (a stdio child's group is killed, an HTTP session
-// DELETEd). It is safe to call more than once.
+// DELETEd). The calls whose first attempt awaited it are told. It is safe
+// to call more than once.
 func (g *generation) end(lost bool) {
 	g.mu.Lock()
 	select {
@@ -43,8 +56,24 @@ func (g *generation) end(lost bool) {
 	}
 	g.lost = lost
 	close(g.dead)
+	var cut []*call
+	for id, w := range g.waiting {
+		if w.call != nil {
+			cut = append(cut, w.call)
+			delete(g.waiting, id)
+		}
+	}
 	g.mu.Unlock()
 	g.conn.Close()
+	for _, c := range cut {
+		c.firstCut(g)
+	}
+}
+
+// hadSession says whether the generation is an HTTP session the server
+// gave an ID: only then can the server have lost it.
+func (g *generation) hadSession() bool {
+	return g.s.t.up.sessions && g.conn.SessionID() != ""
 }
 
 // isDead says whether the generation has ended.
@@ -69,21 +98,36 @@ func (g *generation) sessionWasLost() bool {
 func (g *generation) send(ctx context.Context, method string, params json.RawMessage) (id int64, answer chan *jsonrpc.Response, err error) {
 	id = g.s.nextID.Add(1)
 	answer = make(chan *jsonrpc.Response, 1)
-	g.mu.Lock()
-	g.waiting[id] = answer
-	g.mu.Unlock()
-	rid, _ := jsonrpc.MakeID(float64(id))
-	if err := g.conn.Write(ctx, &jsonrpc.Request{ID: rid, Method: method, Params: params}); err != nil {
+	if err := g.write(ctx, id, waiter{answer: answer}, method, params); err != nil {
 		g.forget(id)
 		return 0, nil, err
 	}
 	return id, answer, nil
 }
 
-func (g *generation) forget(id int64) {
+// write awaits w for request id, then writes the request; the caller
+// forgets a request that could not be written. A dead generation takes
+// no request.
+func (g *generation) write(ctx context.Context, id int64, w waiter, method string, params json.RawMessage) error {
 	g.mu.Lock()
-	delete(g.waiting, id)
+	if g.isDead() { // its end has told the waiters it had: none would tell this one
+		g.mu.Unlock()
+		return errNotSent
+	}
+	g.waiting[id] = w
 	g.mu.Unlock()
+	rid, _ := jsonrpc.MakeID(float64(id))
+	return g.conn.Write(ctx, &jsonrpc.Request{ID: rid, Method: method, Params: params})
+}
+
+// forget drops the wait for request id, and says whether it was still
+// awaited: whoever drops a call's wait is the one to end its attempt.
+func (g *generation) forget(id int64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.waiting[id]
+	delete(g.waiting, id)
+	return ok
 }
 
 // call sends a request of rebound's own and waits for its answer, for as
@@ -125,18 +169,22 @@ func (g *generation) read(ctx context.Context) {
 		msg, err := g.conn.Read(ctx)
 		if err != nil {
 			g.s.logDebug("mcp.read_failed", "start", g.n, "error", err.Error())
-			g.end(g.s.t.up.sessions && sessionLost(err))
+			g.end(g.hadSession() && sessionLost(err))
 			return
 		}
 		switch msg := msg.(type) {
 		case *jsonrpc.Response:
 			id, ok := msg.ID.Raw().(int64)
 			g.mu.Lock()
-			answer := g.waiting[id]
+			w, awaited := g.waiting[id]
 			delete(g.waiting, id)
 			g.mu.Unlock()
-			if ok && answer != nil {
-				answer <- msg
+			switch {
+			case !ok || !awaited:
+			case w.call != nil:
+				w.call.firstAnswered(g, msg) // on this goroutine: no hand-off
+			default:
+				w.answer <- msg
 			}
 		case *jsonrpc.Request:
 			if !g.s.fromServer(ctx, g, msg) {

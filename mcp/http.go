@@ -3,11 +3,14 @@ package reboundmcp
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rebound-go/rebound"
 )
@@ -44,16 +47,22 @@ func dialHTTP(ctx context.Context, endpoint string, client *http.Client, o *Opti
 // whether it speaks of the session.
 const sessionCheckBytes = 4 << 10
 
-// sessionCheck turns a 400 to a request that carried a session ID, whose
-// body says the session is missing, invalid or unknown (as the official
-// TypeScript SDK's servers answer a session they do not know, often
-// without an ID the SDK's client can read), into the spec's 404, which the
-// SDK's client reports as mcp.ErrSessionMissing.
+// sessionCheck reads the refusals of an HTTP server for what they mean.
+// A 400 to a request that carried a session ID, whose body says the
+// session is missing, invalid or unknown (as the official TypeScript
+// SDK's servers answer a session they do not know, often without an ID
+// the SDK's client can read), becomes the spec's 404, which the SDK's
+// client reports as mcp.ErrSessionMissing. Any other refusal of a
+// request (a 4xx but 404, 408 and 429) is the server's answer to it: its
+// body becomes a JSON-RPC error under the request's ID, which the SDK's
+// client can read (it reads none with a null ID), so that the caller is
+// answered rather than the request sent again: a server that wants an
+// initialize before anything else refuses a server/discover so.
 type sessionCheck struct{ base http.RoundTripper }
 
 func (s sessionCheck) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := s.base.RoundTrip(req)
-	if err != nil || resp.StatusCode != http.StatusBadRequest || req.Header.Get("Mcp-Session-Id") == "" {
+	if err != nil || !refusal(resp.StatusCode) {
 		return resp, err
 	}
 	head, _ := io.ReadAll(io.LimitReader(resp.Body, sessionCheckBytes))
@@ -61,8 +70,54 @@ func (s sessionCheck) RoundTrip(req *http.Request) (*http.Response, error) {
 		io.Reader
 		io.Closer
 	}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
-	if saysSessionLost(strings.ToLower(string(head))) {
+	if resp.StatusCode == http.StatusBadRequest && req.Header.Get("Mcp-Session-Id") != "" && saysSessionLost(strings.ToLower(string(head))) {
 		resp.StatusCode, resp.Status = http.StatusNotFound, "404 Not Found"
+		return resp, nil
+	}
+	if answer := refusalAnswer(req, resp, head); answer != nil {
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(answer))
+		resp.ContentLength = int64(len(answer))
+		resp.Header.Set("Content-Type", "application/json")
 	}
 	return resp, nil
+}
+
+// refusal says whether status is a server's refusal of a request that it
+// read: a 4xx but 404 (a lost session), 408 and 429 (try again).
+func refusal(status int) bool {
+	return status >= 400 && status < 500 && status != http.StatusNotFound &&
+		status != http.StatusRequestTimeout && status != http.StatusTooManyRequests
+}
+
+// refusalAnswer returns the JSON-RPC error answer to req that a refusal
+// stands for, or nil when req is not a request with an ID.
+func refusalAnswer(req *http.Request, resp *http.Response, head []byte) []byte {
+	if req.Method != http.MethodPost || req.GetBody == nil {
+		return nil
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return nil
+	}
+	sent, _ := io.ReadAll(io.LimitReader(body, sessionCheckBytes<<4))
+	body.Close()
+	var call struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(sent, &call) != nil || len(call.ID) == 0 || string(call.ID) == "null" {
+		return nil
+	}
+	var theirs struct {
+		Error *jsonrpc.Error `json:"error"`
+	}
+	we := &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("HTTP %s: %s", resp.Status, strings.TrimSpace(string(head)))}
+	if json.Unmarshal(head, &theirs) == nil && theirs.Error != nil {
+		we = theirs.Error
+	}
+	answer, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": call.ID, "error": we})
+	if err != nil {
+		return nil
+	}
+	return answer
 }

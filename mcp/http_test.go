@@ -3,6 +3,7 @@ package reboundmcp
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -26,6 +27,8 @@ type httpFake struct {
 	runs    map[string]int
 	methods []string // the HTTP methods of the requests, in order
 	refuse  func(r *http.Request) (status int, retryAfter string)
+	// refusal is the body of a refusal, if any
+	refusal string
 }
 
 func newHTTPFake(t *testing.T) *httpFake {
@@ -40,6 +43,7 @@ func newHTTPFake(t *testing.T) *httpFake {
 			if status, after := refuse(r); status != 0 {
 				w.Header().Set("Retry-After", after)
 				w.WriteHeader(status)
+				io.WriteString(w, f.refusal)
 				return
 			}
 		}

@@ -1,6 +1,7 @@
 package reboundmcp
 
 import (
+	"context"
 	"io"
 	"os"
 	"strings"
@@ -108,5 +109,50 @@ func TestCloseEndsTheChildsWholeProcessGroup(t *testing.T) {
 	// grandchild closes it no other way.
 	if _, err := io.Copy(io.Discard, r); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestStdioCallWithoutAnswerOrProgressIsCancelledAfterTheIdleTimeout(t *testing.T) {
+	cmd, runs := childCommand(t, "serve")
+	cs := connectChild(t, Command(cmd), Options{IdleTimeout: time.Second})
+	_, err := callText(t, cs, "hang")
+	if err == nil || !strings.Contains(err.Error(), "no answer and no progress") {
+		t.Fatalf("err = %v; want the idle timeout's", err)
+	}
+	// The server is told: its handler ends, and says so.
+	awaitRun(t, runs, "cancelled", "the server was never told to cancel the call")
+	if got, err := callText(t, cs, "read"); err != nil || got != "read 1" {
+		t.Errorf("the next call: %q, %v", got, err)
+	}
+}
+
+func TestStdioCallTheClientCancelsIsCancelledAtTheServer(t *testing.T) {
+	cmd, runs := childCommand(t, "serve")
+	cs := connectChild(t, Command(cmd), Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "hang", Arguments: map[string]any{}})
+		done <- err
+	}()
+	awaitRun(t, runs, "hang", "the call never reached the server")
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the cancelled call returned no error")
+	}
+	awaitRun(t, runs, "cancelled", "the server was never told the client cancelled the call")
+}
+
+// awaitRun waits for the child's log to hold a run of tool, for at most
+// ten seconds (a real process, in real time), failing with why.
+func awaitRun(t *testing.T, runs, tool, why string) {
+	t.Helper()
+	limit := time.After(10 * time.Second)
+	for countRuns(runs, tool) == 0 {
+		select {
+		case <-limit:
+			t.Fatal(why)
+		case <-time.After(time.Millisecond):
+		}
 	}
 }

@@ -9,8 +9,10 @@ import (
 	"net/url"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rebound-go/rebound"
 )
@@ -19,13 +21,19 @@ import (
 // stayed down for all of Options.DownWait, or its respawn breaker is open.
 var ErrServerDown = errors.New("reboundmcp: MCP server is down")
 
+var errNoUpstream = errors.New("reboundmcp: the Upstream is not set: make one with Command or HTTP")
+
 // Upstream says how to reach one MCP server. A fresh connection is opened
 // when the server is first needed and after every crash or lost session.
 // Make one with Command or HTTP.
 type Upstream struct {
 	name     string
 	sessions bool // HTTP: the server may lose the session
-	dial     func(ctx context.Context, o *Options) (mcp.Connection, error)
+	// inline: a request is written into a pipe with room for it (a
+	// child's standard input), so that a call's first attempt may be
+	// written on the goroutine that took it from the client
+	inline bool
+	dial   func(ctx context.Context, o *Options) (mcp.Connection, error)
 }
 
 // Command is an Upstream that runs cmd and speaks to it over its standard
@@ -36,7 +44,7 @@ type Upstream struct {
 // grandchild outlives it.
 func Command(cmd *exec.Cmd) Upstream {
 	tmpl := *cmd
-	return Upstream{name: filepath.Base(cmd.Path), dial: func(ctx context.Context, _ *Options) (mcp.Connection, error) {
+	return Upstream{name: filepath.Base(cmd.Path), inline: true, dial: func(ctx context.Context, _ *Options) (mcp.Connection, error) {
 		return startChild(ctx, &tmpl)
 	}}
 }
@@ -152,44 +160,67 @@ func New(up Upstream, o Options) *Transport {
 // the HTTP session opened) when the first message is sent.
 func (t *Transport) Connect(ctx context.Context) (mcp.Connection, error) {
 	if t.up.dial == nil {
-		return nil, errors.New("reboundmcp: the Upstream is not set: make one with Command or HTTP")
+		return nil, errNoUpstream
 	}
-	return newSession(ctx, t), nil
+	return newSession(ctx, t, nil), nil
 }
 
 // Serve relays one client connection through t until the client closes
 // it or ctx ends, then closes the upstream: a stdio server's process group
-// is ended, an HTTP session DELETEd.
+// is ended, an HTTP session DELETEd. Over a client connection made by
+// NewLineConn, a line that is not JSON-RPC is answered with a parse error
+// and the relay goes on; over another, it ends the relay. The client's messages are passed on
+// by the goroutine that reads them, and the answers written to the client
+// by the goroutine that has them, without a hand-off between the two.
 func Serve(ctx context.Context, client mcp.Connection, t *Transport) error {
-	up, err := t.Connect(ctx)
-	if err != nil {
+	if t.up.dial == nil {
 		client.Close()
-		return err
+		return errNoUpstream
 	}
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	done := make(chan error, 2)
-	pump := func(from, to mcp.Connection) {
-		for {
-			msg, err := from.Read(ctx)
-			if err == nil {
-				err = to.Write(ctx, msg)
+	var (
+		once    sync.Once
+		failure error
+	)
+	fail := func(err error) {
+		once.Do(func() {
+			failure = err
+			cancel()
+			client.Close()
+		})
+	}
+	// A client's Read may not heed its context (a lineConn's does not):
+	// closing the client ends it.
+	defer context.AfterFunc(parent, func() { fail(parent.Err()) })()
+	up := newSession(ctx, t, func(msg jsonrpc.Message) error {
+		err := client.Write(ctx, msg)
+		if err != nil {
+			fail(err)
+		}
+		return err
+	})
+	lines, _ := client.(*lineConn)
+	for {
+		msg, err := client.Read(ctx)
+		var bad *lineError
+		if lines != nil && errors.As(err, &bad) {
+			if t.o.Logger != nil {
+				t.o.Logger.Warn("mcp.parse_error", "server", t.o.Name, "error", bad.Error())
 			}
-			if err != nil {
-				done <- err
-				return
-			}
+			err = lines.answerParseError()
+		} else if err == nil {
+			err = up.Write(ctx, msg)
+		}
+		if err != nil {
+			fail(err)
+			break
 		}
 	}
-	go pump(client, up)
-	go pump(up, client)
-	err = <-done
-	cancel()
-	client.Close()
 	up.Close()
-	<-done
-	if ctx.Err() != nil || errors.Is(err, io.EOF) || errors.Is(err, mcp.ErrConnectionClosed) {
+	if parent.Err() != nil || errors.Is(failure, io.EOF) || errors.Is(failure, mcp.ErrConnectionClosed) {
 		return nil
 	}
-	return err
+	return failure
 }

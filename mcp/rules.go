@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -60,11 +61,40 @@ func sessionLost(err error) bool {
 	if errors.Is(err, mcp.ErrSessionMissing) {
 		return true
 	}
-	var we *jsonrpc.Error
-	if !errors.As(err, &we) {
+	we := serverError(err)
+	if we == nil {
 		return false
 	}
 	return we.Code == -32001 || saysSessionLost(strings.ToLower(we.Message))
+}
+
+// rejectedCode is the code of the SDK's own jsonrpc2.ErrRejected, which
+// its streamable client wraps around every request it could not deliver:
+// the client's word, never the server's.
+const rejectedCode = -32005
+
+// serverError returns the first JSON-RPC error in err's tree that is the
+// server's, skipping the SDK's "rejected by transport", or nil.
+func serverError(err error) *jsonrpc.Error {
+	for err != nil {
+		if we, ok := err.(*jsonrpc.Error); ok && !(we.Code == rejectedCode && we.Message == "rejected by transport") {
+			return we
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if we := serverError(e); we != nil {
+					return we
+				}
+			}
+			return nil
+		default:
+			return nil
+		}
+	}
+	return nil
 }
 
 // saysSessionLost says whether a lower-cased error message is about a
@@ -101,5 +131,20 @@ func requestFacts(params json.RawMessage) (tool string, progressToken any) {
 	return p.Name, p.Meta.ProgressToken
 }
 
-// idKey is a map key for a JSON-RPC ID or progress token: 1 and "1" differ.
-func idKey(v any) string { return fmt.Sprintf("%T:%v", v, v) }
+// idKey is a map key for a JSON-RPC ID or progress token: 1 and "1"
+// differ, and a number is the same key whether the SDK read it (an ID's
+// int64) or encoding/json did (a float64, in a cancellation's requestId).
+func idKey(v any) string {
+	switch v := v.(type) {
+	case string:
+		return "s:" + v
+	case int64:
+		return "n:" + strconv.FormatInt(v, 10)
+	case float64:
+		if i := int64(v); float64(i) == v {
+			return "n:" + strconv.FormatInt(i, 10)
+		}
+		return "n:" + strconv.FormatFloat(v, 'g', -1, 64)
+	}
+	return fmt.Sprintf("%T:%v", v, v)
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -19,9 +20,10 @@ type session struct {
 	o      *Options
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
-	out    chan jsonrpc.Message // to the client
-	nextID atomic.Int64         // the IDs of requests to the server
-	wg     sync.WaitGroup       // every goroutine the session starts
+	out    chan jsonrpc.Message        // to the client, unless sink is set
+	sink   func(jsonrpc.Message) error // writes to the client: Serve's
+	nextID atomic.Int64                // the IDs of requests to the server
+	wg     sync.WaitGroup              // every goroutine the session starts
 	closed sync.Once
 
 	sup supervisor
@@ -30,10 +32,15 @@ type session struct {
 	calls    map[string]*call // client requests in flight, by their ID
 	progress map[string]*call // by progress token
 	state    replayState
+
+	idleWatch    *time.Timer // sweepIdle's, for first attempts without a goroutine
+	idleWatching bool        // idleWatch is set
 }
 
-func newSession(ctx context.Context, t *Transport) *session {
-	s := &session{t: t, o: &t.o, out: make(chan jsonrpc.Message, 16), calls: map[string]*call{}, progress: map[string]*call{}}
+// newSession opens a session; sink, if not nil, takes the messages for
+// the client, which Read then never returns.
+func newSession(ctx context.Context, t *Transport, sink func(jsonrpc.Message) error) *session {
+	s := &session{t: t, o: &t.o, sink: sink, out: make(chan jsonrpc.Message, 16), calls: map[string]*call{}, progress: map[string]*call{}}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.sup.init()
 	s.spawn(s.supervise)
@@ -82,6 +89,9 @@ func (s *session) Close() error {
 	s.closed.Do(func() {
 		s.mu.Lock()
 		s.cancel()
+		if s.idleWatch != nil {
+			s.idleWatch.Stop()
+		}
 		s.mu.Unlock()
 		s.wg.Wait()
 	})
@@ -94,6 +104,9 @@ func (s *session) SessionID() string { return "" }
 
 // toClient hands a message to the client, unless the session has closed.
 func (s *session) toClient(msg jsonrpc.Message) bool {
+	if s.sink != nil {
+		return s.ctx.Err() == nil && s.sink(msg) == nil
+	}
 	select {
 	case s.out <- msg:
 		return true
@@ -161,16 +174,25 @@ func (s *session) fromServer(ctx context.Context, g *generation, msg *jsonrpc.Re
 // spawn runs f in a goroutine the session waits for at Close, unless the
 // session has closed.
 func (s *session) spawn(f func()) bool {
+	if !s.enter() {
+		return false
+	}
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// enter counts the goroutine about to run among the ones Close waits for,
+// unless the session has closed; one that entered calls s.wg.Done.
+func (s *session) enter() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ctx.Err() != nil {
 		return false
 	}
 	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		f()
-	}()
 	return true
 }
 

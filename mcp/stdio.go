@@ -54,8 +54,8 @@ func startChild(_ context.Context, tmpl *exec.Cmd) (mcp.Connection, error) {
 		return nil, err
 	}
 	c := &child{cmd: cmd, exited: make(chan struct{})}
-	// The SDK's IOTransport cannot fail to connect.
-	c.Connection, _ = (&mcp.IOTransport{Reader: outR, Writer: inW}).Connect(context.Background())
+	// The pipes are polled by the runtime: closing outR ends a Read.
+	c.Connection = NewLineConn(outR, inW)
 	go func() {
 		cmd.Wait()
 		// The leader is gone: whatever it left in its group goes too, so
@@ -97,3 +97,8 @@ func (c *child) kill() {
 }
 
 var errServerExited = errors.New("the server process exited")
+
+// errNotSent is a request's write to a server that had already gone (its
+// process exited, or its session was lost): the request never left, and
+// is sent again, whatever it is, to the next one.
+var errNotSent = errors.New("the server was gone before the request was sent")

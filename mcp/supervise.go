@@ -95,7 +95,7 @@ func (s *session) supervise() {
 	limit := orDefault(o.CrashLimit, defaultCrashLimit)
 	window := positive(o.CrashWindow, defaultCrashWindow)
 	var crashes []time.Time
-	backoff, probing := 0, false
+	backoff, probing, lostBefore := 0, false, false
 	for n := 1; ; n++ {
 		s.sup.mu.Lock()
 		s.sup.starting = true
@@ -136,8 +136,16 @@ func (s *session) supervise() {
 			crashes, backoff, probing = crashes[:0], 0, true
 			continue
 		}
-		delay := s.restartDelay(backoff)
-		backoff++
+		var delay time.Duration
+		// A lost session was the server's refusal: nothing ran, and the
+		// next session is opened at once, unless the one before was lost
+		// too and this one answered none of the client's requests.
+		lost := err == nil && g.sessionWasLost()
+		if !lost || lostBefore && !g.served.Load() {
+			delay = s.restartDelay(backoff)
+			backoff++
+		}
+		lostBefore = lost
 		s.restarting(n+1, cause, delay)
 		if !s.sleep(delay) {
 			return

@@ -291,3 +291,51 @@ func TestMCPCallCutShortByACrash(t *testing.T) {
 		t.Errorf("pid %d after the server died: no new server", again)
 	}
 }
+
+// TestMCPUnreadableClientLineIsAnsweredAndServingGoesOn: a line from the
+// client that is not JSON-RPC gets JSON-RPC's parse error (-32700, id
+// null), and the client's next request is answered as if it had not come.
+func TestMCPUnreadableClientLineIsAnsweredAndServingGoesOn(t *testing.T) {
+	cmd := mcpProcess(t, "--", os.Args[0], mcpServerArg, "")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		in.Close()
+		cmd.Wait()
+	}()
+	lines := bufio.NewScanner(out)
+	next := func() map[string]any {
+		t.Helper()
+		if !lines.Scan() {
+			t.Fatalf("rebound mcp's output ended: %v", lines.Err())
+		}
+		var m map[string]any
+		if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
+			t.Fatalf("rebound mcp wrote %q: %v", lines.Bytes(), err)
+		}
+		return m
+	}
+	io.WriteString(in, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\" this is not JSON\n")
+	got := next()
+	if e, _ := got["error"].(map[string]any); e["code"] != -32700.0 || got["id"] != nil || !hasKey(got, "id") {
+		t.Fatalf("the bad line got %v; want a parse error with id null", got)
+	}
+	io.WriteString(in, `{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
+	if got := next(); got["id"] != 2.0 || got["result"] == nil {
+		t.Fatalf("the initialize after the bad line got %v", got)
+	}
+}
+
+func hasKey(m map[string]any, k string) bool {
+	_, ok := m[k]
+	return ok
+}

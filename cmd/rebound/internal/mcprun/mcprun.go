@@ -4,11 +4,13 @@
 // over stdio (the default: what an agent that launches its servers
 // expects) or over streamable HTTP behind internal/frontdoor.
 //
-// Over stdio the relay is reboundmcp.Serve between the SDK's
-// newline-delimited connection on the command's standard input and
-// output and the resilient connection: the command adds a goroutine per
-// direction and none per message, and each message is decoded once and
-// encoded once on each side. Nothing but the protocol is written to
+// Over stdio the relay is reboundmcp.Serve between a newline-delimited
+// connection on the command's standard input and output
+// (reboundmcp.NewLineConn, read on Serve's goroutine) and the resilient
+// connection: no goroutine per message and, over a stdio server, no
+// hand-off between goroutines on a call's way; each message is decoded
+// once and encoded once on each side. A line that is not JSON-RPC is
+// answered with a parse error. Nothing but the protocol is written to
 // standard output.
 package mcprun
 
@@ -17,10 +19,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/exec"
+	"syscall"
 	"time"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/rebound-go/rebound/internal/frontdoor"
 	reboundmcp "github.com/rebound-go/rebound/mcp"
@@ -71,7 +73,7 @@ func Run(ctx context.Context, c Config, stdin io.ReadCloser, stdout, stderr io.W
 	if c.Addr != "" {
 		return serveHTTP(ctx, c, newTransport, opts.Logger, stdout, stderr)
 	}
-	client, _ := (&mcp.IOTransport{Reader: stdin, Writer: nopCloser{stdout}}).Connect(ctx) // cannot fail
+	client := reboundmcp.NewLineConn(pollable(stdin), nopCloser{stdout})
 	if err := reboundmcp.Serve(ctx, client, newTransport()); err != nil {
 		fmt.Fprintf(stderr, "rebound mcp: %v\n", err)
 		return 1
@@ -91,6 +93,46 @@ func upstream(c Config, stderr io.Writer) (reboundmcp.Upstream, error) {
 	}
 	cmd.Stderr = stderr // the server's own logs, beside rebound's
 	return reboundmcp.Command(cmd), nil
+}
+
+// pollable returns stdin as a file the runtime polls when it is a pipe or
+// a socket (as an agent that starts its servers gives it), so that
+// closing it ends a read in progress: the client's messages are then
+// read on Serve's own goroutine, with no goroutine of the SDK's to hand
+// each one over, and Serve still ends at once on a signal. Anything else
+// (a terminal, a file) is read as it is.
+func pollable(stdin io.ReadCloser) io.ReadCloser {
+	f, ok := stdin.(*os.File)
+	if !ok {
+		return stdin
+	}
+	raw, err := f.SyscallConn()
+	if err != nil {
+		return stdin
+	}
+	var dup int
+	raw.Control(func(fd uintptr) {
+		var st syscall.Stat_t
+		dup = -1
+		if syscall.Fstat(int(fd), &st) != nil {
+			return
+		}
+		if kind := st.Mode & syscall.S_IFMT; kind != syscall.S_IFIFO && kind != syscall.S_IFSOCK {
+			return
+		}
+		if d, err := syscall.Dup(int(fd)); err == nil {
+			syscall.CloseOnExec(d)
+			dup = d
+		}
+	})
+	if dup < 0 {
+		return stdin
+	}
+	if err := syscall.SetNonblock(dup, true); err != nil {
+		syscall.Close(dup)
+		return stdin
+	}
+	return os.NewFile(uintptr(dup), f.Name())
 }
 
 // nopCloser is standard output as the SDK's connection writes to it:
