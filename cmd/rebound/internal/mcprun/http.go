@@ -30,8 +30,9 @@ const maxBody = mcp.DefaultMaxRequestBodyBytes
 
 // serveHTTP serves streamable HTTP at Path until ctx is done, then ends
 // every session (and so its upstream) and lets requests still in flight
-// finish for up to c.Drain.
-func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Transport, logger *slog.Logger, stdout, stderr io.Writer) int {
+// finish for up to c.Drain. closed is called once every upstream is
+// closed, before the drain.
+func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Transport, logger *slog.Logger, stdout, stderr io.Writer, closed func()) int {
 	door, err := frontdoor.New(c.Door)
 	if err != nil {
 		fmt.Fprintf(stderr, "rebound mcp: %v\n", err)
@@ -49,10 +50,13 @@ func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Tr
 			ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog:          errorLog,
 		},
-		Path:     Path,
-		Drain:    c.Drain,
-		Stdout:   stdout,
-		Stopping: f.closeAll,
+		Path:   Path,
+		Drain:  c.Drain,
+		Stdout: stdout,
+		Stopping: func() {
+			f.closeAll()
+			closed() // a second signal may now cut the drain short
+		},
 	})
 	f.closeAll()
 	if err != nil {

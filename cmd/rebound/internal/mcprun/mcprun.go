@@ -17,7 +17,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/exec"
+	"os/signal"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -57,7 +61,14 @@ type Config struct {
 // server's process group ended, an HTTP session deleted). It returns the
 // command's exit code: 0 after a clean stop, 1 if it could not serve, 2
 // for bad usage (a reason in one line on stderr).
+//
+// SIGINT and SIGTERM stay caught until every upstream is closed: a second
+// signal (Ctrl-C twice) while a server that ignores SIGTERM is given its
+// grace must not kill rebound before it has killed the server's group,
+// which would be left running, an orphan, with nobody to kill it.
 func Run(ctx context.Context, c Config, stdin io.ReadCloser, stdout, stderr io.Writer) int {
+	release := holdSignals()
+	defer release()
 	opts := c.Options
 	if !c.LogOff {
 		opts.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: c.LogLevel}))
@@ -69,7 +80,7 @@ func Run(ctx context.Context, c Config, stdin io.ReadCloser, stdout, stderr io.W
 	}
 	newTransport := func() *reboundmcp.Transport { return reboundmcp.New(up, opts) }
 	if c.Addr != "" {
-		return serveHTTP(ctx, c, newTransport, opts.Logger, stdout, stderr)
+		return serveHTTP(ctx, c, newTransport, opts.Logger, stdout, stderr, release)
 	}
 	client, _ := (&mcp.IOTransport{Reader: stdin, Writer: nopCloser{stdout}}).Connect(ctx) // cannot fail
 	if err := reboundmcp.Serve(ctx, client, newTransport()); err != nil {
@@ -77,6 +88,15 @@ func Run(ctx context.Context, c Config, stdin io.ReadCloser, stdout, stderr io.W
 		return 1
 	}
 	return 0
+}
+
+// holdSignals keeps SIGINT and SIGTERM from having their default effect
+// (death) until release is called; whoever else listens for them still
+// hears them.
+func holdSignals() (release func()) {
+	held := make(chan os.Signal, 1)
+	signal.Notify(held, os.Interrupt, syscall.SIGTERM)
+	return sync.OnceFunc(func() { signal.Stop(held) })
 }
 
 // upstream returns the server c names; a command that cannot be found
