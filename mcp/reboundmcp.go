@@ -46,7 +46,8 @@ func Command(cmd *exec.Cmd) Upstream {
 // rebound's Transport beneath it, which retries 429, 503 and refused
 // connections under Options.Policy; a nil client means one with
 // http.DefaultClient's settings. Closing the Transport ends the session
-// with the spec's DELETE.
+// with the spec's DELETE. A query string in endpoint (a key, say) is sent
+// with every request to it but kept out of errors and logs.
 func HTTP(endpoint string, client *http.Client) Upstream {
 	name := endpoint
 	if u, err := url.Parse(endpoint); err == nil && u.Host != "" {
