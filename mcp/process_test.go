@@ -1,8 +1,10 @@
 package reboundmcp
 
 import (
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -108,5 +110,33 @@ func TestCloseEndsTheChildsWholeProcessGroup(t *testing.T) {
 	// grandchild closes it no other way.
 	if _, err := io.Copy(io.Discard, r); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStdioServerPrintingNonJSONLinesIsNotKilled: a server that writes
+// lines other than JSON-RPC to its stdout (a banner, a stray log line, as
+// servers made for clients that skip such lines do) is not taken for dead
+// and restarted until the breaker opens: the lines are skipped, and
+// its calls are answered by its first start.
+func TestStdioServerPrintingNonJSONLinesIsNotKilled(t *testing.T) {
+	child, runs := childCommand(t, "plain")
+	// A banner, a long line and a log line, then the server, whose pid
+	// stays the shell's.
+	script := `echo "Knowledge Graph MCP Server running on stdio"; head -c 100000 /dev/zero | tr '\0' x; echo; echo "  [info] ready"; exec "$0"`
+	cmd := exec.Command("sh", "-c", script, child.Path)
+	cmd.Env = child.Env
+	var logs logBuffer
+	cs := connectChild(t, Command(cmd), Options{Logger: logs.logger()})
+	for want := 1; want <= 2; want++ {
+		got, err := callText(t, cs, "read")
+		if err != nil || got != fmt.Sprintf("read %d", want) {
+			t.Fatalf("call %d: %q, %v", want, got, err)
+		}
+	}
+	if n := countRuns(runs, "read"); n != 2 {
+		t.Errorf("read ran %d times, want 2", n)
+	}
+	if restarts := logs.lines(t, "mcp.restart"); len(restarts) != 0 {
+		t.Errorf("the server was restarted %d times: %v", len(restarts), restarts)
 	}
 }

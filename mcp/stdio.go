@@ -1,8 +1,11 @@
 package reboundmcp
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"syscall"
@@ -55,7 +58,11 @@ func startChild(_ context.Context, tmpl *exec.Cmd) (mcp.Connection, error) {
 	}
 	c := &child{cmd: cmd, exited: make(chan struct{})}
 	// The SDK's IOTransport cannot fail to connect.
-	c.Connection, _ = (&mcp.IOTransport{Reader: outR, Writer: inW}).Connect(context.Background())
+	stdout := struct {
+		io.Reader
+		io.Closer
+	}{skipNonJSON(outR, tmpl.Stderr), outR}
+	c.Connection, _ = (&mcp.IOTransport{Reader: stdout, Writer: inW}).Connect(context.Background())
 	go func() {
 		cmd.Wait()
 		// The leader is gone: whatever it left in its group goes too, so
@@ -97,3 +104,68 @@ func (c *child) kill() {
 }
 
 var errServerExited = errors.New("the server process exited")
+
+// skipNonJSON returns r without its lines that cannot be JSON-RPC (those
+// that start, after spaces, with neither '{' nor a batch's "[{"): a banner or a
+// log line a server prints to stdout, which the SDK's decoder, reading
+// one stream of JSON values, would fail on for good, so that a server
+// that works with clients that skip such lines would be restarted until
+// its breaker opened. The lines skipped go to the server's stderr, if it
+// is a file (another writer is written by exec's own goroutine).
+func skipNonJSON(r io.Reader, stderr io.Writer) io.Reader {
+	divert := io.Discard
+	if f, ok := stderr.(*os.File); ok {
+		divert = f
+	}
+	return &jsonLines{r: bufio.NewReaderSize(r, 64<<10), divert: divert}
+}
+
+// jsonLines is skipNonJSON's reader. It never holds a whole line: the
+// first piece of a line decides whether the line is passed on.
+type jsonLines struct {
+	r       *bufio.Reader
+	divert  io.Writer
+	pending []byte // of the line being passed on, not yet read
+	err     error  // the underlying reader's, once pending is read
+	midLine bool   // the last piece did not end its line
+	skip    bool   // the line in progress is skipped
+}
+
+func (j *jsonLines) Read(p []byte) (int, error) {
+	for len(j.pending) == 0 {
+		if j.err != nil {
+			return 0, j.err
+		}
+		piece, err := j.r.ReadSlice('\n')
+		if err != nil && err != bufio.ErrBufferFull {
+			j.err = err
+		}
+		if !j.midLine {
+			j.skip = !mayBeJSONRPC(piece)
+		}
+		j.midLine = len(piece) > 0 && piece[len(piece)-1] != '\n'
+		if j.skip {
+			j.divert.Write(piece)
+			continue
+		}
+		j.pending = piece
+	}
+	n := copy(p, j.pending)
+	j.pending = j.pending[n:]
+	return n, nil
+}
+
+// mayBeJSONRPC says whether a line that starts with piece may be a
+// JSON-RPC message or batch: a blank line may (it is only space between
+// values); "[info] ready" may not.
+func mayBeJSONRPC(piece []byte) bool {
+	rest := bytes.TrimLeft(piece, " \t\r\n")
+	if len(rest) == 0 || rest[0] == '{' {
+		return true
+	}
+	if rest[0] != '[' {
+		return false
+	}
+	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+	return len(rest) == 0 || rest[0] == '{'
+}
