@@ -105,6 +105,12 @@ func upstream(c Config, stderr io.Writer) (reboundmcp.Upstream, error) {
 	if len(c.Command) == 0 {
 		return reboundmcp.HTTP(c.Upstream, nil), nil
 	}
+	// LookPath, unlike exec.Command, also checks a path given with a
+	// slash: one that is missing or not executable would otherwise be
+	// started again and again, each start failing.
+	if _, err := exec.LookPath(c.Command[0]); err != nil {
+		return reboundmcp.Upstream{}, fmt.Errorf("server command: %v", err)
+	}
 	cmd := exec.Command(c.Command[0], c.Command[1:]...)
 	if cmd.Err != nil {
 		return reboundmcp.Upstream{}, fmt.Errorf("server command: %v", cmd.Err)
