@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -101,5 +103,21 @@ func requestFacts(params json.RawMessage) (tool string, progressToken any) {
 	return p.Name, p.Meta.ProgressToken
 }
 
-// idKey is a map key for a JSON-RPC ID or progress token: 1 and "1" differ.
-func idKey(v any) string { return fmt.Sprintf("%T:%v", v, v) }
+// idKey is a map key for a JSON-RPC ID or progress token: 1 and "1"
+// differ, but a number is one key however it was decoded, so that the
+// requestId of a client's notifications/cancelled (a float64, read from
+// params) finds the request whose ID the SDK decoded as an int64.
+func idKey(v any) string {
+	switch n := v.(type) {
+	case float64:
+		if n == math.Trunc(n) && math.Abs(n) < 1<<63 {
+			return "n:" + strconv.FormatInt(int64(n), 10)
+		}
+		return "n:" + strconv.FormatFloat(n, 'g', -1, 64)
+	case int64:
+		return "n:" + strconv.FormatInt(n, 10)
+	case string:
+		return "s:" + n
+	}
+	return fmt.Sprintf("%T:%v", v, v)
+}
