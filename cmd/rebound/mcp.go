@@ -48,7 +48,7 @@ func runMCP(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.trustAnnotations, "trust-annotations", true, "resend a cut-short tools/call whose tool says readOnlyHint or idempotentHint (false: only tools the --config file calls read-only or idempotent)")
 	fs.StringVar(&f.configFile, "config", "", `JSON `+"`file`"+` of per-tool rules: {"tools": {"NAME": "read-only" | "idempotent" | "side-effects"}}`)
 	fs.StringVar(&f.logLevel, "log", "info", "`level` of the JSON logs on stderr: debug, info (a line per request), warn, or off")
-	fs.StringVar(&f.tokenEnv, "token-env", "", "with --addr: environment `variable` holding the client tokens, comma-separated")
+	fs.StringVar(&f.tokenEnv, "token-env", "", "with --addr: environment `variable` holding the client tokens, comma-separated (not passed on to the server)")
 	fs.StringVar(&f.tokensFile, "tokens-file", "", "with --addr: `file` of client tokens, one a line")
 	fs.Var((*listFlag)(&c.Door.AllowHosts), "allow-host", "with --addr and no tokens, answer requests for this host `name` too, besides loopback names (repeatable, or comma-separated)")
 	fs.Var((*listFlag)(&c.Door.AllowOrigins), "allow-origin", "with --addr: let web pages of this `origin` (https://app.example.com) call, with CORS headers (repeatable, or comma-separated; * only with tokens)")
@@ -162,6 +162,9 @@ func (f *mcpFlags) complete(fs *flag.FlagSet, c *mcprun.Config, dashes bool) err
 	}
 	if c.Door.Tokens, err = proxyrun.ReadTokens(f.tokenEnv, f.tokensFile); err != nil {
 		return err
+	}
+	if f.tokenEnv != "" {
+		c.HideEnv = []string{f.tokenEnv}
 	}
 	if !serve.IsLoopback(host) && len(c.Door.Tokens) == 0 {
 		return fmt.Errorf("--addr %s is not a loopback address: give client tokens (--token-env or --tokens-file)", c.Addr)

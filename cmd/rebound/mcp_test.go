@@ -112,8 +112,8 @@ func TestMCPStdioGoSDKClient(t *testing.T) {
 	for _, tool := range tools.Tools {
 		names = append(names, tool.Name)
 	}
-	if strings.Join(names, ",") != "exit,first_start_dies,pid,spawn" {
-		t.Errorf("tools %v, want exit, first_start_dies, pid and spawn", names)
+	if strings.Join(names, ",") != "env,exit,first_start_dies,pid,spawn" {
+		t.Errorf("tools %v, want env, exit, first_start_dies, pid and spawn", names)
 	}
 	first := callInt(t, cs, "pid")
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {

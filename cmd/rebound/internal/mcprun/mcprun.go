@@ -20,6 +20,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -41,6 +43,10 @@ type Config struct {
 	Addr string
 	// Door is who may call over HTTP.
 	Door frontdoor.Options
+	// HideEnv names environment variables the server's process does not
+	// get: the one that holds the client tokens, which a tool that echoes
+	// its environment would hand to any client.
+	HideEnv []string
 	// MaxSessions bounds the HTTP client sessions open at once (each
 	// holds an upstream connection: a stdio server's process);
 	// SessionTimeout ends a session that has had no request for that long.
@@ -116,6 +122,12 @@ func upstream(c Config, stderr io.Writer) (reboundmcp.Upstream, error) {
 		return reboundmcp.Upstream{}, fmt.Errorf("server command: %v", cmd.Err)
 	}
 	cmd.Stderr = stderr // the server's own logs, beside rebound's
+	if len(c.HideEnv) > 0 {
+		cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+			name, _, _ := strings.Cut(kv, "=")
+			return slices.Contains(c.HideEnv, name)
+		})
+	}
 	return reboundmcp.Command(cmd), nil
 }
 
