@@ -1,6 +1,7 @@
 package reboundmcp
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rebound-go/rebound"
 )
@@ -138,5 +140,50 @@ func TestStdioServerPrintingNonJSONLinesIsNotKilled(t *testing.T) {
 	}
 	if restarts := logs.lines(t, "mcp.restart"); len(restarts) != 0 {
 		t.Errorf("the server was restarted %d times: %v", len(restarts), restarts)
+	}
+}
+
+// TestStdioServerThatStopsReadingDoesNotHangCalls: a server that answers
+// initialize and then never reads its stdin again fills the pipe; a call
+// whose request does not fit must not wait on the write forever (nor the
+// calls queued behind it): a write that makes no progress for the idle
+// timeout ends the server, and the calls get an error.
+func TestStdioServerThatStopsReadingDoesNotHangCalls(t *testing.T) {
+	deaf := `read line; echo '{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"deaf","version":"1"}}}'; exec sleep 600`
+	o := Options{IdleTimeout: 200 * time.Millisecond, RestartMin: time.Millisecond, RestartMax: 10 * time.Millisecond}
+	conn, err := New(Command(exec.Command("sh", "-c", deaf)), o).Connect(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rawRequest(t, conn, 1, "initialize", `{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}`)
+	if r := readResponse(t, conn); r.Error != nil {
+		t.Fatalf("initialize: %v", r.Error)
+	}
+	big := strings.Repeat("x", 1<<20) // more than any pipe holds
+	rawRequest(t, conn, 2, "tools/call", `{"name":"t","arguments":{"a":"`+big+`"}}`)
+	rawRequest(t, conn, 3, "ping", `{}`)
+	answers := make(chan *jsonrpc.Response, 2)
+	go func() {
+		for len(answers) < 2 {
+			msg, err := conn.Read(context.Background())
+			if err != nil {
+				return
+			}
+			if r, ok := msg.(*jsonrpc.Response); ok {
+				answers <- r
+			}
+		}
+	}()
+	for range 2 {
+		select {
+		case r := <-answers:
+			if r.Error == nil {
+				t.Errorf("request %v: answered without error by a server that reads nothing", r.ID.Raw())
+			}
+			t.Logf("request %v: %v", r.ID.Raw(), r.Error)
+		case <-time.After(time.Minute): // far past the idle timeouts of every attempt
+			t.Fatal("the calls to a server that stopped reading hang")
+		}
 	}
 }

@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 	"time"
 
@@ -25,10 +27,15 @@ type child struct {
 	mcp.Connection
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when the leader has been waited for
+
+	stdin        *os.File
+	writeTimeout time.Duration // 0: none
+	writeMu      sync.Mutex    // a write's deadline is its own
 }
 
-// startChild starts a copy of tmpl in a process group of its own.
-func startChild(_ context.Context, tmpl *exec.Cmd) (mcp.Connection, error) {
+// startChild starts a copy of tmpl in a process group of its own. A write
+// to it that does not finish within writeTimeout (0: none) ends it.
+func startChild(_ context.Context, tmpl *exec.Cmd, writeTimeout time.Duration) (mcp.Connection, error) {
 	cmd := exec.Command(tmpl.Path, tmpl.Args[1:]...)
 	cmd.Args = tmpl.Args
 	cmd.Env, cmd.Dir, cmd.Stderr = tmpl.Env, tmpl.Dir, tmpl.Stderr
@@ -56,7 +63,7 @@ func startChild(_ context.Context, tmpl *exec.Cmd) (mcp.Connection, error) {
 		outR.Close()
 		return nil, err
 	}
-	c := &child{cmd: cmd, exited: make(chan struct{})}
+	c := &child{cmd: cmd, exited: make(chan struct{}), stdin: inW, writeTimeout: writeTimeout}
 	// The SDK's IOTransport cannot fail to connect.
 	stdout := struct {
 		io.Reader
@@ -83,6 +90,27 @@ func (c *child) Read(ctx context.Context) (jsonrpc.Message, error) {
 	return msg, err
 }
 
+// Write sends msg to the server. A server that stops reading its stdin
+// fills the pipe, and a write into it would wait for ever, holding up
+// every write after it, with no idle timeout running yet: a write that
+// does not finish within the write timeout kills the group instead. Its
+// line is cut short, so the server took none of it, and its end makes
+// every call waiting on it judged as cut by a crash.
+func (c *child) Write(ctx context.Context, msg jsonrpc.Message) error {
+	if c.writeTimeout <= 0 {
+		return c.Connection.Write(ctx, msg)
+	}
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	c.stdin.SetWriteDeadline(time.Now().Add(c.writeTimeout))
+	err := c.Connection.Write(ctx, msg)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+		err = fmt.Errorf("%w: it read none of its input for %v", errServerStuck, c.writeTimeout)
+	}
+	return err
+}
+
 // Close ends the child's whole process group: SIGTERM, then SIGKILL after
 // termGrace, and waits for the leader.
 func (c *child) Close() error {
@@ -103,7 +131,10 @@ func (c *child) kill() {
 	<-c.exited
 }
 
-var errServerExited = errors.New("the server process exited")
+var (
+	errServerExited = errors.New("the server process exited")
+	errServerStuck  = errors.New("the server process stopped reading and was killed")
+)
 
 // skipNonJSON returns r without its lines that cannot be JSON-RPC (those
 // that start, after spaces, with neither '{' nor a batch's "[{"): a banner or a
