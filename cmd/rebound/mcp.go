@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -233,7 +234,40 @@ func logLevel(s string) (level slog.Level, off bool, err error) {
 
 // toolRules is the --config file.
 type toolRules struct {
-	Tools map[string]json.RawMessage `json:"tools"`
+	Tools toolEntries `json:"tools"`
+}
+
+// toolEntries is the "tools" object, read refusing a name given twice,
+// which encoding/json would let the last one win: a side-effecting tool
+// named again further down as read-only would be resent after a crash.
+type toolEntries map[string]json.RawMessage
+
+func (t *toolEntries) UnmarshalJSON(data []byte) error {
+	if string(data) == "null" {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return fmt.Errorf(`"tools" is %.20s, not an object`, data)
+	}
+	entries := toolEntries{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		name, _ := tok.(string)
+		var rule json.RawMessage
+		if err := dec.Decode(&rule); err != nil {
+			return err
+		}
+		if _, twice := entries[name]; twice {
+			return fmt.Errorf("tools[%q] is given twice", name)
+		}
+		entries[name] = rule
+	}
+	*t = entries
+	return nil
 }
 
 // readToolRules reads the --config file strictly: one object with

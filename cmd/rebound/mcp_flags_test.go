@@ -104,6 +104,7 @@ func TestMCPConfigFile(t *testing.T) {
 		{`{}`, `no "tools" object`},
 		{`[]`, "cannot unmarshal array"},
 		{`{"tools": {"a": "read-only",}}`, "invalid character"},
+		{`{"tools": {"create": "side-effects", "b": "read-only", "create": "read-only"}}`, `tools["create"] is given twice`},
 	} {
 		_, err := readToolRules(write(c.file))
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
