@@ -319,3 +319,22 @@ func TestMCPSecondSignalLeavesNoOrphan(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPSIGHUPLeavesNoOrphan: SIGHUP (the terminal rebound runs in
+// closed) stops the command as SIGTERM does: the server's group, in a
+// process group of its own, gets no SIGHUP from the terminal, and must
+// not be left running when rebound dies of it.
+func TestMCPSIGHUPLeavesNoOrphan(t *testing.T) {
+	s := startRaw(t, mcpProcess(t, testServer("")...))
+	server, sleeper := s.callInt("pid"), s.callInt("spawn")
+	s.cmd.Process.Signal(syscall.SIGHUP)
+	if code := s.exitCode(); code != 0 {
+		t.Errorf("exit code %d after SIGHUP, want 0", code)
+	}
+	for _, pid := range []int{server, sleeper} {
+		if !waitExit(t, pid, 10*time.Second) {
+			t.Errorf("process %d of the server's group outlived the command", pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}

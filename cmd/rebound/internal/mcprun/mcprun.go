@@ -68,13 +68,18 @@ type Config struct {
 // command's exit code: 0 after a clean stop, 1 if it could not serve, 2
 // for bad usage (a reason in one line on stderr).
 //
-// SIGINT and SIGTERM stay caught until every upstream is closed: a second
+// SIGINT, SIGTERM and SIGHUP stay caught until every upstream is closed: a second
 // signal (Ctrl-C twice) while a server that ignores SIGTERM is given its
 // grace must not kill rebound before it has killed the server's group,
 // which would be left running, an orphan, with nobody to kill it.
+//
+// SIGHUP (the terminal closed) stops it as SIGTERM does: the server's
+// group, a process group of its own, gets no SIGHUP from the terminal.
 func Run(ctx context.Context, c Config, stdin io.ReadCloser, stdout, stderr io.Writer) int {
 	release := holdSignals()
 	defer release()
+	ctx, stopHUP := signal.NotifyContext(ctx, syscall.SIGHUP)
+	defer stopHUP()
 	opts := c.Options
 	if !c.LogOff {
 		opts.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: c.LogLevel}))
@@ -96,12 +101,12 @@ func Run(ctx context.Context, c Config, stdin io.ReadCloser, stdout, stderr io.W
 	return 0
 }
 
-// holdSignals keeps SIGINT and SIGTERM from having their default effect
+// holdSignals keeps SIGINT, SIGTERM and SIGHUP from having their default effect
 // (death) until release is called; whoever else listens for them still
 // hears them.
 func holdSignals() (release func()) {
 	held := make(chan os.Signal, 1)
-	signal.Notify(held, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(held, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	return sync.OnceFunc(func() { signal.Stop(held) })
 }
 
