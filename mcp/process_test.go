@@ -187,3 +187,25 @@ func TestStdioServerThatStopsReadingDoesNotHangCalls(t *testing.T) {
 		}
 	}
 }
+
+// TestStdioServerPrintingJSONThatIsNotJSONRPCIsNotKilled: a server that
+// logs JSON objects to its stdout ({"level":"info",...}), values the SDK
+// reads but cannot take as messages, is not taken for dead either: the
+// values are skipped, and its calls are answered by its first start.
+func TestStdioServerPrintingJSONThatIsNotJSONRPCIsNotKilled(t *testing.T) {
+	child, runs := childCommand(t, "plain")
+	script := `echo '{"level":"info","msg":"server started"}'; echo '[{"not":"a message"}]'; exec "$0"`
+	cmd := exec.Command("sh", "-c", script, child.Path)
+	cmd.Env = child.Env
+	var logs logBuffer
+	cs := connectChild(t, Command(cmd), Options{Logger: logs.logger()})
+	if got, err := callText(t, cs, "read"); err != nil || got != "read 1" {
+		t.Fatalf("%q, %v", got, err)
+	}
+	if n := countRuns(runs, "read"); n != 1 {
+		t.Errorf("read ran %d times, want 1", n)
+	}
+	if restarts := logs.lines(t, "mcp.restart"); len(restarts) != 0 {
+		t.Errorf("the server was restarted %d times: %v", len(restarts), restarts)
+	}
+}

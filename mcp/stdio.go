@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -27,6 +28,8 @@ type child struct {
 	mcp.Connection
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when the leader has been waited for
+
+	divert io.Writer // where what is skipped of its stdout is told
 
 	stdin        *os.File
 	writeTimeout time.Duration // 0: none
@@ -63,12 +66,12 @@ func startChild(_ context.Context, tmpl *exec.Cmd, writeTimeout time.Duration) (
 		outR.Close()
 		return nil, err
 	}
-	c := &child{cmd: cmd, exited: make(chan struct{}), stdin: inW, writeTimeout: writeTimeout}
+	c := &child{cmd: cmd, exited: make(chan struct{}), divert: divertTo(tmpl.Stderr), stdin: inW, writeTimeout: writeTimeout}
 	// The SDK's IOTransport cannot fail to connect.
 	stdout := struct {
 		io.Reader
 		io.Closer
-	}{skipNonJSON(outR, tmpl.Stderr), outR}
+	}{skipNonJSON(outR, c.divert), outR}
 	c.Connection, _ = (&mcp.IOTransport{Reader: stdout, Writer: inW}).Connect(context.Background())
 	go func() {
 		cmd.Wait()
@@ -80,14 +83,37 @@ func startChild(_ context.Context, tmpl *exec.Cmd, writeTimeout time.Duration) (
 	return c, nil
 }
 
-// Read reads the next message from the server; once the child has exited
+// Read reads the next message from the server, skipping the JSON values
+// that are not messages (a log line in JSON); once the child has exited
 // and its output is drained, it returns the child's end.
 func (c *child) Read(ctx context.Context) (jsonrpc.Message, error) {
-	msg, err := c.Connection.Read(ctx)
-	if err != nil && ctx.Err() == nil {
-		return nil, errors.Join(errServerExited, err)
+	for {
+		msg, err := c.Connection.Read(ctx)
+		if err != nil && ctx.Err() == nil && notAMessage(err) {
+			fmt.Fprintf(c.divert, "reboundmcp: skipped a value on the server's stdout: %v\n", err)
+			continue
+		}
+		if err != nil && ctx.Err() == nil {
+			return nil, errors.Join(errServerExited, err)
+		}
+		return msg, err
 	}
-	return msg, err
+}
+
+// notAMessage says whether err, from the SDK's reading of the server's
+// output, is about one JSON value that is not a JSON-RPC message, after
+// which the stream goes on, rather than about the stream (JSON broken, a
+// line over the limit, its end), after which nothing more can be read.
+// An error it does not know is the stream's: the server is restarted,
+// where skipping would wait on a stream that has ended.
+func notAMessage(err error) bool {
+	var we *jsonrpc.Error
+	if errors.As(err, &we) && we.Code == jsonrpc.CodeInvalidRequest {
+		return true
+	}
+	m := err.Error()
+	return strings.HasPrefix(m, "unmarshaling jsonrpc message") || strings.HasPrefix(m, "invalid message version tag") ||
+		m == "empty batch" || strings.HasPrefix(m, "JSON-RPC batching is not supported")
 }
 
 // Write sends msg to the server. A server that stops reading its stdin
@@ -141,14 +167,19 @@ var (
 // log line a server prints to stdout, which the SDK's decoder, reading
 // one stream of JSON values, would fail on for good, so that a server
 // that works with clients that skip such lines would be restarted until
-// its breaker opened. The lines skipped go to the server's stderr, if it
-// is a file (another writer is written by exec's own goroutine).
-func skipNonJSON(r io.Reader, stderr io.Writer) io.Reader {
-	divert := io.Discard
-	if f, ok := stderr.(*os.File); ok {
-		divert = f
-	}
+// its breaker opened. The lines skipped go to divert.
+func skipNonJSON(r io.Reader, divert io.Writer) io.Reader {
 	return &jsonLines{r: bufio.NewReaderSize(r, 64<<10), divert: divert}
+}
+
+// divertTo is where what is skipped of a server's stdout goes: the
+// server's stderr, if it is a file (another writer is written by exec's
+// own goroutine, which a write of ours would race).
+func divertTo(stderr io.Writer) io.Writer {
+	if f, ok := stderr.(*os.File); ok {
+		return f
+	}
+	return io.Discard
 }
 
 // jsonLines is skipNonJSON's reader. It never holds a whole line: the
