@@ -257,3 +257,35 @@ func TestOddOptionsStillWork(t *testing.T) {
 		}
 	})
 }
+
+// TestClientCancellingANumberedCallStopsIt: the client's
+// notifications/cancelled, whose requestId is a JSON number as every SDK
+// sends it, reaches the server under the ID rebound gave the request, and
+// the cancelled call gets no answer.
+func TestClientCancellingANumberedCallStopsIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newScripted()
+		conn, _ := New(s.upstream(), Options{}).Connect(t.Context())
+		defer conn.Close()
+		sc := <-s.starts
+		rawRequest(t, conn, 3, "ping", "{}")
+		req := sc.next(t)
+		cancel := &jsonrpc.Request{Method: "notifications/cancelled", Params: json.RawMessage(`{"requestId":3,"reason":"the user pressed Esc"}`)}
+		if err := conn.Write(t.Context(), cancel); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		rawRequest(t, conn, 4, "ping", "{}")
+		got := sc.next(t)
+		params, _ := got["params"].(map[string]any)
+		if got["method"] != "notifications/cancelled" || params["requestId"] != req["id"] {
+			t.Fatalf("after the client cancelled request 3, the server got %v; want notifications/cancelled of request %v", got, req["id"])
+		}
+		sc.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%v,"result":{}}`, req["id"])) // too late
+		ping := sc.next(t)
+		sc.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%v,"result":{}}`, ping["id"]))
+		if r := readResponse(t, conn); r.ID.Raw() != int64(4) {
+			t.Fatalf("the client got an answer to %v, want only the one to 4", r.ID.Raw())
+		}
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -31,8 +32,9 @@ func dialHTTP(ctx context.Context, endpoint string, client *http.Client, o *Opti
 	if idle := o.idleTimeout(); idle > 0 {
 		lookahead = idle + time.Minute
 	}
+	endpoint, base := hideQuery(endpoint, hc.Transport)
 	hc.Transport = &rebound.Transport{
-		Base:            hc.Transport,
+		Base:            base,
 		Policy:          o.Policy,
 		SideEffects:     func(r *http.Request) bool { return r.Method == http.MethodPost },
 		StreamLookahead: lookahead,
@@ -41,6 +43,41 @@ func dialHTTP(ctx context.Context, endpoint string, client *http.Client, o *Opti
 	hc.Transport = sessionCheck{hc.Transport}
 	st := &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc, MaxRetries: -1}
 	return st.Connect(ctx)
+}
+
+// hideQuery keeps the endpoint's query string (where hosted servers often
+// take a key) out of the URL the SDK's client and net/http see, whose
+// errors quote it and reach the logs and the caller: it returns the
+// endpoint without its query, and a RoundTripper beneath every other that
+// puts the query back on the requests to that endpoint, and to no other
+// (a redirect elsewhere does not get the key).
+func hideQuery(endpoint string, base http.RoundTripper) (string, http.RoundTripper) {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.RawQuery == "" {
+		return endpoint, base
+	}
+	query := u.RawQuery
+	u.RawQuery, u.ForceQuery = "", false
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return u.String(), withQuery{base: base, scheme: u.Scheme, host: u.Host, path: u.Path, query: query}
+}
+
+// withQuery adds a query string to the requests for one URL.
+type withQuery struct {
+	base                      http.RoundTripper
+	scheme, host, path, query string
+}
+
+func (w withQuery) RoundTrip(req *http.Request) (*http.Response, error) {
+	u := req.URL
+	if u.Scheme != w.scheme || u.Host != w.host || u.Path != w.path || u.RawQuery != "" {
+		return w.base.RoundTrip(req)
+	}
+	r := req.Clone(req.Context())
+	r.URL.RawQuery = w.query
+	return w.base.RoundTrip(r)
 }
 
 // sessionCheckBytes bounds how much of a 400's body is read to find

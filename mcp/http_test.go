@@ -204,3 +204,55 @@ func TestHTTPServerThatRefusesConnectionsForAWhileLosesNoCall(t *testing.T) {
 		t.Errorf("write ran %d times, want 2", n)
 	}
 }
+
+// TestHTTPEndpointQueryIsSentButNeverLoggedNorTold: a key in the
+// endpoint's query string (as hosted servers take one) goes with every
+// request, but never into a log line or an error, which would hand it to
+// whoever reads the logs, or to the model.
+func TestHTTPEndpointQueryIsSentButNeverLoggedNorTold(t *testing.T) {
+	const secret = "SECRET-KEY-42"
+	t.Run("sent", func(t *testing.T) {
+		f := newHTTPFake(t)
+		var missing atomic.Int32
+		f.refuse = func(r *http.Request) (int, string) {
+			if r.URL.Query().Get("api_key") != secret {
+				missing.Add(1)
+			}
+			return 0, ""
+		}
+		client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+		cs, err := client.Connect(t.Context(), New(HTTP(f.srv.URL+"?api_key="+secret, nil), Options{}), &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := callText(t, cs, "read"); err != nil || got != "read 1" {
+			t.Fatalf("%q, %v", got, err)
+		}
+		cs.Close()
+		if n := missing.Load(); n != 0 {
+			t.Errorf("%d requests reached the server without the endpoint's query", n)
+		}
+	})
+	t.Run("refused", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close() // nothing listens: every connection is refused
+		var logs logBuffer
+		o := Options{Logger: logs.logger(), DownWait: -1}
+		client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+		cs, err := client.Connect(t.Context(), New(HTTP("http://"+addr+"/mcp?api_key="+secret, nil), o), &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+		if err == nil {
+			cs.Close()
+			t.Fatal("connected to a server that is not there")
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("the caller's error holds the key: %v", err)
+		}
+		if strings.Contains(logs.String(), secret) {
+			t.Errorf("the logs hold the key:\n%s", logs.String())
+		}
+	})
+}

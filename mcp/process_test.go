@@ -2,12 +2,15 @@ package reboundmcp
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rebound-go/rebound"
 )
@@ -154,5 +157,100 @@ func awaitRun(t *testing.T, runs, tool, why string) {
 			t.Fatal(why)
 		case <-time.After(time.Millisecond):
 		}
+	}
+}
+
+// TestStdioServerPrintingNonJSONLinesIsNotKilled: a server that writes
+// lines other than JSON-RPC to its stdout (a banner, a stray log line, as
+// servers made for clients that skip such lines do) is not taken for dead
+// and restarted until the breaker opens: the lines are skipped, and
+// its calls are answered by its first start.
+func TestStdioServerPrintingNonJSONLinesIsNotKilled(t *testing.T) {
+	child, runs := childCommand(t, "plain")
+	// A banner, a long line and a log line, then the server, whose pid
+	// stays the shell's.
+	script := `echo "Knowledge Graph MCP Server running on stdio"; head -c 100000 /dev/zero | tr '\0' x; echo; echo "  [info] ready"; exec "$0"`
+	cmd := exec.Command("sh", "-c", script, child.Path)
+	cmd.Env = child.Env
+	var logs logBuffer
+	cs := connectChild(t, Command(cmd), Options{Logger: logs.logger()})
+	for want := 1; want <= 2; want++ {
+		got, err := callText(t, cs, "read")
+		if err != nil || got != fmt.Sprintf("read %d", want) {
+			t.Fatalf("call %d: %q, %v", want, got, err)
+		}
+	}
+	if n := countRuns(runs, "read"); n != 2 {
+		t.Errorf("read ran %d times, want 2", n)
+	}
+	if restarts := logs.lines(t, "mcp.restart"); len(restarts) != 0 {
+		t.Errorf("the server was restarted %d times: %v", len(restarts), restarts)
+	}
+}
+
+// TestStdioServerThatStopsReadingDoesNotHangCalls: a server that answers
+// initialize and then never reads its stdin again fills the pipe; a call
+// whose request does not fit must not wait on the write forever (nor the
+// calls queued behind it): a write that makes no progress for the idle
+// timeout ends the server, and the calls get an error.
+func TestStdioServerThatStopsReadingDoesNotHangCalls(t *testing.T) {
+	deaf := `read line; echo '{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"deaf","version":"1"}}}'; exec sleep 600`
+	o := Options{IdleTimeout: 200 * time.Millisecond, RestartMin: time.Millisecond, RestartMax: 10 * time.Millisecond}
+	conn, err := New(Command(exec.Command("sh", "-c", deaf)), o).Connect(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rawRequest(t, conn, 1, "initialize", `{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}`)
+	if r := readResponse(t, conn); r.Error != nil {
+		t.Fatalf("initialize: %v", r.Error)
+	}
+	big := strings.Repeat("x", 1<<20) // more than any pipe holds
+	rawRequest(t, conn, 2, "tools/call", `{"name":"t","arguments":{"a":"`+big+`"}}`)
+	rawRequest(t, conn, 3, "ping", `{}`)
+	answers := make(chan *jsonrpc.Response, 2)
+	go func() {
+		for len(answers) < 2 {
+			msg, err := conn.Read(context.Background())
+			if err != nil {
+				return
+			}
+			if r, ok := msg.(*jsonrpc.Response); ok {
+				answers <- r
+			}
+		}
+	}()
+	for range 2 {
+		select {
+		case r := <-answers:
+			if r.Error == nil {
+				t.Errorf("request %v: answered without error by a server that reads nothing", r.ID.Raw())
+			}
+			t.Logf("request %v: %v", r.ID.Raw(), r.Error)
+		case <-time.After(time.Minute): // far past the idle timeouts of every attempt
+			t.Fatal("the calls to a server that stopped reading hang")
+		}
+	}
+}
+
+// TestStdioServerPrintingJSONThatIsNotJSONRPCIsNotKilled: a server that
+// logs JSON objects to its stdout ({"level":"info",...}), values the SDK
+// reads but cannot take as messages, is not taken for dead either: the
+// values are skipped, and its calls are answered by its first start.
+func TestStdioServerPrintingJSONThatIsNotJSONRPCIsNotKilled(t *testing.T) {
+	child, runs := childCommand(t, "plain")
+	script := `echo '{"level":"info","msg":"server started"}'; echo '[{"not":"a message"}]'; exec "$0"`
+	cmd := exec.Command("sh", "-c", script, child.Path)
+	cmd.Env = child.Env
+	var logs logBuffer
+	cs := connectChild(t, Command(cmd), Options{Logger: logs.logger()})
+	if got, err := callText(t, cs, "read"); err != nil || got != "read 1" {
+		t.Fatalf("%q, %v", got, err)
+	}
+	if n := countRuns(runs, "read"); n != 1 {
+		t.Errorf("read ran %d times, want 1", n)
+	}
+	if restarts := logs.lines(t, "mcp.restart"); len(restarts) != 0 {
+		t.Errorf("the server was restarted %d times: %v", len(restarts), restarts)
 	}
 }

@@ -41,11 +41,13 @@ type Upstream struct {
 // are copied for each start, and cmd itself is never started. Each child
 // runs in a process group of its own, which is killed whole (SIGTERM, then
 // SIGKILL) when the server is replaced or the Transport closed, so that no
-// grandchild outlives it.
+// grandchild outlives it. A server that stops reading its input, so that
+// a write to it does not finish within Options.IdleTimeout, is killed as
+// if it had crashed.
 func Command(cmd *exec.Cmd) Upstream {
 	tmpl := *cmd
-	return Upstream{name: filepath.Base(cmd.Path), inline: true, dial: func(ctx context.Context, _ *Options) (mcp.Connection, error) {
-		return startChild(ctx, &tmpl)
+	return Upstream{name: filepath.Base(cmd.Path), inline: true, dial: func(ctx context.Context, o *Options) (mcp.Connection, error) {
+		return startChild(ctx, &tmpl, o.idleTimeout())
 	}}
 }
 
@@ -54,7 +56,8 @@ func Command(cmd *exec.Cmd) Upstream {
 // rebound's Transport beneath it, which retries 429, 503 and refused
 // connections under Options.Policy; a nil client means one with
 // http.DefaultClient's settings. Closing the Transport ends the session
-// with the spec's DELETE.
+// with the spec's DELETE. A query string in endpoint (a key, say) is sent
+// with every request to it but kept out of errors and logs.
 func HTTP(endpoint string, client *http.Client) Upstream {
 	name := endpoint
 	if u, err := url.Parse(endpoint); err == nil && u.Host != "" {

@@ -3,8 +3,10 @@ package reboundmcp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 	"time"
 
@@ -20,12 +22,16 @@ const termGrace = 2 * time.Second
 // connection over the pipes, and the process group it runs in.
 type child struct {
 	mcp.Connection
-	cmd    *exec.Cmd
-	exited chan struct{} // closed when the leader has been waited for
+	cmd          *exec.Cmd
+	exited       chan struct{} // closed when the leader has been waited for
+	stdin        *os.File
+	writeTimeout time.Duration // 0: none
+	writeMu      sync.Mutex    // one write, and its deadline, at a time
 }
 
-// startChild starts a copy of tmpl in a process group of its own.
-func startChild(_ context.Context, tmpl *exec.Cmd) (mcp.Connection, error) {
+// startChild starts a copy of tmpl in a process group of its own. A write
+// to it that does not finish within writeTimeout (0: none) ends it.
+func startChild(_ context.Context, tmpl *exec.Cmd, writeTimeout time.Duration) (mcp.Connection, error) {
 	cmd := exec.Command(tmpl.Path, tmpl.Args[1:]...)
 	cmd.Args = tmpl.Args
 	cmd.Env, cmd.Dir, cmd.Stderr = tmpl.Env, tmpl.Dir, tmpl.Stderr
@@ -53,7 +59,7 @@ func startChild(_ context.Context, tmpl *exec.Cmd) (mcp.Connection, error) {
 		outR.Close()
 		return nil, err
 	}
-	c := &child{cmd: cmd, exited: make(chan struct{})}
+	c := &child{cmd: cmd, exited: make(chan struct{}), stdin: inW, writeTimeout: writeTimeout}
 	// The pipes are polled by the runtime: closing outR ends a Read.
 	c.Connection = NewLineConn(outR, inW)
 	go func() {
@@ -68,12 +74,39 @@ func startChild(_ context.Context, tmpl *exec.Cmd) (mcp.Connection, error) {
 
 // Read reads the next message from the server; once the child has exited
 // and its output is drained, it returns the child's end.
+//
+// A line that is not JSON-RPC (a banner, a log line, JSON that is no
+// message) is skipped, as clients made for such servers skip it: taking it
+// for the server's end would restart it until the breaker opened.
 func (c *child) Read(ctx context.Context) (jsonrpc.Message, error) {
 	msg, err := c.Connection.Read(ctx)
+	for le := (*lineError)(nil); errors.As(err, &le) && ctx.Err() == nil; {
+		msg, err = c.Connection.Read(ctx)
+	}
 	if err != nil && ctx.Err() == nil {
 		return nil, errors.Join(errServerExited, err)
 	}
 	return msg, err
+}
+
+// Write sends msg to the server. A server that stops reading its stdin
+// fills the pipe, and a write would then wait forever, and every write
+// queued behind it: a write that does not finish within writeTimeout kills
+// the server, whose calls are then judged as cut short (the line was cut,
+// so the server took none of it).
+func (c *child) Write(ctx context.Context, msg jsonrpc.Message) error {
+	if c.writeTimeout <= 0 {
+		return c.Connection.Write(ctx, msg)
+	}
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	c.stdin.SetWriteDeadline(time.Now().Add(c.writeTimeout))
+	err := c.Connection.Write(ctx, msg)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+		err = fmt.Errorf("%w: it read none of its input for %v", errServerStuck, c.writeTimeout)
+	}
+	return err
 }
 
 // Close ends the child's whole process group: SIGTERM, then SIGKILL after
@@ -96,7 +129,10 @@ func (c *child) kill() {
 	<-c.exited
 }
 
-var errServerExited = errors.New("the server process exited")
+var (
+	errServerExited = errors.New("the server process exited")
+	errServerStuck  = errors.New("the server process stopped reading and was killed")
+)
 
 // errNotSent is a request's write to a server that had already gone (its
 // process exited, or its session was lost): the request never left, and

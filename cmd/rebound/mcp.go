@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,7 +49,7 @@ func runMCP(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.trustAnnotations, "trust-annotations", true, "resend a cut-short tools/call whose tool says readOnlyHint or idempotentHint (false: only tools the --config file calls read-only or idempotent)")
 	fs.StringVar(&f.configFile, "config", "", `JSON `+"`file`"+` of per-tool rules: {"tools": {"NAME": "read-only" | "idempotent" | "side-effects"}}`)
 	fs.StringVar(&f.logLevel, "log", "info", "`level` of the JSON logs on stderr: debug, info (a line per request), warn, or off")
-	fs.StringVar(&f.tokenEnv, "token-env", "", "with --addr: environment `variable` holding the client tokens, comma-separated")
+	fs.StringVar(&f.tokenEnv, "token-env", "", "with --addr: environment `variable` holding the client tokens, comma-separated (not passed on to the server)")
 	fs.StringVar(&f.tokensFile, "tokens-file", "", "with --addr: `file` of client tokens, one a line")
 	fs.Var((*listFlag)(&c.Door.AllowHosts), "allow-host", "with --addr and no tokens, answer requests for this host `name` too, besides loopback names (repeatable, or comma-separated)")
 	fs.Var((*listFlag)(&c.Door.AllowOrigins), "allow-origin", "with --addr: let web pages of this `origin` (https://app.example.com) call, with CORS headers (repeatable, or comma-separated; * only with tokens)")
@@ -163,6 +164,9 @@ func (f *mcpFlags) complete(fs *flag.FlagSet, c *mcprun.Config, dashes bool) err
 	if c.Door.Tokens, err = proxyrun.ReadTokens(f.tokenEnv, f.tokensFile); err != nil {
 		return err
 	}
+	if f.tokenEnv != "" {
+		c.HideEnv = []string{f.tokenEnv}
+	}
 	if !serve.IsLoopback(host) && len(c.Door.Tokens) == 0 {
 		return fmt.Errorf("--addr %s is not a loopback address: give client tokens (--token-env or --tokens-file)", c.Addr)
 	}
@@ -230,7 +234,40 @@ func logLevel(s string) (level slog.Level, off bool, err error) {
 
 // toolRules is the --config file.
 type toolRules struct {
-	Tools map[string]json.RawMessage `json:"tools"`
+	Tools toolEntries `json:"tools"`
+}
+
+// toolEntries is the "tools" object, read refusing a name given twice,
+// which encoding/json would let the last one win: a side-effecting tool
+// named again further down as read-only would be resent after a crash.
+type toolEntries map[string]json.RawMessage
+
+func (t *toolEntries) UnmarshalJSON(data []byte) error {
+	if string(data) == "null" {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return fmt.Errorf(`"tools" is %.20s, not an object`, data)
+	}
+	entries := toolEntries{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		name, _ := tok.(string)
+		var rule json.RawMessage
+		if err := dec.Decode(&rule); err != nil {
+			return err
+		}
+		if _, twice := entries[name]; twice {
+			return fmt.Errorf("tools[%q] is given twice", name)
+		}
+		entries[name] = rule
+	}
+	*t = entries
+	return nil
 }
 
 // readToolRules reads the --config file strictly: one object with

@@ -45,6 +45,9 @@ func TestMCPBadFlags(t *testing.T) {
 		{[]string{"--addr", "127.0.0.1:0", "--token-env", "REBOUND_TEST_EMPTY", "--", "true"}, "REBOUND_TEST_EMPTY is not set"},
 		{[]string{"--addr", "127.0.0.1:0", "--allow-origin", "*", "--", "true"}, `allowed origin "*" without client tokens`},
 		{[]string{"--", "rebound-no-such-server-command"}, `server command: exec: "rebound-no-such-server-command"`},
+		{[]string{"--", filepath.Join(dir, "no-such-server")}, "server command: "},
+		{[]string{"--", badConfig}, "server command: "}, // not executable
+		{[]string{"--", dir}, "server command: "},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(t.Context(), append([]string{"mcp"}, c.args...), &stdout, &stderr)
@@ -101,6 +104,7 @@ func TestMCPConfigFile(t *testing.T) {
 		{`{}`, `no "tools" object`},
 		{`[]`, "cannot unmarshal array"},
 		{`{"tools": {"a": "read-only",}}`, "invalid character"},
+		{`{"tools": {"create": "side-effects", "b": "read-only", "create": "read-only"}}`, `tools["create"] is given twice`},
 	} {
 		_, err := readToolRules(write(c.file))
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {

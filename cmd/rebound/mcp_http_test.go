@@ -204,3 +204,27 @@ func TestMCPHTTPTokenRule(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPHTTPTokensAreNotInTheServersEnvironment: the variable --token-env
+// names is not passed on to the server, whose tools (an environment echo,
+// a shell) any client could use to read every client's token; the rest
+// of the environment is.
+func TestMCPHTTPTokensAreNotInTheServersEnvironment(t *testing.T) {
+	_, endpoint := startHTTP(t, []string{"REBOUND_TEST_MCP_TOKENS=tok-one,tok-two", "REBOUND_TEST_KEPT=kept"},
+		append([]string{"--token-env", "REBOUND_TEST_MCP_TOKENS"}, testServer("")...)...)
+	client := mcp.NewClient(&mcp.Implementation{Name: "rebound-test", Version: "1"}, nil)
+	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: bearer{"tok-one"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	for name, want := range map[string]string{"REBOUND_TEST_MCP_TOKENS": "", "REBOUND_TEST_KEPT": "kept"} {
+		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "env", Arguments: map[string]any{"name": name}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res.Content[0].(*mcp.TextContent).Text; got != want {
+			t.Errorf("the server's %s is %q, want %q", name, got, want)
+		}
+	}
+}

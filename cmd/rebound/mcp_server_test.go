@@ -39,9 +39,10 @@ func note(mark, line string) {
 // process id; read-only), "spawn" (starts a long sleep in its process
 // group and returns the sleeper's pid: what the server leaves behind if
 // only it is killed), "exit" (side-effecting: notes "exit" in the mark
-// file and exits while the call runs) and "first_start_dies" (read-only:
+// file and exits while the call runs), "first_start_dies" (read-only:
 // the server's first start exits while the call runs, a later one answers
-// its pid).
+// its pid) and "env" (read-only: the value of the environment variable
+// its argument "name" names, as servers that echo their environment do).
 func runTestMCPServer(args []string) {
 	mark := ""
 	if len(args) > 0 {
@@ -78,6 +79,12 @@ func runTestMCPServer(args []string) {
 				os.Exit(3)
 			}
 			return text(os.Getpid()), nil
+		})
+	s.AddTool(&mcp.Tool{Name: "env", InputSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}}}`), Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var args struct{ Name string }
+			json.Unmarshal(req.Params.Arguments, &args)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: os.Getenv(args.Name)}}}, nil
 		})
 	s.Run(context.Background(), &mcp.StdioTransport{})
 	os.Exit(0)

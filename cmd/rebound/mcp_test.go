@@ -112,8 +112,8 @@ func TestMCPStdioGoSDKClient(t *testing.T) {
 	for _, tool := range tools.Tools {
 		names = append(names, tool.Name)
 	}
-	if strings.Join(names, ",") != "exit,first_start_dies,pid,spawn" {
-		t.Errorf("tools %v, want exit, first_start_dies, pid and spawn", names)
+	if strings.Join(names, ",") != "env,exit,first_start_dies,pid,spawn" {
+		t.Errorf("tools %v, want env, exit, first_start_dies, pid and spawn", names)
 	}
 	first := callInt(t, cs, "pid")
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
@@ -338,4 +338,51 @@ func TestMCPUnreadableClientLineIsAnsweredAndServingGoesOn(t *testing.T) {
 func hasKey(m map[string]any, k string) bool {
 	_, ok := m[k]
 	return ok
+}
+
+// TestMCPSecondSignalLeavesNoOrphan: a second SIGTERM (Ctrl-C twice)
+// while a server that ignores SIGTERM is given its grace does not kill
+// the command before the server's group: nothing is left running, and the
+// command still exits 0.
+func TestMCPSecondSignalLeavesNoOrphan(t *testing.T) {
+	// A server that outlives its stdin and ignores SIGTERM: only SIGKILL
+	// ends its group.
+	stubborn := []string{"--", "sh", "-c", `trap "" TERM; "$0" "$1"; sleep 600`, os.Args[0], mcpServerArg}
+	s := startRaw(t, mcpProcess(t, stubborn...))
+	server, sleeper := s.callInt("pid"), s.callInt("spawn")
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	// The server ignores the first: the command waits out the grace before
+	// SIGKILL, and the second signal comes during it.
+	if waitExit(t, s.cmd.Process.Pid, 500*time.Millisecond) {
+		t.Fatal("the command exited before the server's grace ran out: the server did not ignore SIGTERM")
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	if code := s.exitCode(); code != 0 {
+		t.Errorf("exit code %d after two SIGTERMs, want 0", code)
+	}
+	for _, pid := range []int{server, sleeper} {
+		if !waitExit(t, pid, 10*time.Second) {
+			t.Errorf("process %d of the server's group outlived the command", pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// TestMCPSIGHUPLeavesNoOrphan: SIGHUP (the terminal rebound runs in
+// closed) stops the command as SIGTERM does: the server's group, in a
+// process group of its own, gets no SIGHUP from the terminal, and must
+// not be left running when rebound dies of it.
+func TestMCPSIGHUPLeavesNoOrphan(t *testing.T) {
+	s := startRaw(t, mcpProcess(t, testServer("")...))
+	server, sleeper := s.callInt("pid"), s.callInt("spawn")
+	s.cmd.Process.Signal(syscall.SIGHUP)
+	if code := s.exitCode(); code != 0 {
+		t.Errorf("exit code %d after SIGHUP, want 0", code)
+	}
+	for _, pid := range []int{server, sleeper} {
+		if !waitExit(t, pid, 10*time.Second) {
+			t.Errorf("process %d of the server's group outlived the command", pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }

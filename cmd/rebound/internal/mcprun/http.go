@@ -12,6 +12,7 @@ import (
 	"mime"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -30,8 +31,9 @@ const maxBody = mcp.DefaultMaxRequestBodyBytes
 
 // serveHTTP serves streamable HTTP at Path until ctx is done, then ends
 // every session (and so its upstream) and lets requests still in flight
-// finish for up to c.Drain.
-func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Transport, logger *slog.Logger, stdout, stderr io.Writer) int {
+// finish for up to c.Drain. closed is called once every upstream is
+// closed, before the drain.
+func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Transport, logger *slog.Logger, stdout, stderr io.Writer, closed func()) int {
 	door, err := frontdoor.New(c.Door)
 	if err != nil {
 		fmt.Fprintf(stderr, "rebound mcp: %v\n", err)
@@ -49,10 +51,13 @@ func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Tr
 			ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog:          errorLog,
 		},
-		Path:     Path,
-		Drain:    c.Drain,
-		Stdout:   stdout,
-		Stopping: f.closeAll,
+		Path:   Path,
+		Drain:  c.Drain,
+		Stdout: stdout,
+		Stopping: func() {
+			f.closeAll()
+			closed() // a second signal may now cut the drain short
+		},
 	})
 	f.closeAll()
 	if err != nil {
@@ -137,6 +142,7 @@ func (f *front) open(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnsupportedMediaType, codeServerError, "Content-Type must be application/json")
 		return
 	}
+	var initID jsonrpc.ID
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		writeError(w, http.StatusRequestEntityTooLarge, codeServerError, fmt.Sprintf("could not read the body (at most %d bytes)", maxBody))
@@ -147,18 +153,43 @@ func (f *front) open(w http.ResponseWriter, r *http.Request) {
 	if msg, err := jsonrpc.DecodeMessage(body); err != nil {
 		writeError(w, http.StatusBadRequest, jsonrpc.CodeParseError, "Bad Request: the body is not one JSON-RPC message")
 		return
-	} else if req, ok := msg.(*jsonrpc.Request); !ok || req.Method != "initialize" {
+	} else if req, ok := msg.(*jsonrpc.Request); !ok || req.Method != "initialize" || !req.IsCall() {
 		writeError(w, http.StatusBadRequest, codeServerError, "Bad Request: no valid session ID provided (only initialize opens a session)")
 		return
+	} else {
+		initID = req.ID
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	s, err := f.start()
+	s, err := f.start(initID)
 	if err != nil {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, codeServerError, err.Error())
 		return
 	}
 	s.serve(w, r)
+	// A client whose initialize failed (the server is down), or who left
+	// before its answer, has no session to use or to DELETE: kept, it
+	// would hold a place and an upstream until the session timeout.
+	if !s.conn.initialized.Load() {
+		s.end()
+		<-s.done
+	}
+}
+
+// initWatch is a session's client connection as its relay writes to it:
+// it notes whether the initialize that opened the session was answered
+// without an error.
+type initWatch struct {
+	mcp.Connection
+	id          jsonrpc.ID
+	initialized atomic.Bool
+}
+
+func (c *initWatch) Write(ctx context.Context, msg jsonrpc.Message) error {
+	if resp, ok := msg.(*jsonrpc.Response); ok && resp.Error == nil && resp.ID == c.id {
+		c.initialized.Store(true) // before the answer can reach the client
+	}
+	return c.Connection.Write(ctx, msg)
 }
 
 // serveSession hands a request to its session's transport; DELETE ends
@@ -185,7 +216,7 @@ func (f *front) serveSession(w http.ResponseWriter, r *http.Request, id string) 
 
 // start opens a session: a server transport, and the relay that ties it
 // to an upstream connection of its own until either ends.
-func (f *front) start() (*session, error) {
+func (f *front) start(initID jsonrpc.ID) (*session, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
@@ -200,7 +231,8 @@ func (f *front) start() (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &session{t: t, conn: conn, done: make(chan struct{}), timeout: f.timeout}
+	watched := &initWatch{Connection: conn, id: initID}
+	s := &session{t: t, conn: watched, done: make(chan struct{}), timeout: f.timeout}
 	if f.timeout > 0 {
 		s.idle = time.AfterFunc(f.timeout, s.end)
 	}
@@ -208,7 +240,7 @@ func (f *front) start() (*session, error) {
 	f.relays.Add(1)
 	go func() {
 		defer f.relays.Done()
-		reboundmcp.Serve(f.ctx, conn, f.newTransport()) // ends the upstream on its way out
+		reboundmcp.Serve(f.ctx, watched, f.newTransport()) // ends the upstream on its way out
 		f.mu.Lock()
 		delete(f.sessions, id)
 		f.mu.Unlock()
@@ -238,7 +270,7 @@ func (f *front) closeAll() {
 // that ends it when it has had no request for the session timeout.
 type session struct {
 	t    *mcp.StreamableServerTransport
-	conn mcp.Connection
+	conn *initWatch
 	done chan struct{} // closed when the relay has returned
 
 	timeout  time.Duration

@@ -176,3 +176,27 @@ func TestFrontDoor(t *testing.T) {
 		t.Errorf("%d sessions opened", len(f.sessions))
 	}
 }
+
+// TestFrontFailedInitializeHoldsNoSession: an initialize answered with an
+// error (the server is down) leaves no session behind: a client that got
+// an error has no session to use or DELETE, so one kept would hold a
+// place of --max-sessions (and an upstream that keeps restarting) until
+// --session-timeout, and a client retrying its connect would fill them all.
+func TestFrontFailedInitializeHoldsNoSession(t *testing.T) {
+	down := httptest.NewServer(http.NotFoundHandler())
+	downURL := down.URL + "/mcp"
+	down.Close() // nothing listens there now: every connection is refused
+	f, url := serveFront(t, downURL, 1)
+	for i := range 3 {
+		status, _, code := send(t, "POST", url, initialize)
+		if status != 200 {
+			t.Fatalf("initialize %d with the server down: %d, JSON-RPC code %d; want 200 and an error answer", i+1, status, code)
+		}
+		f.mu.Lock()
+		open := len(f.sessions)
+		f.mu.Unlock()
+		if open != 0 {
+			t.Fatalf("after initialize %d failed: %d sessions open, want 0", i+1, open)
+		}
+	}
+}

@@ -21,6 +21,10 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
+	"slices"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -39,6 +43,10 @@ type Config struct {
 	Addr string
 	// Door is who may call over HTTP.
 	Door frontdoor.Options
+	// HideEnv names environment variables the server's process does not
+	// get: the one that holds the client tokens, which a tool that echoes
+	// its environment would hand to any client.
+	HideEnv []string
 	// MaxSessions bounds the HTTP client sessions open at once (each
 	// holds an upstream connection: a stdio server's process);
 	// SessionTimeout ends a session that has had no request for that long.
@@ -59,7 +67,19 @@ type Config struct {
 // server's process group ended, an HTTP session deleted). It returns the
 // command's exit code: 0 after a clean stop, 1 if it could not serve, 2
 // for bad usage (a reason in one line on stderr).
+//
+// SIGINT, SIGTERM and SIGHUP stay caught until every upstream is closed: a second
+// signal (Ctrl-C twice) while a server that ignores SIGTERM is given its
+// grace must not kill rebound before it has killed the server's group,
+// which would be left running, an orphan, with nobody to kill it.
+//
+// SIGHUP (the terminal closed) stops it as SIGTERM does: the server's
+// group, a process group of its own, gets no SIGHUP from the terminal.
 func Run(ctx context.Context, c Config, stdin io.ReadCloser, stdout, stderr io.Writer) int {
+	release := holdSignals()
+	defer release()
+	ctx, stopHUP := signal.NotifyContext(ctx, syscall.SIGHUP)
+	defer stopHUP()
 	opts := c.Options
 	if !c.LogOff {
 		opts.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: c.LogLevel}))
@@ -71,7 +91,7 @@ func Run(ctx context.Context, c Config, stdin io.ReadCloser, stdout, stderr io.W
 	}
 	newTransport := func() *reboundmcp.Transport { return reboundmcp.New(up, opts) }
 	if c.Addr != "" {
-		return serveHTTP(ctx, c, newTransport, opts.Logger, stdout, stderr)
+		return serveHTTP(ctx, c, newTransport, opts.Logger, stdout, stderr, release)
 	}
 	client := reboundmcp.NewLineConn(pollable(stdin), nopCloser{stdout})
 	if err := reboundmcp.Serve(ctx, client, newTransport()); err != nil {
@@ -81,17 +101,38 @@ func Run(ctx context.Context, c Config, stdin io.ReadCloser, stdout, stderr io.W
 	return 0
 }
 
+// holdSignals keeps SIGINT, SIGTERM and SIGHUP from having their default effect
+// (death) until release is called; whoever else listens for them still
+// hears them.
+func holdSignals() (release func()) {
+	held := make(chan os.Signal, 1)
+	signal.Notify(held, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	return sync.OnceFunc(func() { signal.Stop(held) })
+}
+
 // upstream returns the server c names; a command that cannot be found
 // is bad usage.
 func upstream(c Config, stderr io.Writer) (reboundmcp.Upstream, error) {
 	if len(c.Command) == 0 {
 		return reboundmcp.HTTP(c.Upstream, nil), nil
 	}
+	// LookPath, unlike exec.Command, also checks a path given with a
+	// slash: one that is missing or not executable would otherwise be
+	// started again and again, each start failing.
+	if _, err := exec.LookPath(c.Command[0]); err != nil {
+		return reboundmcp.Upstream{}, fmt.Errorf("server command: %v", err)
+	}
 	cmd := exec.Command(c.Command[0], c.Command[1:]...)
 	if cmd.Err != nil {
 		return reboundmcp.Upstream{}, fmt.Errorf("server command: %v", cmd.Err)
 	}
 	cmd.Stderr = stderr // the server's own logs, beside rebound's
+	if len(c.HideEnv) > 0 {
+		cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+			name, _, _ := strings.Cut(kv, "=")
+			return slices.Contains(c.HideEnv, name)
+		})
+	}
 	return reboundmcp.Command(cmd), nil
 }
 

@@ -8,6 +8,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
 	"github.com/rebound-go/rebound/internal/frontdoor"
 	reboundmcp "github.com/rebound-go/rebound/mcp"
 )
@@ -27,7 +29,7 @@ func TestSessionTimeout(t *testing.T) {
 		}, 4, timeout)
 		defer f.closeAll()
 
-		idle, err := f.start()
+		idle, err := f.start(jsonrpc.ID{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +44,7 @@ func TestSessionTimeout(t *testing.T) {
 			t.Fatal("the session outlived its timeout")
 		}
 
-		busy, _ := f.start()
+		busy, _ := f.start(jsonrpc.ID{})
 		getCtx, endGET := context.WithCancel(t.Context())
 		get := httptest.NewRequestWithContext(getCtx, "GET", Path, nil)
 		get.Header.Set("Accept", "text/event-stream")
