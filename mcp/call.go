@@ -77,6 +77,7 @@ func (s *session) startCall(req *jsonrpc.Request) error {
 		return nil
 	}
 	s.calls[c.key] = c
+	s.open++
 	if token != nil {
 		c.progress = idKey(token)
 		s.progress[c.progress] = c
@@ -254,6 +255,7 @@ func (c *call) finish(resp *jsonrpc.Response, err error) {
 	if outcome != "cancelled" && outcome != "closed" {
 		s.toClient(resp)
 	}
+	s.callDone()
 }
 
 // attempt sends the call to the server that is up and waits for its

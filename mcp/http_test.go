@@ -256,3 +256,30 @@ func TestHTTPEndpointQueryIsSentButNeverLoggedNorTold(t *testing.T) {
 		}
 	})
 }
+
+// TestHTTPServerRefusingConnectionsIsReportedAsDownNotAsItsAnswer: when
+// every connection to an HTTP server is refused (or it answers 503 or 429
+// until the engine beneath gives up), the caller is told rebound gave up
+// on the server, not the SDK's "rejected by transport", as if the server
+// had answered so.
+func TestHTTPServerRefusingConnectionsIsReportedAsDownNotAsItsAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	var logs logBuffer
+	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+	cs, err := client.Connect(t.Context(), New(HTTP("http://"+addr+"/mcp", nil), Options{Logger: logs.logger(), DownWait: -1}), &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err == nil {
+		cs.Close()
+		t.Fatal("connected to nothing")
+	}
+	if !strings.Contains(err.Error(), "reboundmcp: initialize to MCP server "+addr+" failed after") {
+		t.Errorf("the caller got %v; want rebound's word that it gave up on the server", err)
+	}
+	if reqs := logs.requests(t); len(reqs) != 1 || reqs[0]["outcome"] != "gave_up" {
+		t.Errorf("logged %v; want one initialize that gave up", reqs)
+	}
+}

@@ -170,11 +170,14 @@ func (t *Transport) Connect(ctx context.Context) (mcp.Connection, error) {
 
 // Serve relays one client connection through t until the client closes
 // it or ctx ends, then closes the upstream: a stdio server's process group
-// is ended, an HTTP session DELETEd. Over a client connection made by
+// is ended, an HTTP session DELETEd. A client whose input ends (io.EOF)
+// first gets the answers to the requests it made, for at most the down
+// wait and the idle timeout together. Over a client connection made by
 // NewLineConn, a line that is not JSON-RPC is answered with a parse error
-// and the relay goes on; over another, it ends the relay. The client's messages are passed on
-// by the goroutine that reads them, and the answers written to the client
-// by the goroutine that has them, without a hand-off between the two.
+// and the relay goes on; over another, it ends the relay. The client's
+// messages are passed on by the goroutine that reads them, and the answers
+// written to the client by the goroutine that has them, without a hand-off
+// between the two.
 func Serve(ctx context.Context, client mcp.Connection, t *Transport) error {
 	if t.up.dial == nil {
 		client.Close()
@@ -215,6 +218,14 @@ func Serve(ctx context.Context, client mcp.Connection, t *Transport) error {
 			err = lines.answerParseError()
 		} else if err == nil {
 			err = up.Write(ctx, msg)
+		}
+		if errors.Is(err, io.EOF) {
+			// The client is done asking, not done listening: what it
+			// asked is answered first, as a server it talked to directly
+			// would, for as long as a call may take.
+			settle, stop := context.WithTimeout(ctx, max(orDefault(t.o.DownWait, defaultDownWait), 0)+orDefault(t.o.idleTimeout(), defaultIdleTimeout))
+			up.settled(settle)
+			stop()
 		}
 		if err != nil {
 			fail(err)

@@ -31,10 +31,44 @@ type session struct {
 	mu       sync.Mutex
 	calls    map[string]*call // client requests in flight, by their ID
 	progress map[string]*call // by progress token
+	open     int              // calls taken and not yet answered (or dropped)
+	answered chan struct{}    // closed when open falls to 0; nil when none waits
 	state    replayState
 
 	idleWatch    *time.Timer // sweepIdle's, for first attempts without a goroutine
 	idleWatching bool        // idleWatch is set
+}
+
+// settled waits until every call the session took has been answered (or
+// dropped), or ctx ends, and says whether they all were.
+func (s *session) settled(ctx context.Context) bool {
+	s.mu.Lock()
+	if s.open == 0 {
+		s.mu.Unlock()
+		return true
+	}
+	if s.answered == nil {
+		s.answered = make(chan struct{})
+	}
+	ch := s.answered
+	s.mu.Unlock()
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// callDone counts a call answered or dropped, after its answer went out.
+func (s *session) callDone() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.open--
+	if s.open == 0 && s.answered != nil {
+		close(s.answered)
+		s.answered = nil
+	}
 }
 
 // newSession opens a session; sink, if not nil, takes the messages for

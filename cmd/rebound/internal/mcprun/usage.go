@@ -55,8 +55,9 @@ upstream ends with it.
 Logs go to stderr as JSON lines (slog): one per client request (server,
 method, tool, attempts, outcome, whether the server restarted, duration;
 never arguments or results), and the restarts. On SIGTERM, SIGINT or
-SIGHUP, or when the client closes stdin, rebound ends the server's whole
-process group (an HTTP server's session with DELETE) and exits 0. Bad
+SIGHUP, or when the client closes stdin (once the requests it made are
+answered), rebound ends the server's whole process group (an HTTP
+server's session with DELETE) and exits 0. Bad
 flags: one line on stderr, exit 2.
 
 flags:
