@@ -9,6 +9,7 @@ import (
 
 	"github.com/rebound-go/rebound/batch"
 	"github.com/rebound-go/rebound/cmd/rebound/internal/batchrun"
+	"github.com/rebound-go/rebound/cmd/rebound/internal/cliflag"
 	reboundpg "github.com/rebound-go/rebound/postgres"
 )
 
@@ -71,9 +72,9 @@ func checkBatchFlags(c *batchrun.Config, rest []string) error {
 	}
 	c.Input = rest[0]
 	for _, err := range []error{
-		intFlag("concurrency", c.Concurrency, 1, 1024, "a whole number from 1 to 1024"),
-		intFlag("max-attempts", c.MaxAttempts, 0, 100, "a whole number from 1 to 100"),
-		floatFlag("rpm", c.RPM, 0, 1e9, "a number from 0 (learn it) to 1e9"),
+		cliflag.Int("concurrency", c.Concurrency, 1, 1024, "a whole number from 1 to 1024"),
+		cliflag.Int("max-attempts", c.MaxAttempts, 0, 100, "a whole number from 1 to 100"),
+		cliflag.Float("rpm", c.RPM, 0, 1e9, "a number from 0 (learn it) to 1e9"),
 	} {
 		if err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/rebound-go/rebound/cmd/rebound/internal/bench"
+	"github.com/rebound-go/rebound/cmd/rebound/internal/cliflag"
 	"github.com/rebound-go/rebound/cmd/rebound/internal/sim"
 )
 
@@ -66,18 +67,18 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 func checkCostFlags(w sim.CostWorkload) (sim.CostWorkload, error) {
 	prob := "a probability from 0 to 1"
 	for _, err := range []error{
-		intFlag("days", w.Days, 1, sim.MaxCostDays, fmt.Sprintf("a whole number of days from 1 to %d", sim.MaxCostDays)),
-		intFlag("tasks-per-day", w.TasksPerDay, 1, sim.MaxCostTasksPerDay,
+		cliflag.Int("days", w.Days, 1, sim.MaxCostDays, fmt.Sprintf("a whole number of days from 1 to %d", sim.MaxCostDays)),
+		cliflag.Int("tasks-per-day", w.TasksPerDay, 1, sim.MaxCostTasksPerDay,
 			fmt.Sprintf("a whole number of tasks from 1 to %d", sim.MaxCostTasksPerDay)),
-		intFlag("min-calls", w.MinCalls, 1, sim.MaxCostCalls, fmt.Sprintf("a whole number of calls from 1 to %d", sim.MaxCostCalls)),
-		intFlag("max-calls", w.MaxCalls, w.MinCalls, sim.MaxCostCalls,
+		cliflag.Int("min-calls", w.MinCalls, 1, sim.MaxCostCalls, fmt.Sprintf("a whole number of calls from 1 to %d", sim.MaxCostCalls)),
+		cliflag.Int("max-calls", w.MaxCalls, w.MinCalls, sim.MaxCostCalls,
 			fmt.Sprintf("a whole number of calls from --min-calls (%d) to %d", w.MinCalls, sim.MaxCostCalls)),
-		intFlag("input-tokens", w.InputTokens, 1, sim.MaxCostTokens, fmt.Sprintf("a whole number of tokens from 1 to %d", sim.MaxCostTokens)),
-		intFlag("output-tokens", w.OutputTokens, 1, sim.MaxCostTokens, fmt.Sprintf("a whole number of tokens from 1 to %d", sim.MaxCostTokens)),
-		floatFlag("permanent-rate", w.PermanentRate, 0, 1, prob),
-		floatFlag("rate-limit-rate", w.RateLimitRate, 0, 1, prob),
-		floatFlag("server-error-rate", w.ServerErrorRate, 0, 1, prob),
-		floatFlag("incidents-per-day", w.IncidentsPerDay, 0, math.MaxFloat64, "a finite number, at least 0 (0 for none)"),
+		cliflag.Int("input-tokens", w.InputTokens, 1, sim.MaxCostTokens, fmt.Sprintf("a whole number of tokens from 1 to %d", sim.MaxCostTokens)),
+		cliflag.Int("output-tokens", w.OutputTokens, 1, sim.MaxCostTokens, fmt.Sprintf("a whole number of tokens from 1 to %d", sim.MaxCostTokens)),
+		cliflag.Float("permanent-rate", w.PermanentRate, 0, 1, prob),
+		cliflag.Float("rate-limit-rate", w.RateLimitRate, 0, 1, prob),
+		cliflag.Float("server-error-rate", w.ServerErrorRate, 0, 1, prob),
+		cliflag.Float("incidents-per-day", w.IncidentsPerDay, 0, math.MaxFloat64, "a finite number, at least 0 (0 for none)"),
 	} {
 		if err != nil {
 			return w, err

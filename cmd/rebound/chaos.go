@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/rebound-go/rebound/chaos"
 	"github.com/rebound-go/rebound/cmd/rebound/internal/chaosrun"
+	"github.com/rebound-go/rebound/cmd/rebound/internal/cliflag"
 	"github.com/rebound-go/rebound/cmd/rebound/internal/serve"
 )
 
@@ -27,7 +29,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	slow := fs.Duration("slow", time.Second, "response `delay` in slow mode and of late replies in lost-reply mode; with --mcp, of every tool call (none unless given)")
 	profile := fs.String("profile", chaos.ProfilePlain, "answer in the wire format of `profile` (plain, openai, anthropic, gemini, azure, bedrock, local)")
 	cutAfter := fs.Int("cut-after", 0, "`pieces` of text a breaking stream sends before it breaks, in stream-cut mode")
-	mf := defineChaosMCPFlags(fs)
+	mf := chaosrun.DefineMCPFlags(fs)
 
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "rebound chaos: "+format+"\n", a...)
@@ -36,12 +38,11 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if code, done := parseFlags(fs, args, chaosrun.Usage+chaosrun.MCPUsage+"\nflags:\n", withStdout(stderr, stdout)); done {
 		return code
 	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	if *mf.on {
-		return runChaosMCP(ctx, mf, given, *seed, *slow, *addr, stdout, stderr)
+	given := cliflag.Given(fs)
+	if *mf.On {
+		return chaosrun.RunMCP(ctx, mf, given, *seed, *slow, *addr, os.Stdin, stdout, stderr)
 	}
-	if name := firstGiven(given, chaosMCPOnly); name != "" {
+	if name := cliflag.FirstGiven(given, chaosrun.MCPOnly...); name != "" {
 		return usageErr("--%s applies to --mcp only", name)
 	}
 	// An explicit --retry-after asks for a wait hint with every failure.

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rebound-go/rebound/cmd/rebound/internal/chaosrun"
 	"github.com/rebound-go/rebound/mcp/chaosmcp"
 )
 
@@ -62,7 +63,7 @@ func TestRunChaosMCPHelpDocumentsItsFlags(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("help chaos: exit %d", code)
 	}
-	for _, flag := range append([]string{"mcp", "slow", "seed", "addr"}, chaosMCPOnly...) {
+	for _, flag := range append([]string{"mcp", "slow", "seed", "addr"}, chaosrun.MCPOnly...) {
 		if !strings.Contains(help, "\n  -"+flag+" ") && !strings.Contains(help, "\n  -"+flag+"\n") {
 			t.Errorf("help chaos lists no -%s", flag)
 		}

@@ -5,29 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"slices"
 	"strings"
 )
-
-// intFlag checks an integer flag's value against [lo, hi]; want says
-// what is wanted, as "a whole number of days from 1 to 36500".
-func intFlag(name string, v, lo, hi int, want string) error {
-	if v < lo || v > hi {
-		return fmt.Errorf("--%s %d: want %s", name, v, want)
-	}
-	return nil
-}
-
-// floatFlag checks a number flag's value against [lo, hi], refusing NaN
-// and infinities, which no comparison would.
-func floatFlag(name string, v, lo, hi float64, want string) error {
-	if !(v >= lo && v <= hi) || math.IsInf(v, 0) {
-		return fmt.Errorf("--%s %v: want %s", name, v, want)
-	}
-	return nil
-}
 
 // foreignFlag returns a one-line reason if a flag given on the command
 // line belongs only to scenarios other than scenario: owners maps such a

@@ -2,141 +2,24 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"strings"
-	"time"
 
 	"github.com/rebound-go/rebound/cmd/rebound/internal/proxyrun"
-	"github.com/rebound-go/rebound/cmd/rebound/internal/serve"
-	"github.com/rebound-go/rebound/proxy"
 )
-
-// proxyFlags are the flags of "rebound proxy" that are not the proxy's
-// own configuration: where its keys, tokens and config file come from.
-type proxyFlags struct {
-	keyEnv, configFile, tokenEnv, tokensFile, redisEnv string
-	attemptTimeout                                     time.Duration
-}
 
 // runProxy implements "rebound proxy".
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
-	var c proxyrun.Config
-	var f proxyFlags
-	o := &c.Options
-	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "listen on `host:port` (port 0 picks a free port); a non-loopback address needs client tokens")
-	fs.StringVar(&o.Upstream, "upstream", "", "forward every request to this base `URL`")
-	fs.StringVar(&f.keyEnv, "key-env", "", "with --upstream: the environment `variable` holding the upstream's key, which replaces the client's")
-	fs.StringVar(&f.configFile, "config", "", "JSON config `file`: upstreams, routes, fallbacks, policies")
-	fs.StringVar(&f.tokenEnv, "token-env", "", "environment `variable` holding the client tokens, comma-separated")
-	fs.StringVar(&f.tokensFile, "tokens-file", "", "`file` of client tokens, one a line")
-	fs.Int64Var(&o.MaxBody, "max-body", proxy.DefaultMaxBody, "largest request body in `bytes`; a larger one gets a 413")
-	fs.Int64Var(&o.MaxBodyMemory, "max-body-memory", 0, "bound on the memory of all request bodies in flight together, in `bytes`, at least twice the largest body cap (0: a quarter of the machine's memory, at most 1 GiB)")
-	fs.Var((*listFlag)(&o.AllowHosts), "allow-host", "without client tokens, answer requests for this host `name` too, besides loopback names (repeatable, or comma-separated)")
-	fs.Var((*listFlag)(&o.AllowOrigins), "allow-origin", "let web pages of this `origin` (https://app.example.com) call the proxy, with CORS headers (repeatable, or comma-separated; * only with client tokens)")
-	fs.DurationVar(&c.Drain, "drain-timeout", 30*time.Second, "how long requests in flight may finish after SIGTERM")
-	fs.StringVar(&c.Redis, "redis", "", "share limits, breakers and cool-downs with other replicas on this Redis `URL` (one with a password: --redis-env)")
-	fs.StringVar(&f.redisEnv, "redis-env", "", "as --redis, with the URL (and its password) in this environment `variable`, out of ps's sight")
-	fs.DurationVar(&f.attemptTimeout, "attempt-timeout", 0, "bound each attempt, its body read included (0: none but the client's)")
-	fs.DurationVar(&o.MaxQueueWait, "max-queue-wait", proxy.DefaultMaxQueueWait, "how long a request may wait for a slot of its upstream's limit on requests in flight; then a 503")
+	f := proxyrun.DefineFlags(fs)
 	if code, done := parseFlags(fs, args, proxyrun.Usage, withStdout(stderr, stdout)); done {
 		return code
 	}
-	if err := f.complete(&c); err != nil {
+	c, err := f.Config()
+	if err != nil {
 		fmt.Fprintf(stderr, "rebound proxy: %v\n", err)
 		return 2
 	}
 	return proxyrun.Run(ctx, c, stdout, stderr)
-}
-
-// complete checks c's flags and fills in from f what they leave to the
-// environment and to files: the keys, the tokens, the config.
-func (f *proxyFlags) complete(c *proxyrun.Config) error {
-	o := &c.Options
-	switch {
-	case o.Upstream == "" && f.configFile == "":
-		return errors.New("give --upstream URL or --config FILE")
-	case o.Upstream != "" && f.configFile != "":
-		return errors.New("--upstream and --config both given: the config names the upstreams")
-	case f.keyEnv != "" && o.Upstream == "":
-		return errors.New("--key-env goes with --upstream (a config names its keys' variables)")
-	case o.MaxBody <= 0:
-		return fmt.Errorf("--max-body %d: want a positive number of bytes", o.MaxBody)
-	case o.MaxBodyMemory < 0:
-		return fmt.Errorf("--max-body-memory %d: want a positive number of bytes (0: the default)", o.MaxBodyMemory)
-	case o.MaxBodyMemory > 0 && o.MaxBodyMemory/2 < o.MaxBody:
-		return fmt.Errorf("--max-body-memory %d: want at least twice --max-body (%d)", o.MaxBodyMemory, o.MaxBody)
-	case c.Drain < 0:
-		return fmt.Errorf("--drain-timeout %v is negative", c.Drain)
-	case f.attemptTimeout < 0:
-		return fmt.Errorf("--attempt-timeout %v is negative", f.attemptTimeout)
-	case o.MaxQueueWait <= 0:
-		return fmt.Errorf("--max-queue-wait %v: want a positive duration", o.MaxQueueWait)
-	case c.Redis != "" && f.redisEnv != "":
-		return errors.New("--redis and --redis-env both given")
-	}
-	if f.redisEnv != "" {
-		if c.Redis = os.Getenv(f.redisEnv); c.Redis == "" {
-			return fmt.Errorf("--redis-env: environment variable %s is not set", f.redisEnv)
-		}
-	}
-	host, err := serve.CheckAddr(c.Addr)
-	if err != nil {
-		return err
-	}
-	if o.Tokens, err = proxyrun.ReadTokens(f.tokenEnv, f.tokensFile); err != nil {
-		return err
-	}
-	if !serve.IsLoopback(host) && len(o.Tokens) == 0 {
-		return fmt.Errorf("--addr %s is not a loopback address: give client tokens (--token-env or --tokens-file)", c.Addr)
-	}
-	return f.fill(o)
-}
-
-// fill fills in o what the flags take from the environment and from
-// files: the upstream's key, the config; and the defaults they leave.
-func (f *proxyFlags) fill(o *proxy.Options) error {
-	o.Getenv = os.Getenv
-	if o.MaxBodyMemory == 0 {
-		o.MaxBodyMemory = proxyrun.DefaultBodyMemory()
-	}
-	if f.keyEnv != "" {
-		if o.UpstreamKey = os.Getenv(f.keyEnv); o.UpstreamKey == "" {
-			return fmt.Errorf("--key-env: environment variable %s is not set", f.keyEnv)
-		}
-	}
-	if f.configFile != "" {
-		data, err := os.ReadFile(f.configFile)
-		if err != nil {
-			return fmt.Errorf("--config: %v", err)
-		}
-		if o.Config, err = proxy.ParseConfig(data, os.Getenv); err != nil {
-			return err
-		}
-	}
-	if f.attemptTimeout > 0 {
-		p := proxy.RecommendedPolicy()
-		p.AttemptTimeout = f.attemptTimeout
-		o.Policy = &p
-	}
-	return nil
-}
-
-// listFlag is a flag that may be given several times, each a value or a
-// comma-separated list.
-type listFlag []string
-
-func (l *listFlag) String() string { return strings.Join(*l, ",") }
-
-func (l *listFlag) Set(v string) error {
-	for s := range strings.SplitSeq(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			*l = append(*l, s)
-		}
-	}
-	return nil
 }

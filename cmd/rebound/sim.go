@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rebound-go/rebound/cmd/rebound/internal/cliflag"
 	"github.com/rebound-go/rebound/cmd/rebound/internal/sim"
 )
 
@@ -124,15 +125,14 @@ func simConfigOf(fs *flag.FlagSet, name string, o *simOptions) (simConfig, simSc
 	if err := foreignFlag(fs, s.name, owners); err != nil {
 		return nil, s, err
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	set := cliflag.Given(fs)
 	if !set["seed"] {
 		o.seed = s.seed
 	}
 	if !set["trials"] {
 		o.trials = s.trials
 	}
-	if err := intFlag("trials", o.trials, 1, s.maxTrials,
+	if err := cliflag.Int("trials", o.trials, 1, s.maxTrials,
 		fmt.Sprintf("a whole number from 1 to %d for the %s scenario", s.maxTrials, s.name)); err != nil {
 		return nil, s, err
 	}
@@ -205,7 +205,7 @@ func occConfig(o simOptions) (simConfig, error) {
 		}
 	}
 	for _, n := range c.Clients {
-		if err := intFlag(o.cellsFlag, n, 1, sim.MaxOCCClients,
+		if err := cliflag.Int(o.cellsFlag, n, 1, sim.MaxOCCClients,
 			fmt.Sprintf("a positive whole number of clients up to %d", sim.MaxOCCClients)); err != nil {
 			return nil, err
 		}
@@ -224,12 +224,12 @@ func iidConfig(o simOptions) (simConfig, error) {
 		}
 	}
 	for _, p := range c.Rates {
-		if err := floatFlag("cells", p, 0, 1, "failure probabilities within [0, 1]"); err != nil {
+		if err := cliflag.Float("cells", p, 0, 1, "failure probabilities within [0, 1]"); err != nil {
 			return nil, err
 		}
 	}
 	for _, n := range c.Attempts {
-		if err := intFlag("attempts", n, 1, sim.MaxIIDAttempts, fmt.Sprintf("at least 1 and at most %d", sim.MaxIIDAttempts)); err != nil {
+		if err := cliflag.Int("attempts", n, 1, sim.MaxIIDAttempts, fmt.Sprintf("at least 1 and at most %d", sim.MaxIIDAttempts)); err != nil {
 			return nil, err
 		}
 	}
@@ -270,7 +270,7 @@ func priorityConfig(o simOptions) (simConfig, error) {
 		}
 	}
 	for _, m := range c.MaxPassOver {
-		if err := intFlag("cells", m, 1, sim.MaxPriorityPassOver, fmt.Sprintf("MaxPassOver values from 1 to %d", sim.MaxPriorityPassOver)); err != nil {
+		if err := cliflag.Int("cells", m, 1, sim.MaxPriorityPassOver, fmt.Sprintf("MaxPassOver values from 1 to %d", sim.MaxPriorityPassOver)); err != nil {
 			return nil, err
 		}
 	}
