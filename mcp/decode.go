@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
@@ -35,61 +36,111 @@ func decodeMessage(data []byte) (jsonrpc.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	var (
-		version string
-		id      any
-		method  json.RawMessage
-		params  json.RawMessage
-		result  json.RawMessage
-		wireErr *jsonrpc.Error
-	)
+	var w wire
 	for m := (members{b: obj}); m.next(); {
-		var into any
-		switch string(m.key()) {
-		case "jsonrpc":
-			into = &version
-		case "id":
-			into = &id
-		case "method":
-			into = &method
-		case "params":
-			into = &params
-		case "result":
-			into = &result
-		case "error":
-			if err := decodeWireError(m.value, &wireErr); err != nil {
-				return nil, err
-			}
-			continue
-		default:
-			continue
-		}
-		if err := json.Unmarshal(m.value, into); err != nil {
+		if err := w.set(m.key(), m.value); err != nil {
 			return nil, err
 		}
 	}
-	if version != "2.0" {
+	if w.version != "2.0" {
 		return nil, errNoVersion
 	}
-	mid, err := jsonrpc.MakeID(id)
-	if err != nil {
-		return nil, err
-	}
-	if len(method) > 0 {
-		var name string
-		if err := json.Unmarshal(method, &name); err != nil {
+	if len(w.method) > 0 {
+		name, err := stringValue(w.method, "")
+		if err != nil {
 			return nil, err
 		}
-		return &jsonrpc.Request{ID: mid, Method: name, Params: params}, nil
+		return &jsonrpc.Request{ID: w.id, Method: name, Params: w.params}, nil
 	}
-	if !mid.IsValid() {
+	if !w.id.IsValid() {
 		return nil, errNoMethodID
 	}
-	resp := &jsonrpc.Response{ID: mid, Result: result}
-	if wireErr != nil {
-		resp.Error = wireErr
+	resp := &jsonrpc.Response{ID: w.id, Result: w.result}
+	if w.err != nil {
+		resp.Error = w.err
 	}
 	return resp, nil
+}
+
+// wire is a message's members as the SDK's wireDecode holds them, the
+// method still raw: present, even as "" or null, it makes a request.
+type wire struct {
+	version                string
+	id                     jsonrpc.ID
+	method, params, result json.RawMessage
+	err                    *jsonrpc.Error
+}
+
+// set reads the member key: value into w as encoding/json would, the
+// last of a repeated key winning; keys the SDK does not know are
+// ignored.
+func (w *wire) set(key, value []byte) (err error) {
+	switch string(key) {
+	case "jsonrpc":
+		if string(value) == `"2.0"` {
+			w.version = "2.0"
+			return nil
+		}
+		w.version, err = stringValue(value, w.version)
+	case "id":
+		w.id, err = idValue(value)
+	case "method":
+		w.method = bytes.Clone(value)
+	case "params":
+		w.params = bytes.Clone(value)
+	case "result":
+		w.result = bytes.Clone(value)
+	case "error":
+		err = decodeWireError(value, &w.err)
+	}
+	return err
+}
+
+// stringValue reads a JSON string as encoding/json would into a string
+// holding prev (which a null leaves as it was).
+func stringValue(value []byte, prev string) (string, error) {
+	if plain(value) {
+		return string(value[1 : len(value)-1]), nil
+	}
+	s := prev
+	err := json.Unmarshal(value, &s)
+	return s, err
+}
+
+// plain says whether value is a JSON string of printable ASCII without
+// escapes: its bytes between the quotes are its text.
+func plain(value []byte) bool {
+	if len(value) < 2 || value[0] != '"' {
+		return false
+	}
+	for _, c := range value[1 : len(value)-1] {
+		if c == '\\' || c >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// idValue reads an ID as the SDK does: encoding/json's reading into an
+// any (a number a float64) given to jsonrpc.MakeID.
+func idValue(value []byte) (jsonrpc.ID, error) {
+	switch c := value[0]; {
+	case c == 'n':
+		return jsonrpc.ID{}, nil
+	case c == '"':
+		s, err := stringValue(value, "")
+		if err != nil {
+			return jsonrpc.ID{}, err
+		}
+		return jsonrpc.MakeID(s)
+	case c == '-' || c >= '0' && c <= '9':
+		f, err := strconv.ParseFloat(string(value), 64)
+		if err != nil {
+			return jsonrpc.ID{}, fmt.Errorf("an ID out of range: %.40s", value)
+		}
+		return jsonrpc.MakeID(f)
+	}
+	return jsonrpc.ID{}, fmt.Errorf("an ID neither a string nor a number: %.40s", value)
 }
 
 // decodeWireError reads an "error" member into *to as encoding/json
