@@ -16,7 +16,6 @@ const maxDepth = 1000
 var (
 	errTooDeep    = fmt.Errorf("a JSON value nested deeper than %d", maxDepth)
 	errNotObject  = errors.New("a JSON-RPC message is a JSON object")
-	errNoVersion  = errors.New(`invalid message version tag; expected "2.0"`)
 	errNoMethodID = errors.New("a message with neither a method nor an ID")
 )
 
@@ -43,7 +42,7 @@ func decodeMessage(data []byte) (jsonrpc.Message, error) {
 		}
 	}
 	if w.version != "2.0" {
-		return nil, errNoVersion
+		return nil, fmt.Errorf(`invalid message version tag %q; expected "2.0"`, w.version)
 	}
 	if len(w.method) > 0 {
 		name, err := stringValue(w.method, "")
