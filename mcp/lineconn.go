@@ -19,7 +19,8 @@ const maxLine = mcp.DefaultMaxLineLength
 
 // A lineConn speaks the SDK's stdio framing (one JSON-RPC message, or a
 // batch of them, per line: newline-delimited JSON) over a pipe, with the
-// SDK's jsonrpc.DecodeMessage and EncodeMessage, but reads on the
+// SDK's jsonrpc.EncodeMessage and decodeMessage (which returns what the
+// SDK's jsonrpc.DecodeMessage does, for a fraction of its cost), but reads on the
 // goroutine that calls Read instead of handing each message through a
 // goroutine of its own: over stdio that hand-off, and the wake-up of a
 // sleeping thread it costs, is most of what a relay adds to a call.
@@ -117,7 +118,7 @@ func (c *lineConn) decode(line []byte) ([]jsonrpc.Message, error) {
 	if line[0] == '[' {
 		return c.readBatch(line)
 	}
-	msg, err := jsonrpc.DecodeMessage(line)
+	msg, err := decodeMessage(line)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +182,7 @@ func (c *lineConn) readBatch(line []byte) ([]jsonrpc.Message, error) {
 	msgs := make([]jsonrpc.Message, len(raws))
 	b := &batch{index: map[jsonrpc.ID]int{}}
 	for i, raw := range raws {
-		msg, err := jsonrpc.DecodeMessage(raw)
+		msg, err := decodeMessage(raw)
 		if err != nil {
 			return nil, err
 		}
