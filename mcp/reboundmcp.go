@@ -133,7 +133,9 @@ type Options struct {
 	// (Target "mcp:NAME/TOOL" for a tools/call, "mcp:NAME/METHOD"
 	// otherwise), and an EventRestart or EventBreaker (Target "mcp:NAME")
 	// for every restart and change of the respawn breaker. Nil means
-	// Policy.Observer.
+	// Policy.Observer. Events come on the session's own goroutines: a
+	// panic in either Observer is recovered, logged (mcp.observer_panic)
+	// and the event dropped, never the program ended.
 	Observer rebound.Observer
 	// Logger gets one line per client request: server, method, tool,
 	// attempts, outcome, whether the server restarted, and duration;
@@ -156,6 +158,8 @@ func New(up Upstream, o Options) *Transport {
 	if o.Name == "" {
 		o.Name = up.name
 	}
+	o.Observer = guardObserver(o.Observer, o.Logger)
+	o.Policy.Observer = guardObserver(o.Policy.Observer, o.Logger)
 	return &Transport{up: up, o: o}
 }
 
