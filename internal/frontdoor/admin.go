@@ -60,13 +60,16 @@ func (t AdminToken) Match(r *http.Request) bool {
 	return match == 1
 }
 
-// Local reports whether r came in on a loopback address of this machine
-// (the listener's, from http.LocalAddrContextKey) and asks for a loopback
-// host name or one allowed: a request from the machine itself, and not a
-// web page that rebound its own name to 127.0.0.1, which the Host check
-// of Enter lets through when there are client tokens. A request without
-// a local address (served in memory) is not local.
-func (d *Door) Local(r *http.Request) bool {
+// Local reports whether r comes from this machine itself: it came in on
+// a loopback address (the listener's, from http.LocalAddrContextKey),
+// asks for a loopback host name (not a web page that rebound its own name
+// to 127.0.0.1, which Enter lets through when there are client tokens,
+// nor a name allowed for a server in front), and carries no header a
+// server in front adds (Forwarded, X-Forwarded-For, X-Real-Ip): such a
+// server, on the same machine, would make every request from anywhere
+// look local. A request without a local address (served in memory) is
+// not local.
+func Local(r *http.Request) bool {
 	addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
 	if !ok || addr == nil {
 		return false
@@ -75,9 +78,14 @@ func (d *Door) Local(r *http.Request) bool {
 	if err != nil || !ap.Addr().Unmap().IsLoopback() {
 		return false
 	}
+	for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Real-Ip"} {
+		if _, ok := r.Header[h]; ok {
+			return false
+		}
+	}
 	host := r.Host
 	if host == "" {
 		host = r.URL.Host
 	}
-	return d.hostAllowed(host)
+	return isLoopbackHost(host)
 }
