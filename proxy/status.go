@@ -45,8 +45,8 @@ const numKinds = int(rebound.KindCanceled) + 1
 // events, as each call judges them: see call.Observe) and the latest
 // failed attempts. It is safe for concurrent use.
 type statusBoard struct {
-	mu       sync.Mutex            // guards the fields below
-	rows     map[string]*statusRow // by upstream and key, as "UPSTREAM/KEY"
+	mu       sync.Mutex               // guards the fields below
+	rows     map[[2]string]*statusRow // by upstream and key
 	failures [lastFailures]failureRecord
 	next     int // where the next failure goes in failures
 	count    int // failures held, up to lastFailures
@@ -82,13 +82,13 @@ type failureRecord struct {
 	status        int // the upstream's HTTP status; 0 when there was none (a broken connection)
 }
 
-func newStatusBoard() *statusBoard { return &statusBoard{rows: map[string]*statusRow{}} }
+func newStatusBoard() *statusBoard { return &statusBoard{rows: map[[2]string]*statusRow{}} }
 
 // row returns the row of target's upstream and key (splitTarget), or nil
 // once the board holds maxStatusRows others.
 func (s *statusBoard) row(target string) *statusRow {
 	upstream, key := splitTarget(target)
-	id := upstream + "/" + key
+	id := [2]string{upstream, key}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.rows[id]
