@@ -45,8 +45,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		}
-	case StatusPagePath, StatusJSONPath:
-		p.serveStatus(w, r)
+	}
+	if r.URL.Path == StatusPagePath || strings.HasPrefix(r.URL.Path, StatusPagePath+"/") {
+		p.serveStatus(w, r) // never forwarded
 		return
 	}
 	c := &call{start: time.Now(), secrets: scrub.Of(r), method: r.Method, path: r.URL.Path}

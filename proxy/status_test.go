@@ -295,4 +295,10 @@ func TestStatusPageLoadsNothingFromElsewhere(t *testing.T) {
 	if resp, _ := do(t, "POST", front.URL+"/ui", "x"); resp.StatusCode != 405 {
 		t.Errorf("POST /ui: %d, want 405", resp.StatusCode)
 	}
+	if resp, _ := do(t, "GET", front.URL+"/ui/", ""); resp.StatusCode != 301 || resp.Header.Get("Location") != "/ui" {
+		t.Errorf("GET /ui/: %d %v, want a redirect to /ui", resp.StatusCode, resp.Header)
+	}
+	if resp, body := do(t, "GET", front.URL+"/ui/other", ""); resp.StatusCode != 404 || !strings.Contains(body, "/ui") {
+		t.Errorf("GET /ui/other: %d %s, want the proxy's own 404", resp.StatusCode, body)
+	}
 }

@@ -66,7 +66,8 @@ func (p *Proxy) admitAdmin(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // serveStatus serves the status page and its JSON, to those admitAdmin
-// admits.
+// admits; every other path under StatusPagePath is the proxy's own too,
+// never forwarded.
 func (p *Proxy) serveStatus(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
@@ -80,7 +81,12 @@ func (p *Proxy) serveStatus(w http.ResponseWriter, r *http.Request) {
 	if !p.admitAdmin(w, r) {
 		return
 	}
-	if r.URL.Path == StatusJSONPath {
+	switch r.URL.Path {
+	case StatusPagePath:
+	case StatusPagePath + "/":
+		http.Redirect(w, r, StatusPagePath, http.StatusMovedPermanently)
+		return
+	case StatusJSONPath:
 		b, err := json.Marshal(p.status(time.Now()))
 		if err != nil {
 			writeError(w, DialectOpenAI, http.StatusInternalServerError, "the status could not be written")
@@ -88,6 +94,9 @@ func (p *Proxy) serveStatus(w http.ResponseWriter, r *http.Request) {
 		}
 		h.Set("Content-Type", "application/json")
 		w.Write(b)
+		return
+	default:
+		writeError(w, DialectOpenAI, http.StatusNotFound, "the status page is at "+StatusPagePath)
 		return
 	}
 	h.Set("Content-Type", "text/html; charset=utf-8")
