@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -239,4 +240,64 @@ func metricSum(t *testing.T, metrics, name, prefix string) int64 {
 		}
 	}
 	return sum
+}
+
+// TestProxyAdminTokenFlag: --admin-token-env opens /metrics and /ui to a
+// request from beyond the machine with that token and not with a client
+// token; an unset variable, or a token that is also a client token, is
+// bad usage in one line that echoes no token; bound beyond loopback
+// without it, the proxy says at start that the pages are off to others.
+func TestProxyAdminTokenFlag(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { io.WriteString(w, `{}`) })
+	const admin, client = "adm-flag-token-4b1f", "tok-flag-client-0c9e"
+	t.Setenv("TEST_ADMIN_TOKEN", admin)
+	t.Setenv("TEST_CLIENT_TOKENS", client)
+	t.Setenv("TEST_UPSTREAM_KEY", "sk-upstream-flag-key")
+	url, logs, _ := startProxy(t, "--upstream", up.URL, "--key-env", "TEST_UPSTREAM_KEY", "--token-env", "TEST_CLIENT_TOKENS", "--admin-token-env", "TEST_ADMIN_TOKEN")
+	for token, want := range map[string]int{admin: 200, client: 401, "": 401} {
+		for _, path := range []string{"/metrics", "/ui/status"} {
+			header := []string{"X-Forwarded-For", "198.51.100.4"}
+			if token != "" {
+				header = append(header, "Authorization", "Bearer "+token)
+			}
+			if status, _, body := send(t, "GET", url+path, "", "", header...); status != want {
+				t.Errorf("%s through a server in front, token %q: %d %s, want %d", path, token, status, body, want)
+			}
+		}
+	}
+	if strings.Contains(logs.String(), admin) {
+		t.Errorf("the admin token is in the log")
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--admin-token-env", "TEST_UNSET_ADMIN"}, "rebound proxy: --admin-token-env: environment variable TEST_UNSET_ADMIN is not set\n"},
+		{[]string{"--admin-token-env", "TEST_CLIENT_TOKENS", "--token-env", "TEST_CLIENT_TOKENS", "--key-env", "TEST_UPSTREAM_KEY"}, "rebound proxy: the admin token (--admin-token-env) is also a client token: a client could open /metrics and the status page\n"},
+	} {
+		var stdout, stderr lockedBuffer
+		code := runProxy(t.Context(), append([]string{"--addr", "127.0.0.1:0", "--upstream", up.URL}, c.args...), &stdout, &stderr)
+		if code != 2 || stderr.String() != c.want {
+			t.Errorf("%v: exit %d, stderr %q, want 2 and %q", c.args, code, stderr.String(), c.want)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	pr, pw := io.Pipe()
+	var stderr lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runProxy(ctx, []string{"--addr", "0.0.0.0:0", "--upstream", up.URL, "--key-env", "TEST_UPSTREAM_KEY", "--token-env", "TEST_CLIENT_TOKENS"}, pw, &stderr)
+		pw.Close()
+	}()
+	line, _ := bufio.NewReader(pr).ReadString('\n')
+	cancel()
+	go io.Copy(io.Discard, pr)
+	if code := <-done; code != 0 || !strings.HasPrefix(line, "listening on ") {
+		t.Fatalf("beyond loopback: exit %d, first line %q, stderr %s", code, line, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), `"msg":"/ui and /metrics are off beyond this machine`) {
+		t.Errorf("beyond loopback without an admin token, nothing said at start:\n%s", stderr.String())
+	}
 }
