@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/breaker"
 	"github.com/rebound-go/rebound/proxy"
 )
 
@@ -300,5 +301,41 @@ func TestStatusPageLoadsNothingFromElsewhere(t *testing.T) {
 	}
 	if resp, body := do(t, "GET", front.URL+"/ui/other", ""); resp.StatusCode != 404 || !strings.Contains(body, "/ui") {
 		t.Errorf("GET /ui/other: %d %s, want the proxy's own 404", resp.StatusCode, body)
+	}
+}
+
+// TestStatusShowsTheWorstBreakerOfAnUpstream: an upstream whose breaker
+// of one model opened shows "open" though another model of it answers,
+// while another upstream stays "closed" and is listed though nothing
+// called it.
+func TestStatusShowsTheWorstBreakerOfAnUpstream(t *testing.T) {
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		body, _ := io.ReadAll(r.Body)
+		status := 200
+		if strings.Contains(string(body), "m1") {
+			status = 503
+		}
+		return &http.Response{StatusCode: status, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(`{}`)), Request: r}, nil
+	})
+	one := rebound.Policy{MaxAttempts: 1}
+	p, err := proxy.New(proxy.Options{
+		Config: config(t, `{"upstreams":{"a":{"url":"http://a.invalid"},"b":{"url":"http://b.invalid"}},
+			"routes":[{"model":"m1","upstream":"a"},{"model":"m2","upstream":"a"},{"upstream":"b"}]}`, nil),
+		Base: base, Policy: &one, AdminToken: adminToken, Logger: slog.New(slog.DiscardHandler),
+		Breaker: func(key string) rebound.Breaker {
+			return breaker.New(key, breaker.Config{ConsecutiveFailures: 1, Cooldown: time.Hour})
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, model := range []string{"m1", "m2", "m2"} {
+		r := httptest.NewRequest("POST", "http://localhost/v1/chat/completions", strings.NewReader(`{"model":"`+model+`"}`))
+		p.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	s, raw := readStatus(t, p)
+	if len(s.Upstreams) != 2 || s.Upstreams[0].Upstream != "a" || s.Upstreams[0].Breaker != "open" || s.Upstreams[0].Calls != 3 ||
+		s.Upstreams[1].Upstream != "b" || s.Upstreams[1].Breaker != "closed" || s.Upstreams[1].Calls != 0 {
+		t.Errorf("%s", raw)
 	}
 }
