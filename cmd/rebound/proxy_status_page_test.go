@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -207,7 +208,6 @@ func TestStatusPageInChromiumUnderLoad(t *testing.T) {
 	t.Logf("the page after the load:\n%s", text)
 
 	requestedMu.Lock()
-	defer requestedMu.Unlock()
 	polls := 0
 	for _, u := range requested {
 		switch {
@@ -222,7 +222,49 @@ func TestStatusPageInChromiumUnderLoad(t *testing.T) {
 		t.Errorf("the page polled its status %d times", polls)
 	}
 	t.Logf("%d requests from the page, %d of them polls; %d attempts to flaky, %d to backup", len(requested), polls, attempts, backupAttempts)
+	requestedMu.Unlock()
+
+	// What this proxy has not (tenants, pooled keys, headroom, cool-downs,
+	// a config version): the same page, its JSON given.
+	resp, page := get(t, url+"/ui")
+	canned := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Security-Policy", resp.Header.Get("Content-Security-Policy"))
+		if r.URL.Path == "/ui/status" {
+			io.WriteString(w, cannedStatus)
+			return
+		}
+		io.WriteString(w, page)
+	}))
+	defer canned.Close()
+	if err := chromedp.Do(browser, chromedp.Navigate(canned.URL+"/ui")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(step(5*time.Second), chromedp.Poll[bool](`document.querySelector('#tenants tr[data-tenant="acme"]') !== null`)); err != nil {
+		t.Fatalf("the page shows no tenant: %v", err)
+	}
+	text, err = chromedp.Run(step(5*time.Second), chromedp.Evaluate[string](`document.body.innerText`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"config v7", "OPENAI_KEY_2", "80.0 / 9000", "cooling until 04:10:00", "$0.0300 of $0.0500", "$1.25 (no cap)", "2026-12-03 00:00"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the page does not show %q:\n%s", want, text)
+		}
+	}
+	refused, _ := chromedp.Run(step(5*time.Second), chromedp.Evaluate[string](`document.querySelector('#tenants tr[data-tenant="acme"] .refused').textContent`))
+	if refused != "7" {
+		t.Errorf("acme's refusals: %q, want 7", refused)
+	}
 }
+
+// cannedStatus is a status with what a proxy of tenants and key pools
+// shows.
+const cannedStatus = `{"now":"2026-12-02T04:00:00Z","window_seconds":300,"config_version":"v7",
+"upstreams":[{"upstream":"openai","key":"OPENAI_KEY_2","breaker":"half-open","requests_headroom":80,"tokens_headroom":9000,
+"cooling_until":"2026-12-02T04:10:00Z","in_flight":3,"calls":40,"attempts":44,"retry_rate":0.1,"failures":{"rate_limited":4},"p50_ms":210.5,"p99_ms":1800}],
+"tenants":[{"name":"acme","spent_usd":0.03,"cap_usd":0.05,"period":"day","resets":"2026-12-03T00:00:00Z","requests":120,"refused":7},
+{"name":"default","spent_usd":1.25,"cap_usd":0,"resets":null,"requests":3,"refused":0}],
+"failures":[]}`
 
 // metricSum adds up the samples of the counter name whose rebound_target
 // starts with prefix.
