@@ -208,18 +208,20 @@ func TestStatusPageInChromiumUnderLoad(t *testing.T) {
 	t.Logf("the page after the load:\n%s", text)
 
 	requestedMu.Lock()
-	polls := 0
+	polls, loads := 0, 0
 	for _, u := range requested {
 		switch {
 		case u == url+"/ui/status":
 			polls++
-		case u == url+"/ui", strings.HasPrefix(u, "data:"):
+		case u == url+"/ui":
+			loads++
+		case strings.HasPrefix(u, "data:"):
 		default:
 			t.Errorf("the page requested %s: not the proxy's status", u)
 		}
 	}
-	if polls < 2 {
-		t.Errorf("the page polled its status %d times", polls)
+	if polls < 2 || loads != 1 {
+		t.Errorf("the page was loaded %d times and polled its status %d times, want once and at least twice", loads, polls)
 	}
 	t.Logf("%d requests from the page, %d of them polls; %d attempts to flaky, %d to backup", len(requested), polls, attempts, backupAttempts)
 	requestedMu.Unlock()
