@@ -39,6 +39,7 @@ type call struct {
 	unjudged int // failed attempts whose verdict has not come yet
 	kinds    []string
 	next     rebound.Observer // the Observer of the upstream being called
+	row      *statusRow       // the status page's row of the upstream and key being called
 	usage    *cost.Usage      // what the answer reported it used, once read
 }
 
@@ -52,10 +53,11 @@ func (c *call) tokens(u cost.Usage, _ bool) {
 }
 
 // Observe notes the attempts and verdicts of c's upstreams for the access
-// line, and passes every event on to the Observer of the upstream being
+// line and the status page, and passes every event on to the Observer of the upstream being
 // called (the chain's, and then the metrics').
 func (c *call) Observe(e rebound.Event) {
 	c.mu.Lock()
+	judged := false
 	switch e.Type {
 	case rebound.EventAttempt:
 		c.attempts++
@@ -68,21 +70,23 @@ func (c *call) Observe(e rebound.Event) {
 		if c.unjudged > 0 {
 			c.unjudged--
 			c.kinds = append(c.kinds, e.Verdict.Kind.String())
+			judged = true
 		}
 	}
-	next := c.next
+	next, row := c.next, c.row
 	c.mu.Unlock()
+	row.note(e, judged, c.route)
 	if next != nil {
 		next.Observe(e)
 	}
 }
 
 // observe makes c the Observer of the call to the next upstream, whose
-// own Observer is next.
-func (c *call) observe(next rebound.Observer) rebound.Observer {
+// own Observer is next and whose figures go to row.
+func (c *call) observe(next rebound.Observer, row *statusRow) rebound.Observer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.next = next
+	c.next, c.row = next, row
 	return c
 }
 

@@ -83,7 +83,8 @@ func (p *Proxy) send(ctx context.Context, r request, t target, policy rebound.Po
 	model := t.modelFor(c)
 	req := p.upstreamRequest(r.out, c, t)
 	policy.Breaker = p.breakers.get(rebound.TargetFrom(ctx))
-	policy.Observer = c.observe(policy.Observer)
+	row := p.board.row(rebound.TargetFrom(ctx))
+	policy.Observer = c.observe(policy.Observer, row)
 	c.upstream, c.tried = t.up.name, c.tried+1
 	base := t.up.send
 	if c.slotWaited {
@@ -93,7 +94,17 @@ func (p *Proxy) send(ctx context.Context, r request, t target, policy rebound.Po
 	if c.createsAt(req) {
 		tr.SideEffects = hasSideEffects
 	}
+	if row != nil {
+		row.inFlight.Add(1)
+	}
 	resp, err := tr.RoundTrip(req.WithContext(ctx))
+	switch {
+	case row == nil:
+	case err != nil:
+		row.inFlight.Add(-1)
+	default:
+		resp.Body = &inFlightBody{ReadCloser: resp.Body, row: row}
+	}
 	switch {
 	case errors.Is(err, ratelimit.ErrNoSlot):
 		c.slotWaited = true

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
 	"log"
 	"log/slog"
@@ -126,8 +127,16 @@ type Options struct {
 	// Logger takes the access log (a line per request, see the package
 	// doc) and errors. Nil means slog.Default.
 	Logger *slog.Logger
-	// Metrics, if set, serves /metrics.
+	// Metrics, if set, serves /metrics. It, and the status page (/ui),
+	// answer requests from this machine (on a loopback connection, for a
+	// loopback host name) and those that carry AdminToken.
 	Metrics http.Handler
+	// AdminToken opens /metrics and the status page to requests from
+	// beyond this machine, as "Authorization: Bearer TOKEN" or as the
+	// password of HTTP Basic authentication (a browser prompts for it).
+	// It is not a client token, and no client token opens them. Empty
+	// means they answer only requests from this machine.
+	AdminToken string
 	// Base sends each attempt. Nil means a transport of the proxy's own:
 	// http.DefaultTransport's settings, but keeping up to 256 idle
 	// connections to each upstream rather than 2, so that a busy proxy
@@ -151,6 +160,9 @@ type Proxy struct {
 	log           *slog.Logger
 	metrics       http.Handler
 	secrets       scrub.Secrets // tokens and upstream keys
+	adminToken    frontdoor.AdminToken
+	board         *statusBoard // the status page's figures
+	configVersion string       // the version of the config that is live, shown by the status page; "" for none
 	reverse       *httputil.ReverseProxy
 	draining      atomic.Bool
 }
@@ -164,6 +176,8 @@ func New(o Options) (*Proxy, error) {
 		metrics:     o.Metrics,
 		maxBody:     o.MaxBody,
 		bodyTimeout: o.BodyTimeout,
+		adminToken:  frontdoor.NewAdminToken(o.AdminToken),
+		board:       newStatusBoard(),
 	}
 	if p.bodyTimeout <= 0 {
 		p.bodyTimeout = DefaultBodyTimeout
@@ -211,6 +225,11 @@ func New(o Options) (*Proxy, error) {
 		return nil, err
 	}
 	p.door = door
+	for _, t := range o.Tokens {
+		if p.adminToken.Set() && frontdoor.NewAdminToken(t) == p.adminToken {
+			return nil, errors.New("the admin token (--admin-token-env) is also a client token: a client could open /metrics and the status page")
+		}
+	}
 	ups := upstreamMaker{send: send, limiter: o.Limiter, maxQueueWait: maxQueueWait}
 	keys, err := p.setRoutes(o, policy, ups, getenv)
 	if err != nil {
@@ -220,7 +239,7 @@ func New(o Options) (*Proxy, error) {
 	for _, r := range p.routes {
 		r.chain = p.newChain(r)
 	}
-	p.secrets = secretsOf(append(keys, o.Tokens...))
+	p.secrets = secretsOf(append(append(keys, o.Tokens...), o.AdminToken))
 	memory := o.MaxBodyMemory
 	switch {
 	case memory < 0:

@@ -40,13 +40,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case "/metrics":
 		if p.metrics != nil {
-			if !p.door.Admit(r) {
-				writeJSON(w, http.StatusUnauthorized, unauthorizedBody)
-				return
+			if p.admitAdmin(w, r) {
+				p.metrics.ServeHTTP(w, r)
 			}
-			p.metrics.ServeHTTP(w, r)
 			return
 		}
+	}
+	if r.URL.Path == StatusPagePath || strings.HasPrefix(r.URL.Path, StatusPagePath+"/") {
+		p.serveStatus(w, r) // never forwarded
+		return
 	}
 	c := &call{start: time.Now(), secrets: scrub.Of(r), method: r.Method, path: r.URL.Path}
 	sw := &statusWriter{ResponseWriter: w}

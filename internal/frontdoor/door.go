@@ -157,16 +157,27 @@ func (d *Door) refusal(r *http.Request) string {
 // hostAllowed reports whether a request's Host is a loopback name or
 // address, or an allowed host, with or without a port.
 func (d *Door) hostAllowed(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	host = strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
-	if host == "localhost" || d.hosts[host] {
+	return isLoopbackHost(hostport) || d.hosts[bareHost(hostport)]
+}
+
+// isLoopbackHost reports whether a request's Host is a loopback name or
+// address, with or without a port.
+func isLoopbackHost(hostport string) bool {
+	host := bareHost(hostport)
+	if host == "localhost" {
 		return true
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.IsLoopback()
+}
+
+// bareHost returns a Host without its port and brackets, in lower case.
+func bareHost(hostport string) string {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	return strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
 }
 
 func (d *Door) originAllowed(origin string) bool {

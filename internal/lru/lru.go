@@ -12,7 +12,10 @@
 // makes a fresh one.
 package lru
 
-import "sync"
+import (
+	"iter"
+	"sync"
+)
 
 // DefaultSize is how many entries a Map holds when its Size is zero.
 const DefaultSize = 1024
@@ -79,6 +82,29 @@ func (m *Map[K, V]) Load(key K) (v V, ok bool) {
 	}
 	m.use(e)
 	return e.v, true
+}
+
+// All returns the entries the map holds now, newest first, without
+// marking them used: a copy taken under the lock, so that yield may use
+// the map.
+func (m *Map[K, V]) All() iter.Seq2[K, V] {
+	type pair struct {
+		k K
+		v V
+	}
+	m.mu.Lock()
+	held := make([]pair, 0, len(m.byKey))
+	for e := m.newest; e != nil; e = e.older {
+		held = append(held, pair{e.key, e.v})
+	}
+	m.mu.Unlock()
+	return func(yield func(K, V) bool) {
+		for _, p := range held {
+			if !yield(p.k, p.v) {
+				return
+			}
+		}
+	}
 }
 
 // Len returns how many entries the map holds.

@@ -3,6 +3,7 @@ package lru
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -179,5 +180,20 @@ func TestMapOfOneEntry(t *testing.T) {
 	}
 	if m.Len() != DefaultSize {
 		t.Errorf("a negative size holds %d entries, want the default %d", m.Len(), DefaultSize)
+	}
+}
+
+func TestAllListsEntriesNewestFirstWithoutUsingThem(t *testing.T) {
+	m := Map[string, int]{Size: 3}
+	for i, k := range []string{"a", "b", "c"} {
+		m.Get(k, func() int { return i })
+	}
+	var keys []string
+	for k, v := range m.All() {
+		keys = append(keys, fmt.Sprint(k, v))
+		m.Get("x"+k, func() int { return 0 }) // yield may use the map
+	}
+	if got := strings.Join(keys, " "); got != "c2 b1 a0" {
+		t.Fatalf("All: %s, want c2 b1 a0", got)
 	}
 }

@@ -28,6 +28,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/rebound-go/rebound/internal/filelock"
 )
 
 // A Package is an npm package that holds an MCP server, at a pinned version.
@@ -113,7 +115,7 @@ func Install(ctx context.Context, p Package) (script string, err error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", fmt.Errorf("npmserver: %w", err)
 	}
-	unlock, err := lock(filepath.Join(root, p.folder()+".lock"))
+	unlock, err := filelock.Lock(filepath.Join(root, p.folder()+".lock"))
 	if err != nil {
 		return "", fmt.Errorf("npmserver: %w", err)
 	}

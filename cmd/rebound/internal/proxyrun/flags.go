@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/rebound-go/rebound/cmd/rebound/internal/cliflag"
@@ -18,6 +19,7 @@ import (
 type Flags struct {
 	c                                                  Config
 	keyEnv, configFile, tokenEnv, tokensFile, redisEnv string
+	adminTokenEnv                                      string
 	attemptTimeout                                     time.Duration
 }
 
@@ -33,6 +35,7 @@ func DefineFlags(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.configFile, "config", "", "JSON config `file`: upstreams, routes, fallbacks, policies")
 	fs.StringVar(&f.tokenEnv, "token-env", "", "environment `variable` holding the client tokens, comma-separated")
 	fs.StringVar(&f.tokensFile, "tokens-file", "", "`file` of client tokens, one a line")
+	fs.StringVar(&f.adminTokenEnv, "admin-token-env", "", "environment `variable` holding the admin token, which opens /ui and /metrics to requests from beyond this machine (Authorization: Bearer, or the password a browser asks for); not a client token")
 	fs.Int64Var(&o.MaxBody, "max-body", proxy.DefaultMaxBody, "largest request body in `bytes`; a larger one gets a 413")
 	fs.Int64Var(&o.MaxBodyMemory, "max-body-memory", 0, "bound on the memory of all request bodies in flight together, in `bytes`, at least twice the largest body cap (0: a quarter of the machine's memory, at most 1 GiB)")
 	fs.Var((*cliflag.List)(&o.AllowHosts), "allow-host", "without client tokens, answer requests for this host `name` too, besides loopback names (repeatable, or comma-separated)")
@@ -96,6 +99,12 @@ func (f *Flags) complete(c *Config) error {
 	}
 	if !serve.IsLoopback(host) && len(o.Tokens) == 0 {
 		return fmt.Errorf("--addr %s is not a loopback address: give client tokens (--token-env or --tokens-file)", c.Addr)
+	}
+	c.AdminOff = !serve.IsLoopback(host) && f.adminTokenEnv == ""
+	if f.adminTokenEnv != "" {
+		if o.AdminToken = strings.TrimSpace(os.Getenv(f.adminTokenEnv)); o.AdminToken == "" {
+			return fmt.Errorf("--admin-token-env: environment variable %s is not set", f.adminTokenEnv)
+		}
 	}
 	return f.fill(o)
 }

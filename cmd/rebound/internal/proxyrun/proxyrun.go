@@ -40,6 +40,10 @@ type Config struct {
 	Redis string
 	// Drain is how long requests in flight may finish after SIGTERM.
 	Drain time.Duration
+	// AdminOff says that /ui and /metrics answer only requests from this
+	// machine, though the proxy listens beyond it: there is no admin
+	// token. Run says so at start.
+	AdminOff bool
 }
 
 // Run serves the proxy of c until ctx is done, its logs on stderr as JSON,
@@ -80,6 +84,9 @@ func Run(ctx context.Context, c Config, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "rebound proxy: %v\n", err)
 		return 2
+	}
+	if c.AdminOff {
+		logger.Warn("/ui and /metrics are off beyond this machine: they answer only requests from it, over loopback; give --admin-token-env to open them to others")
 	}
 	return serveProxy(ctx, c, p, logger, stdout, stderr)
 }

@@ -78,7 +78,19 @@ upstream might echo them in.
 The first line on stdout is "listening on http://HOST:PORT". Logs, an
 access log line per request among them, go to stderr as JSON (slog), and
 never carry a header, a body, a key or a prompt. GET /healthz and /readyz
-(503 while draining), /metrics (Prometheus). On SIGTERM or SIGINT the proxy
+(503 while draining) are open to all. GET /ui is a live status page (it
+polls /ui/status, JSON, every 2 s): per upstream and key the breaker, the
+headroom learnt from headers, requests in flight, calls, attempts, retry
+rate, failures by kind and p50/p99 latency over the last 5 minutes; per
+tenant the spend against its cap, requests and refusals; the last 20
+failed attempts (time, route, kind, status: never a header, body or key).
+It and /metrics (Prometheus) answer requests from this machine (a
+loopback connection, for a loopback host name, through no server in
+front); others need the admin token from --admin-token-env, as
+"Authorization: Bearer TOKEN" or as the password a browser asks for. A
+client token does not open them, and the admin token is no client token.
+Bound beyond loopback without it, the proxy says at start that they are
+off to others, and answers them a 403. On SIGTERM or SIGINT the proxy
 stops accepting, lets requests in flight (streams included) finish for up
 to --drain-timeout, and exits 0.
 

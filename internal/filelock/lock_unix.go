@@ -1,16 +1,16 @@
 //go:build unix
 
-package npmserver
+package filelock
 
 import (
 	"os"
 	"syscall"
 )
 
-// lock takes an exclusive lock on the file at path, creating it, and
+// Lock takes an exclusive lock on the file at path, creating it, and
 // returns its release. The kernel releases it too if the process dies, so
 // a killed test binary never leaves the cache locked.
-func lock(path string) (unlock func(), err error) {
+func Lock(path string) (unlock func(), err error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,347 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+
+	"github.com/rebound-go/rebound/internal/chromium"
+)
+
+// ScreenshotEnv names the file TestStatusPageInChromiumUnderLoad writes a
+// screenshot of the page under load to (docs/ui.png).
+const screenshotEnv = "REBOUND_UI_SCREENSHOT"
+
+// pageRow is a row of the status page's upstream table, as a person reads it.
+type pageRow struct {
+	Upstream, Breaker, Failures string
+	InFlight, Calls, Attempts   int64
+}
+
+// readPage is the script that reads the page's upstream rows.
+const readPage = `JSON.stringify([...document.querySelectorAll("#upstreams tbody tr[data-upstream]")].map(tr => ({
+	Upstream: tr.dataset.upstream,
+	Breaker: tr.querySelector(".breaker").textContent,
+	Failures: tr.querySelector(".failures").textContent,
+	InFlight: +tr.querySelector(".inflight").textContent,
+	Calls: +tr.querySelector(".calls").textContent,
+	Attempts: +tr.querySelector(".attempts").textContent,
+})))`
+
+// TestStatusPageInChromiumUnderLoad: rebound proxy's status page, in a
+// real headless Chromium, while clients call through a flaky upstream:
+// every request the page makes goes to the proxy's own origin; it shows
+// the attempts of the run, which /metrics counts too, the failures by
+// kind and the last failures, and no key or prompt; and its figures move
+// while the load runs, without a reload.
+func TestStatusPageInChromiumUnderLoad(t *testing.T) {
+	browserPath := chromium.Need(t)
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(uint64(seed), 1))
+	const upstreamKey = "sk-upstream-secret-91c4e0"
+	const prompt = "a prompt that stays private"
+	flaky := newUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		mu.Lock()
+		wait, roll := time.Duration(5+rng.IntN(25))*time.Millisecond, rng.Float64()
+		mu.Unlock()
+		time.Sleep(wait) // the upstream's own time, for the latencies shown
+		switch {
+		case roll < 0.25:
+			w.WriteHeader(503)
+			io.WriteString(w, `{"error":{"message":"busy; your key is `+upstreamKey+`"}}`)
+		case roll < 0.30:
+			w.Header().Set("Retry-After-Ms", "20")
+			w.WriteHeader(429)
+			io.WriteString(w, `{"error":{"type":"rate_limit_error","code":"rate_limit_exceeded","message":"slow down"}}`)
+		default:
+			io.WriteString(w, `{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`)
+		}
+	})
+	backup := newUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		io.WriteString(w, `{"choices":[{"message":{"content":"ok"}}]}`)
+	})
+	t.Setenv("TEST_UI_KEY", upstreamKey)
+	config := filepath.Join(t.TempDir(), "proxy.json")
+	os.WriteFile(config, []byte(`{"upstreams":{"flaky":{"url":"`+flaky.URL+`","key_env":"TEST_UI_KEY"},"backup":{"url":"`+backup.URL+`"}},
+		"routes":[{"name":"chat","upstream":"flaky","fallbacks":[{"upstream":"backup"}]}],
+		"policy":{"base_delay_ms":10,"max_delay_ms":50}}`), 0o600)
+	url, logs, _ := startProxy(t, "--config", config)
+
+	// The load: four clients, each calling in turn until stopped.
+	load, stopLoad := context.WithCancel(t.Context())
+	var clients sync.WaitGroup
+	for range 4 {
+		clients.Go(func() {
+			for load.Err() == nil {
+				req, _ := http.NewRequestWithContext(load, "POST", url+"/v1/chat/completions",
+					strings.NewReader(`{"model":"gpt-x","messages":[{"role":"user","content":"`+prompt+`"}]}`))
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	defer func() { stopLoad(); clients.Wait() }()
+
+	var requested []string
+	var requestedMu sync.Mutex
+	alloc, cancelAlloc := chromedp.NewExecAllocator(t.Context(),
+		append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browserPath), chromedp.NoSandbox,
+			chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, 720))...)
+	defer cancelAlloc()
+	browser, cancelBrowser := chromedp.NewContext(alloc, chromedp.WithListener(func(ev any) {
+		if e, ok := ev.(*network.EventRequestWillBeSent); ok {
+			requestedMu.Lock()
+			requested = append(requested, e.Request.URL)
+			requestedMu.Unlock()
+		}
+	}))
+	defer cancelBrowser()
+	if err := chromedp.Do(browser, chromedp.Navigate(url+"/ui")); err != nil {
+		t.Fatalf("opening %s/ui: %v", url, err)
+	}
+	step := func(d time.Duration) context.Context {
+		ctx, cancel := context.WithTimeout(browser, d)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	rows := func() map[string]pageRow {
+		t.Helper()
+		js, err := chromedp.Run(step(5*time.Second), chromedp.Evaluate[string](readPage))
+		if err != nil {
+			t.Fatalf("reading the page: %v", err)
+		}
+		var list []pageRow
+		if err := json.Unmarshal([]byte(js), &list); err != nil {
+			t.Fatalf("reading the page: %v: %s", err, js)
+		}
+		byName := map[string]pageRow{}
+		for _, r := range list {
+			byName[r.Upstream] = r
+		}
+		return byName
+	}
+
+	// Under load: the figures move between two reads, without a reload.
+	if _, err := chromedp.Run(step(10*time.Second), chromedp.Poll[bool](`+document.querySelector('tr[data-upstream="flaky"] .attempts')?.textContent > 0`)); err != nil {
+		t.Fatalf("the page shows no attempt to flaky under load: %v", err)
+	}
+	first := rows()["flaky"]
+	if _, err := chromedp.Run(step(10*time.Second), chromedp.Poll[bool](fmt.Sprintf(`+document.querySelector('tr[data-upstream="flaky"] .attempts').textContent > %d`, first.Attempts))); err != nil {
+		t.Fatalf("the page's attempts stayed at %d under load: %v", first.Attempts, err)
+	}
+	if path := os.Getenv(screenshotEnv); path != "" {
+		png, err := chromedp.Run(step(10*time.Second), chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot: %v", err)
+		}
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot under load: %s, %d bytes", path, len(png))
+	}
+
+	// After the load: the page shows what /metrics counts.
+	stopLoad()
+	clients.Wait()
+	// The proxy may still be ending a call a client left: each try reads
+	// /metrics again and waits for the page's next refresh.
+	var attempts, backupAttempts int64
+	for try := 1; ; try++ {
+		_, metrics := get(t, url+"/metrics")
+		attempts = metricSum(t, metrics, "rebound_attempts_total", "flaky:")
+		backupAttempts = metricSum(t, metrics, "rebound_attempts_total", "backup:")
+		if attempts == 0 {
+			t.Fatalf("/metrics counts no attempt to flaky:\n%s", metrics)
+		}
+		settled := fmt.Sprintf(`(() => {
+			const a = document.querySelector('tr[data-upstream="flaky"]'), b = document.querySelector('tr[data-upstream="backup"]');
+			return +a.querySelector('.attempts').textContent === %d && +b.querySelector('.attempts').textContent === %d && +a.querySelector('.inflight').textContent === 0;
+		})()`, attempts, backupAttempts)
+		_, err := chromedp.Run(step(3*time.Second), chromedp.Poll[bool](settled))
+		if err == nil {
+			break
+		}
+		if try == 4 {
+			t.Fatalf("the page shows %+v, /metrics %d attempts to flaky and %d to backup: %v", rows(), attempts, backupAttempts, err)
+		}
+	}
+	got := rows()["flaky"]
+	if got.Breaker != "closed" || !strings.Contains(got.Failures, "transient") || got.Calls == 0 || got.Calls > got.Attempts {
+		t.Errorf("flaky's row: %+v", got)
+	}
+	text, err := chromedp.Run(step(5*time.Second), chromedp.Evaluate[string](`document.body.innerText`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	failures, _ := chromedp.Run(step(5*time.Second), chromedp.Evaluate[int](`document.querySelectorAll("#failures tbody tr td.kind").length`))
+	if failures == 0 || !strings.Contains(text, "503") {
+		t.Errorf("the page lists %d last failures:\n%s", failures, text)
+	}
+	for _, secret := range []string{upstreamKey, prompt} {
+		if strings.Contains(text, secret) || strings.Contains(logs.String(), secret) {
+			t.Errorf("%q is on the page or in the log", secret)
+		}
+	}
+	if strings.Contains(text, "busy") {
+		t.Errorf("the page shows an upstream's answer")
+	}
+	t.Logf("the page after the load:\n%s", text)
+
+	requestedMu.Lock()
+	polls, loads := 0, 0
+	for _, u := range requested {
+		switch {
+		case u == url+"/ui/status":
+			polls++
+		case u == url+"/ui":
+			loads++
+		case strings.HasPrefix(u, "data:"):
+		default:
+			t.Errorf("the page requested %s: not the proxy's status", u)
+		}
+	}
+	if polls < 2 || loads != 1 {
+		t.Errorf("the page was loaded %d times and polled its status %d times, want once and at least twice", loads, polls)
+	}
+	t.Logf("%d requests from the page, %d of them polls; %d attempts to flaky, %d to backup", len(requested), polls, attempts, backupAttempts)
+	requestedMu.Unlock()
+
+	// What this proxy has not (tenants, pooled keys, headroom, cool-downs,
+	// a config version): the same page, its JSON given.
+	resp, page := get(t, url+"/ui")
+	canned := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Security-Policy", resp.Header.Get("Content-Security-Policy"))
+		if r.URL.Path == "/ui/status" {
+			io.WriteString(w, cannedStatus)
+			return
+		}
+		io.WriteString(w, page)
+	}))
+	defer canned.Close()
+	if err := chromedp.Do(browser, chromedp.Navigate(canned.URL+"/ui")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(step(5*time.Second), chromedp.Poll[bool](`document.querySelector('#tenants tr[data-tenant="acme"]') !== null`)); err != nil {
+		t.Fatalf("the page shows no tenant: %v", err)
+	}
+	text, err = chromedp.Run(step(5*time.Second), chromedp.Evaluate[string](`document.body.innerText`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"config v7", "OPENAI_KEY_2", "80.0 / 9000", "cooling until 04:10:00", "$0.0300 of $0.0500", "$1.25 (no cap)", "2026-12-03 00:00"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the page does not show %q:\n%s", want, text)
+		}
+	}
+	refused, _ := chromedp.Run(step(5*time.Second), chromedp.Evaluate[string](`document.querySelector('#tenants tr[data-tenant="acme"] .refused').textContent`))
+	if refused != "7" {
+		t.Errorf("acme's refusals: %q, want 7", refused)
+	}
+}
+
+// cannedStatus is a status with what a proxy of tenants and key pools
+// shows.
+const cannedStatus = `{"now":"2026-12-02T04:00:00Z","window_seconds":300,"config_version":"v7",
+"upstreams":[{"upstream":"openai","key":"OPENAI_KEY_2","breaker":"half-open","requests_headroom":80,"tokens_headroom":9000,
+"cooling_until":"2026-12-02T04:10:00Z","in_flight":3,"calls":40,"attempts":44,"retry_rate":0.1,"failures":{"rate_limited":4},"p50_ms":210.5,"p99_ms":1800}],
+"tenants":[{"name":"acme","spent_usd":0.03,"cap_usd":0.05,"period":"day","resets":"2026-12-03T00:00:00Z","requests":120,"refused":7},
+{"name":"default","spent_usd":1.25,"cap_usd":0,"resets":null,"requests":3,"refused":0}],
+"failures":[]}`
+
+// metricSum adds up the samples of the counter name whose rebound_target
+// starts with prefix.
+func metricSum(t *testing.T, metrics, name, prefix string) int64 {
+	t.Helper()
+	var sum int64
+	re := regexp.MustCompile(`(?m)^` + name + `\{([^}]*)\} ([0-9.e+]+)$`)
+	for _, m := range re.FindAllStringSubmatch(metrics, -1) {
+		if strings.Contains(m[1], `rebound_target="`+prefix) {
+			v, err := strconv.ParseFloat(m[2], 64)
+			if err != nil {
+				t.Fatalf("%s: %v", m[0], err)
+			}
+			sum += int64(v)
+		}
+	}
+	return sum
+}
+
+// TestProxyAdminTokenFlag: --admin-token-env opens /metrics and /ui to a
+// request from beyond the machine with that token and not with a client
+// token; an unset variable, or a token that is also a client token, is
+// bad usage in one line that echoes no token; bound beyond loopback
+// without it, the proxy says at start that the pages are off to others.
+func TestProxyAdminTokenFlag(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { io.WriteString(w, `{}`) })
+	const admin, client = "adm-flag-token-4b1f", "tok-flag-client-0c9e"
+	t.Setenv("TEST_ADMIN_TOKEN", admin)
+	t.Setenv("TEST_CLIENT_TOKENS", client)
+	t.Setenv("TEST_UPSTREAM_KEY", "sk-upstream-flag-key")
+	url, logs, _ := startProxy(t, "--upstream", up.URL, "--key-env", "TEST_UPSTREAM_KEY", "--token-env", "TEST_CLIENT_TOKENS", "--admin-token-env", "TEST_ADMIN_TOKEN")
+	for token, want := range map[string]int{admin: 200, client: 401, "": 401} {
+		for _, path := range []string{"/metrics", "/ui/status"} {
+			header := []string{"X-Forwarded-For", "198.51.100.4"}
+			if token != "" {
+				header = append(header, "Authorization", "Bearer "+token)
+			}
+			if status, _, body := send(t, "GET", url+path, "", "", header...); status != want {
+				t.Errorf("%s through a server in front, token %q: %d %s, want %d", path, token, status, body, want)
+			}
+		}
+	}
+	if strings.Contains(logs.String(), admin) {
+		t.Errorf("the admin token is in the log")
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--admin-token-env", "TEST_UNSET_ADMIN"}, "rebound proxy: --admin-token-env: environment variable TEST_UNSET_ADMIN is not set\n"},
+		{[]string{"--admin-token-env", "TEST_CLIENT_TOKENS", "--token-env", "TEST_CLIENT_TOKENS", "--key-env", "TEST_UPSTREAM_KEY"}, "rebound proxy: the admin token (--admin-token-env) is also a client token: a client could open /metrics and the status page\n"},
+	} {
+		var stdout, stderr lockedBuffer
+		code := runProxy(t.Context(), append([]string{"--addr", "127.0.0.1:0", "--upstream", up.URL}, c.args...), &stdout, &stderr)
+		if code != 2 || stderr.String() != c.want {
+			t.Errorf("%v: exit %d, stderr %q, want 2 and %q", c.args, code, stderr.String(), c.want)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	pr, pw := io.Pipe()
+	var stderr lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runProxy(ctx, []string{"--addr", "0.0.0.0:0", "--upstream", up.URL, "--key-env", "TEST_UPSTREAM_KEY", "--token-env", "TEST_CLIENT_TOKENS"}, pw, &stderr)
+		pw.Close()
+	}()
+	line, _ := bufio.NewReader(pr).ReadString('\n')
+	cancel()
+	go io.Copy(io.Discard, pr)
+	if code := <-done; code != 0 || !strings.HasPrefix(line, "listening on ") {
+		t.Fatalf("beyond loopback: exit %d, first line %q, stderr %s", code, line, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), `"msg":"/ui and /metrics are off beyond this machine`) {
+		t.Errorf("beyond loopback without an admin token, nothing said at start:\n%s", stderr.String())
+	}
+}

@@ -1,0 +1,227 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/frontdoor"
+)
+
+// The status page's paths: the page, and the JSON it polls.
+const (
+	StatusPagePath = "/ui"
+	StatusJSONPath = "/ui/status"
+)
+
+// statusPage is the page, everything in it: no file, font or script
+// comes from anywhere else.
+//
+//go:embed ui/index.html
+var statusPage []byte
+
+// statusPolicy is the page's Content-Security-Policy: its own inline
+// style and script (by their hashes) and fetches of its own origin,
+// nothing else, so that even a page that was tricked into it could load
+// nothing from elsewhere.
+var statusPolicy = sync.OnceValue(func() string {
+	return "default-src 'none'; style-src " + inlineHash("style") + "; script-src " + inlineHash("script") +
+		"; connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+})
+
+// inlineHash returns the CSP hash source of the page's one <tag> element.
+func inlineHash(tag string) string {
+	_, rest, ok := bytes.Cut(statusPage, []byte("<"+tag+">"))
+	body, _, ok2 := bytes.Cut(rest, []byte("</"+tag+">"))
+	if !ok || !ok2 {
+		panic("proxy: the status page has no <" + tag + "> element")
+	}
+	sum := sha256.Sum256(body)
+	return "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
+}
+
+// admitAdmin reports whether r may see the admin pages (the status page
+// and /metrics): with the admin token, or from this machine
+// (frontdoor.Local). Otherwise it writes the refusal: a 401 that makes a
+// browser prompt when there is an admin token, a 403 saying why when
+// there is none. A client token opens nothing here.
+func (p *Proxy) admitAdmin(w http.ResponseWriter, r *http.Request) bool {
+	if p.adminToken.Match(r) || frontdoor.Local(r) {
+		return true
+	}
+	if !p.adminToken.Set() {
+		writeError(w, DialectOpenAI, http.StatusForbidden, "the status page and /metrics answer only requests from this machine: the proxy has no admin token (--admin-token-env)")
+		return false
+	}
+	w.Header().Set("WWW-Authenticate", `Basic realm="rebound proxy", charset="UTF-8"`)
+	writeError(w, DialectOpenAI, http.StatusUnauthorized, "missing or wrong admin token (Authorization: Bearer TOKEN, or as the password when the browser asks); a client token does not open this page")
+	return false
+}
+
+// serveStatus serves the status page and its JSON, to those admitAdmin
+// admits; every other path under StatusPagePath is the proxy's own too,
+// never forwarded.
+func (p *Proxy) serveStatus(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		h.Set("Allow", "GET, HEAD")
+		writeError(w, DialectOpenAI, http.StatusMethodNotAllowed, "the status page takes GET only")
+		return
+	}
+	if !p.admitAdmin(w, r) {
+		return
+	}
+	switch r.URL.Path {
+	case StatusPagePath:
+	case StatusPagePath + "/":
+		http.Redirect(w, r, StatusPagePath, http.StatusMovedPermanently)
+		return
+	case StatusJSONPath:
+		b, err := json.Marshal(p.status(time.Now()))
+		if err != nil {
+			writeError(w, DialectOpenAI, http.StatusInternalServerError, "the status could not be written")
+			return
+		}
+		h.Set("Content-Type", "application/json")
+		w.Write(b)
+		return
+	default:
+		writeError(w, DialectOpenAI, http.StatusNotFound, "the status page is at "+StatusPagePath)
+		return
+	}
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Content-Security-Policy", statusPolicy())
+	h.Set("X-Frame-Options", "DENY")
+	w.Write(statusPage)
+}
+
+// statusJSON is what the status page polls.
+type statusJSON struct {
+	Now           time.Time      `json:"now"`
+	WindowSeconds int            `json:"window_seconds"`
+	ConfigVersion string         `json:"config_version,omitempty"`
+	Upstreams     []upstreamJSON `json:"upstreams"`
+	Tenants       []tenantJSON   `json:"tenants"`
+	Failures      []failureJSON  `json:"failures"`
+}
+
+// upstreamJSON is an upstream's key: its state and the figures of its
+// calls over the window. A figure not known is null.
+type upstreamJSON struct {
+	Upstream         string           `json:"upstream"`
+	Key              string           `json:"key"` // the name of the variable that holds it, "" for an upstream's only key
+	Breaker          string           `json:"breaker"`
+	RequestsHeadroom *float64         `json:"requests_headroom"`
+	TokensHeadroom   *float64         `json:"tokens_headroom"`
+	CoolingUntil     *time.Time       `json:"cooling_until"`
+	InFlight         int64            `json:"in_flight"`
+	Calls            int64            `json:"calls"`
+	Attempts         int64            `json:"attempts"`
+	RetryRate        float64          `json:"retry_rate"`
+	Failures         map[string]int64 `json:"failures"`
+	P50Ms            *float64         `json:"p50_ms"`
+	P99Ms            *float64         `json:"p99_ms"`
+}
+
+type tenantJSON struct {
+	Name     string     `json:"name"`
+	SpentUSD float64    `json:"spent_usd"`
+	CapUSD   float64    `json:"cap_usd"` // 0: uncapped
+	Period   string     `json:"period,omitempty"`
+	Resets   *time.Time `json:"resets"`
+	Requests int64      `json:"requests"`
+	Refused  int64      `json:"refused"`
+}
+
+type failureJSON struct {
+	Time     time.Time `json:"time"`
+	Route    string    `json:"route"`
+	Upstream string    `json:"upstream"`
+	Key      string    `json:"key"`
+	Kind     string    `json:"kind"`
+	Status   int       `json:"status,omitempty"`
+}
+
+// status returns the status at now: a row per key of p.keyRows, with the
+// figures the board has of it, then the board's rows that none names.
+func (p *Proxy) status(now time.Time) statusJSON {
+	s := statusJSON{Now: now.UTC(), WindowSeconds: int(StatusWindow / time.Second), ConfigVersion: p.configVersion,
+		Upstreams: []upstreamJSON{}, Tenants: []tenantJSON{}, Failures: []failureJSON{}}
+	figures := map[[2]string]rowFigures{}
+	for _, r := range p.board.all() {
+		figures[[2]string{r.upstream, r.key}] = r.figures(now)
+	}
+	for _, k := range p.keyRows() {
+		id := [2]string{k.Upstream, k.Key}
+		u := upstreamRow(k.Upstream, k.Key, figures[id])
+		delete(figures, id)
+		u.Breaker = k.Breaker
+		if k.Known {
+			u.RequestsHeadroom, u.TokensHeadroom = &k.RequestsHeadroom, &k.TokensHeadroom
+		}
+		if !k.CoolingUntil.IsZero() && k.CoolingUntil.After(now) {
+			u.CoolingUntil = &k.CoolingUntil
+		}
+		s.Upstreams = append(s.Upstreams, u)
+	}
+	for _, r := range p.board.all() {
+		if f, ok := figures[[2]string{r.upstream, r.key}]; ok {
+			s.Upstreams = append(s.Upstreams, upstreamRow(r.upstream, r.key, f))
+		}
+	}
+	for _, t := range p.tenantRows() {
+		j := tenantJSON{Name: t.Name, SpentUSD: t.SpentUSD, CapUSD: t.CapUSD, Period: t.Period, Requests: t.Requests, Refused: t.Refused}
+		if !t.Resets.IsZero() {
+			j.Resets = &t.Resets
+		}
+		s.Tenants = append(s.Tenants, j)
+	}
+	for _, f := range p.board.latest() {
+		s.Failures = append(s.Failures, failureJSON{Time: f.at.UTC(), Route: f.route, Upstream: f.upstream, Key: f.key, Kind: f.kind, Status: f.status})
+	}
+	return s
+}
+
+// upstreamRow returns the JSON of an upstream's key with figures f.
+func upstreamRow(upstream, key string, f rowFigures) upstreamJSON {
+	u := upstreamJSON{Upstream: upstream, Key: key, InFlight: f.inFlight, Calls: f.calls, Attempts: f.attempts,
+		Failures: map[string]int64{}}
+	if f.calls > 0 {
+		u.RetryRate = float64(f.retried) / float64(f.calls)
+	}
+	for k, n := range f.failed {
+		if n > 0 {
+			u.Failures[rebound.Kind(k).String()] = n
+		}
+	}
+	if f.p50 > 0 {
+		p50, p99 := milliseconds(f.p50), milliseconds(f.p99)
+		u.P50Ms, u.P99Ms = &p50, &p99
+	}
+	return u
+}
+
+func milliseconds(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// inFlightBody is an answer's body that counts as in flight to its row
+// until it is closed.
+type inFlightBody struct {
+	io.ReadCloser
+	row  *statusRow
+	once sync.Once
+}
+
+func (b *inFlightBody) Close() error {
+	b.once.Do(func() { b.row.inFlight.Add(-1) })
+	return b.ReadCloser.Close()
+}
