@@ -12,7 +12,10 @@
 //   - the target's quota is exhausted: it is then skipped for
 //     QuotaCooldown, since quota does not come back in seconds (by this
 //     chain alone, or, with Chain.Cooldowns shared, by every replica's);
-//   - its retries are spent.
+//   - its retries are spent;
+//   - it is rate-limited and another target of its Pool (another key of
+//     the same provider, say) is still to be tried: at once, the pool's
+//     targets tried by their headroom.
 //
 // A context overflow first calls the Compact hook, which returns a smaller
 // request, and tries the same target once more; if that overflows too, the
@@ -93,6 +96,22 @@ type Target[Req, Resp any] struct {
 	// RetryOverloaded retries an overloaded target under its Policy
 	// instead of moving on at once.
 	RetryOverloaded bool
+	// Pool, if set, names a pool of interchangeable targets with limits
+	// of their own (the keys of one provider account, say). The chain
+	// tries the targets of a pool, in the places they hold in Targets, in
+	// order of their Headroom, most first, those cooling down last; and a
+	// rate-limited answer on one moves on at once to the next of its
+	// pool that is not cooling down, without waiting for the server's
+	// hint, since another key's limits are likelier to have room than
+	// this one's after the wait. The last of a pool tried is retried
+	// under its Policy as usual. When the chain ends with a pool and
+	// LastResort is set, the last resort is its last member not cooling
+	// down. Empty (the default) means the target is in no pool.
+	Pool string
+	// Headroom, for a target in a Pool, says how much of its limits it
+	// has left, from 0 to 1 (ratelimit.Headroom.Least, say); it is asked
+	// once a call. Nil means 1.
+	Headroom func() float64
 	// Estimate, for spend caps (cost.WithCaps), says what one attempt of
 	// req on this target may use, priced under Name: each attempt
 	// reserves it before it is made, and a target whose attempt would
@@ -218,7 +237,9 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Result[Resp], error
 	if c.Hedge != nil {
 		d.tried = make([]bool, len(c.Targets))
 	}
-	for i := range c.Targets {
+	d.arrange(req)
+	for pos := range c.Targets {
+		i := d.at(pos)
 		if d.tried != nil && d.tried[i] {
 			continue // it ran as a hedge
 		}
@@ -234,7 +255,7 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Result[Resp], error
 		}
 		compacted := false
 		for {
-			j := d.hedgeTarget(i, req)
+			j := d.hedgeTarget(pos, req)
 			v, answered, errs := d.race(i, j, key, req)
 			if answered >= 0 {
 				for k, err := range errs { // a loser out of quota still cools down
@@ -287,6 +308,10 @@ type chainCall[Req, Resp any] struct {
 	minWindow  int    // after an overflow, only larger windows
 	tried      []bool // targets tried as hedges, not to be tried again; nil without Chain.Hedge
 
+	order      []int          // the targets in the order tried (arrange); nil: Targets' order
+	cooling    []coolingState // what the call learnt of each target's cool-down; nil without a pool
+	lastTarget int            // the target heard out as the last resort, with Chain.LastResort
+
 	keptMu sync.Mutex // guards kept and has: a hedged race's Runs end at once
 	kept   Resp       // the value of the latest Run that failed
 	has    bool       // kept is set
@@ -309,7 +334,7 @@ func (d *chainCall[Req, Resp]) key(i int, req Req) string {
 
 // lastResort reports whether target i is the chain's last resort.
 func (d *chainCall[Req, Resp]) lastResort(i int) bool {
-	return d.c.LastResort && i == len(d.c.Targets)-1
+	return d.c.LastResort && i == d.lastTarget
 }
 
 // failed ends the call without an answer, with err.
@@ -351,20 +376,20 @@ func (d *chainCall[Req, Resp]) skip(i int, key string) string {
 	case d.overflowed && t.ContextWindow <= d.minWindow:
 		return "context window too small"
 	case d.lastResort(i):
-	case d.c.cooldowns().Cooling(d.ctx, key, d.clock.Now()):
+	case d.coolingOf(i, key):
 		return "quota exhausted"
 	}
 	return ""
 }
 
-// hedgeTarget is the target that would be tried after i, to hedge i with,
-// or -1: none, or the chain does not hedge.
-func (d *chainCall[Req, Resp]) hedgeTarget(i int, req Req) int {
+// hedgeTarget is the target that would be tried after place pos, to
+// hedge the target there with, or -1: none, or the chain does not hedge.
+func (d *chainCall[Req, Resp]) hedgeTarget(pos int, req Req) int {
 	if d.c.Hedge == nil || d.sideEffects {
 		return -1
 	}
-	for j := i + 1; j < len(d.c.Targets); j++ {
-		if !d.tried[j] && d.skip(j, d.key(j, req)) == "" {
+	for next := pos + 1; next < len(d.c.Targets); next++ {
+		if j := d.at(next); !d.tried[j] && d.skip(j, d.key(j, req)) == "" {
 			return j
 		}
 	}
@@ -418,6 +443,9 @@ func (d *chainCall[Req, Resp]) judge(i int, key string, err error, compact bool)
 	case rebound.KindQuotaExhausted:
 		if !d.lastResort(i) {
 			d.c.coolDown(d.ctx, key, d.clock.Now())
+			if d.cooling != nil {
+				d.cooling[i] = coolingYes
+			}
 		}
 	case rebound.KindContextOverflow:
 		if compact {

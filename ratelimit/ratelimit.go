@@ -88,6 +88,8 @@ type Limiter struct {
 	// configured limits apply again; learnedAt is when it was last
 	// learned.
 	restoreAt, learnedAt time.Time
+
+	announced pace.Announced // the quotas the headers announced, for Headroom
 }
 
 // New returns a Limiter for cfg.
@@ -155,6 +157,11 @@ func (l *Limiter) Reserve(tokens int) *Reservation {
 	now := l.now()
 	l.restoreIfDue(now)
 	r := &Reservation{at: now, ok: true}
+	defer func() {
+		if r.ok {
+			l.announced.Sent(tokens, now)
+		}
+	}()
 	if l.requests != nil {
 		r.req = l.requests.ReserveN(now, 1)
 		r.ok = r.ok && r.req.OK()
@@ -192,6 +199,7 @@ func (l *Limiter) Allow(tokens int) bool {
 	if l.requests != nil {
 		l.requests.AllowN(now, 1)
 	}
+	l.announced.Sent(tokens, now)
 	return true
 }
 
@@ -250,6 +258,7 @@ func (l *Limiter) Learn(h http.Header) {
 	if !ok {
 		return
 	}
+	l.announced.Learn(rl, now)
 	l.requests = learn(l.requests, rl.Requests, l.requestsPace, now, &l.restoreAt)
 	l.tokens = learn(l.tokens, rl.Tokens, l.tokensPace, now, &l.restoreAt)
 	l.learnedAt = now
