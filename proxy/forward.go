@@ -66,7 +66,7 @@ func (p *Proxy) newChain(rt *route) *fallback.Chain[request, *http.Response] {
 		policy := rt.policy
 		policy.Budget, policy.Observer = t.up.budget, p.observer
 		ch.Targets = append(ch.Targets, fallback.Target[request, *http.Response]{
-			Name: t.up.name, Policy: policy,
+			Name: t.up.name, Policy: policy, Pool: t.pool(), Headroom: t.up.headroom,
 			Key: func(r request) string { return p.models.key(t.up.name, t.modelFor(r.c)) },
 			Run: func(ctx context.Context, r request, policy rebound.Policy) (*http.Response, error) {
 				return p.send(ctx, r, t, policy)
@@ -82,7 +82,9 @@ func (p *Proxy) send(ctx context.Context, r request, t target, policy rebound.Po
 	c := r.c
 	model := t.modelFor(c)
 	req := p.upstreamRequest(r.out, c, t)
-	policy.Breaker = p.breakers.get(rebound.TargetFrom(ctx))
+	b := p.breakers.get(rebound.TargetFrom(ctx))
+	t.up.lastBreaker.Store(b)
+	policy.Breaker = b
 	policy.Observer = c.observe(policy.Observer)
 	c.upstream, c.tried = t.up.name, c.tried+1
 	base := t.up.send

@@ -217,6 +217,7 @@ func New(o Options) (*Proxy, error) {
 		return nil, err
 	}
 	p.models = newModelLabels(p.routes)
+	p.cooldowns = noticing(p.cooldowns, p.routes)
 	for _, r := range p.routes {
 		r.chain = p.newChain(r)
 	}
