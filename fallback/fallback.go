@@ -6,7 +6,8 @@
 //
 //   - the target's breaker is open (no request is sent);
 //   - the target's own limit on requests in flight had no room in time
-//     (ratelimit.ErrNoSlot, ErrQueueFull: nothing was sent);
+//     (ratelimit.ErrNoSlot, ErrQueueFull: nothing was sent), or its rate
+//     limits had no room in time (ratelimit.ErrOverPace);
 //   - the target is overloaded (at once, without spending retries on it,
 //     unless the target says RetryOverloaded);
 //   - the target's quota is exhausted: it is then skipped for
@@ -311,6 +312,8 @@ type chainCall[Req, Resp any] struct {
 	order      []int          // the targets in the order tried (arrange); nil: Targets' order
 	cooling    []coolingState // what the call learnt of each target's cool-down; nil without a pool
 	lastTarget int            // the target heard out as the last resort, with Chain.LastResort
+	orderBuf   [smallPool]int // order's and cooling's room, for chains of a few targets
+	coolingBuf [smallPool]coolingState
 
 	keptMu sync.Mutex // guards kept and has: a hedged race's Runs end at once
 	kept   Resp       // the value of the latest Run that failed
@@ -427,9 +430,10 @@ func (d *chainCall[Req, Resp]) judge(i int, key string, err error, compact bool)
 		}
 		return nil, false
 	}
-	if gu.Verdict.Kind != rebound.KindCanceled && (errors.Is(err, ratelimit.ErrNoSlot) || errors.Is(err, ratelimit.ErrQueueFull)) {
-		// The target's own limit on requests in flight had no room: the
-		// last attempt was never sent, and the next target may have room.
+	if gu.Verdict.Kind != rebound.KindCanceled && (errors.Is(err, ratelimit.ErrNoSlot) || errors.Is(err, ratelimit.ErrQueueFull) || errors.Is(err, ratelimit.ErrOverPace)) {
+		// The target's own limits (on requests in flight, or its pace)
+		// had no room: the last attempt was never sent, and the next
+		// target may have room.
 		d.attempted, d.last = d.attempted || gu.Attempts > 1, err
 		return nil, false
 	}

@@ -26,18 +26,17 @@ func (d *chainCall[Req, Resp]) arrange(req Req) {
 	if !slices.ContainsFunc(targets, func(t Target[Req, Resp]) bool { return t.Pool != "" }) {
 		return
 	}
-	d.order = make([]int, len(targets))
-	d.cooling = make([]coolingState, len(targets))
+	d.order = append(d.orderBuf[:0], make([]int, len(targets))...)
+	d.cooling = append(d.coolingBuf[:0], make([]coolingState, len(targets))...)
 	for i := range d.order {
 		d.order[i] = i
 	}
-	type ranked struct {
-		i        int
-		cooling  bool
-		headroom float64
-	}
-	var members []ranked
-	var places []int
+	var (
+		membersBuf [smallPool]ranked
+		placesBuf  [smallPool]int
+		members    = membersBuf[:0]
+		places     = placesBuf[:0]
+	)
 	for i, t := range targets {
 		if t.Pool == "" || slices.ContainsFunc(targets[:i], func(u Target[Req, Resp]) bool { return u.Pool == t.Pool }) {
 			continue // not pooled, or its pool is arranged already
@@ -77,6 +76,17 @@ func (d *chainCall[Req, Resp]) arrange(req Req) {
 			break
 		}
 	}
+}
+
+// smallPool is the number of targets a call arranges without allocating
+// for them.
+const smallPool = 4
+
+// ranked is a pool's target as arrange sorts it.
+type ranked struct {
+	i        int
+	cooling  bool
+	headroom float64
 }
 
 // at returns the target tried in place pos.

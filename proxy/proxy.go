@@ -103,7 +103,10 @@ type Options struct {
 	// byte, whatever the client's pace). One that waits longer is never
 	// sent there: it goes on to the route's next upstream if that one
 	// has a slot free at once (it waits no more), else gets a 503 with
-	// Retry-After. Zero or less means DefaultMaxQueueWait (30 s): a
+	// Retry-After. It bounds the wait for the upstream's (or key's) pace
+	// too: a request its rate limits, as the headers announced them, would
+	// hold longer goes at once to the next key or upstream, else gets a
+	// 429 with Retry-After, never sent. Zero or less means DefaultMaxQueueWait (30 s): a
 	// client hears why before the usual 60 s idle timeout of a load
 	// balancer between cuts it off.
 	MaxQueueWait time.Duration

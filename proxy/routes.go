@@ -75,8 +75,8 @@ func (m upstreamMaker) make(name, rawURL, dialect, key string, limits ratelimit.
 	adaptive := ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{})
 	return &upstream{
 		name: name, base: base, dialect: dialect, key: key, pacer: pacer,
-		send:    &ratelimit.Transport{Base: m.send, Limiter: pacer, Adaptive: adaptive, MaxWait: m.maxQueueWait},
-		sendNow: &ratelimit.Transport{Base: m.send, Limiter: pacer, Adaptive: adaptive, MaxWait: noQueueWait},
+		send:    &ratelimit.Transport{Base: m.send, Limiter: pacer, Adaptive: adaptive, MaxWait: m.maxQueueWait, MaxPaceWait: m.maxQueueWait},
+		sendNow: &ratelimit.Transport{Base: m.send, Limiter: pacer, Adaptive: adaptive, MaxWait: noQueueWait, MaxPaceWait: noQueueWait},
 		budget:  &rebound.RetryBudget{},
 	}, nil
 }

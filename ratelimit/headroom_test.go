@@ -1,6 +1,7 @@
 package ratelimit_test
 
 import (
+	"errors"
 	"net/http"
 	"testing"
 	"testing/synctest"
@@ -31,6 +32,39 @@ func TestHeadroomIsWhatTheHeadersLeftLessWhatWasSentSince(t *testing.T) {
 		time.Sleep(10 * time.Second)
 		if h := l.Headroom(); h != (ratelimit.Headroom{Requests: 1, Tokens: 1}) {
 			t.Errorf("after the reset: %+v, want full and unknown", h)
+		}
+	})
+}
+
+// countingBase answers 200 and counts the requests it got.
+type countingBase struct{ n int }
+
+func (c *countingBase) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n++
+	return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+}
+
+func TestRequestThePaceWouldHoldPastMaxPaceWaitFailsAtOnceUnsent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := ratelimit.New(ratelimit.Config{})
+		// Nothing left for a minute.
+		l.Learn(http.Header{"X-Ratelimit-Limit-Requests": {"100"}, "X-Ratelimit-Remaining-Requests": {"0"}, "X-Ratelimit-Reset-Requests": {"1m0s"}})
+		base := &countingBase{}
+		tr := &ratelimit.Transport{Base: base, Limiter: l, MaxPaceWait: 2 * time.Second}
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", "http://provider.test/v1/chat/completions", http.NoBody)
+		start := time.Now()
+		_, err := tr.RoundTrip(req)
+		if !errors.Is(err, ratelimit.ErrOverPace) || time.Since(start) != 0 || base.n != 0 {
+			t.Errorf("err %v after %v, %d sent; want ErrOverPace at once, nothing sent", err, time.Since(start), base.n)
+		}
+		// Within the bound, it waits its turn.
+		tr.MaxPaceWait = 2 * time.Minute
+		resp, err := tr.RoundTrip(req.Clone(t.Context()))
+		if err != nil || base.n != 1 || time.Since(start) < time.Minute {
+			t.Errorf("err %v after %v, %d sent; want sent after the reset", err, time.Since(start), base.n)
+		}
+		if resp != nil {
+			resp.Body.Close()
 		}
 	})
 }

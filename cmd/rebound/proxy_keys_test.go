@@ -104,7 +104,7 @@ func offerLoad(t *testing.T, urls []string, perSecond float64, d time.Duration) 
 		mu  sync.Mutex
 		o   = offered{byStatus: map[int]int{}}
 		wg  sync.WaitGroup
-		cli = &http.Client{Timeout: 20 * time.Second}
+		cli = &http.Client{Timeout: 2 * time.Minute}
 	)
 	tick := time.NewTicker(time.Duration(float64(time.Second) / perSecond))
 	defer tick.Stop()
@@ -198,7 +198,9 @@ func TestProxyKeyPoolWithAKeyOutOfQuotaCarriesWhatTheOthersHold(t *testing.T) {
 	pool := newKeyPool(t, 2, 1)
 	pool.setenv(t)
 	chaosURL := chaosForKeys(t)
-	url, _, _ := startProxy(t, "--config", pool.config(t, chaosURL))
+	// What the keys cannot hold waits at most a window for their pace,
+	// then is refused.
+	url, _, _ := startProxy(t, "--config", pool.config(t, chaosURL), "--max-queue-wait", keyWindow.String())
 	o := offerLoad(t, []string{url}, keyOffer(), keyRun)
 	t.Logf("offered %d: %v, %d transport errors", o.sent, o.byStatus, o.errors)
 	byVar := checkNoKeyPastItsLimit(t, pool, chaosStats(t, chaosURL))
