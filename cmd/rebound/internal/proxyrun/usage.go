@@ -33,7 +33,9 @@ Transport with the recommended setup:
     first content, another answer until its first byte; a request that
     finds no slot within --max-queue-wait goes to the route's next
     upstream if it has a slot free at once, and otherwise gets a 503 with
-    Retry-After, never sent);
+    Retry-After, never sent; one the learnt limits would hold longer than
+    --max-queue-wait goes to the next key or upstream at once, and
+    otherwise gets a 429 with Retry-After, never sent);
   - streams passed through byte for byte as they come; one that breaks
     after its first content reaches the client broken, as it broke.
 
