@@ -38,8 +38,8 @@ type call struct {
 	out      output    // the answer text a success serves
 	answers  int       // how many answers a success serves, each out's text: 1 unless the request asks for more
 	thoughts int       // the thought tokens a success is billed beyond its answers (Gemini's thinking budget)
-	apiKey   string  // the key the request carries, "" for none
-	quotas   *quotas // what the answer announces of its key's limits; nil: the profile's defaults
+	apiKey   string    // the key the request carries, "" for none
+	quotas   *quotas   // what the answer announces of its key's limits; nil: the profile's defaults
 	// delivered is how many bytes of answer text have gone to the client:
 	// the whole text of an answer, or the pieces a stream sent.
 	delivered int

@@ -222,7 +222,7 @@ var azure = &profile{
 	},
 	quotas:    quotas{requestsLeft: 79, tokensLeft: 79983},
 	exhausted: quotas{},
-	success: func(w http.ResponseWriter, r *http.Request, c *call) { openAI.success(w, r, c) },
+	success:   func(w http.ResponseWriter, r *http.Request, c *call) { openAI.success(w, r, c) },
 }
 
 // The local profile: an OpenAI-compatible server on the agent's own

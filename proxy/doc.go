@@ -130,7 +130,8 @@
 // of the keys and tokens it knows and of anything shaped like a key.
 //
 // The access log (Options.Logger) has a line per request, "msg":"request",
-// with always: method, path, route, upstream, model (as the client named
+// with always: method, path, route, upstream ("UPSTREAM/KEYVAR" for a key
+// of a pool), model (as the client named
 // it), attempts, kinds (the verdict of each failed attempt: a list, []
 // when the first attempt answered), status and latency_ms; and when there
 // is something to say: "stream":true for a streamed answer,
