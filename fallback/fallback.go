@@ -45,6 +45,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rebound-go/rebound"
@@ -111,7 +112,8 @@ type Target[Req, Resp any] struct {
 	Pool string
 	// Headroom, for a target in a Pool, says how much of its limits it
 	// has left, from 0 to 1 (ratelimit.Headroom.Least, say); it is asked
-	// once a call. Nil means 1.
+	// once a call. Nil means 1. Members of equal headroom (those that
+	// know nothing of their limits, say) take turns at going first.
 	Headroom func() float64
 	// Estimate, for spend caps (cost.WithCaps), says what one attempt of
 	// req on this target may use, priced under Name: each attempt
@@ -160,7 +162,8 @@ type Chain[Req, Resp any] struct {
 	// to let go of it: an HTTP response's body to close, say.
 	Discard func(Resp)
 
-	own MemoryCooldowns // the cool-downs when Cooldowns is nil
+	own  MemoryCooldowns // the cool-downs when Cooldowns is nil
+	turn atomic.Uint64   // counts pooled calls, so that equal members take turns
 }
 
 // Step is one entry of a Result's trail: an attempt on a target, or a

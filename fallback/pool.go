@@ -17,8 +17,8 @@ const (
 
 // arrange sets the order in which d tries the targets for req: the
 // targets of each Pool, in the places they hold in Targets, by their
-// Headroom (most first), those cooling down last; ties keep the order of
-// Targets. It also settles the last resort. Without a pool it allocates
+// Headroom (most first), those cooling down last; members of equal
+// headroom take turns. It also settles the last resort. Without a pool it allocates
 // nothing: the order is that of Targets.
 func (d *chainCall[Req, Resp]) arrange(req Req) {
 	targets := d.c.Targets
@@ -52,6 +52,12 @@ func (d *chainCall[Req, Resp]) arrange(req Req) {
 			}
 			members, places = append(members, r), append(places, j)
 		}
+		// Members of equal headroom (none known, say: a provider that
+		// sends no rate-limit headers) take turns at going first.
+		turn := int(d.c.turn.Add(1) % uint64(len(members)))
+		slices.Reverse(members[:turn])
+		slices.Reverse(members[turn:])
+		slices.Reverse(members)
 		slices.SortStableFunc(members, func(a, b ranked) int {
 			if a.cooling != b.cooling {
 				if a.cooling {

@@ -124,3 +124,18 @@ func TestRateLimitedTargetOutsideAPoolWaitsAndRetries(t *testing.T) {
 		}
 	})
 }
+
+func TestPooledTargetsOfEqualHeadroomTakeTurns(t *testing.T) {
+	a, b, c := ok(), ok(), ok()
+	ch := keyPool([]*provider{a, b, c}, []float64{1, 1, 1}, nil)
+	for range 6 {
+		res, err := ch.Do(context.Background(), newRequest(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Value.Body.Close()
+	}
+	if a.hits.Load() != 2 || b.hits.Load() != 2 || c.hits.Load() != 2 {
+		t.Errorf("hits %d %d %d, want 2 each: targets that know nothing of their limits take turns", a.hits.Load(), b.hits.Load(), c.hits.Load())
+	}
+}
