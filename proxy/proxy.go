@@ -118,7 +118,10 @@ type Options struct {
 	// answered yet: see OtherModel). Nil means breaker.New with
 	// RecommendedBreaker.
 	Breaker func(key string) rebound.Breaker
-	// Limiter makes an upstream's pacer. Nil means ratelimit.New.
+	// Limiter makes an upstream's pacer, named as the upstream is
+	// ("UPSTREAM", or "UPSTREAM/KEYVAR" for each key of a pool). Nil
+	// means ratelimit.New. A pacer with a Headroom method
+	// (ratelimit.Limiter's, reboundredis.Limiter's) orders a pool's keys.
 	Limiter func(upstream string, cfg ratelimit.Config) ratelimit.Pacer
 	// Cooldowns keeps the upstreams found out of quota, under the
 	// breakers' keys. Nil means in-memory ones.
