@@ -18,8 +18,8 @@ const (
 // arrange sets the order in which d tries the targets for req: the
 // targets of each Pool, in the places they hold in Targets, by their
 // Headroom (most first), those cooling down last; members of equal
-// headroom take turns. It also settles the last resort. Without a pool it allocates
-// nothing: the order is that of Targets.
+// headroom take turns. It also settles the last resort. Without a pool
+// the order is that of Targets, and nothing is allocated.
 func (d *chainCall[Req, Resp]) arrange(req Req) {
 	targets := d.c.Targets
 	d.lastTarget = len(targets) - 1
@@ -53,7 +53,9 @@ func (d *chainCall[Req, Resp]) arrange(req Req) {
 			members, places = append(members, r), append(places, j)
 		}
 		// Members of equal headroom (none known, say: a provider that
-		// sends no rate-limit headers) take turns at going first.
+		// sends no rate-limit headers) take turns at going first: the
+		// members are rotated by the call's turn (three reversals)
+		// before the stable sort.
 		turn := int(d.c.turn.Add(1) % uint64(len(members)))
 		slices.Reverse(members[:turn])
 		slices.Reverse(members[turn:])
