@@ -207,6 +207,13 @@ func (l *Limiter) Allow(tokens int) bool {
 // once if that would be after ctx's deadline, or ctx's error if it ends
 // first.
 func (l *Limiter) Wait(ctx context.Context, tokens int) error {
+	deadline, _ := ctx.Deadline()
+	return l.waitUntil(ctx, tokens, deadline)
+}
+
+// waitUntil is Wait with the deadline given apart from ctx's (zero: none),
+// so that a Transport's MaxPaceWait costs no context.
+func (l *Limiter) waitUntil(ctx context.Context, tokens int, deadline time.Time) error {
 	r := l.Reserve(tokens)
 	if !r.OK() {
 		return fmt.Errorf("ratelimit: %d tokens exceed the tokens-per-minute limit", tokens)
@@ -215,7 +222,7 @@ func (l *Limiter) Wait(ctx context.Context, tokens int) error {
 	if d == 0 {
 		return nil
 	}
-	if deadline, ok := ctx.Deadline(); ok && d >= deadline.Sub(l.now()) {
+	if !deadline.IsZero() && d >= deadline.Sub(l.now()) {
 		r.Cancel()
 		return ErrDeadline
 	}

@@ -75,7 +75,8 @@ type Transport struct {
 	// wait with an error that is both ErrNoSlot and
 	// context.DeadlineExceeded, and is retried as any timed-out attempt.
 	MaxWait time.Duration
-	// MaxPaceWait bounds how long a request waits for the Limiter's pace.
+	// MaxPaceWait bounds how long a request waits for the Limiter's pace
+	// (by this package's Limiter's clock, or in real time).
 	// One the Limiter would hold longer fails at once with ErrOverPace
 	// marked rebound.Permanent, never sent: the limits, as the provider's
 	// headers announced them, have no room for it in time, and a retry
@@ -108,7 +109,12 @@ func (t *Transport) waitPace(ctx context.Context, limiter Pacer, tokens int) err
 	if own, ok := ctx.Deadline(); ok && !bound.Before(own) {
 		return limiter.Wait(ctx, tokens) // the request's own deadline comes first
 	}
-	err := limiter.Wait(paceBound{ctx, bound}, tokens)
+	var err error
+	if l, ok := limiter.(*Limiter); ok {
+		err = l.waitUntil(ctx, tokens, l.now().Add(t.MaxPaceWait)) // by its own clock
+	} else {
+		err = limiter.Wait(paceBound{ctx, bound}, tokens)
+	}
 	if errors.Is(err, ErrDeadline) {
 		return rebound.Permanent(ErrOverPace)
 	}
