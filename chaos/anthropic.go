@@ -36,19 +36,17 @@ var anthropic = &profile{
 	},
 	hint:     retryAfterHint,
 	idHeader: "request-id",
-	limits: func(h http.Header, exhausted bool, reset time.Duration) {
-		requests, tokens := "49", "29983"
-		if exhausted {
-			requests = "0"
-		}
-		at := time.Now().Add(reset).UTC().Format(time.RFC3339)
-		h.Set("anthropic-ratelimit-requests-limit", "50")
-		h.Set("anthropic-ratelimit-requests-remaining", requests)
+	limits: func(h http.Header, q quotas) {
+		at := time.Now().Add(q.reset).UTC().Format(time.RFC3339Nano)
+		h.Set("anthropic-ratelimit-requests-limit", strconv.FormatInt(q.requestsLimit, 10))
+		h.Set("anthropic-ratelimit-requests-remaining", strconv.FormatInt(q.requestsLeft, 10))
 		h.Set("anthropic-ratelimit-requests-reset", at)
-		h.Set("anthropic-ratelimit-tokens-limit", "30000")
-		h.Set("anthropic-ratelimit-tokens-remaining", tokens)
+		h.Set("anthropic-ratelimit-tokens-limit", strconv.FormatInt(q.tokensLimit, 10))
+		h.Set("anthropic-ratelimit-tokens-remaining", strconv.FormatInt(q.tokensLeft, 10))
 		h.Set("anthropic-ratelimit-tokens-reset", at)
 	},
+	quotas:    quotas{requestsLimit: 50, requestsLeft: 49, tokensLimit: 30000, tokensLeft: 29983},
+	exhausted: quotas{requestsLimit: 50, requestsLeft: 0, tokensLimit: 30000, tokensLeft: 29983},
 	success: func(w http.ResponseWriter, r *http.Request, c *call) {
 		req := c.req
 		model := cmp.Or(req.Model, c.profile.model)

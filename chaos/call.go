@@ -38,6 +38,8 @@ type call struct {
 	out      output    // the answer text a success serves
 	answers  int       // how many answers a success serves, each out's text: 1 unless the request asks for more
 	thoughts int       // the thought tokens a success is billed beyond its answers (Gemini's thinking budget)
+	apiKey   string    // the key the request carries, "" for none
+	quotas   *quotas   // what the answer announces of its key's limits; nil: the profile's defaults
 	// delivered is how many bytes of answer text have gone to the client:
 	// the whole text of an answer, or the pieces a stream sent.
 	delivered int
@@ -50,7 +52,7 @@ const noHint = -1
 // the server does not know, it returns the rejection to answer with and a
 // call good enough to answer it in.
 func (s *Server) newCall(r *http.Request) (*call, *rejection) {
-	c := &call{srv: s, ctx: r.Context(), profile: plain, wait: noHint, req: readRequest(r), answers: 1}
+	c := &call{srv: s, ctx: r.Context(), profile: plain, wait: noHint, req: readRequest(r), answers: 1, apiKey: apiKey(r)}
 	c.input = c.req.inputTokens()
 	c.out = textOutput(successText, successEnds)
 	c.tally = tallyID{r.Header.Get(HeaderTally), c.req.Model}
@@ -126,10 +128,16 @@ func (c *call) answer(w http.ResponseWriter, r *http.Request) {
 	c.setID(h)
 	if p.limits != nil {
 		switch {
+		case c.quotas != nil:
+			p.limits(h, *c.quotas)
 		case c.fault == faultNone:
-			p.limits(h, false, time.Second)
+			q := p.quotas
+			q.reset = time.Second
+			p.limits(h, q)
 		case c.mode == ModeRetryAfter:
-			p.limits(h, true, time.Duration(c.wait)*time.Second)
+			q := p.exhausted
+			q.reset = time.Duration(c.wait) * time.Second
+			p.limits(h, q)
 		}
 	}
 	if c.fault == faultNone {

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -140,6 +141,20 @@ type Config struct {
 	// HeaderCutAfter header; three or more breaks it after the last one. It
 	// must not be negative; the default (0) breaks it before the first.
 	CutAfter int
+
+	// KeyRPM and KeyTPM hold each API key the server sees to that many
+	// requests and input tokens per KeyWindow (see Per-key limits); zero
+	// (the default) means no such limit. They must not be negative.
+	KeyRPM, KeyTPM int
+	// KeyWindow is the window of KeyRPM and KeyTPM. It must not be
+	// negative; the default (0) is DefaultKeyWindow, a minute.
+	KeyWindow time.Duration
+	// KeysOutOfQuota are prefixes of API keys that are out of quota from
+	// the start: every request with a key that starts with one gets the
+	// profile's quota-exhausted 429. A prefix names a key without
+	// giving it away. Empty prefixes are not allowed. The default (none)
+	// means every key has quota.
+	KeysOutOfQuota []string
 }
 
 // Server is a fault-injecting [http.Handler]. Create one with [New]. It is
@@ -149,7 +164,8 @@ type Server struct {
 	retryAfter int64  // RetryAfter in whole seconds, rounded up
 
 	// mu guards next, requests, byStatus, streams, actions, duplicates,
-	// keys, keyOrder, continuations, inputTokens, outputTokens and tallies.
+	// keys, keyOrder, continuations, inputTokens, outputTokens, tallies
+	// and keyWindows.
 	mu         sync.Mutex
 	next       uint64              // sequence number of the next request
 	requests   int                 // requests served since the last Reset
@@ -165,6 +181,8 @@ type Server struct {
 	inputTokens  int                // as in Stats.InputTokens
 	outputTokens int                // as in Stats.OutputTokens
 	tallies      map[tallyID]*Tally // as in Stats.Tallies
+
+	keyWindows map[string]*keyWindow // each API key's use of its limits, by KeyLabel
 }
 
 // MaxRetryAfter is the longest Config.RetryAfter: a year, the longest wait
@@ -198,6 +216,15 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("chaos: negative slow delay %v", cfg.SlowDelay)
 	case cfg.CutAfter < 0:
 		return nil, fmt.Errorf("chaos: negative cut-after %d", cfg.CutAfter)
+	case cfg.KeyRPM < 0 || cfg.KeyTPM < 0:
+		return nil, fmt.Errorf("chaos: negative per-key limit (requests %d, tokens %d)", cfg.KeyRPM, cfg.KeyTPM)
+	case cfg.KeyWindow < 0:
+		return nil, fmt.Errorf("chaos: negative key window %v", cfg.KeyWindow)
+	case slices.Contains(cfg.KeysOutOfQuota, ""):
+		return nil, errors.New("chaos: an empty prefix of a key out of quota would match every key")
+	}
+	if cfg.KeyWindow == 0 {
+		cfg.KeyWindow = DefaultKeyWindow
 	}
 	if cfg.FailRate == 0 {
 		cfg.FailRate = 0.35
@@ -214,6 +241,7 @@ func New(cfg Config) (*Server, error) {
 		byStatus:   make(map[string]int),
 		keys:       make(map[[32]byte]uint64),
 		tallies:    make(map[tallyID]*Tally),
+		keyWindows: make(map[string]*keyWindow),
 	}, nil
 }
 

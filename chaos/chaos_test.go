@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -268,8 +269,8 @@ func TestNew(t *testing.T) {
 	}
 
 	s := newServer(t, Config{})
-	want := Config{Mode: ModeRandom, FailRate: 0.35, RetryAfter: time.Second, SlowDelay: time.Second, Profile: ProfilePlain}
-	if s.cfg != want || s.retryAfter != 1 {
+	want := Config{Mode: ModeRandom, FailRate: 0.35, RetryAfter: time.Second, SlowDelay: time.Second, Profile: ProfilePlain, KeyWindow: DefaultKeyWindow}
+	if !reflect.DeepEqual(s.cfg, want) || s.retryAfter != 1 {
 		t.Errorf("defaults %+v Retry-After %d, want %+v 1", s.cfg, s.retryAfter, want)
 	}
 }

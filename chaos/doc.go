@@ -336,6 +336,23 @@
 //
 //	{"error":{"message":"chaos: injected 503 Service Unavailable","type":"chaos_injected","code":"down"}}
 //
+// # Per-key limits
+//
+// With [Config.KeyRPM] or [Config.KeyTPM] set, each API key the server
+// sees (Authorization: Bearer, x-api-key, x-goog-api-key) is held to that
+// many requests, or input tokens, per [Config.KeyWindow]: a window of a
+// key starts with its first request after the last one ended, as a
+// provider's limits reset. A request past a limit fails with the
+// profile's rate-limit 429 (whatever the mode would have made of it) and
+// a wait hint until the window ends; every answer to a request with a key
+// carries the profile's rate-limit headers for that key (its limits, what
+// is left and when the window ends; the openai, azure and anthropic
+// profiles have them). A key that starts with one of
+// [Config.KeysOutOfQuota] gets the profile's quota 429 every time. The
+// counts of each key are in [Stats].Keys under [KeyLabel], a hash of the
+// key that never shows it, with the most any one window admitted, so that
+// a test can check that no key went past its limit.
+//
 // # Control endpoints
 //
 // Two paths are answered by the server itself, whatever the mode, and are

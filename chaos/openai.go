@@ -39,18 +39,16 @@ var openAI = &profile{
 		retryAfterHint(h, secs)
 	},
 	idHeader: "x-request-id",
-	limits: func(h http.Header, exhausted bool, reset time.Duration) {
-		requests, tokens := "499", "29983"
-		if exhausted {
-			requests = "0"
-		}
-		h.Set("x-ratelimit-limit-requests", "500")
-		h.Set("x-ratelimit-remaining-requests", requests)
-		h.Set("x-ratelimit-reset-requests", reset.String())
-		h.Set("x-ratelimit-limit-tokens", "30000")
-		h.Set("x-ratelimit-remaining-tokens", tokens)
-		h.Set("x-ratelimit-reset-tokens", reset.String())
+	limits: func(h http.Header, q quotas) {
+		h.Set("x-ratelimit-limit-requests", strconv.FormatInt(q.requestsLimit, 10))
+		h.Set("x-ratelimit-remaining-requests", strconv.FormatInt(q.requestsLeft, 10))
+		h.Set("x-ratelimit-reset-requests", q.reset.String())
+		h.Set("x-ratelimit-limit-tokens", strconv.FormatInt(q.tokensLimit, 10))
+		h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(q.tokensLeft, 10))
+		h.Set("x-ratelimit-reset-tokens", q.reset.String())
 	},
+	quotas:    quotas{requestsLimit: 500, requestsLeft: 499, tokensLimit: 30000, tokensLeft: 29983},
+	exhausted: quotas{requestsLimit: 500, requestsLeft: 0, tokensLimit: 30000, tokensLeft: 29983},
 	success: func(w http.ResponseWriter, r *http.Request, c *call) {
 		req := c.req
 		model := cmp.Or(req.Model, c.profile.model)
@@ -218,15 +216,13 @@ var azure = &profile{
 	},
 	hint:     openAI.hint,
 	idHeader: "apim-request-id",
-	limits: func(h http.Header, exhausted bool, _ time.Duration) {
-		requests, tokens := "79", "79983"
-		if exhausted {
-			requests, tokens = "0", "0"
-		}
-		h.Set("x-ratelimit-remaining-requests", requests)
-		h.Set("x-ratelimit-remaining-tokens", tokens)
+	limits: func(h http.Header, q quotas) {
+		h.Set("x-ratelimit-remaining-requests", strconv.FormatInt(q.requestsLeft, 10))
+		h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(q.tokensLeft, 10))
 	},
-	success: func(w http.ResponseWriter, r *http.Request, c *call) { openAI.success(w, r, c) },
+	quotas:    quotas{requestsLeft: 79, tokensLeft: 79983},
+	exhausted: quotas{},
+	success:   func(w http.ResponseWriter, r *http.Request, c *call) { openAI.success(w, r, c) },
 }
 
 // The local profile: an OpenAI-compatible server on the agent's own

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"time"
 )
 
 // A fault is the outcome of a request before a profile puts it into words.
@@ -44,6 +45,7 @@ func (s *Server) admit(c *call, rejected bool) {
 	c.fault = faultBadRequest
 	if !rejected {
 		c.fault, c.mishap = s.outcome(c.mode, c.n)
+		s.limitKey(c, time.Now())
 	}
 	s.requests++
 	key := "reset"

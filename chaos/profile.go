@@ -26,11 +26,21 @@ type profile struct {
 	hint func(h http.Header, secs int64)
 	// idHeader is the header that carries the request id, if any.
 	idHeader string
-	// limits sets rate-limit headers with the requests left (0 if
-	// exhausted) and the time until the limits reset; nil for none.
-	limits func(h http.Header, exhausted bool, reset time.Duration)
+	// limits sets the rate-limit headers that announce q; nil for none.
+	limits func(h http.Header, q quotas)
+	// quotas and exhausted are what limits announces by default: after a
+	// success, and in retryafter mode (its reset the wait hint's).
+	quotas, exhausted quotas
 	// success answers c with a success.
 	success func(w http.ResponseWriter, r *http.Request, c *call)
+}
+
+// quotas are the rate limits a profile's headers announce. A limit of
+// zero is not announced.
+type quotas struct {
+	requestsLimit, requestsLeft int64
+	tokensLimit, tokensLeft     int64
+	reset                       time.Duration // until both are replenished
 }
 
 // An apiError is a failure as a profile words it. What code and typ mean

@@ -58,6 +58,10 @@ type Stats struct {
 	// the server was reset while a request was being answered). It is
 	// never nil; see Token usage for its bounds.
 	Tallies map[string]map[string]Tally `json:"tallies"`
+	// Keys counts each API key's requests under its KeyLabel, while the
+	// server holds keys to limits (Config.KeyRPM, KeyTPM,
+	// KeysOutOfQuota); absent otherwise.
+	Keys map[string]KeyStats `json:"keys,omitempty"`
 }
 
 // countStream counts a stream of stream-cut mode that ended as m says.
@@ -83,6 +87,7 @@ func (s *Server) Stats() Stats {
 		InputTokens:      s.inputTokens,
 		OutputTokens:     s.outputTokens,
 		Tallies:          make(map[string]map[string]Tally),
+		Keys:             s.keyStats(),
 	}
 	for k, v := range s.byStatus {
 		st.ByStatus[k] = v
@@ -116,4 +121,5 @@ func (s *Server) Reset() {
 	s.inputTokens = 0
 	s.outputTokens = 0
 	clear(s.tallies)
+	clear(s.keyWindows)
 }

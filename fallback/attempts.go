@@ -14,20 +14,27 @@ import (
 // policy returns target i's Policy as the chain runs it: one overloaded
 // answer is enough to move on, since the next target is likelier to answer
 // than this one after a wait, unless the target says RetryOverloaded or is
-// the last resort.
+// the last resort; so is one rate-limited answer while another target of
+// its pool is still to be tried.
 func (d *chainCall[Req, Resp]) policy(i int) rebound.Policy {
 	t := &d.c.Targets[i]
 	p := t.Policy
-	if t.RetryOverloaded || d.lastResort(i) {
+	overloaded := !t.RetryOverloaded && !d.lastResort(i)
+	rateLimited := d.poolAfter(i)
+	if !overloaded && !rateLimited {
 		return p
 	}
 	p.PerKind = maps.Clone(p.PerKind)
 	if p.PerKind == nil {
 		p.PerKind = map[rebound.Kind]rebound.Override{}
 	}
-	o := p.PerKind[rebound.KindOverloaded]
-	o.MaxAttempts = 1
-	p.PerKind[rebound.KindOverloaded] = o
+	for _, kind := range [...]rebound.Kind{rebound.KindOverloaded, rebound.KindRateLimited} {
+		if kind == rebound.KindOverloaded && overloaded || kind == rebound.KindRateLimited && rateLimited {
+			o := p.PerKind[kind]
+			o.MaxAttempts = 1
+			p.PerKind[kind] = o
+		}
+	}
 	return p
 }
 

@@ -6,13 +6,17 @@
 //
 //   - the target's breaker is open (no request is sent);
 //   - the target's own limit on requests in flight had no room in time
-//     (ratelimit.ErrNoSlot, ErrQueueFull: nothing was sent);
+//     (ratelimit.ErrNoSlot, ErrQueueFull: nothing was sent), or its rate
+//     limits had no room in time (ratelimit.ErrOverPace);
 //   - the target is overloaded (at once, without spending retries on it,
 //     unless the target says RetryOverloaded);
 //   - the target's quota is exhausted: it is then skipped for
 //     QuotaCooldown, since quota does not come back in seconds (by this
 //     chain alone, or, with Chain.Cooldowns shared, by every replica's);
-//   - its retries are spent.
+//   - its retries are spent;
+//   - it is rate-limited and another target of its Pool (another key of
+//     the same provider, say) is still to be tried: at once, the pool's
+//     targets tried by their headroom.
 //
 // A context overflow first calls the Compact hook, which returns a smaller
 // request, and tries the same target once more; if that overflows too, the
@@ -41,6 +45,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rebound-go/rebound"
@@ -93,6 +98,23 @@ type Target[Req, Resp any] struct {
 	// RetryOverloaded retries an overloaded target under its Policy
 	// instead of moving on at once.
 	RetryOverloaded bool
+	// Pool, if set, names a pool of interchangeable targets with limits
+	// of their own (the keys of one provider account, say). The chain
+	// tries the targets of a pool, in the places they hold in Targets, in
+	// order of their Headroom, most first, those cooling down last; and a
+	// rate-limited answer on one moves on at once to the next of its
+	// pool that is not cooling down, without waiting for the server's
+	// hint, since another key's limits are likelier to have room than
+	// this one's after the wait. The last of a pool tried is retried
+	// under its Policy as usual. When the chain ends with a pool and
+	// LastResort is set, the last resort is its last member not cooling
+	// down. Empty (the default) means the target is in no pool.
+	Pool string
+	// Headroom, for a target in a Pool, says how much of its limits it
+	// has left, from 0 to 1 (ratelimit.Headroom.Least, say); it is asked
+	// once a call. Nil means 1. Members of equal headroom (those that
+	// know nothing of their limits, say) take turns at going first.
+	Headroom func() float64
 	// Estimate, for spend caps (cost.WithCaps), says what one attempt of
 	// req on this target may use, priced under Name: each attempt
 	// reserves it before it is made, and a target whose attempt would
@@ -140,7 +162,8 @@ type Chain[Req, Resp any] struct {
 	// to let go of it: an HTTP response's body to close, say.
 	Discard func(Resp)
 
-	own MemoryCooldowns // the cool-downs when Cooldowns is nil
+	own  MemoryCooldowns // the cool-downs when Cooldowns is nil
+	turn atomic.Uint64   // counts pooled calls, so that equal members take turns
 }
 
 // Step is one entry of a Result's trail: an attempt on a target, or a
@@ -218,7 +241,9 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Result[Resp], error
 	if c.Hedge != nil {
 		d.tried = make([]bool, len(c.Targets))
 	}
-	for i := range c.Targets {
+	d.arrange(req)
+	for pos := range c.Targets {
+		i := d.at(pos)
 		if d.tried != nil && d.tried[i] {
 			continue // it ran as a hedge
 		}
@@ -234,7 +259,7 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Result[Resp], error
 		}
 		compacted := false
 		for {
-			j := d.hedgeTarget(i, req)
+			j := d.hedgeTarget(pos, req)
 			v, answered, errs := d.race(i, j, key, req)
 			if answered >= 0 {
 				for k, err := range errs { // a loser out of quota still cools down
@@ -287,6 +312,12 @@ type chainCall[Req, Resp any] struct {
 	minWindow  int    // after an overflow, only larger windows
 	tried      []bool // targets tried as hedges, not to be tried again; nil without Chain.Hedge
 
+	order      []int          // the targets in the order tried (arrange); nil: Targets' order
+	cooling    []coolingState // what the call learnt of each target's cool-down; nil without a pool
+	lastTarget int            // the target heard out as the last resort, with Chain.LastResort
+	orderBuf   [smallPool]int // order's and cooling's room, for chains of a few targets
+	coolingBuf [smallPool]coolingState
+
 	keptMu sync.Mutex // guards kept and has: a hedged race's Runs end at once
 	kept   Resp       // the value of the latest Run that failed
 	has    bool       // kept is set
@@ -309,7 +340,7 @@ func (d *chainCall[Req, Resp]) key(i int, req Req) string {
 
 // lastResort reports whether target i is the chain's last resort.
 func (d *chainCall[Req, Resp]) lastResort(i int) bool {
-	return d.c.LastResort && i == len(d.c.Targets)-1
+	return d.c.LastResort && i == d.lastTarget
 }
 
 // failed ends the call without an answer, with err.
@@ -351,20 +382,20 @@ func (d *chainCall[Req, Resp]) skip(i int, key string) string {
 	case d.overflowed && t.ContextWindow <= d.minWindow:
 		return "context window too small"
 	case d.lastResort(i):
-	case d.c.cooldowns().Cooling(d.ctx, key, d.clock.Now()):
+	case d.coolingOf(i, key):
 		return "quota exhausted"
 	}
 	return ""
 }
 
-// hedgeTarget is the target that would be tried after i, to hedge i with,
-// or -1: none, or the chain does not hedge.
-func (d *chainCall[Req, Resp]) hedgeTarget(i int, req Req) int {
+// hedgeTarget is the target that would be tried after place pos, to
+// hedge the target there with, or -1: none, or the chain does not hedge.
+func (d *chainCall[Req, Resp]) hedgeTarget(pos int, req Req) int {
 	if d.c.Hedge == nil || d.sideEffects {
 		return -1
 	}
-	for j := i + 1; j < len(d.c.Targets); j++ {
-		if !d.tried[j] && d.skip(j, d.key(j, req)) == "" {
+	for next := pos + 1; next < len(d.c.Targets); next++ {
+		if j := d.at(next); !d.tried[j] && d.skip(j, d.key(j, req)) == "" {
 			return j
 		}
 	}
@@ -402,9 +433,10 @@ func (d *chainCall[Req, Resp]) judge(i int, key string, err error, compact bool)
 		}
 		return nil, false
 	}
-	if gu.Verdict.Kind != rebound.KindCanceled && (errors.Is(err, ratelimit.ErrNoSlot) || errors.Is(err, ratelimit.ErrQueueFull)) {
-		// The target's own limit on requests in flight had no room: the
-		// last attempt was never sent, and the next target may have room.
+	if gu.Verdict.Kind != rebound.KindCanceled && (errors.Is(err, ratelimit.ErrNoSlot) || errors.Is(err, ratelimit.ErrQueueFull) || errors.Is(err, ratelimit.ErrOverPace)) {
+		// The target's own limits (on requests in flight, or its pace)
+		// had no room: the last attempt was never sent, and the next
+		// target may have room.
 		d.attempted, d.last = d.attempted || gu.Attempts > 1, err
 		return nil, false
 	}
@@ -418,6 +450,9 @@ func (d *chainCall[Req, Resp]) judge(i int, key string, err error, compact bool)
 	case rebound.KindQuotaExhausted:
 		if !d.lastResort(i) {
 			d.c.coolDown(d.ctx, key, d.clock.Now())
+			if d.cooling != nil {
+				d.cooling[i] = coolingYes
+			}
 		}
 	case rebound.KindContextOverflow:
 		if compact {

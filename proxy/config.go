@@ -57,8 +57,16 @@ type UpstreamConfig struct {
 	// KeyEnv names the environment variable that holds the upstream's
 	// key. Keys never live in the file.
 	KeyEnv string `json:"key_env"`
-	// RequestsPerMinute and TokensPerMinute are the upstream's limits, if
-	// known; zero means learnt from the rate-limit headers only.
+	// KeysEnv, in KeyEnv's place, names the variables of a pool of keys
+	// of the upstream: each key has its own pace learnt from its own
+	// rate-limit headers, its own quota cool-down and its own breaker,
+	// and a request goes to the key with the most headroom (see Key pools
+	// in the package doc). A key is named by its variable, never its
+	// value. Empty (the default) means one key, KeyEnv's.
+	KeysEnv []string `json:"keys_env"`
+	// RequestsPerMinute and TokensPerMinute are the upstream's limits
+	// (each key's, in a pool), if known; zero means learnt from the
+	// rate-limit headers only.
 	RequestsPerMinute float64 `json:"requests_per_minute"`
 	TokensPerMinute   float64 `json:"tokens_per_minute"`
 }
@@ -136,6 +144,9 @@ func ParseConfig(data []byte, getenv func(string) string) (*FileConfig, error) {
 	}
 	for name, u := range c.Upstreams {
 		where := "upstreams." + name
+		if err := checkUpstreamName(name); err != nil {
+			return nil, configErr(where, "%v", err)
+		}
 		if err := checkURL(u.URL); err != nil {
 			return nil, configErr(where+".url", "%v", err)
 		}
@@ -146,6 +157,9 @@ func ParseConfig(data []byte, getenv func(string) string) (*FileConfig, error) {
 		}
 		if u.KeyEnv != "" && getenv(u.KeyEnv) == "" {
 			return nil, configErr(where+".key_env", "environment variable %s is not set", u.KeyEnv)
+		}
+		if _, err := poolKeys(where, u, getenv); err != nil {
+			return nil, err
 		}
 		if u.RequestsPerMinute < 0 || u.TokensPerMinute < 0 {
 			return nil, configErr(where, "negative limit")

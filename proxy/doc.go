@@ -93,6 +93,18 @@
 // last resort: tried even while it cools down, its overloads retried, and
 // its own answer, failed or not, goes back to the client as it came.
 //
+// Key pools: an upstream whose config gives "keys_env" (UpstreamConfig.
+// KeysEnv) is a pool of keys of one provider, whose limits add up. Each
+// key is an upstream of its own in the route's chain, named
+// "UPSTREAM/KEYVAR" after the variable that holds it (never its value),
+// with its own pace learnt from its own answers' rate-limit headers, its
+// own limit on requests in flight, its own breakers and quota cool-downs
+// ("UPSTREAM/KEYVAR:MODEL"); the retry budget is the upstream's. The keys
+// are one fallback.Target.Pool: per request the chain tries them by the
+// headroom their pacers report (ratelimit.Headroom), those cooling down
+// last, and a rate-limited answer on one moves on to the next at once;
+// the last key tried waits for the server's hint as a lone key would.
+//
 // Browsers: a proxy that holds a key and asks no token is what a local
 // developer server with credentials is, and does what they do. Without
 // client tokens it answers only requests for a loopback Host (localhost,
@@ -118,7 +130,8 @@
 // of the keys and tokens it knows and of anything shaped like a key.
 //
 // The access log (Options.Logger) has a line per request, "msg":"request",
-// with always: method, path, route, upstream, model (as the client named
+// with always: method, path, route, upstream ("UPSTREAM/KEYVAR" for a key
+// of a pool), model (as the client named
 // it), attempts, kinds (the verdict of each failed attempt: a list, []
 // when the first attempt answered), status and latency_ms; and when there
 // is something to say: "stream":true for a streamed answer,

@@ -66,7 +66,7 @@ func (p *Proxy) newChain(rt *route) *fallback.Chain[request, *http.Response] {
 		policy := rt.policy
 		policy.Budget, policy.Observer = t.up.budget, p.observer
 		ch.Targets = append(ch.Targets, fallback.Target[request, *http.Response]{
-			Name: t.up.name, Policy: policy,
+			Name: t.up.name, Policy: policy, Pool: t.pool(), Headroom: t.up.headroom,
 			Key: func(r request) string { return p.models.key(t.up.name, t.modelFor(r.c)) },
 			Run: func(ctx context.Context, r request, policy rebound.Policy) (*http.Response, error) {
 				return p.send(ctx, r, t, policy)

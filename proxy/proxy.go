@@ -104,7 +104,10 @@ type Options struct {
 	// byte, whatever the client's pace). One that waits longer is never
 	// sent there: it goes on to the route's next upstream if that one
 	// has a slot free at once (it waits no more), else gets a 503 with
-	// Retry-After. Zero or less means DefaultMaxQueueWait (30 s): a
+	// Retry-After. It bounds the wait for the upstream's (or key's) pace
+	// too: a request its rate limits, as the headers announced them, would
+	// hold longer goes at once to the next key or upstream, else gets a
+	// 429 with Retry-After, never sent. Zero or less means DefaultMaxQueueWait (30 s): a
 	// client hears why before the usual 60 s idle timeout of a load
 	// balancer between cuts it off.
 	MaxQueueWait time.Duration
@@ -116,7 +119,10 @@ type Options struct {
 	// answered yet: see OtherModel). Nil means breaker.New with
 	// RecommendedBreaker.
 	Breaker func(key string) rebound.Breaker
-	// Limiter makes an upstream's pacer. Nil means ratelimit.New.
+	// Limiter makes an upstream's pacer, named as the upstream is
+	// ("UPSTREAM", or "UPSTREAM/KEYVAR" for each key of a pool). Nil
+	// means ratelimit.New. A pacer with a Headroom method
+	// (ratelimit.Limiter's, reboundredis.Limiter's) orders a pool's keys.
 	Limiter func(upstream string, cfg ratelimit.Config) ratelimit.Pacer
 	// Cooldowns keeps the upstreams found out of quota, under the
 	// breakers' keys. Nil means in-memory ones.
@@ -236,6 +242,7 @@ func New(o Options) (*Proxy, error) {
 		return nil, err
 	}
 	p.models = newModelLabels(p.routes)
+	p.cooldowns = noticing(p.cooldowns, p.routes)
 	for _, r := range p.routes {
 		r.chain = p.newChain(r)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rebound-go/rebound"
@@ -22,6 +23,13 @@ type upstream struct {
 	send    http.RoundTripper // the pacing transport under rebound.Transport
 	sendNow http.RoundTripper // send, for a request that waited for a slot in vain already: a slot free at once, or none
 	budget  *rebound.RetryBudget
+	pacer   ratelimit.Pacer // send's, which says the key's headroom
+
+	// pool is the configured upstream's name for a key of its pool
+	// (keys.go), "" for an upstream of one key; keyVar is the variable
+	// holding the key.
+	pool, keyVar string
+	coolingUntil atomic.Int64                // Unix ns: the end of the latest quota cool-down started here
 }
 
 // route is where matching requests go.
@@ -65,9 +73,9 @@ func (m upstreamMaker) make(name, rawURL, dialect, key string, limits ratelimit.
 	}
 	adaptive := ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{})
 	return &upstream{
-		name: name, base: base, dialect: dialect, key: key,
-		send:    &ratelimit.Transport{Base: m.send, Limiter: pacer, Adaptive: adaptive, MaxWait: m.maxQueueWait},
-		sendNow: &ratelimit.Transport{Base: m.send, Limiter: pacer, Adaptive: adaptive, MaxWait: noQueueWait},
+		name: name, base: base, dialect: dialect, key: key, pacer: pacer,
+		send:    &ratelimit.Transport{Base: m.send, Limiter: pacer, Adaptive: adaptive, MaxWait: m.maxQueueWait, MaxPaceWait: m.maxQueueWait},
+		sendNow: &ratelimit.Transport{Base: m.send, Limiter: pacer, Adaptive: adaptive, MaxWait: noQueueWait, MaxPaceWait: noQueueWait},
 		budget:  &rebound.RetryBudget{},
 	}, nil
 }
@@ -106,17 +114,34 @@ func (p *Proxy) configRoutes(c *FileConfig, policy rebound.Policy, ups upstreamM
 	if err != nil {
 		return nil, err
 	}
-	byName := map[string]*upstream{}
+	byName := map[string][]*upstream{} // an upstream's keys: one, or its pool
 	for name, u := range c.Upstreams {
+		limits := ratelimit.Config{RequestsPerMinute: u.RequestsPerMinute, TokensPerMinute: u.TokensPerMinute}
+		pool, err := poolKeys("upstreams."+name, u, getenv)
+		if err != nil {
+			return nil, err
+		}
+		if pool != nil {
+			if byName[name], err = ups.makePool(name, u.URL, dialectOr(u.Dialect), pool, limits); err != nil {
+				return nil, configErr("upstreams."+name+".url", "%v", err)
+			}
+			for _, k := range pool {
+				keys = append(keys, k.value)
+			}
+			continue
+		}
 		key := ""
 		if u.KeyEnv != "" {
 			if key = getenv(u.KeyEnv); key == "" {
 				return nil, configErr("upstreams."+name+".key_env", "environment variable %s is not set", u.KeyEnv)
 			}
 		}
-		if byName[name], err = ups.make(name, u.URL, dialectOr(u.Dialect), key, ratelimit.Config{RequestsPerMinute: u.RequestsPerMinute, TokensPerMinute: u.TokensPerMinute}); err != nil {
+		up, err := ups.make(name, u.URL, dialectOr(u.Dialect), key, limits)
+		if err != nil {
 			return nil, configErr("upstreams."+name+".url", "%v", err)
 		}
+		up.keyVar = u.KeyEnv
+		byName[name] = []*upstream{up}
 		keys = append(keys, key)
 	}
 	routes := c.Routes
@@ -147,13 +172,17 @@ func (p *Proxy) configRoutes(c *FileConfig, policy rebound.Policy, ups upstreamM
 		if !ok {
 			return nil, configErr(fmt.Sprintf("routes[%d].upstream", i), "unknown upstream %q", rc.Upstream)
 		}
-		r.targets = append(r.targets, target{up: up})
+		for _, k := range up {
+			r.targets = append(r.targets, target{up: k})
+		}
 		for j, f := range rc.Fallbacks {
 			fu, ok := byName[f.Upstream]
 			if !ok {
 				return nil, configErr(fmt.Sprintf("routes[%d].fallbacks[%d].upstream", i, j), "unknown upstream %q", f.Upstream)
 			}
-			r.targets = append(r.targets, target{up: fu, model: f.Model})
+			for _, k := range fu {
+				r.targets = append(r.targets, target{up: k, model: f.Model})
+			}
 		}
 		p.routes = append(p.routes, r)
 	}

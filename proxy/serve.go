@@ -182,6 +182,12 @@ func (p *Proxy) gatewayError(w http.ResponseWriter, r *http.Request, err error) 
 		status, msg = http.StatusServiceUnavailable, "too many requests in flight to the upstream: none came free in time"
 		c.outcome = "no_slot"
 		w.Header().Set("Retry-After", "1")
+	case errors.Is(err, ratelimit.ErrOverPace):
+		// Never sent: the rate limits the upstream's headers announced
+		// (every key's, for a pool) have no room for it in time.
+		status, msg = http.StatusTooManyRequests, "the upstream's rate limits have no room for the request in time"
+		c.outcome = "over_pace"
+		w.Header().Set("Retry-After", "1")
 	case !errors.As(err, &g):
 	case g.Reason == rebound.StopBreakerOpen:
 		status, msg = http.StatusServiceUnavailable, "upstream circuit open"

@@ -88,6 +88,8 @@ type Limiter struct {
 	// configured limits apply again; learnedAt is when it was last
 	// learned.
 	restoreAt, learnedAt time.Time
+
+	announced pace.Announced // the quotas the headers announced, for Headroom
 }
 
 // New returns a Limiter for cfg.
@@ -155,6 +157,11 @@ func (l *Limiter) Reserve(tokens int) *Reservation {
 	now := l.now()
 	l.restoreIfDue(now)
 	r := &Reservation{at: now, ok: true}
+	defer func() {
+		if r.ok {
+			l.announced.Sent(tokens, now)
+		}
+	}()
 	if l.requests != nil {
 		r.req = l.requests.ReserveN(now, 1)
 		r.ok = r.ok && r.req.OK()
@@ -192,6 +199,7 @@ func (l *Limiter) Allow(tokens int) bool {
 	if l.requests != nil {
 		l.requests.AllowN(now, 1)
 	}
+	l.announced.Sent(tokens, now)
 	return true
 }
 
@@ -199,6 +207,13 @@ func (l *Limiter) Allow(tokens int) bool {
 // once if that would be after ctx's deadline, or ctx's error if it ends
 // first.
 func (l *Limiter) Wait(ctx context.Context, tokens int) error {
+	deadline, _ := ctx.Deadline()
+	return l.waitUntil(ctx, tokens, deadline)
+}
+
+// waitUntil is Wait with the deadline given apart from ctx's (zero: none),
+// so that a Transport's MaxPaceWait costs no context.
+func (l *Limiter) waitUntil(ctx context.Context, tokens int, deadline time.Time) error {
 	r := l.Reserve(tokens)
 	if !r.OK() {
 		return fmt.Errorf("ratelimit: %d tokens exceed the tokens-per-minute limit", tokens)
@@ -207,7 +222,7 @@ func (l *Limiter) Wait(ctx context.Context, tokens int) error {
 	if d == 0 {
 		return nil
 	}
-	if deadline, ok := ctx.Deadline(); ok && d >= deadline.Sub(l.now()) {
+	if !deadline.IsZero() && d >= deadline.Sub(l.now()) {
 		r.Cancel()
 		return ErrDeadline
 	}
@@ -250,6 +265,7 @@ func (l *Limiter) Learn(h http.Header) {
 	if !ok {
 		return
 	}
+	l.announced.Learn(rl, now)
 	l.requests = learn(l.requests, rl.Requests, l.requestsPace, now, &l.restoreAt)
 	l.tokens = learn(l.tokens, rl.Tokens, l.tokensPace, now, &l.restoreAt)
 	l.learnedAt = now

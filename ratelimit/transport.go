@@ -75,6 +75,50 @@ type Transport struct {
 	// wait with an error that is both ErrNoSlot and
 	// context.DeadlineExceeded, and is retried as any timed-out attempt.
 	MaxWait time.Duration
+	// MaxPaceWait bounds how long a request waits for the Limiter's pace
+	// (by this package's Limiter's clock, or in real time).
+	// One the Limiter would hold longer fails at once with ErrOverPace
+	// marked rebound.Permanent, never sent: the limits, as the provider's
+	// headers announced them, have no room for it in time, and a retry
+	// would only queue it again (another key's Transport may have room).
+	// Zero or less means no bound but the request's context's deadline.
+	MaxPaceWait time.Duration
+}
+
+// ErrOverPace is the error of a request the Limiter would have held
+// longer than the Transport's MaxPaceWait: it was never sent.
+var ErrOverPace = errors.New("ratelimit: the rate limits leave no room for the request within the wait allowed")
+
+// paceBound is a request's context for its wait on the Limiter: its
+// deadline is the earlier of the request's own and the end of the wait
+// allowed, with no timer of its own, as the Limiter only reads the
+// deadline to refuse a wait that would pass it.
+type paceBound struct {
+	context.Context
+	deadline time.Time
+}
+
+func (b paceBound) Deadline() (time.Time, bool) { return b.deadline, true }
+
+// waitPace waits for the Limiter's pace for a request of ctx.
+func (t *Transport) waitPace(ctx context.Context, limiter Pacer, tokens int) error {
+	if t.MaxPaceWait <= 0 {
+		return limiter.Wait(ctx, tokens)
+	}
+	bound := time.Now().Add(t.MaxPaceWait)
+	if own, ok := ctx.Deadline(); ok && !bound.Before(own) {
+		return limiter.Wait(ctx, tokens) // the request's own deadline comes first
+	}
+	var err error
+	if l, ok := limiter.(*Limiter); ok {
+		err = l.waitUntil(ctx, tokens, l.now().Add(t.MaxPaceWait)) // by its own clock
+	} else {
+		err = limiter.Wait(paceBound{ctx, bound}, tokens)
+	}
+	if errors.Is(err, ErrDeadline) {
+		return rebound.Permanent(ErrOverPace)
+	}
+	return err
 }
 
 // ErrNoSlot is the error of a request that waited for a slot of the
@@ -109,7 +153,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if t.Tokens != nil {
 			tokens = t.Tokens(req)
 		}
-		if err := limiter.Wait(ctx, tokens); err != nil {
+		if err := t.waitPace(ctx, limiter, tokens); err != nil {
 			closeBody(req)
 			return nil, err
 		}

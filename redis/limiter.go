@@ -63,6 +63,9 @@ type Limiter struct {
 	// headers was in force: only then is a header that gives the
 	// configured pace back worth a round trip.
 	learned atomic.Bool
+	// announced is what this replica's answers' headers said of the
+	// quotas, less what it sent since, for Headroom.
+	announced pace.Announced
 }
 
 // NewLimiter returns a Limiter of cfg's limits for target, kept on s.
@@ -101,7 +104,10 @@ func interval(p pace.Pace) float64 {
 func (l *Limiter) Allow(tokens int) bool {
 	ok, _, err := l.decide(context.Background(), "allow", tokens, -1)
 	if err != nil {
-		return l.local.Allow(tokens)
+		ok = l.local.Allow(tokens)
+	}
+	if ok {
+		l.announced.Sent(tokens, time.Now())
 	}
 	return ok
 }
@@ -117,9 +123,16 @@ func (l *Limiter) Wait(ctx context.Context, tokens int) error {
 		most = max(time.Until(deadline), 0)
 	}
 	ok, delay, err := l.decide(ctx, "wait", tokens, most)
+	if err != nil {
+		err = l.local.Wait(ctx, tokens)
+		ok = err == nil
+	}
+	if ok {
+		l.announced.Sent(tokens, time.Now())
+	}
 	switch {
 	case err != nil:
-		return l.local.Wait(ctx, tokens)
+		return err
 	case !ok:
 		return ratelimit.ErrDeadline
 	case delay == 0:
@@ -152,10 +165,12 @@ func (l *Limiter) Correct(estimated, actual int) {
 // leaves the pace as it is costs no round trip.
 func (l *Limiter) Learn(h http.Header) {
 	l.local.Learn(h)
-	rl, ok := header.RateLimits(h, time.Now())
+	now := time.Now()
+	rl, ok := header.RateLimits(h, now)
 	if !ok {
 		return
 	}
+	l.announced.Learn(rl, now)
 	args := make([]any, 0, 8)
 	news := false
 	for _, q := range [...]struct {
@@ -185,6 +200,15 @@ func (l *Limiter) Learn(h http.Header) {
 		// Without Redis, the local Limiter has learned it: enough.
 		l.decide(context.Background(), "learn", 0, -1, args...)
 	}
+}
+
+// Headroom returns what this replica knows of what is left of the
+// provider's quotas, as ratelimit.Limiter.Headroom does: the latest
+// headers this replica read, less what it sent since. The other
+// replicas' calls show in the next headers it reads.
+func (l *Limiter) Headroom() ratelimit.Headroom {
+	r, t, known := l.announced.Headroom(time.Now())
+	return ratelimit.Headroom{Requests: r, Tokens: t, Known: known}
 }
 
 // anyDelay is the script's "a wait takes any delay", boxed once.

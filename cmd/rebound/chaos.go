@@ -30,12 +30,13 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	profile := fs.String("profile", chaos.ProfilePlain, "answer in the wire format of `profile` (plain, openai, anthropic, gemini, azure, bedrock, local)")
 	cutAfter := fs.Int("cut-after", 0, "`pieces` of text a breaking stream sends before it breaks, in stream-cut mode")
 	mf := chaosrun.DefineMCPFlags(fs)
+	kf := chaosrun.DefineKeyFlags(fs)
 
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "rebound chaos: "+format+"\n", a...)
 		return 2
 	}
-	if code, done := parseFlags(fs, args, chaosrun.Usage+chaosrun.MCPUsage+"\nflags:\n", withStdout(stderr, stdout)); done {
+	if code, done := parseFlags(fs, args, chaosrun.Usage+chaosrun.KeyUsage+chaosrun.MCPUsage+"\nflags:\n", withStdout(stderr, stdout)); done {
 		return code
 	}
 	given := cliflag.Given(fs)
@@ -62,7 +63,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	case *cutAfter < 0:
 		return usageErr("--cut-after %d is negative", *cutAfter)
 	}
-	srv, err := chaos.New(chaos.Config{
+	cfg := chaos.Config{
 		Mode:             *mode,
 		FailRate:         *failRate,
 		Seed:             *seed,
@@ -71,7 +72,11 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		Profile:          *profile,
 		HintEveryFailure: hintAll,
 		CutAfter:         *cutAfter,
-	})
+	}
+	if err := kf.Set(&cfg); err != nil {
+		return usageErr("%v", err)
+	}
+	srv, err := chaos.New(cfg)
 	if err != nil {
 		return usageErr("%s", strings.TrimPrefix(err.Error(), "chaos: "))
 	}

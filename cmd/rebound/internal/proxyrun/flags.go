@@ -44,7 +44,7 @@ func DefineFlags(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&c.Redis, "redis", "", "share limits, breakers and cool-downs with other replicas on this Redis `URL` (one with a password: --redis-env)")
 	fs.StringVar(&f.redisEnv, "redis-env", "", "as --redis, with the URL (and its password) in this environment `variable`, out of ps's sight")
 	fs.DurationVar(&f.attemptTimeout, "attempt-timeout", 0, "bound each attempt, its body read included (0: none but the client's)")
-	fs.DurationVar(&o.MaxQueueWait, "max-queue-wait", proxy.DefaultMaxQueueWait, "how long a request may wait for a slot of its upstream's limit on requests in flight; then a 503")
+	fs.DurationVar(&o.MaxQueueWait, "max-queue-wait", proxy.DefaultMaxQueueWait, "how long a request may wait for a slot of its upstream's limit on requests in flight (then a 503), or for its learnt rate limits (then a 429)")
 	return f
 }
 

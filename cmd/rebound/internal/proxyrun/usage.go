@@ -33,7 +33,9 @@ Transport with the recommended setup:
     first content, another answer until its first byte; a request that
     finds no slot within --max-queue-wait goes to the route's next
     upstream if it has a slot free at once, and otherwise gets a 503 with
-    Retry-After, never sent);
+    Retry-After, never sent; one the learnt limits would hold longer than
+    --max-queue-wait goes to the next key or upstream at once, and
+    otherwise gets a 429 with Retry-After, never sent);
   - streams passed through byte for byte as they come; one that breaks
     after its first content reaches the client broken, as it broke.
 
@@ -43,7 +45,13 @@ prefix or model, fallbacks to upstreams of the same dialect (with the model
 renamed), and a policy (rebound's Policy JSON) and body cap per route; the
 upstreams' keys come from the environment variables it names. With
 pass_client_key, the client's key goes only to the route's own upstream,
-never to a fallback.
+never to a fallback. An upstream's "keys_env": ["K1", "K2"] (in key_env's
+place) is a pool of keys whose limits add up: each key has its own pace
+learnt from its own rate-limit headers, its own quota cool-down and its own
+breaker (keyed UPSTREAM/K1:MODEL; named by the variable, never the key); a
+request goes to the key with the most headroom left, skips a key cooling
+down after its quota ran out (on every replica with --redis), and moves to
+the next key at once on a 429, waiting only on the last.
 
 Bound to a loopback address the proxy asks no token of its clients; bound
 to any other, it refuses to start without client tokens (--token-env or
