@@ -100,7 +100,6 @@ func (t target) pool() string {
 	return t.up.pool + ":" + t.model
 }
 
-
 // noticedCooldowns are the proxy's Cooldowns, noting on each upstream
 // when the latest cool-down started on it ends, for the status page.
 type noticedCooldowns struct {
@@ -148,7 +147,7 @@ func (up *upstream) headroomNow() ratelimit.Headroom {
 // keyRow is one upstream key as the status page shows it.
 type keyRow struct {
 	Upstream string // the configured upstream's name
-	Key      string // the variable holding the key; "" for none
+	Key      string // the variable holding a pool's key; "" for an upstream of one key
 	// Breaker is the worst state of the key's breakers, one per model
 	// ("closed", "half-open", "open"): a model whose breaker opened shows
 	// though another model of the key answers.
@@ -182,10 +181,10 @@ func (p *Proxy) keyRows() []keyRow {
 			}
 			seen[up] = true
 			h := up.headroomNow()
-			row := keyRow{Upstream: up.name, Key: up.keyVar, RequestsHeadroom: h.Requests, TokensHeadroom: h.Tokens, Known: h.Known,
+			row := keyRow{Upstream: up.name, RequestsHeadroom: h.Requests, TokensHeadroom: h.Tokens, Known: h.Known,
 				CoolingUntil: time.Unix(0, up.coolingUntil.Load())}
-			if up.pool != "" {
-				row.Upstream = up.pool
+			if up.pool != "" { // a single key's figures are the upstream's: its events name no key
+				row.Upstream, row.Key = up.pool, up.keyVar
 			}
 			if up.coolingUntil.Load() == 0 || !row.CoolingUntil.After(time.Now()) {
 				row.CoolingUntil = time.Time{}

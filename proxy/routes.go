@@ -29,7 +29,7 @@ type upstream struct {
 	// (keys.go), "" for an upstream of one key; keyVar is the variable
 	// holding the key.
 	pool, keyVar string
-	coolingUntil atomic.Int64                // Unix ns: the end of the latest quota cool-down started here
+	coolingUntil atomic.Int64 // Unix ns: the end of the latest quota cool-down started here
 }
 
 // route is where matching requests go.
