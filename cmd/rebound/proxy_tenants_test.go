@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -91,7 +93,7 @@ Promise.all(Array.from({length: Number(env.CONCURRENCY)}, worker)).then(() => co
 // sdkRun is what the script printed.
 type sdkRun struct {
 	Calls, OK, Quota, Other int
-	Statuses               map[string]int
+	Statuses                map[string]int
 }
 
 // runSDK runs the script as tenant (its token, its model) against the
@@ -130,6 +132,7 @@ func TestTenantCapHoldsForTheOpenAINodeSDK(t *testing.T) {
 	wg.Go(func() { capped = runSDK(t, script, url, "capped", "tok-capped-secret", 120, 2) })
 	wg.Go(func() { shared = runSDK(t, script, url, "free", "tok-free-secret", 40, 0) })
 	wg.Wait()
+	metrics := getWithToken(t, url+"/metrics", "tok-free-secret")
 	stop()
 
 	tally := up.Stats().Tallies["capped"]["capped-model"]
@@ -159,6 +162,9 @@ func TestTenantCapHoldsForTheOpenAINodeSDK(t *testing.T) {
 	if refusals != capped.Quota {
 		t.Errorf("the proxy refused %d requests, the SDK saw %d refusals: it retried them", refusals, capped.Quota)
 	}
+	if want := fmt.Sprintf("rebound_proxy_tenant_refusals_total{tenant=\"capped\",reason=\"spend_cap\"} %d\n", refusals); !strings.Contains(metrics, want) {
+		t.Errorf("/metrics does not say %q", want)
+	}
 	if attempts != tally.Requests {
 		// An attempt the cap refused is not counted: none was sent.
 		t.Errorf("the proxy logged %d attempts of the capped tenant, the chaos server saw %d requests", attempts, tally.Requests)
@@ -168,8 +174,8 @@ func TestTenantCapHoldsForTheOpenAINodeSDK(t *testing.T) {
 		t.Errorf("free tenant answered %.2f alone and %.2f beside the capped one: want both about the same, at least 0.95", rateAlone, rateShared)
 	}
 	for _, secret := range []string{"tok-capped-secret", "tok-free-secret", "sk-chaos-upstream"} {
-		if strings.Contains(logs.String(), secret) {
-			t.Errorf("a token or key is in the proxy's log")
+		if strings.Contains(logs.String(), secret) || strings.Contains(metrics, secret) {
+			t.Errorf("a token or key is in the proxy's log or /metrics")
 		}
 	}
 }
@@ -262,4 +268,24 @@ func deleteKeys(t *testing.T, url, prefix string) {
 	if err != nil {
 		t.Errorf("cleaning up Redis: %v", err)
 	}
+}
+
+// getWithToken GETs url with a client token and returns the body.
+func getWithToken(t *testing.T, url, token string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(b)
 }
