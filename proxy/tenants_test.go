@@ -329,3 +329,15 @@ func BenchmarkProxyTenant(b *testing.B) {
 		})
 	}
 }
+
+// A tenant's bad value is refused when the config is read, in one line
+// that names the key at fault.
+func ExampleTenantConfig() {
+	_, err := proxy.ParseConfig([]byte(`{
+		"upstreams": {"openai": {"url": "https://api.openai.com", "key_env": "OPENAI_API_KEY"}},
+		"prices": {"gpt-4o-mini": {"input_per_million": 0.15, "output_per_million": 0.6}},
+		"tenants": {"support": {"tokens_env": "SUPPORT_TOKENS", "spend_cap_usd": 20, "period": "week", "models": ["gpt-4o-mini"]}}
+	}`), func(string) string { return "set" })
+	fmt.Println(err)
+	// Output: config: tenants.support.period: "week" is not day or month
+}
