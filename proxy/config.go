@@ -46,8 +46,9 @@ type FileConfig struct {
 	AllowHosts   []string `json:"allow_hosts"`
 	AllowOrigins []string `json:"allow_origins"`
 	// Tenants by name: who calls, each with its own tokens, spend cap,
-	// limits and models (see TenantConfig). None means one tenant,
-	// "default", of the --token-env tokens.
+	// limits and models (see TenantConfig); the --token-env tokens are
+	// then the tenant "default". None means no tenants: a token is only
+	// a key to the door.
 	Tenants map[string]TenantConfig `json:"tenants"`
 	// Prices by model, for the tenants' spend caps and the access log's
 	// cost_usd, in cost.Price's JSON form.
