@@ -66,11 +66,14 @@ func TestTenantOverCapIsRefusedBeforeSending(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &e); err != nil || e.Error.Code != "insufficient_quota" || e.Error.Type != "insufficient_quota" {
 		t.Fatalf("refusal %s is not OpenAI's insufficient_quota (%v)", body, err)
 	}
-	reset := time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour).Format(time.RFC3339)
-	for _, want := range []string{`"capped"`, "$0.05 a day", "resets at " + reset} {
+	for _, want := range []string{`"capped"`, "$0.05 a day"} {
 		if !strings.Contains(e.Error.Message, want) {
 			t.Errorf("refusal %q does not say %q", e.Error.Message, want)
 		}
+	}
+	_, resets, _ := strings.Cut(e.Error.Message, "it resets at ")
+	if at, err := time.Parse(time.RFC3339, resets); err != nil || !at.Equal(at.Truncate(24*time.Hour)) || time.Until(at) > 24*time.Hour || time.Until(at) <= 0 {
+		t.Errorf("refusal %q does not say when the cap resets: the next midnight UTC", e.Error.Message)
 	}
 	if seen.hits != 4 {
 		t.Errorf("upstream saw %d requests, want 4: the refused one was sent", seen.hits)
