@@ -173,6 +173,37 @@ func TestTenantCapHoldsForTheOpenAINodeSDK(t *testing.T) {
 	if rateAlone < 0.9 || rateShared < rateAlone-0.1 {
 		t.Errorf("free tenant answered %.2f alone and %.2f beside the capped one: want both about the same (within 3 calls in 30), at least 0.9", rateAlone, rateShared)
 	}
+	// rebound analyze reads the proxy's log: spend and refusals by tenant.
+	logFile := filepath.Join(t.TempDir(), "proxy.log")
+	if err := os.WriteFile(logFile, []byte(logs.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCmd("analyze", "--json", logFile)
+	var report struct {
+		Tenants []struct {
+			Name           string
+			Calls, Refused int64
+			SpendUSD       *float64 `json:"spend_usd"`
+			CapUSD         *float64 `json:"cap_usd"`
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &report); code != 0 || err != nil {
+		t.Fatalf("rebound analyze: exit %d, %v, stderr %q", code, err, stderr)
+	}
+	found := false
+	for _, tn := range report.Tenants {
+		if tn.Name != "capped" {
+			continue
+		}
+		found = true
+		if tn.Refused != int64(refusals) || tn.SpendUSD == nil || *tn.SpendUSD > tenantCapUSD || tn.CapUSD == nil || *tn.CapUSD != tenantCapUSD {
+			t.Errorf("rebound analyze says the capped tenant had %d refused, spent %v of %v; the proxy refused %d", tn.Refused, tn.SpendUSD, tn.CapUSD, refusals)
+		}
+		t.Logf("rebound analyze: capped tenant %d calls, %d refused, $%.4f spent", tn.Calls, tn.Refused, *tn.SpendUSD)
+	}
+	if !found {
+		t.Errorf("rebound analyze reports no tenant \"capped\": %s", stdout)
+	}
 	for _, secret := range []string{"tok-capped-secret", "tok-free-secret", "sk-chaos-upstream"} {
 		if strings.Contains(logs.String(), secret) || strings.Contains(metrics, secret) {
 			t.Errorf("a token or key is in the proxy's log or /metrics")
