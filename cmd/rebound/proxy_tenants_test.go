@@ -37,6 +37,7 @@ func tenantsConfig(t *testing.T, url string) string {
 	t.Setenv("TEST_TENANTS_UPSTREAM_KEY", "sk-chaos-upstream")
 	t.Setenv("TEST_TENANTS_CAPPED", "tok-capped-secret")
 	t.Setenv("TEST_TENANTS_FREE", "tok-free-secret")
+	t.Setenv("TEST_TENANTS_PACED", "tok-paced-secret")
 	cfg := fmt.Sprintf(`{
 	"upstreams": {"chaos": {"url": %q, "key_env": "TEST_TENANTS_UPSTREAM_KEY"}},
 	"prices": {
@@ -44,7 +45,8 @@ func tenantsConfig(t *testing.T, url string) string {
 		"free-model": {"input_per_million": 100, "output_per_million": 100}},
 	"tenants": {
 		"capped": {"tokens_env": "TEST_TENANTS_CAPPED", "spend_cap_usd": %g, "period": "day", "models": ["capped-model"]},
-		"free": {"tokens_env": "TEST_TENANTS_FREE"}}}`, url, tenantCapUSD)
+		"free": {"tokens_env": "TEST_TENANTS_FREE"},
+		"paced": {"tokens_env": "TEST_TENANTS_PACED", "requests_per_minute": 6}}}`, url, tenantCapUSD)
 	file := filepath.Join(t.TempDir(), "proxy.json")
 	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -211,9 +213,10 @@ func TestTenantCapHoldsForTheOpenAINodeSDK(t *testing.T) {
 	}
 }
 
-// TestTenantCapHoldsAcrossTwoProxiesOnRedis: two rebound proxy processes
-// sharing Redis hold a tenant, hammering both, to one cap.
-func TestTenantCapHoldsAcrossTwoProxiesOnRedis(t *testing.T) {
+// TestTenantCapAndLimitHoldAcrossTwoProxiesOnRedis: two rebound proxy
+// processes sharing Redis hold a tenant, hammering both, to one spend cap,
+// and another to one requests_per_minute.
+func TestTenantCapAndLimitHoldAcrossTwoProxiesOnRedis(t *testing.T) {
 	up, upURL := chaosUpstream(t)
 	config := tenantsConfig(t, upURL)
 	prefix := fmt.Sprintf("rebound-test-tenants-%d:", time.Now().UnixNano())
@@ -256,6 +259,24 @@ func TestTenantCapHoldsAcrossTwoProxiesOnRedis(t *testing.T) {
 	// seventy: together they must not answer much more than that.
 	if refusedBy[0].Load() == 0 || refusedBy[1].Load() == 0 || ok.Load() > 80 {
 		t.Errorf("%d answered, refusals %d and %d: want the one cap reached by both proxies", ok.Load(), refusedBy[0].Load(), refusedBy[1].Load())
+	}
+
+	// A tenant of 6 requests a minute (a request every 10 s, one at a
+	// time) gets one through the two proxies together, not one from each.
+	admitted := 0
+	for i := range 6 {
+		resp, body := post(t, urls[i%2]+"/v1/chat/completions", `{"model":"free-model","messages":[]}`, "Authorization", "Bearer tok-paced-secret")
+		switch {
+		case resp.StatusCode == 429 && strings.Contains(body, `tenant \"paced\" is over its rate limit`):
+			if ra := resp.Header.Get("Retry-After"); ra != "10" {
+				t.Errorf("Retry-After %q, want 10 (a request every 10 s)", ra)
+			}
+		default:
+			admitted++
+		}
+	}
+	if admitted != 1 {
+		t.Errorf("%d of 6 requests of a tenant of 6 a minute went through two proxies at once, want 1: the limit is not shared", admitted)
 	}
 }
 
