@@ -535,7 +535,7 @@ func (p *Proxy) settleCall(c *call, status int) {
 		return
 	}
 	if !c.priced && c.usage != nil && status < http.StatusBadRequest {
-		if price, ok := p.tenants.prices[c.model]; ok {
+		if price, ok := p.tenants.prices[c.answeredModel()]; ok {
 			c.costUSD, c.priced = max(price.Of(*c.usage), 0), true
 			if c.tenant != nil {
 				c.tenant.addSpend(c.costUSD)
@@ -558,6 +558,26 @@ func (p *Proxy) settleCall(c *call, status int) {
 	if corr, ok := t.pacer.(interface{ Correct(estimated, actual int) }); ok && c.usage != nil && c.estimate > 0 {
 		corr.Correct(c.estimate, int(min(c.usage.InputTokens+c.usage.OutputTokens, math.MaxInt32)))
 	}
+}
+
+// answeredModel is the model c's answer came from: the one its last
+// upstream was asked for (a fallback's may be another), or the client's
+// when the route names that upstream more than once.
+func (c *call) answeredModel() string {
+	model, found := c.model, false
+	if c.rt == nil {
+		return model
+	}
+	for _, t := range c.rt.targets {
+		if t.up.name != c.upstream {
+			continue
+		}
+		if found {
+			return c.model
+		}
+		model, found = t.modelFor(c), true
+	}
+	return model
 }
 
 // tenantAttrs are the access log's keys of c's tenant and cost. c.mu is

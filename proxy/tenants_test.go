@@ -344,3 +344,23 @@ func ExampleTenantConfig() {
 	fmt.Println(err)
 	// Output: config: tenants.support.period: "week" is not day or month
 }
+
+// TestTenantCostIsPricedAtTheModelThatAnswered: an uncapped tenant's
+// request answered by a fallback asked for a cheaper model costs that
+// model's price.
+func TestTenantCostIsPricedAtTheModelThatAnswered(t *testing.T) {
+	down, _ := recordingUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(http.StatusServiceUnavailable) })
+	up, _ := usageUpstream(t, 1000, 0)
+	js := `{"upstreams":{"down":{"url":"` + down.URL + `"},"up":{"url":"` + up.URL + `"}},
+		"routes":[{"upstream":"down","fallbacks":[{"upstream":"up","model":"cheap"}],"policy":{"max_attempts":1}}],
+		"prices":{"dear":{"input_per_million":10},"cheap":{"input_per_million":1}},
+		"tenants":{"free":{"tokens_env":"FREE_TOKS"}}}`
+	front, logs := serveProxy(t, proxy.Options{Config: config(t, js, tenantEnv), Getenv: mapEnv(tenantEnv)})
+	if resp, body := do(t, "POST", front.URL+"/v1/chat/completions", `{"model":"dear"}`, "Authorization", "Bearer tok-free"); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	front.Close()
+	if l := accessLines(t, logs.String())[0]; l["cost_usd"] != 1000*1/1e6 || l["upstream"] != "up" {
+		t.Errorf("line %v: want cost_usd $0.001, cheap's price", l)
+	}
+}
