@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -252,7 +253,7 @@ func newTenants(o Options, getenv func(string) string) (*tenants, []string, erro
 			}
 		}
 		if tc.SpendCapUSD != nil {
-			t.capUSD, t.period = *tc.SpendCapUSD, cmpOr(tc.Period, PeriodDay)
+			t.capUSD, t.period = *tc.SpendCapUSD, cmp.Or(tc.Period, PeriodDay)
 			if o.TenantCap != nil {
 				t.cap = o.TenantCap(name, t.capUSD, t.period)
 			} else {
@@ -273,7 +274,7 @@ func newTenants(o Options, getenv func(string) string) (*tenants, []string, erro
 			return nil, nil, configErr(where+".tokens_env", "environment variable %s is not set or holds no token", tc.TokensEnv)
 		}
 		for _, tok := range own {
-			if defaults[tok] {
+			if defaults[tok] && name != DefaultTenant {
 				return nil, nil, configErr(where+".tokens_env", "a token in %s is also one of --token-env's, the tenant %q's", tc.TokensEnv, DefaultTenant)
 			}
 			add(tok, t)
@@ -288,13 +289,6 @@ func newTenants(o Options, getenv func(string) string) (*tenants, []string, erro
 		}
 	}
 	return ts, ts.tokens, nil
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // of returns the tenant of the door's token index i.
@@ -523,7 +517,7 @@ func (t *tenant) addSpend(usd float64) {
 // rollPeriod starts a new period's spend once the one of t.spent ended.
 // t.mu is held.
 func (t *tenant) rollPeriod(now time.Time) {
-	if start := periodStart(now, cmpOr(t.period, PeriodDay)); !start.Equal(t.periodStart) {
+	if start := periodStart(now, cmp.Or(t.period, PeriodDay)); !start.Equal(t.periodStart) {
 		t.periodStart, t.spent = start, 0
 	}
 }
