@@ -16,16 +16,19 @@ import (
 )
 
 // Price is what a target charges, in US dollars per million tokens, and,
-// for spend caps, what its requests may use when they do not say.
+// for spend caps, what its requests may use when they do not say. Its
+// JSON form (rebound proxy's "prices") has snake_case keys:
+// {"input_per_million": 0.15, "output_per_million": 0.6}.
 type Price struct {
-	InputPerMillion, OutputPerMillion float64
+	InputPerMillion  float64 `json:"input_per_million"`
+	OutputPerMillion float64 `json:"output_per_million"`
 	// MaxOutputTokens is what a request that names no output cap of its
 	// own is held at, for each answer it asks for (a provider's default
 	// is the model's maximum: set it to that, 100 000 for OpenAI's
 	// o-series, whose reasoning counts as output), and what a Gemini
 	// request that sets no thinking budget is held at for its thoughts,
 	// beyond its cap. Zero means 32 768.
-	MaxOutputTokens int64
+	MaxOutputTokens int64 `json:"max_output_tokens"`
 	// MaxInputTokens is what the input of a request that refers to
 	// context the provider keeps is held at, beyond its own body: the
 	// model's context window. Such a request continues a stored
@@ -39,7 +42,7 @@ type Price struct {
 	// 1 047 576 for OpenAI's, 1 000 000 for Anthropic's (its 1M-token
 	// beta), 2 097 152 for any other. A server with a larger window (an
 	// OpenAI-compatible one with a 2M-token model) needs it set.
-	MaxInputTokens int64
+	MaxInputTokens int64 `json:"max_input_tokens"`
 }
 
 func (p Price) maxOutput() int64 {

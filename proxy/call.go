@@ -22,6 +22,11 @@ type call struct {
 	route   string
 	rt      *route
 	body    *heldBody
+	tenant  *tenant // nil: no tenants configured
+	// refusal is why the tenant's limits refused the request, plus one;
+	// estimate is the tokens its rate limit was charged.
+	refusal  refusal
+	estimate int
 
 	// Set by the forwarder, on the handler's goroutine.
 	upstream   string
@@ -41,6 +46,8 @@ type call struct {
 	next     rebound.Observer // the Observer of the upstream being called
 	row      *statusRow       // the status page's row of the upstream and key being called
 	usage    *cost.Usage      // what the answer reported it used, once read
+	costUSD  float64          // what the attempts cost, when priced
+	priced   bool
 }
 
 // tokens notes the usage the answer reported (final or not: what was seen).
@@ -100,7 +107,10 @@ var noKinds any = []string{}
 // attempt answered), status and latency_ms always; stream (true for an
 // answer streamed: an event stream, or Gemini's streamGenerateContent),
 // the tokens the answer reported (none when it reported none, as an
-// OpenAI stream without stream_options.include_usage), upstreams_tried,
+// OpenAI stream without stream_options.include_usage), tenant (its name,
+// with tenants configured) and tenant_cap_usd (a capped tenant's cap),
+// cost_usd (what the attempts cost, as the tenant's cap settled them, or
+// priced from the tokens by the config's prices), upstreams_tried,
 // skipped, outcome, broken and error when there is something to say. It
 // carries no header, body, key or prompt; an error is scrubbed of every
 // credential the proxy knows and of anything shaped like one.
@@ -128,6 +138,8 @@ func (p *Proxy) logCall(c *call, status int) {
 	if c.usage != nil {
 		attrs = append(attrs, slog.Int64("input_tokens", c.usage.InputTokens), slog.Int64("output_tokens", c.usage.OutputTokens))
 	}
+	p.settleCall(c, status)
+	c.tenantAttrs(func(key string, v any) { attrs = append(attrs, slog.Any(key, v)) })
 	if c.tried > 1 {
 		attrs = append(attrs, slog.Int("upstreams_tried", c.tried))
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/cost"
 )
 
 // Dialects: the wire formats the proxy speaks, which say how an upstream
@@ -44,6 +45,14 @@ type FileConfig struct {
 	// AllowOrigins.
 	AllowHosts   []string `json:"allow_hosts"`
 	AllowOrigins []string `json:"allow_origins"`
+	// Tenants by name: who calls, each with its own tokens, spend cap,
+	// limits and models (see TenantConfig); the --token-env tokens are
+	// then the tenant "default". None means no tenants: a token is only
+	// a key to the door.
+	Tenants map[string]TenantConfig `json:"tenants"`
+	// Prices by model, for the tenants' spend caps and the access log's
+	// cost_usd, in cost.Price's JSON form.
+	Prices cost.Table `json:"prices"`
 }
 
 // UpstreamConfig is one provider endpoint.
@@ -200,6 +209,9 @@ func ParseConfig(data []byte, getenv func(string) string) (*FileConfig, error) {
 				return nil, configErr(fwhere+".upstream", "%q speaks %s, the route's upstream %s", f.Upstream, dialectOr(fu.Dialect), dialectOr(up.Dialect))
 			}
 		}
+	}
+	if err := checkTenants(&c, getenv); err != nil {
+		return nil, err
 	}
 	return &c, nil
 }

@@ -129,6 +129,21 @@
 // carries a header, a body or a prompt, and every error text is scrubbed
 // of the keys and tokens it knows and of anything shaped like a key.
 //
+// Tenants (FileConfig.Tenants, TenantConfig): several agents, teams or
+// customers share the proxy, each known by its client tokens and held,
+// before anything is sent, to the models it may use (a 403 in the
+// dialect otherwise), to its requests_per_minute and tokens_per_minute
+// (a wait of TenantMaxWait at most, then a 429 with Retry-After), and to
+// its spend cap for a UTC day or month, priced by FileConfig.Prices: each
+// attempt is held against the cap under cost.WithCaps' rule and refused,
+// never sent, when it could pass it, then settled at the usage its answer
+// reports. A refusal is the dialect's own quota error (OpenAI's 429
+// insufficient_quota, Anthropic's 402 billing_error, Gemini's 429
+// RESOURCE_EXHAUSTED) with x-should-retry: false, naming the cap and when
+// it resets. Options.TenantCap and TenantLimiter share caps and limits
+// among replicas (rebound proxy --redis); the tokens of Options.Tokens are
+// the tenant DefaultTenant.
+//
 // The access log (Options.Logger) has a line per request, "msg":"request",
 // with always: method, path, route, upstream ("UPSTREAM/KEYVAR" for a key
 // of a pool), model (as the client named
@@ -137,7 +152,9 @@
 // is something to say: "stream":true for a streamed answer,
 // input_tokens and output_tokens as the answer reported them (an OpenAI
 // stream reports none unless the client asks, with
-// stream_options.include_usage), upstreams_tried, skipped (upstreams
-// cooling down), outcome (why the proxy answered itself), broken and
-// error.
+// stream_options.include_usage), tenant (its name, never a token) and
+// tenant_cap_usd, cost_usd (what the attempts cost, when priced),
+// upstreams_tried, skipped (upstreams cooling down), outcome (why the
+// proxy answered itself; tenant_spend_cap, tenant_rate_limit and
+// tenant_model for a tenant's refusals), broken and error.
 package proxy

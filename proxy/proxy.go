@@ -13,6 +13,7 @@ import (
 
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/breaker"
+	"github.com/rebound-go/rebound/cost"
 	"github.com/rebound-go/rebound/fallback"
 	"github.com/rebound-go/rebound/internal/frontdoor"
 	"github.com/rebound-go/rebound/internal/scrub"
@@ -130,6 +131,16 @@ type Options struct {
 	// Observer hears every call's events (metrics); their Target is the
 	// breaker's key, so a made-up model adds no series. Nil means none.
 	Observer rebound.Observer
+	// TenantCap makes the spend cap of a tenant of the config: usd for
+	// each period ("day" or "month", UTC), named by the tenant, as its
+	// *cost.CapError says. Nil means one in memory, a cost.Limit for each
+	// period; rebound proxy --redis makes a reboundredis.Cap, shared by
+	// every replica.
+	TenantCap func(tenant string, usd float64, period string) cost.Cap
+	// TenantLimiter makes the pacer of a tenant's requests_per_minute and
+	// tokens_per_minute. Nil means ratelimit.New; rebound proxy --redis
+	// makes a reboundredis.Limiter, shared by every replica.
+	TenantLimiter func(tenant string, cfg ratelimit.Config) ratelimit.Pacer
 	// Logger takes the access log (a line per request, see the package
 	// doc) and errors. Nil means slog.Default.
 	Logger *slog.Logger
@@ -169,6 +180,7 @@ type Proxy struct {
 	adminToken    frontdoor.AdminToken
 	board         *statusBoard // the status page's figures
 	configVersion string       // the version of the config that is live, shown by the status page; "" for none
+	tenants       *tenants     // nil: the config has neither tenants nor prices
 	reverse       *httputil.ReverseProxy
 	draining      atomic.Bool
 }
@@ -226,7 +238,12 @@ func New(o Options) (*Proxy, error) {
 		hosts = append(hosts[:len(hosts):len(hosts)], o.Config.AllowHosts...)
 		origins = append(origins[:len(origins):len(origins)], o.Config.AllowOrigins...)
 	}
-	door, err := frontdoor.New(frontdoor.Options{Tokens: o.Tokens, AllowHosts: hosts, AllowOrigins: origins})
+	tenants, tokens, err := newTenants(o, getenv)
+	if err != nil {
+		return nil, err
+	}
+	p.tenants = tenants
+	door, err := frontdoor.New(frontdoor.Options{Tokens: tokens, AllowHosts: hosts, AllowOrigins: origins})
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +263,7 @@ func New(o Options) (*Proxy, error) {
 	for _, r := range p.routes {
 		r.chain = p.newChain(r)
 	}
-	p.secrets = secretsOf(append(append(keys, o.Tokens...), o.AdminToken))
+	p.secrets = secretsOf(append(append(keys, tokens...), o.AdminToken))
 	memory := o.MaxBodyMemory
 	switch {
 	case memory < 0:

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/cost"
 	"github.com/rebound-go/rebound/internal/scrub"
 	"github.com/rebound-go/rebound/ratelimit"
 )
@@ -41,7 +42,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/metrics":
 		if p.metrics != nil {
 			if p.admitAdmin(w, r) {
-				p.metrics.ServeHTTP(w, r)
+				p.serveMetrics(w, r)
 			}
 			return
 		}
@@ -60,7 +61,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		p.logCall(c, sw.status)
 	}()
-	if !p.door.Admit(r) {
+	var admitted bool
+	if c.tenant, admitted = p.tenantOf(r); !admitted {
 		writeJSON(sw, http.StatusUnauthorized, unauthorizedBody)
 		c.outcome = "unauthorized"
 		return
@@ -128,7 +130,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.rt, c.body = rt, body
-	out := r.WithContext(context.WithValue(r.Context(), callKey{}, c))
+	ctx, admitted := p.admitTenant(sw, r, c)
+	if !admitted {
+		return
+	}
+	out := r.WithContext(context.WithValue(ctx, callKey{}, c))
 	out.Body, out.ContentLength = http.NoBody, 0 // the forwarder sends c.body
 	p.reverse.ServeHTTP(sw, out)
 }
@@ -173,8 +179,19 @@ func (p *Proxy) gatewayError(w http.ResponseWriter, r *http.Request, err error) 
 		return
 	}
 	status, msg := http.StatusBadGateway, "upstream unreachable"
-	var g *rebound.GiveUpError
+	var (
+		g        *rebound.GiveUpError
+		capError *cost.CapError
+	)
 	switch {
+	case errors.As(err, &capError):
+		p.refuseSpend(w, c, capError)
+		return
+	case errors.Is(err, cost.ErrNoPrice):
+		// A capped tenant's request sent on to a model without a price:
+		// its cap could not be kept.
+		status, msg = http.StatusForbidden, "no price for the model the request would be sent to: the tenant's spend cap cannot be kept"
+		c.outcome = "no_price"
 	case errors.Is(err, ratelimit.ErrNoSlot), errors.Is(err, ratelimit.ErrQueueFull):
 		// Never sent: the upstream's limit on requests in flight is
 		// taken. Slots free as the requests ahead get their first

@@ -2,23 +2,9 @@ package proxy
 
 import (
 	"strings"
-	"time"
 
 	"github.com/rebound-go/rebound/breaker"
 )
-
-// tenantRow is what the status page shows of a tenant.
-type tenantRow struct {
-	Name              string
-	SpentUSD, CapUSD  float64 // CapUSD 0 = uncapped
-	Period            string
-	Resets            time.Time
-	Requests, Refused int64
-}
-
-// tenantRows returns the tenants for the status page: none, since this
-// proxy has no tenants.
-func (p *Proxy) tenantRows() []tenantRow { return nil }
 
 // stateOf returns b's state: its own, if it can say (breaker.Breaker),
 // else open when its latest Allow refused.

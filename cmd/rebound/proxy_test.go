@@ -306,6 +306,11 @@ func TestProxyUsage(t *testing.T) {
 		{[]string{"--upstream", "http://127.0.0.1:1", "--allow-origin", "*"}, "without client tokens"},
 		{[]string{"--upstream", "http://127.0.0.1:1", "--allow-origin", "app.example.com"}, "not scheme://host"},
 		{[]string{"--upstream", "http://127.0.0.1:1", "--allow-host", "proxy.internal:8080"}, "without a port"},
+		{[]string{"--upstream", "http://127.0.0.1:1", "--replicas", "0"}, "--replicas 0: want a number of processes from 1 to 10000"},
+		{[]string{"--upstream", "http://127.0.0.1:1", "--redis-prefix", ""}, "--redis-prefix is empty"},
+		{[]string{"--config", file(`{"upstreams":{"a":{"url":"http://127.0.0.1:1"}},"tenants":{"t":{"tokens_env":"TEST_PROXY_UNSET"}}}`)}, "tenants.t.tokens_env: environment variable TEST_PROXY_UNSET is not set"},
+		{[]string{"--config", file(`{"upstreams":{"a":{"url":"http://127.0.0.1:1"}},"tenants":{"t":{"tokens_env":"TEST_PROXY_SET","spend_cap_usd":-5,"models":["m"]}},"prices":{"m":{}}}`)}, "tenants.t.spend_cap_usd: -5 is negative"},
+		{[]string{"--config", file(`{"upstreams":{"a":{"url":"http://127.0.0.1:1"}},"tenants":{"default":{"spend_cap_usd":1,"models":["m"]}},"prices":{"m":{}}}`)}, "tenants.default: no tokens: give tokens_env, or --token-env"},
 	} {
 		code, stdout, stderr := runCmd(append([]string{"proxy"}, c.args...)...)
 		if code != 2 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, c.want) {

@@ -22,8 +22,9 @@
 // compared in constant time.
 //
 // The door decides and the caller shapes the answer: Enter returns a
-// reason to refuse (or answers a pre-flight itself), Admit a yes or no,
-// and the caller writes its 403 or 401 as its clients read errors (the
+// reason to refuse (or answers a pre-flight itself), Admit a yes or no
+// (Match also says which token, by which the proxy tells its tenants
+// apart without ever keeping a token beside a name), and the caller writes its 403 or 401 as its clients read errors (the
 // proxy in the request's API dialect, the MCP front as a JSON-RPC
 // error). Enter comes first, for every request; Admit before anything is
 // served that needs a token (the proxy's health checks need none).

@@ -40,7 +40,7 @@ type Door struct {
 // host or origin.
 func New(o Options) (*Door, error) {
 	d := &Door{tokens: newTokens(o.Tokens), hosts: map[string]bool{}, origins: map[string]bool{}}
-	d.checkHost = len(d.tokens) == 0
+	d.checkHost = d.tokens.count() == 0
 	for _, h := range o.AllowHosts {
 		name, err := allowedHost(h)
 		if err != nil {
@@ -66,7 +66,7 @@ func New(o Options) (*Door, error) {
 }
 
 // HasTokens reports whether the door asks for client tokens.
-func (d *Door) HasTokens() bool { return len(d.tokens) > 0 }
+func (d *Door) HasTokens() bool { return !d.checkHost }
 
 // allowedHost checks an allowed host name and returns it as Hosts are
 // compared: lower case, without brackets.

@@ -164,3 +164,32 @@ func TestEnter(t *testing.T) {
 		t.Errorf("after StripCORS: %v", up)
 	}
 }
+
+// TestMatchSaysWhichTokenMatched: Match gives the index in Options.Tokens
+// of the token a request carries, blank entries keeping their places and
+// matching nothing.
+func TestMatchSaysWhichTokenMatched(t *testing.T) {
+	d, err := New(Options{Tokens: []string{"tok-a", " ", "tok-b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		header []string
+		index  int
+		ok     bool
+	}{
+		{[]string{"Authorization", "Bearer tok-a"}, 0, true},
+		{[]string{"X-Api-Key", "tok-b"}, 2, true},
+		{[]string{"Authorization", "Bearer  "}, 0, false},
+		{[]string{"X-Api-Key", "tok-c"}, 0, false},
+		{nil, 0, false},
+	} {
+		index, ok := d.Match(request("x", c.header...))
+		if ok != c.ok || ok && index != c.index {
+			t.Errorf("Match(%q) = %d, %v; want %d, %v", c.header, index, ok, c.index, c.ok)
+		}
+	}
+	if empty, _ := New(Options{Tokens: []string{" "}}); empty.HasTokens() {
+		t.Error("a Door of blank tokens only asks for tokens")
+	}
+}

@@ -9,17 +9,33 @@ import (
 )
 
 // tokens are the client tokens, hashed so that comparing them takes the
-// same time whatever their lengths.
-type tokens [][sha256.Size]byte
+// same time whatever their lengths; a blank one is kept as a hash no
+// request matches, so that indices stay those of Options.Tokens.
+type tokens []token
+
+type token struct {
+	sum   [sha256.Size]byte
+	blank bool
+}
 
 func newTokens(list []string) tokens {
 	var t tokens
 	for _, s := range list {
-		if s = strings.TrimSpace(s); s != "" {
-			t = append(t, sha256.Sum256([]byte(s)))
-		}
+		s = strings.TrimSpace(s)
+		t = append(t, token{sum: sha256.Sum256([]byte(s)), blank: s == ""})
 	}
 	return t
+}
+
+// count returns how many tokens are not blank.
+func (t tokens) count() int {
+	n := 0
+	for _, k := range t {
+		if !k.blank {
+			n++
+		}
+	}
+	return n
 }
 
 // clientKeyHeaders are where clients send their keys (and tokens):
@@ -61,17 +77,32 @@ func clientKeys(r *http.Request) []string {
 // every request is admitted. Every token is compared, in constant time,
 // whatever matched.
 func (d *Door) Admit(r *http.Request) bool {
-	if len(d.tokens) == 0 {
+	if !d.HasTokens() {
 		return true
 	}
-	match := 0
+	_, ok := d.Match(r)
+	return ok
+}
+
+// Match returns the index in Options.Tokens of the token r carries (as
+// Admit finds it), and false when it carries none of them. When r carries
+// several, the last of Options.Tokens wins; a caller that tells holders
+// apart keeps a token to one holder. Every token is compared, in constant
+// time, whatever matched.
+func (d *Door) Match(r *http.Request) (index int, ok bool) {
+	match, at := 0, 0
 	for _, s := range clientKeys(r) {
 		h := sha256.Sum256([]byte(s))
 		for i := range d.tokens {
-			match |= subtle.ConstantTimeCompare(h[:], d.tokens[i][:])
+			eq := subtle.ConstantTimeCompare(h[:], d.tokens[i].sum[:])
+			if d.tokens[i].blank {
+				eq = 0
+			}
+			at = subtle.ConstantTimeSelect(eq, i, at)
+			match |= eq
 		}
 	}
-	return match == 1
+	return at, match == 1
 }
 
 // DropKeys removes from a request going further (its header h and URL

@@ -1,7 +1,8 @@
-// Package npmserver runs, for tests, MCP servers that no one here wrote:
-// the reference servers published with npm, at versions pinned here, so
-// that the MCP module is tested against the behaviour of real servers and
-// not only against its own idea of one.
+// Package npmserver runs, for tests, MCP servers and clients that no one
+// here wrote: the reference servers published with npm, and the official
+// OpenAI Node SDK, at versions pinned here, so that the MCP module and the
+// proxy are tested against the behaviour of real servers and SDKs and not
+// only against their own idea of one.
 //
 // Install puts a package into a cache folder once (os.UserCacheDir()/
 // rebound/npm/NAME@VERSION, or under $REBOUND_NPM_CACHE): npm installs it
@@ -11,8 +12,8 @@
 // another rather than all running npm. Later runs find the folder and need
 // neither npm nor the network.
 //
-// EverythingStdio, MemoryStdio and EverythingHTTP are what tests call: they install
-// the server, fail the test with one line if Node.js or npm is missing
+// EverythingStdio, MemoryStdio, EverythingHTTP and NodeScript are what
+// tests call: they install the server or SDK, fail the test with one line if Node.js or npm is missing
 // (a test that needs a real server must not pass without one), and skip
 // it, saying why, only when REBOUND_NO_NPM=1 asks for that. The servers
 // run with an environment of PATH, HOME and TMPDIR only, since the
@@ -32,11 +33,12 @@ import (
 	"github.com/rebound-go/rebound/internal/filelock"
 )
 
-// A Package is an npm package that holds an MCP server, at a pinned version.
+// A Package is an npm package, at a pinned version: an MCP server, or a
+// library a test's script requires.
 type Package struct {
 	Name    string // the npm package name
 	Version string // the exact version installed
-	Bin     string // the name of the executable the package declares
+	Bin     string // the name of the executable the package declares; "" for a library
 }
 
 // The pinned servers. A new version is taken by changing it here; the
@@ -48,6 +50,9 @@ var (
 	// Memory is the reference knowledge-graph server, over stdio; it keeps
 	// its graph in the file MEMORY_FILE_PATH names.
 	Memory = Package{Name: "@modelcontextprotocol/server-memory", Version: "2026.8.31", Bin: "mcp-server-memory"}
+	// OpenAI is the official OpenAI SDK for Node.js, a library: a test's
+	// script (NodeScript) requires it as "openai".
+	OpenAI = Package{Name: "openai", Version: "7.59.0"}
 )
 
 // The environment variables the package reads.
@@ -98,7 +103,9 @@ func (p Package) folder() string {
 }
 
 // Install installs p into the cache unless it is there, and returns the
-// path of the script that starts its server. It is safe to call from
+// path of the script that starts its server; for a library, the
+// node_modules folder that holds it (NODE_PATH for a script that
+// requires it). It is safe to call from
 // several goroutines and processes at once.
 func Install(ctx context.Context, p Package) (script string, err error) {
 	if _, err := exec.LookPath("node"); err != nil {
@@ -194,6 +201,9 @@ func (p Package) script(dir string) (string, error) {
 	}
 	if manifest.Version != p.Version {
 		return "", fmt.Errorf("%s is at version %q, want %s", p.Name, manifest.Version, p.Version)
+	}
+	if p.Bin == "" {
+		return filepath.Join(dir, "node_modules"), nil
 	}
 	// "bin" is a path, or a map from executable name to path.
 	var bins map[string]string

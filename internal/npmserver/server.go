@@ -33,7 +33,7 @@ const installTimeout = 10 * time.Minute
 func need(t TB, p Package) (node, script string) {
 	t.Helper()
 	if os.Getenv(SkipEnv) == "1" {
-		t.Skipf("%s=1: not running the real MCP server %s", SkipEnv, p.Name)
+		t.Skipf("%s=1: not running the real package %s", SkipEnv, p.Name)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), installTimeout)
 	defer cancel()
@@ -57,6 +57,18 @@ func childEnv(extra ...string) []string {
 		}
 	}
 	return append(env, extra...)
+}
+
+// NodeScript returns a command, not started, that runs the JavaScript
+// file script with node, p (a library, such as OpenAI) installed where
+// its require finds it, and an environment of PATH, HOME, TMPDIR and
+// extra ("NAME=value") only.
+func NodeScript(t TB, p Package, script string, extra ...string) *exec.Cmd {
+	t.Helper()
+	node, modules := need(t, p)
+	cmd := exec.Command(node, script)
+	cmd.Env = childEnv(append([]string{"NODE_PATH=" + modules}, extra...)...)
+	return cmd
 }
 
 // EverythingStdio returns a command, not started, that runs the everything

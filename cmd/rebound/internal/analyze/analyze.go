@@ -215,6 +215,9 @@ type record struct {
 	RunCap       optFloat `json:"run_cap_usd"`
 	TenantCap    optFloat `json:"tenant_cap_usd"`
 	Refused      refusal  `json:"reason"`
+	// CostUSD and Outcome are rebound proxy's.
+	CostUSD optFloat `json:"cost_usd"`
+	Outcome string   `json:"outcome"`
 }
 
 // call is one call, checked and with its defaults filled in.
@@ -259,6 +262,11 @@ func (a *Analyzer) line(b []byte) lineResult {
 		if !rec.Succeeded.set {
 			return lineMalformed
 		}
+	case rec.Msg == proxyRequest:
+		if !rec.Status.set {
+			return lineMalformed
+		}
+		proxyCall(rec)
 	case rec.Msg != "":
 		return lineSkipped
 	case !rec.Succeeded.set:
@@ -272,6 +280,24 @@ func (a *Analyzer) line(b []byte) lineResult {
 	return lineCall
 }
 
+// proxyRequest is the message of rebound proxy's access log lines.
+const proxyRequest = "request"
+
+// proxyCall reads rec, a line of rebound proxy's access log, as a call:
+// answered when its status is under 400, refused by a cap when its
+// tenant's spend cap refused it, costing its cost_usd.
+func proxyCall(rec *record) {
+	rec.Succeeded = optBool{true, rec.Status.v > 0 && rec.Status.v < 400}
+	rec.Refused = refusal(rec.Outcome == proxySpendCap)
+	if rec.CostUSD.set {
+		rec.Cost = rec.CostUSD
+	}
+}
+
+// proxySpendCap is the outcome of a request its tenant's spend cap
+// refused.
+const proxySpendCap = "tenant_spend_cap"
+
 // check validates rec and fills in its defaults.
 func (a *Analyzer) check(rec *record) (call, bool) {
 	c := call{succeeded: rec.Succeeded.v, attempts: rec.Attempts.v}
@@ -279,7 +305,7 @@ func (a *Analyzer) check(rec *record) (call, bool) {
 	case c.attempts < 0 || c.attempts > MaxAttempts,
 		rec.Status.v < 0 || rec.Status.v > 999,
 		rec.InputTokens.v < 0, rec.OutputTokens.v < 0,
-		!dollars(rec.Cost), !dollars(rec.RunCap), !dollars(rec.TenantCap):
+		!dollars(rec.Cost), !dollars(rec.RunCap), !dollars(rec.TenantCap), !dollars(rec.CostUSD):
 		return c, false
 	}
 	if c.attempts == 0 {

@@ -275,3 +275,30 @@ func TestCapsRefusedRow(t *testing.T) {
 		t.Errorf("transport error row %+v; want the one real failure", tr)
 	}
 }
+
+// TestSpendByTenantFromTheProxysLog: rebound proxy's access log lines
+// count as calls of their tenants: answered under status 400, refused by
+// the spend cap by their outcome, costing their cost_usd.
+func TestSpendByTenantFromTheProxysLog(t *testing.T) {
+	r := analyzeLines(t, Options{},
+		`{"time":"2026-12-02T03:36:07Z","level":"INFO","msg":"request","method":"POST","path":"/v1/chat/completions","route":"default","upstream":"chaos","model":"m","attempts":1,"kinds":[],"status":200,"latency_ms":3.1,"input_tokens":3,"output_tokens":5,"tenant":"acme","tenant_cap_usd":0.05,"cost_usd":0.0008}`,
+		`{"msg":"request","attempts":2,"kinds":["rate_limited"],"status":200,"tenant":"acme","tenant_cap_usd":0.05,"cost_usd":0.0007}`,
+		`{"msg":"request","attempts":0,"kinds":[],"status":429,"tenant":"acme","tenant_cap_usd":0.05,"cost_usd":0,"outcome":"tenant_spend_cap"}`,
+		`{"msg":"request","attempts":0,"kinds":[],"status":429,"tenant":"globex","outcome":"tenant_rate_limit"}`,
+		`{"msg":"request","attempts":1,"kinds":[],"status":200,"tenant":"globex","cost_usd":0.25}`,
+		`{"msg":"request","attempts":1,"tenant":"globex"}`,               // no status: malformed
+		`{"msg":"request","status":200,"tenant":"globex","cost_usd":-1}`, // a negative cost: malformed
+		`{"msg":"draining","timeout":"30s"}`,                             // another message: skipped
+	)
+	if r.Calls != 5 || r.Malformed != 2 {
+		t.Fatalf("calls %d malformed %d, want 5 and 2", r.Calls, r.Malformed)
+	}
+	acme := spendOf(t, r.Tenants, "acme")
+	if acme.Calls != 3 || acme.Refused != 1 || !usdIs(acme.SpendUSD, 0.0015) || !usdIs(acme.CapUSD, 0.05) || acme.PassedCap {
+		t.Errorf("acme %+v", acme)
+	}
+	globex := spendOf(t, r.Tenants, "globex")
+	if globex.Calls != 2 || globex.Refused != 0 || !usdIs(globex.SpendUSD, 0.25) || globex.CapUSD != nil {
+		t.Errorf("globex %+v", globex)
+	}
+}

@@ -68,7 +68,9 @@ const (
 	fRunCap
 	fTenantCap
 	fReason
-	fLast = fReason
+	fCostUSD
+	fOutcome
+	fLast = fOutcome
 )
 
 var fieldNames = [...]string{
@@ -76,6 +78,7 @@ var fieldNames = [...]string{
 	fStatus: "status", fErrorType: "error_type", fErrorCode: "error_code", fKind: "kind",
 	fInputTokens: "input_tokens", fOutputTokens: "output_tokens", fCost: "cost",
 	fRun: "run", fTenant: "tenant", fRunCap: "run_cap_usd", fTenantCap: "tenant_cap_usd", fReason: "reason",
+	fCostUSD: "cost_usd", fOutcome: "outcome",
 }
 
 // fieldsByLen lists the fields by the length of their names: a key is
@@ -180,7 +183,7 @@ func (d *decoder) set(rec *record, f field, v []byte) error {
 		return nil // as encoding/json: null leaves a field alone
 	}
 	switch f {
-	case fMsg, fErrorType, fErrorCode, fKind, fRun, fTenant:
+	case fMsg, fErrorType, fErrorCode, fKind, fRun, fTenant, fOutcome:
 		return d.setString(rec, f, v)
 	case fReason:
 		if v[0] == '"' {
@@ -193,7 +196,7 @@ func (d *decoder) set(rec *record, f field, v []byte) error {
 		return setBool(rec, f, v)
 	case fAttempts, fStatus, fInputTokens, fOutputTokens:
 		return setInt(rec, f, v)
-	case fCost, fRunCap, fTenantCap:
+	case fCost, fRunCap, fTenantCap, fCostUSD:
 		return setFloat(rec, f, v)
 	}
 	return nil
@@ -221,6 +224,8 @@ func (d *decoder) setString(rec *record, f field, v []byte) error {
 		rec.Run = intern(&d.keys, b)
 	case fTenant:
 		rec.Tenant = intern(&d.keys, b)
+	case fOutcome:
+		rec.Outcome = intern(&d.strs, b)
 	}
 	return nil
 }
@@ -280,6 +285,8 @@ func setFloat(rec *record, f field, v []byte) error {
 		rec.RunCap = o
 	case fTenantCap:
 		rec.TenantCap = o
+	case fCostUSD:
+		rec.CostUSD = o
 	}
 	return nil
 }

@@ -4,12 +4,13 @@
 //
 // The author of the $340 article (see the README's Background) ran such a
 // script over a month of logs and found $67 burnt retrying 400s; this
-// package is that script, for any log in either of two JSON-lines schemas,
-// mixed freely in one input.
+// package is that script, for any log in one of three JSON-lines schemas
+// (rebound's own, a simple one, and rebound proxy's access log), mixed
+// freely in one input.
 //
 // # Input
 //
-// One JSON object a line. Two schemas are recognised:
+// One JSON object a line. Three schemas are recognised:
 //
 // rebound's own log (its slog JSON handler): a record whose "msg" is
 // "rebound.call" is one finished call, with
@@ -34,7 +35,14 @@
 // keys of spend caps below.
 //
 // Other records, "rebound.retry" and "rebound.attempt" among them, and any
-// record with another "msg", are skipped.
+// record with another "msg" but "request", are skipped.
+//
+// rebound proxy's access log: a record whose "msg" is "request" is one
+// request, with "status" (required; the call succeeded when it is from 1
+// to 399), "attempts" (0, a request refused before its first attempt,
+// counts as 1), "input_tokens", "output_tokens", "tenant",
+// "tenant_cap_usd", "cost_usd" (the cost, as "cost") and "outcome"
+// ("tenant_spend_cap" marks a request its tenant's spend cap refused).
 //
 // The simple schema, for logs written by other tools: a record without
 // "msg" is one call, with
@@ -80,7 +88,7 @@
 // more than
 // MaxLineBytes bytes is malformed: it is counted,
 // the first few line numbers are kept, and reading goes on. A blank line,
-// and an object in neither schema, is skipped.
+// and an object in none of the schemas, is skipped.
 //
 // # Cost
 //

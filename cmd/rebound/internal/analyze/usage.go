@@ -14,12 +14,18 @@ Retries spent on errors that can never succeed (permanent, quota exhausted,
 context overflow) are counted apart. FILE - is stdin. Flags may come before
 or after the files.
 
-Each line is a JSON object, in either schema, mixed freely:
+Each line is a JSON object, in any of these schemas, mixed freely:
 
   rebound's own log: records with "msg":"rebound.call", one per call
   ("target", "attempts", "succeeded", and on failure "kind", "status",
   "error_type", "error_code", "reason"), and any key of the simple schema
   or of caps the logger adds; other records are skipped.
+
+  rebound proxy's access log: records with "msg":"request", one per
+  request ("status", required: answered under 400; "attempts",
+  "input_tokens", "output_tokens", "tenant", "tenant_cap_usd", and
+  "cost_usd", its cost); "outcome":"tenant_spend_cap" marks a request
+  its tenant's spend cap refused.
 
   the simple schema, for other tools' logs: one object per call, without
   "msg":
@@ -35,7 +41,7 @@ Each line is a JSON object, in either schema, mixed freely:
     "reason"         string, as rebound logs it (optional)
     "target" or "model"          optional
 
-  and, in either schema, optional spend caps:
+  and, in any of them, optional spend caps:
     "run", "tenant"  strings: the run and the tenant the call was for
     "run_cap_usd"    number >= 0: the run's cap in US dollars
     "tenant_cap_usd" number >= 0: the tenant's cap in US dollars

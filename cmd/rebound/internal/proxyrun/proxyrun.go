@@ -21,6 +21,7 @@ import (
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/breaker"
 	"github.com/rebound-go/rebound/cmd/rebound/internal/serve"
+	"github.com/rebound-go/rebound/cost"
 	"github.com/rebound-go/rebound/internal/scrub"
 	reboundotel "github.com/rebound-go/rebound/otel"
 	"github.com/rebound-go/rebound/proxy"
@@ -36,8 +37,16 @@ type Config struct {
 	// metrics, the breakers and, with Redis, the shared limits.
 	Options proxy.Options
 	// Redis, if set, is the URL of a Redis that the replicas share their
-	// limits, breakers and cool-downs on.
+	// limits, breakers, cool-downs and tenants' caps on.
 	Redis string
+	// RedisPrefix starts every key the proxy keeps on Redis. Empty means
+	// reboundredis.DefaultPrefix; deployments that share a Redis but not
+	// their state use prefixes of their own.
+	RedisPrefix string
+	// Replicas is how many proxy processes share Redis: while Redis is
+	// away each may spend a 1/Replicas share of what is left of a
+	// tenant's cap. Zero means 1.
+	Replicas int
 	// Drain is how long requests in flight may finish after SIGTERM.
 	Drain time.Duration
 	// AdminOff says that /ui and /metrics answer only requests from this
@@ -73,7 +82,7 @@ func Run(ctx context.Context, c Config, stdout, stderr io.Writer) int {
 	}
 	opts.Breaker = func(key string) rebound.Breaker { return breaker.New(key, breakerCfg) }
 	if c.Redis != "" {
-		closeRedis, err := shareOnRedis(ctx, c.Redis, &opts, breakerCfg)
+		closeRedis, err := shareOnRedis(ctx, c, &opts, breakerCfg)
 		if err != nil {
 			fmt.Fprintf(stderr, "rebound proxy: --redis: %v\n", err)
 			return 2
@@ -91,14 +100,16 @@ func Run(ctx context.Context, c Config, stdout, stderr io.Writer) int {
 	return serveProxy(ctx, c, p, logger, stdout, stderr)
 }
 
-// shareOnRedis makes opts's breakers, limits and cool-downs those shared
-// on the Redis at url, and returns what closes its client.
-func shareOnRedis(ctx context.Context, url string, opts *proxy.Options, breakerCfg breaker.Config) (func() error, error) {
+// shareOnRedis makes opts's breakers, limits, cool-downs and tenants'
+// caps and limits those shared on c's Redis, and returns what closes its
+// client.
+func shareOnRedis(ctx context.Context, c Config, opts *proxy.Options, breakerCfg breaker.Config) (func() error, error) {
 	logger := opts.Logger
-	cfg, err := reboundredis.Open(url)
+	cfg, err := reboundredis.Open(c.Redis)
 	if err != nil {
 		return nil, err
 	}
+	cfg.Prefix = c.RedisPrefix
 	cfg.OnChange = func(up bool, err error) {
 		if !up {
 			logger.Warn("redis away; deciding locally until it is back", "error", fmt.Sprint(err))
@@ -121,6 +132,17 @@ func shareOnRedis(ctx context.Context, url string, opts *proxy.Options, breakerC
 		return reboundredis.NewLimiter(store, upstream, cfg)
 	}
 	opts.Cooldowns = reboundredis.NewCooldowns(store)
+	// A tenant's keys are apart from an upstream's of the same name.
+	opts.TenantCap = func(tenant string, usd float64, period string) cost.Cap {
+		p := reboundredis.Day
+		if period == proxy.PeriodMonth {
+			p = reboundredis.Month
+		}
+		return store.Cap("tenant:"+tenant, reboundredis.CapConfig{USD: usd, Period: p, Replicas: c.Replicas})
+	}
+	opts.TenantLimiter = func(tenant string, cfg ratelimit.Config) ratelimit.Pacer {
+		return reboundredis.NewLimiter(store, "tenant:"+tenant, cfg)
+	}
 	return cfg.Client.Close, nil
 }
 

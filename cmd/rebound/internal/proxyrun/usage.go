@@ -53,6 +53,26 @@ request goes to the key with the most headroom left, skips a key cooling
 down after its quota ran out (on every replica with --redis), and moves to
 the next key at once on a 429, waiting only on the last.
 
+Tenants (the config's "tenants"): each has its client tokens ("tokens_env":
+the variable holding them, comma-separated; --token-env's tokens are the
+tenant "default"), and optionally "spend_cap_usd" with "period" ("day",
+the default, or "month", UTC), "requests_per_minute", "tokens_per_minute"
+and "models" (the models it may use; another gets a 403). The config's
+"prices" ({"MODEL": {"input_per_million": 0.15, "output_per_million": 0.6}})
+price the caps: a capped tenant lists its models, each priced. Every
+attempt is held at the most it could cost and refused, never sent, if that
+could pass its tenant's cap, then settled at the usage its answer reports;
+a refusal is the dialect's own quota error (OpenAI's 429
+insufficient_quota, Anthropic's 402 billing_error, Gemini's 429
+RESOURCE_EXHAUSTED) with x-should-retry: false, naming the cap and when it
+resets. A request over its tenant's rate limits waits up to 1 s, then gets
+a 429 with Retry-After. With tenants every request needs a token. With
+--redis the caps and limits are shared by every replica (--replicas N:
+how many, so that each spends at most 1/N of what is left of a cap while
+Redis is away). The access log carries "tenant" and "cost_usd", /metrics
+the rebound_proxy_tenant_* series, and rebound analyze reads the log for
+spend by tenant.
+
 Bound to a loopback address the proxy asks no token of its clients; bound
 to any other, it refuses to start without client tokens (--token-env or
 --tokens-file), which clients send where their SDK sends its key

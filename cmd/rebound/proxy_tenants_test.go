@@ -1,0 +1,343 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rebound-go/rebound/chaos"
+	"github.com/rebound-go/rebound/internal/npmserver"
+)
+
+// The tenants of the scenarios: "capped" may spend $0.05 a day on
+// capped-model, at $100 a million tokens (a request is held at about
+// $0.005 and costs about $0.0007 at the chaos server: some seventy fit);
+// "free" has no cap.
+const (
+	tenantCapUSD      = 0.05
+	tenantPricePerTok = 100 / 1e6
+)
+
+// tenantsConfig writes the config of the scenarios, in front of the
+// chaos server at url, and sets the tenants' token variables.
+func tenantsConfig(t *testing.T, url string) string {
+	t.Setenv("TEST_TENANTS_UPSTREAM_KEY", "sk-chaos-upstream")
+	t.Setenv("TEST_TENANTS_CAPPED", "tok-capped-secret")
+	t.Setenv("TEST_TENANTS_FREE", "tok-free-secret")
+	t.Setenv("TEST_TENANTS_PACED", "tok-paced-secret")
+	cfg := fmt.Sprintf(`{
+	"upstreams": {"chaos": {"url": %q, "key_env": "TEST_TENANTS_UPSTREAM_KEY"}},
+	"prices": {
+		"capped-model": {"input_per_million": 100, "output_per_million": 100},
+		"free-model": {"input_per_million": 100, "output_per_million": 100}},
+	"tenants": {
+		"capped": {"tokens_env": "TEST_TENANTS_CAPPED", "spend_cap_usd": %g, "period": "day", "models": ["capped-model"]},
+		"free": {"tokens_env": "TEST_TENANTS_FREE"},
+		"paced": {"tokens_env": "TEST_TENANTS_PACED", "requests_per_minute": 6}}}`, url, tenantCapUSD)
+	file := filepath.Join(t.TempDir(), "proxy.json")
+	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// chaosUpstream serves a chaos server of the openai profile that fails a
+// fifth of its requests (429, 503, 500), seeded.
+func chaosUpstream(t *testing.T) (*chaos.Server, string) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("chaos seed %d", seed)
+	srv, err := chaos.New(chaos.Config{Profile: chaos.ProfileOpenAI, Mode: chaos.ModeRandom, FailRate: 0.2, Seed: seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	return srv, hs.URL
+}
+
+// sdkScript calls chat completions CALLS times, CONCURRENCY at once,
+// through the official OpenAI SDK with its own retries (MAX_RETRIES), and
+// prints what came of the calls as one JSON object.
+const sdkScript = `
+const OpenAI = require("openai");
+const env = process.env;
+const client = new OpenAI({baseURL: env.BASE_URL + "/v1", apiKey: env.TOKEN, maxRetries: Number(env.MAX_RETRIES),
+	timeout: 20000, defaultHeaders: {"X-Chaos-Tally": env.TALLY}});
+const out = {calls: 0, ok: 0, quota: 0, other: 0, statuses: {}};
+async function worker() {
+	while (out.calls < Number(env.CALLS)) {
+		out.calls++;
+		try {
+			await client.chat.completions.create({model: env.MODEL, max_tokens: 20, messages: [{role: "user", content: "hi there"}]});
+			out.ok++;
+		} catch (e) {
+			if (e.status === 429 && e.code === "insufficient_quota") out.quota++;
+			else { out.other++; out.statuses[String(e.status)] = (out.statuses[String(e.status)] || 0) + 1; }
+		}
+	}
+}
+Promise.all(Array.from({length: Number(env.CONCURRENCY)}, worker)).then(() => console.log(JSON.stringify(out)));
+`
+
+// sdkRun is what the script printed.
+type sdkRun struct {
+	Calls, OK, Quota, Other int
+	Statuses                map[string]int
+}
+
+// runSDK runs the script as tenant (its token, its model) against the
+// proxy at url.
+func runSDK(t *testing.T, script, url, tenant, token string, calls, retries int) sdkRun {
+	cmd := npmserver.NodeScript(t, npmserver.OpenAI, script, "BASE_URL="+url, "TOKEN="+token, "TALLY="+tenant,
+		"MODEL="+tenant+"-model", fmt.Sprint("CALLS=", calls), "CONCURRENCY=10", fmt.Sprint("MAX_RETRIES=", retries))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node: %v", err)
+	}
+	var r sdkRun
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("node printed %q: %v", out, err)
+	}
+	return r
+}
+
+// TestTenantCapHoldsForTheOpenAINodeSDK: two tenants call the same
+// upstream through rebound proxy from the official OpenAI Node SDK, one
+// capped at $0.05 a day. The chaos server bills the capped one no more
+// than its cap, its SDK (left to retry, as it does by default) sends
+// each refusal once, and the other tenant answers as well as it did
+// alone.
+func TestTenantCapHoldsForTheOpenAINodeSDK(t *testing.T) {
+	up, upURL := chaosUpstream(t)
+	url, logs, stop := startProxy(t, "--config", tenantsConfig(t, upURL))
+	script := filepath.Join(t.TempDir(), "sdk.js")
+	if err := os.WriteFile(script, []byte(sdkScript), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	alone := runSDK(t, script, url, "free", "tok-free-secret", 30, 0)
+	var capped, shared sdkRun
+	var wg sync.WaitGroup
+	wg.Go(func() { capped = runSDK(t, script, url, "capped", "tok-capped-secret", 100, 2) })
+	wg.Go(func() { shared = runSDK(t, script, url, "free", "tok-free-secret", 30, 0) })
+	wg.Wait()
+	metrics := getWithToken(t, url+"/metrics", "tok-free-secret")
+	stop()
+
+	tally := up.Stats().Tallies["capped"]["capped-model"]
+	billed := float64(tally.InputTokens+tally.OutputTokens) * tenantPricePerTok
+	t.Logf("capped: %+v, billed $%.4f of $%.2f in %d requests; free alone %d/%d, beside it %d/%d",
+		capped, billed, tenantCapUSD, tally.Requests, alone.OK, alone.Calls, shared.OK, shared.Calls)
+	if billed > tenantCapUSD {
+		t.Errorf("the chaos server billed the capped tenant $%.6f, past its cap of $%.2f", billed, tenantCapUSD)
+	}
+	if capped.Quota == 0 || capped.OK == 0 {
+		t.Errorf("capped tenant: %d answered, %d refused: want both (the cap reached within the run)", capped.OK, capped.Quota)
+	}
+	var refusals, attempts int
+	for _, l := range strings.Split(logs.String(), "\n") {
+		var line struct {
+			Msg, Tenant, Outcome string
+			Attempts             int
+		}
+		if json.Unmarshal([]byte(l), &line) != nil || line.Msg != "request" || line.Tenant != "capped" {
+			continue
+		}
+		attempts += line.Attempts
+		if line.Outcome == "tenant_spend_cap" {
+			refusals++ // before its first attempt, or before a retry
+		}
+	}
+	if refusals != capped.Quota {
+		t.Errorf("the proxy refused %d requests, the SDK saw %d refusals: it retried them", refusals, capped.Quota)
+	}
+	if want := fmt.Sprintf("rebound_proxy_tenant_refusals_total{tenant=\"capped\",reason=\"spend_cap\"} %d\n", refusals); !strings.Contains(metrics, want) {
+		t.Errorf("/metrics does not say %q", want)
+	}
+	if attempts != tally.Requests {
+		// An attempt the cap refused is not counted: none was sent.
+		t.Errorf("the proxy logged %d attempts of the capped tenant, the chaos server saw %d requests", attempts, tally.Requests)
+	}
+	rateAlone, rateShared := float64(alone.OK)/float64(alone.Calls), float64(shared.OK)/float64(shared.Calls)
+	if rateAlone < 0.9 || rateShared < rateAlone-0.1 {
+		t.Errorf("free tenant answered %.2f alone and %.2f beside the capped one: want both about the same (within 3 calls in 30), at least 0.9", rateAlone, rateShared)
+	}
+	// rebound analyze reads the proxy's log: spend and refusals by tenant.
+	logFile := filepath.Join(t.TempDir(), "proxy.log")
+	if err := os.WriteFile(logFile, []byte(logs.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCmd("analyze", "--json", logFile)
+	var report struct {
+		Tenants []struct {
+			Name           string
+			Calls, Refused int64
+			SpendUSD       *float64 `json:"spend_usd"`
+			CapUSD         *float64 `json:"cap_usd"`
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &report); code != 0 || err != nil {
+		t.Fatalf("rebound analyze: exit %d, %v, stderr %q", code, err, stderr)
+	}
+	found := false
+	for _, tn := range report.Tenants {
+		if tn.Name != "capped" {
+			continue
+		}
+		found = true
+		if tn.Refused != int64(refusals) || tn.SpendUSD == nil || *tn.SpendUSD > tenantCapUSD || tn.CapUSD == nil || *tn.CapUSD != tenantCapUSD {
+			t.Errorf("rebound analyze says the capped tenant had %d refused, spent %v of %v; the proxy refused %d", tn.Refused, tn.SpendUSD, tn.CapUSD, refusals)
+		}
+		t.Logf("rebound analyze: capped tenant %d calls, %d refused, $%.4f spent", tn.Calls, tn.Refused, *tn.SpendUSD)
+	}
+	if !found {
+		t.Errorf("rebound analyze reports no tenant \"capped\": %s", stdout)
+	}
+	for _, secret := range []string{"tok-capped-secret", "tok-free-secret", "sk-chaos-upstream"} {
+		if strings.Contains(logs.String(), secret) || strings.Contains(metrics, secret) {
+			t.Errorf("a token or key is in the proxy's log or /metrics")
+		}
+	}
+}
+
+// TestTenantCapAndLimitHoldAcrossTwoProxiesOnRedis: two rebound proxy
+// processes sharing Redis hold a tenant, hammering both, to one spend cap,
+// and another to one requests_per_minute.
+func TestTenantCapAndLimitHoldAcrossTwoProxiesOnRedis(t *testing.T) {
+	up, upURL := chaosUpstream(t)
+	config := tenantsConfig(t, upURL)
+	prefix := fmt.Sprintf("rebound-test-tenants-%d:", time.Now().UnixNano())
+	const redisURL = "redis://127.0.0.1:6379/0?protocol=2"
+	t.Cleanup(func() { deleteKeys(t, redisURL, prefix) })
+	var urls []string
+	for range 2 {
+		urls = append(urls, startProcess(t, "proxy", "--addr", "127.0.0.1:0", "--config", config,
+			"--redis", redisURL, "--redis-prefix", prefix, "--replicas", "2"))
+	}
+	const calls = 160
+	var next, ok, refused atomic.Int64
+	refusedBy := make([]atomic.Int64, len(urls))
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for n := next.Add(1); n <= calls; n = next.Add(1) {
+				i := (int(n) + w) % len(urls)
+				resp, body := post(t, urls[i]+"/v1/chat/completions", `{"model":"capped-model","max_tokens":20,"messages":[{"role":"user","content":"hi there"}]}`,
+					"Authorization", "Bearer tok-capped-secret", "X-Chaos-Tally", "capped")
+				switch {
+				case resp.StatusCode == 200:
+					ok.Add(1)
+				case resp.StatusCode == 429 && strings.Contains(body, "insufficient_quota"):
+					refused.Add(1)
+					refusedBy[i].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	tally := up.Stats().Tallies["capped"]["capped-model"]
+	billed := float64(tally.InputTokens+tally.OutputTokens) * tenantPricePerTok
+	t.Logf("two proxies: %d answered, %d refused (%d by the first, %d by the second); billed $%.4f of $%.2f",
+		ok.Load(), refused.Load(), refusedBy[0].Load(), refusedBy[1].Load(), billed, tenantCapUSD)
+	if billed > tenantCapUSD {
+		t.Errorf("billed $%.6f across the two proxies, past the cap of $%.2f", billed, tenantCapUSD)
+	}
+	// Each proxy alone, with a cap of its own, would have answered about
+	// seventy: together they must not answer much more than that.
+	if refusedBy[0].Load() == 0 || refusedBy[1].Load() == 0 || ok.Load() > 80 {
+		t.Errorf("%d answered, refusals %d and %d: want the one cap reached by both proxies", ok.Load(), refusedBy[0].Load(), refusedBy[1].Load())
+	}
+
+	// A tenant of 6 requests a minute (a request every 10 s, one at a
+	// time) gets one through the two proxies together, not one from each.
+	admitted := 0
+	for i := range 6 {
+		resp, body := post(t, urls[i%2]+"/v1/chat/completions", `{"model":"free-model","messages":[]}`, "Authorization", "Bearer tok-paced-secret")
+		switch {
+		case resp.StatusCode == 429 && strings.Contains(body, `tenant \"paced\" is over its rate limit`):
+			if ra := resp.Header.Get("Retry-After"); ra != "10" {
+				t.Errorf("Retry-After %q, want 10 (a request every 10 s)", ra)
+			}
+		default:
+			admitted++
+		}
+	}
+	if admitted != 1 {
+		t.Errorf("%d of 6 requests of a tenant of 6 a minute went through two proxies at once, want 1: the limit is not shared", admitted)
+	}
+}
+
+// startProcess starts "rebound args..." as a process of its own, killed
+// when t ends, and returns the URL of its first stdout line.
+func startProcess(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := commandProcess(t, args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading first stdout line: %v (stderr %q)", err, stderr.String())
+	}
+	return strings.TrimSpace(strings.TrimPrefix(line, "listening on "))
+}
+
+// deleteKeys deletes the keys under prefix on the Redis at url.
+func deleteKeys(t *testing.T, url, prefix string) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	keys, err := c.Keys(ctx, prefix+"*").Result()
+	if err == nil && len(keys) > 0 {
+		err = c.Del(ctx, keys...).Err()
+	}
+	if err != nil {
+		t.Errorf("cleaning up Redis: %v", err)
+	}
+}
+
+// getWithToken GETs url with a client token and returns the body.
+func getWithToken(t *testing.T, url, token string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(b)
+}
