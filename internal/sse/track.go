@@ -53,9 +53,14 @@ type Tracker struct {
 	errName     string
 	errData     []byte // the first error event's, while errored
 
+	ev       event   // the last event's JSON, as read
+	scan     scanner // reads it
+	typ      []byte  // its type, unquoted if it had to be
+	unquoted []byte  // a string of it, unquoted if it had to be
+
 	fed, complete int64
 	line          []byte
-	name          string
+	name          []byte
 	data          []byte
 	hasData       bool
 	afterCR       bool // the last byte fed was a CR: an LF next belongs to it
@@ -104,7 +109,7 @@ func (t *Tracker) takeLine() {
 	t.line = t.line[:0]
 	switch {
 	case bytes.HasPrefix(line, []byte("event:")):
-		t.name = string(bytes.TrimSpace(line[len("event:"):]))
+		t.name = append(t.name[:0], bytes.TrimSpace(line[len("event:"):])...)
 	case bytes.HasPrefix(line, []byte("data:")):
 		if t.hasData {
 			t.data = append(t.data, '\n')
@@ -118,11 +123,11 @@ func (t *Tracker) takeLine() {
 // here.
 func (t *Tracker) dispatch() {
 	t.complete = t.fed
-	if !t.hasData && t.name == "" {
+	if !t.hasData && len(t.name) == 0 {
 		return // a comment or a stray blank line
 	}
 	k := t.observe(t.name, t.data)
-	t.name, t.data, t.hasData = "", t.data[:0], false
+	t.name, t.data, t.hasData = t.name[:0], t.data[:0], false
 	if t.Each != nil {
 		t.Each(t.complete, k)
 	}
@@ -133,9 +138,9 @@ const maxErrorData = 64 << 10
 
 // errorEvent notes an in-band error event, the first one's name and data
 // kept.
-func (t *Tracker) errorEvent(name string, data []byte) {
+func (t *Tracker) errorEvent(name, data []byte) {
 	if !t.errored {
-		t.errName, t.errData = name, bytes.Clone(data[:min(len(data), maxErrorData)])
+		t.errName, t.errData = string(name), bytes.Clone(data[:min(len(data), maxErrorData)])
 	}
 	t.errored = true
 }
@@ -152,7 +157,7 @@ func (t *Tracker) ErrorEvent() (name string, data []byte, ok bool) {
 // delivered before is kept.
 func (t *Tracker) Rewind(to int64) {
 	t.fed, t.complete = to, to
-	t.line, t.name, t.data = t.line[:0], "", t.data[:0]
+	t.line, t.name, t.data = t.line[:0], t.name[:0], t.data[:0]
 	t.hasData, t.afterCR, t.blankCR = false, false, false
 	t.ended, t.errored, t.finished = false, false, false
 	t.errName, t.errData = "", nil
@@ -204,7 +209,7 @@ func (t *Tracker) TextOnly() bool { return !t.notText }
 func (t *Tracker) Blocks() (n int, lastOpen bool) { return t.blocks, t.blockOpen }
 
 // observe takes in one complete event and says what it was.
-func (t *Tracker) observe(name string, data []byte) Kind {
+func (t *Tracker) observe(name, data []byte) Kind {
 	trimmed := bytes.TrimSpace(data)
 	k := t.kind(name, trimmed)
 	if k == Error {
@@ -213,7 +218,7 @@ func (t *Tracker) observe(name string, data []byte) Kind {
 	return k
 }
 
-func (t *Tracker) addText(s string) {
+func (t *Tracker) addText(s []byte) {
 	t.textN += len(s)
 	if t.cut {
 		return
