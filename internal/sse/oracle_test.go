@@ -114,7 +114,6 @@ func (t *oracle) dispatch() {
 	}
 }
 
-
 // errorEvent notes an in-band error event, the first one's name and data
 // kept.
 func (t *oracle) errorEvent(name string, data []byte) {

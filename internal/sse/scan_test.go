@@ -123,22 +123,39 @@ func corpusStreams(tb testing.TB) []string {
 	return streams
 }
 
-// trackerSays and oracleSays are what a tracker tells of the stream fed
-// so far.
-func trackerSays(t *Tracker) string {
-	name, data, ok := t.ErrorEvent()
-	id, created := t.ChatID()
-	n, open := t.Blocks()
-	return fmt.Sprintf("complete %d dialect %v ended %v finished %v errored %v events %d text %d %q kept %v only %v blocks %d %v chat %q %q error %q %q %v",
-		t.Complete(), t.Dialect(), t.Ended(), t.Finished(), t.Errored(), t.Events(), t.TextBytes(), t.Text(), t.TextKept(), t.TextOnly(), n, open, id, created, name, data, ok)
+// says is what a tracker tells of the stream fed so far, but its text.
+type says struct {
+	complete                          int64
+	dialect                           Dialect
+	ended, finished, errored          bool
+	events, textBytes                 int
+	kept, only                        bool
+	blocks                            int
+	open                              bool
+	chatID, created, errName, errData string
+	errOK                             bool
 }
 
-func oracleSays(t *oracle) string {
-	name, data, ok := t.ErrorEvent()
-	id, created := t.ChatID()
-	n, open := t.Blocks()
-	return fmt.Sprintf("complete %d dialect %v ended %v finished %v errored %v events %d text %d %q kept %v only %v blocks %d %v chat %q %q error %q %q %v",
-		t.Complete(), t.Dialect(), t.Ended(), t.Finished(), t.Errored(), t.Events(), t.TextBytes(), t.Text(), t.TextKept(), t.TextOnly(), n, open, id, created, name, data, ok)
+func trackerSays(t *Tracker) says {
+	s := says{complete: t.Complete(), dialect: t.Dialect(), ended: t.Ended(), finished: t.Finished(), errored: t.Errored(),
+		events: t.Events(), textBytes: t.TextBytes(), kept: t.TextKept(), only: t.TextOnly()}
+	s.blocks, s.open = t.Blocks()
+	var created, data []byte
+	s.chatID, created = t.ChatID()
+	s.errName, data, s.errOK = t.ErrorEvent()
+	s.created, s.errData = string(created), string(data)
+	return s
+}
+
+func oracleSays(t *oracle) says {
+	s := says{complete: t.Complete(), dialect: t.Dialect(), ended: t.Ended(), finished: t.Finished(), errored: t.Errored(),
+		events: t.Events(), textBytes: t.TextBytes(), kept: t.TextKept(), only: t.TextOnly()}
+	s.blocks, s.open = t.Blocks()
+	var created, data []byte
+	s.chatID, created = t.ChatID()
+	s.errName, data, s.errOK = t.ErrorEvent()
+	s.created, s.errData = string(created), string(data)
+	return s
 }
 
 // differ feeds stream to the tracker and to the oracle in pieces of split
@@ -153,8 +170,8 @@ func differ(stream []byte, split, rewind int) string {
 		p := stream[off:min(off+split, len(stream))]
 		got.Write(p)
 		want.Write(p)
-		if g, w := trackerSays(got), oracleSays(want); g != w || !slices.Equal(gotKinds, wantKinds) {
-			return fmt.Sprintf("after %d bytes:\nscanner %s %v\ndecoder %s %v", off+len(p), g, gotKinds, w, wantKinds)
+		if g, w := trackerSays(got), oracleSays(want); g != w || !bytes.Equal(got.Text(), want.Text()) || !slices.Equal(gotKinds, wantKinds) {
+			return fmt.Sprintf("after %d bytes:\nscanner %+v %q %v\ndecoder %+v %q %v", off+len(p), g, got.Text(), gotKinds, w, want.Text(), wantKinds)
 		}
 		if off <= rewind && rewind < off+split {
 			got.Rewind(got.Complete())
