@@ -45,6 +45,13 @@ import (
 	"time"
 )
 
+// knownTargets are the names -targets takes.
+var knownTargets = []string{"direct", "relay", "hop", "nginx", "rebound", "portkey"}
+
+// minSearchStep is the shortest step the search may take: one search moved
+// from 6 000 to 1 875 requests a second between two runs with 3 s steps.
+const minSearchStep = 5 * time.Second
+
 // options are the command's flags.
 type options struct {
 	targets    []string
@@ -53,6 +60,7 @@ type options struct {
 	duration   time.Duration
 	warmup     time.Duration
 	search     bool
+	searches   int
 	searchStep time.Duration
 	ceiling    int
 	p99Limit   time.Duration
@@ -70,13 +78,14 @@ func main() {
 	}
 	var o options
 	var targets, rates string
-	flag.StringVar(&targets, "targets", "direct,relay,hop,rebound,portkey", "the targets to measure, from direct, relay (a process that copies bytes and reads none: the floor under any proxy), hop (a bare httputil.ReverseProxy), rebound and portkey; direct is always measured")
+	flag.StringVar(&targets, "targets", "direct,relay,hop,nginx,rebound,portkey", "the targets to measure, from direct, relay (a process that copies bytes and reads none: the floor under any proxy), hop (a bare httputil.ReverseProxy), nginx (set up for streaming), rebound and portkey; direct is always measured")
 	flag.StringVar(&rates, "rates", "500,2000", "the fixed rates, requests a second")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds of the fixed rates; the report gives each figure's median over them")
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "how long each fixed-rate step lasts")
 	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "how long each target is warmed up at the first rate before measuring, per mode")
 	flag.BoolVar(&o.search, "search", true, "search each target's highest sustained rate")
-	flag.DurationVar(&o.searchStep, "search-step", 3*time.Second, "how long each step of the search lasts")
+	flag.IntVar(&o.searches, "searches", 3, "how many times the search runs for each target and mode; the report gives the median and the spread")
+	flag.DurationVar(&o.searchStep, "search-step", 5*time.Second, "how long each step of the search lasts, at least 5s: a shorter step lets one noisy moment decide")
 	flag.IntVar(&o.ceiling, "ceiling", 32000, "the highest rate the search tries, requests a second")
 	flag.DurationVar(&o.p99Limit, "p99-limit", 50*time.Millisecond, "a rate is sustained when p99 stays under this, with no errors")
 	flag.IntVar(&o.attempts, "attempts", 3, "retry attempts configured in Portkey's gateway")
@@ -86,6 +95,12 @@ func main() {
 	flag.BoolVar(&o.json, "json", false, "print one JSON object on stdout, and the tables on stderr")
 	flag.Parse()
 	o.targets = strings.Split(targets, ",")
+	for _, t := range o.targets {
+		if !slices.Contains(knownTargets, t) {
+			fmt.Fprintf(os.Stderr, "gateway: unknown target %q in -targets (known: %s)\n", t, strings.Join(knownTargets, ", "))
+			os.Exit(2)
+		}
+	}
 	for _, r := range strings.Split(rates, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(r))
 		if err != nil || n <= 0 {
@@ -96,6 +111,10 @@ func main() {
 	}
 	if o.rounds < 1 || len(o.rates) == 0 {
 		fmt.Fprintln(os.Stderr, "gateway: -rounds and -rates need at least one")
+		os.Exit(2)
+	}
+	if o.search && (o.searches < 1 || o.searchStep < minSearchStep) {
+		fmt.Fprintf(os.Stderr, "gateway: -searches %d, -search-step %s: the search needs at least one run and steps of at least %s\n", o.searches, o.searchStep, minSearchStep)
 		os.Exit(2)
 	}
 
@@ -120,7 +139,7 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 
 	r := report{
 		GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, CPUs: runtime.NumCPU(), Go: runtime.Version(),
-		Portkey: portkeyVersion, Rounds: o.rounds, Duration: o.duration, SearchStep: o.searchStep,
+		Portkey: portkeyVersion, Nginx: nginxVersion(), Rounds: o.rounds, Duration: o.duration, SearchStep: o.searchStep, Searches: o.searches,
 		P99Limit: o.p99Limit, Skipped: map[string]string{},
 	}
 	if v, err := exec.Command("node", "--version").Output(); err == nil {
@@ -139,6 +158,16 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 		targets = append(targets, target{name: yardstick, url: base + "/v1/chat/completions"})
 	}
 
+	if slices.Contains(o.targets, "nginx") {
+		_, t, stopNginx, err := startNginx(ctx, upstream)
+		if err != nil {
+			r.Skipped["nginx"] = err.Error()
+			fmt.Fprintln(log, "nginx: skipped:", err)
+		} else {
+			defer stopNginx()
+			targets = append(targets, t)
+		}
+	}
 	if slices.Contains(o.targets, "rebound") {
 		t, stopRebound, err := reboundTarget(ctx, o, upstream)
 		if err != nil {
@@ -196,19 +225,29 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 	}
 
 	if o.search {
+		found := map[string][]int{} // by target and mode
+		for search := range o.searches {
+			for _, m := range modes {
+				// Each search starts from another target, as the rounds do.
+				for i := range targets {
+					t := targets[(i+search)%len(targets)]
+					top := searchMax(o.rates[0], o.ceiling, func(rate int) bool {
+						p := step(ctx, t, m, rate, o.searchStep)
+						ok := p.sustained(o.p99Limit) && ctx.Err() == nil
+						fmt.Fprintf(log, "search %d %-8s %-8s %6d/s p99 %-9s requests %d errors %d sustained %t\n", search+1, m, t.name, rate, p.P99, p.Requests, p.Errors, ok)
+						r.SearchSteps = append(r.SearchSteps, p)
+						return ok
+					})
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					found[t.name+" "+string(m)] = append(found[t.name+" "+string(m)], top)
+				}
+			}
+		}
 		for _, m := range modes {
 			for _, t := range targets {
-				top := searchMax(o.rates[0], o.ceiling, func(rate int) bool {
-					p := step(ctx, t, m, rate, o.searchStep)
-					ok := p.sustained(o.p99Limit) && ctx.Err() == nil
-					fmt.Fprintf(log, "search %-8s %-8s %6d/s p99 %-9s requests %d errors %d sustained %t\n", m, t.name, rate, p.P99, p.Requests, p.Errors, ok)
-					r.SearchSteps = append(r.SearchSteps, p)
-					return ok
-				})
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				r.MaxRates = append(r.MaxRates, maxRate{Target: t.name, Mode: m, Rate: top})
+				r.MaxRates = append(r.MaxRates, newMaxRate(t.name, m, found[t.name+" "+string(m)]))
 			}
 		}
 	}
