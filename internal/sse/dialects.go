@@ -127,12 +127,19 @@ func (t *Tracker) chat(data []byte, e *event) Kind {
 		}
 		// A choice is finished by its finish_reason, and open again if
 		// content follows it.
-		t.choices[ch.index] = len(finish) > 0 || t.choices[ch.index] && !content
+		was, seen := t.choices[ch.index]
+		done := len(finish) > 0 || was && !content
+		if !seen || was != done {
+			t.choices[ch.index] = done
+		}
+		switch {
+		case !seen && !done, seen && was && !done:
+			t.openChoices++
+		case seen && !was && done:
+			t.openChoices--
+		}
 	}
-	t.finished = len(t.choices) > 0
-	for _, done := range t.choices {
-		t.finished = t.finished && done
-	}
+	t.finished = len(t.choices) > 0 && t.openChoices == 0
 	if k == Content {
 		t.events++
 	}

@@ -116,6 +116,9 @@ type capChain struct {
 }
 
 func (c *capChain) at(i int) int {
+	if i == 0 {
+		return 0
+	}
 	if caps := c.caps.Load(); caps != nil && i < len(*caps) {
 		return (*caps)[i]
 	}
@@ -176,8 +179,16 @@ type scanner struct {
 	i     int
 	depth int
 	bad   bool
-	key   []byte // the current key, unquoted and folded
+	key   []byte   // the current key, unquoted and folded
+	short [16]byte // or that of a key of ASCII unescaped, as long as a field's name at most
 	tmp   []byte
+}
+
+// begin sets the scanner to read data from offset i. Its buffers are
+// kept, and no field is written that need not be: the scanner lives in
+// the heap, where a write of a pointer costs.
+func (s *scanner) begin(data []byte, i int) {
+	s.b, s.i, s.depth, s.bad = data, i, 0, false
 }
 
 func (s *scanner) fail() {
@@ -185,6 +196,9 @@ func (s *scanner) fail() {
 }
 
 func (s *scanner) ws() {
+	if s.i < len(s.b) && s.b[s.i] > ' ' {
+		return
+	}
 	for s.i < len(s.b) {
 		switch s.b[s.i] {
 		case ' ', '\t', '\n', '\r':
@@ -205,7 +219,7 @@ func (s *scanner) peek() byte {
 
 // read reads the event's data as a chunk into e.
 func (s *scanner) read(data []byte, e *event) {
-	*s = scanner{b: data, key: s.key[:0], tmp: s.tmp[:0]}
+	s.begin(data, 0)
 	e.typ, e.id, e.errRaw, e.delta, e.created, e.usage = span{}, span{}, span{}, span{}, span{}, span{}
 	e.index, e.blockType, e.itemType = 0, span{}, span{}
 	e.choices.reset(choiceChain)
@@ -400,7 +414,7 @@ func (s *scanner) part(p *partEl) {
 // anthropicDelta reads an Anthropic delta's type, text and stop_reason
 // from raw, valid JSON.
 func (s *scanner) anthropicDelta(data []byte, raw span) (typ, text, stop span) {
-	*s = scanner{b: data[:raw.hi], i: raw.lo, key: s.key[:0], tmp: s.tmp[:0]}
+	s.begin(data[:raw.hi], raw.lo)
 	if !raw.set() || s.peek() != '{' {
 		return
 	}
@@ -465,8 +479,28 @@ func (s *scanner) member() []byte {
 	if s.bad {
 		return nil
 	}
-	s.tmp = unquote(s.tmp[:0], s.b[k.lo:k.hi])
+	raw := s.b[k.lo+1 : k.hi-1]
+	n := 0
+	for ; n < len(raw); n++ { // the bytes as they are, if all ASCII and unescaped
+		c := raw[n]
+		if c == '\\' || c >= utf8.RuneSelf {
+			break
+		}
+		if n < len(s.short) {
+			if 'a' <= c && c <= 'z' {
+				c -= 'a' - 'A'
+			}
+			s.short[n] = c
+		}
+	}
+	switch {
+	case n == len(raw) && n <= len(s.short):
+		return s.short[:n]
+	case n == len(raw):
+		return nil // longer than any field's name
+	}
 	s.key = s.key[:0]
+	s.tmp = unquote(s.tmp[:0], s.b[k.lo:k.hi])
 	for i := 0; i < len(s.tmp); {
 		c := s.tmp[i]
 		if c < utf8.RuneSelf {
@@ -515,47 +549,58 @@ func foldRune(r rune) rune {
 // str reads a string into *dst, if the value ahead is one, and reports
 // whether it was; any other value is skipped and leaves *dst as it was.
 func (s *scanner) str(dst *span) bool {
-	if s.peek() != '"' {
+	b, i := s.b, s.i
+	if i >= len(b) || b[i] != '"' {
 		s.skip()
 		return false
 	}
-	lo := s.i
-	s.i++
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		switch {
-		case c == '"':
-			s.i++
-			*dst = span{lo, s.i}
+	lo := i
+	i++
+	for {
+		for i < len(b) && plainByte[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			s.fail()
+			return false
+		}
+		switch b[i] {
+		case '"':
+			i++
+			s.i, *dst = i, span{lo, i}
 			return true
-		case c == '\\':
-			if s.i+1 >= len(s.b) {
+		case '\\':
+			if i+1 >= len(b) {
 				s.fail()
 				return false
 			}
-			switch s.b[s.i+1] {
+			switch b[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				s.i += 2
+				i += 2
 			case 'u':
-				if s.i+6 > len(s.b) || hex4(s.b[s.i+2:s.i+6]) < 0 {
+				if i+6 > len(b) || hex4(b[i+2:i+6]) < 0 {
 					s.fail()
 					return false
 				}
-				s.i += 6
+				i += 6
 			default:
 				s.fail()
 				return false
 			}
-		case c < ' ':
+		default: // a control character
 			s.fail()
 			return false
-		default:
-			s.i++
 		}
 	}
-	s.fail()
-	return false
 }
+
+// plainByte tells the bytes that stand for themselves in a JSON string.
+var plainByte = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c >= ' ' && c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // int reads an integer into *dst, if the value ahead is a number that
 // fits one; anything else is skipped and leaves *dst as it was.

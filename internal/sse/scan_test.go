@@ -241,3 +241,31 @@ func TestTrackerReadsWithoutAllocating(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkTrackerWrite is the tracker alone over each real stream, fed
+// whole: ns and allocations an event.
+func BenchmarkTrackerWrite(b *testing.B) {
+	for i, s := range realStreams {
+		var tr Tracker
+		stream := []byte(s)
+		tr.Write(stream)
+		events := len(splitEvents(s))
+		b.Run(fmt.Sprintf("%d-%s", i, tr.Dialect()), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(stream)))
+			for b.Loop() {
+				tr.Rewind(tr.Complete())
+				tr.text, tr.textN = tr.text[:0], 0
+				tr.Write(stream)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*events), "ns/event")
+		})
+	}
+}
+
+// splitEvents splits a stream at its blank lines, near enough to count
+// its events.
+func splitEvents(s string) []string {
+	s = strings.ReplaceAll(strings.ReplaceAll(s, "\r\n", "\n"), "\r", "\n")
+	return strings.Split(strings.TrimSpace(s), "\n\n")
+}

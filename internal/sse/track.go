@@ -48,6 +48,7 @@ type Tracker struct {
 	blocks      int          // an Anthropic stream's content blocks: one past the highest index
 	blockOpen   bool         // and whether the last of them is open
 	choices     map[int]bool // a chat stream's choices by index: finished or not
+	openChoices int          // how many of them are not finished
 	chatID      string
 	chatCreated json.RawMessage
 	errName     string
@@ -83,18 +84,23 @@ func (t *Tracker) Write(p []byte) (int, error) {
 			}
 			t.blankCR = false
 		}
-		j := bytes.IndexAny(p[i:], "\r\n")
+		j := lineEnd(p[i:])
 		if j < 0 {
 			t.line = append(t.line, p[i:]...)
 			t.fed += int64(len(p) - i)
 			break
 		}
-		t.line = append(t.line, p[i:i+j]...)
+		line := p[i : i+j] // a line whole in p is read where it lies
+		if len(t.line) > 0 {
+			t.line = append(t.line, line...)
+			line = t.line
+		}
 		t.afterCR = p[i+j] == '\r'
 		i += j + 1
 		t.fed += int64(j + 1)
-		if len(t.line) > 0 {
-			t.takeLine()
+		if len(line) > 0 {
+			t.takeLine(line)
+			t.line = t.line[:0]
 			continue
 		}
 		t.blankCR = t.afterCR
@@ -103,10 +109,20 @@ func (t *Tracker) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// lineEnd returns the index of the first CR or LF in p, or -1.
+func lineEnd(p []byte) int {
+	lf := bytes.IndexByte(p, '\n')
+	if lf < 0 {
+		return bytes.IndexByte(p, '\r')
+	}
+	if cr := bytes.IndexByte(p[:lf], '\r'); cr >= 0 {
+		return cr
+	}
+	return lf
+}
+
 // takeLine takes in the line just read, without its end.
-func (t *Tracker) takeLine() {
-	line := t.line
-	t.line = t.line[:0]
+func (t *Tracker) takeLine(line []byte) {
 	switch {
 	case bytes.HasPrefix(line, []byte("event:")):
 		t.name = append(t.name[:0], bytes.TrimSpace(line[len("event:"):])...)
