@@ -81,8 +81,14 @@ func (t *Tracker) str(buf *[]byte, data []byte, v span) []byte {
 	return *buf
 }
 
-// raw returns the bytes of the value at v in data.
-func (t *Tracker) raw(data []byte, v span) []byte { return data[v.lo:v.hi] }
+// raw returns the bytes of the value at v in data; nil if there is none,
+// as a json.RawMessage of a field that was absent is.
+func (t *Tracker) raw(data []byte, v span) []byte {
+	if !v.set() {
+		return nil
+	}
+	return data[v.lo:v.hi]
+}
 
 func (t *Tracker) recognise(d Dialect) {
 	if t.dialect == Unknown {

@@ -134,6 +134,7 @@ type says struct {
 	open                              bool
 	chatID, created, errName, errData string
 	errOK                             bool
+	createdNil, errDataNil            bool // a caller tells nil from empty
 }
 
 func trackerSays(t *Tracker) says {
@@ -144,6 +145,7 @@ func trackerSays(t *Tracker) says {
 	s.chatID, created = t.ChatID()
 	s.errName, data, s.errOK = t.ErrorEvent()
 	s.created, s.errData = string(created), string(data)
+	s.createdNil, s.errDataNil = created == nil, data == nil
 	return s
 }
 
@@ -155,6 +157,7 @@ func oracleSays(t *oracle) says {
 	s.chatID, created = t.ChatID()
 	s.errName, data, s.errOK = t.ErrorEvent()
 	s.created, s.errData = string(created), string(data)
+	s.createdNil, s.errDataNil = created == nil, data == nil
 	return s
 }
 
