@@ -60,6 +60,7 @@ type options struct {
 	duration   time.Duration
 	warmup     time.Duration
 	search     bool
+	costs      bool
 	searches   int
 	searchStep time.Duration
 	ceiling    int
@@ -84,6 +85,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "how long each fixed-rate step lasts")
 	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "how long each target is warmed up at the first rate before measuring, per mode")
 	flag.BoolVar(&o.search, "search", true, "search each target's highest sustained rate")
+	flag.BoolVar(&o.costs, "costs", false, "instead of latencies and rates, measure what a request costs each target's processes at the first rate, for -duration: CPU time, context switches, and (with strace, in a step of its own) system calls")
 	flag.IntVar(&o.searches, "searches", 3, "how many times the search runs for each target and mode; the report gives the median and the spread")
 	flag.DurationVar(&o.searchStep, "search-step", 5*time.Second, "how long each step of the search lasts, at least 5s: a shorter step lets one noisy moment decide")
 	flag.IntVar(&o.ceiling, "ceiling", 32000, "the highest rate the search tries, requests a second")
@@ -131,11 +133,11 @@ func main() {
 // out, with progress on log. It stops every child it started before it
 // returns.
 func run(ctx context.Context, o options, out, log io.Writer) error {
-	upstream, stopUpstream, err := startServer(ctx, "upstream")
+	upstream, up, err := startServer(ctx, "upstream")
 	if err != nil {
 		return err
 	}
-	defer stopUpstream()
+	defer up.stop()
 
 	r := report{
 		GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, CPUs: runtime.NumCPU(), Go: runtime.Version(),
@@ -145,17 +147,17 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 	if v, err := exec.Command("node", "--version").Output(); err == nil {
 		r.Node = strings.TrimSpace(string(v))
 	}
-	targets := []target{{name: "direct", url: upstream + "/v1/chat/completions"}}
+	targets := []target{{name: "direct", url: upstream + "/v1/chat/completions", pid: up.pid()}}
 	for _, yardstick := range []string{"relay", "hop"} {
 		if !slices.Contains(o.targets, yardstick) {
 			continue
 		}
-		base, stop, err := startServer(ctx, yardstick, upstream)
+		base, c, err := startServer(ctx, yardstick, upstream)
 		if err != nil {
 			return err
 		}
-		defer stop()
-		targets = append(targets, target{name: yardstick, url: base + "/v1/chat/completions"})
+		defer c.stop()
+		targets = append(targets, target{name: yardstick, url: base + "/v1/chat/completions", pid: c.pid()})
 	}
 
 	if slices.Contains(o.targets, "nginx") {
@@ -205,6 +207,25 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 		}
 	}
 	fmt.Fprintf(log, "warmed up %d targets\n", len(targets))
+
+	if o.costs {
+		for _, m := range modes {
+			for _, t := range targets {
+				c, err := measureCosts(ctx, t, m, o.rates[0], o.duration)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(log, "costs %-8s %-8s cpu %s/req voluntary %.2f involuntary %.2f syscalls %.1f\n", m, t.name, c.CPU, c.Voluntary, c.Involuntary, c.Syscalls)
+				r.Costs = append(r.Costs, c)
+			}
+		}
+		if o.json {
+			writeCosts(log, r.Costs)
+			return r.writeJSON(out)
+		}
+		writeCosts(out, r.Costs)
+		return nil
+	}
 
 	for round := range o.rounds {
 		for _, rate := range o.rates {

@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/template"
-	"time"
 )
 
 // nginxConfig is nginx set up as a careful operator sets it up in front of
@@ -87,10 +86,11 @@ func startNginx(ctx context.Context, upstream string) (*child, target, func(), e
 	if err != nil || u.Host == "" {
 		return nil, target{}, nil, fmt.Errorf("nginx: upstream %q is not a URL", upstream)
 	}
-	addr, err := freeLoopbackAddr()
+	port, err := freePort()
 	if err != nil {
 		return nil, target{}, nil, err
 	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
 	dir, err := os.MkdirTemp("", "gateway-nginx-")
 	if err != nil {
 		return nil, target{}, nil, err
@@ -116,43 +116,10 @@ func startNginx(ctx context.Context, upstream string) (*child, target, func(), e
 		return nil, target{}, nil, err
 	}
 	stop := func() { c.stop(); cleanup() }
-	if err := waitListening(ctx, c, addr); err != nil {
+	if err := awaitHTTP(ctx, "http://"+addr+"/", c.exited); err != nil {
+		err = c.failure(err) // while its stderr is open
 		stop()
 		return nil, target{}, nil, err
 	}
-	return c, target{name: "nginx", url: "http://" + addr + "/v1/chat/completions"}, stop, nil
-}
-
-// freeLoopbackAddr returns a loopback address with a port free a moment
-// ago, for a server that cannot be told to pick one itself.
-func freeLoopbackAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-// waitListening waits until something accepts connections on addr, and
-// fails if the child exits or startTimeout passes first.
-func waitListening(ctx context.Context, c *child, addr string) error {
-	deadline := time.Now().Add(startTimeout)
-	for {
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			conn.Close()
-			return nil
-		}
-		select {
-		case <-c.exited:
-			return c.failure(errors.New("exited before listening"))
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return c.failure(fmt.Errorf("not listening on %s after %s", addr, startTimeout))
-		}
-	}
+	return c, target{name: "nginx", url: "http://" + addr + "/v1/chat/completions", pid: c.pid()}, stop, nil
 }

@@ -31,6 +31,7 @@ type report struct {
 	MaxRates    []maxRate    `json:"max_rates,omitempty"`
 	Points      []roundPoint `json:"points"`
 	SearchSteps []point      `json:"search_steps,omitempty"`
+	Costs       []procCost   `json:"costs,omitempty"`
 }
 
 // roundPoint is a fixed-rate step and the round it belongs to.
