@@ -1,32 +1,44 @@
 // Command gateway measures the latency that `rebound proxy` and Portkey's
 // open-source AI gateway each add in front of an LLM API, side by side in
-// one run, everything on the loopback.
+// one run, everything on the loopback, with nginx beside them as the floor
+// a well-engineered proxy sets.
 //
 // It starts a minimal upstream that answers every request with a canned
 // chat completion (plain, or an SSE stream of a few chunks when the request
 // says "stream":true), builds and starts `rebound proxy` in front of it,
 // installs (once, with npm, under .portkey) and starts Portkey's gateway
 // with Node in front of it too, both configured alike: one upstream,
-// retries on. Beside them run two yardsticks: a bare
-// httputil.ReverseProxy (hop) and a relay that copies bytes without
-// reading them (relay), the floor under any proxy. Every one of them, the
-// upstream included, is a process of its own, so that none shares the load
-// generator's process and each pays for the same wake-ups. Then it drives
-// each with vegeta, used as a library: at fixed rates (500 and 2000
-// requests a second, plain and streamed, in rounds whose medians it
-// reports), then a search for the highest rate each sustains with p99
-// under 50 ms and no errors.
+// retries on. nginx (Debian's package, which run.sh installs when missing)
+// runs in front of it as well, as the harness's child with a configuration
+// of its own, set up for streaming (proxy_buffering off, HTTP/1.1 and a
+// pool of kept-alive connections to the upstream). Beside them run two
+// yardsticks: a bare httputil.ReverseProxy (hop) and a relay that copies
+// bytes without reading them (relay), the floor under any proxy. Every one
+// of them, the upstream included, is a process of its own, so that none
+// shares the load generator's process and each pays for the same wake-ups.
+// Then it drives each with vegeta, used as a library: at fixed rates (500
+// and 2000 requests a second, plain and streamed, in rounds whose medians
+// it reports), then a search for the highest rate each sustains with p99
+// under 50 ms and no errors, repeated (3 times, 5 s a step) since one
+// noisy step can decide a search: the report gives the median and the
+// spread.
 //
 // The latency a target adds is its latency less the upstream's own,
 // called directly at the same rate in the same round.
+//
+// With -costs it measures instead what a request costs each target's
+// processes at the first rate: CPU time and context switches (from /proc)
+// and system calls (with strace).
 //
 // Run it from this folder (it is a module of its own so that vegeta stays
 // out of rebound's dependencies):
 //
 //	./run.sh            # or: go run . [flags]
 //	./run.sh -json      # one JSON object on stdout, the tables on stderr
+//	./run.sh -costs     # what a request costs each process
 //
-// It needs Go, Node and npm. Children end with it, on Ctrl-C too.
+// It needs Go, Node and npm, and nginx (or apt-get to install it). Children
+// end with it, on Ctrl-C too.
 package main
 
 import (
