@@ -35,6 +35,9 @@ func (t *Tracker) kind(name, trimmed []byte) Kind {
 		return Error
 	}
 	e := &t.ev
+	if cap(t.typ) > maxKeptBytes || cap(t.unquoted) > maxKeptBytes {
+		t.typ, t.unquoted = nil, nil
+	}
 	t.scan.read(trimmed, e)
 	if t.scan.bad {
 		return Preamble // not JSON: nothing a tracked dialect sends

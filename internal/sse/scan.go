@@ -22,6 +22,13 @@ import (
 // maxDepth is encoding/json's bound on nesting.
 const maxDepth = 10000
 
+// maxKeptElems and maxKeptBytes bound the storage a Tracker keeps from
+// one event to the next.
+const (
+	maxKeptElems = 256
+	maxKeptBytes = 64 << 10
+)
+
 // span is where a value lies in the event's data: a string's with its
 // quotes. The zero span is no value.
 type span struct{ lo, hi int }
@@ -224,6 +231,22 @@ func (s *scanner) read(data []byte, e *event) {
 	e.index, e.blockType, e.itemType = 0, span{}, span{}
 	e.choices.reset(choiceChain)
 	e.candidates.reset(candidateChain)
+	// An event of thousands of choices or parts, or a key of a megabyte,
+	// does not keep its storage for the rest of the stream.
+	if cap(e.choices.el) > maxKeptElems {
+		e.choices.el = nil
+	}
+	if cap(e.candidates.el) > maxKeptElems {
+		e.candidates.el = nil
+	}
+	for i := range e.candidates.el {
+		if cap(e.candidates.el[i].parts.el) > maxKeptElems {
+			e.candidates.el[i].parts.el = nil
+		}
+	}
+	if cap(s.key) > maxKeptBytes || cap(s.tmp) > maxKeptBytes {
+		s.key, s.tmp = nil, nil
+	}
 	s.ws()
 	if s.peek() == '{' {
 		s.chunk(e)

@@ -272,3 +272,22 @@ func splitEvents(s string) []string {
 	s = strings.ReplaceAll(strings.ReplaceAll(s, "\r\n", "\n"), "\r", "\n")
 	return strings.Split(strings.TrimSpace(s), "\n\n")
 }
+
+// TestTrackerDropsTheStorageOfAHugeEvent checks that one event of
+// thousands of choices, or a string of a megabyte with escapes, does not
+// keep its storage for the rest of the stream.
+func TestTrackerDropsTheStorageOfAHugeEvent(t *testing.T) {
+	var tr Tracker
+	huge := "data: {\"choices\":[" + strings.Repeat("{\"delta\":{\"content\":\"x\"}},", 5000) + "{}],\"type\":\"" + strings.Repeat("\\n", 1<<20) + "\"}\n\n"
+	tr.Write([]byte(huge))
+	tr.Write([]byte("data: {\"choices\":[{\"delta\":{\"content\":\"y\"}}]}\n\n"))
+	if c := cap(tr.ev.choices.el); c > maxKeptElems {
+		t.Errorf("%d choices kept", c)
+	}
+	if c := cap(tr.unquoted) + cap(tr.typ) + cap(tr.scan.key) + cap(tr.scan.tmp); c > 2*maxKeptBytes {
+		t.Errorf("%d bytes of strings kept", c)
+	}
+	if tr.TextBytes() != 5001 {
+		t.Errorf("text %d bytes, want 5001", tr.TextBytes())
+	}
+}
