@@ -60,7 +60,8 @@ type partEl struct {
 // slice is a slice decoded into, reused across events: its length, and its
 // capacity as the position in its element shape's growth chain, since a
 // second array of the same key reuses the elements up to the capacity.
-// The elements' storage (el) only grows.
+// The elements' storage (el) grows as it must, and is let go past
+// maxKeptElems.
 type slice[T any] struct {
 	el     []T
 	n      int
