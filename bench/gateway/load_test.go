@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -80,6 +81,45 @@ func TestSustainedNeedsEveryRequestSentAndAnswered(t *testing.T) {
 	} {
 		if p.sustained(50 * time.Millisecond) {
 			t.Errorf("%s: %+v sustained", name, p)
+		}
+	}
+}
+
+func TestMaxRateIsTheMedianSearchWithItsSpread(t *testing.T) {
+	for _, c := range []struct {
+		found           []int
+		rate, low, high int
+		spread          float64
+	}{
+		{nil, 0, 0, 0, 0},
+		{[]int{4000}, 4000, 4000, 4000, 0},
+		{[]int{6000, 1875, 4000}, 4000, 1875, 6000, 0.53125},
+		{[]int{1000, 3000}, 2000, 1000, 3000, 0.5},
+		{[]int{0, 0, 500}, 0, 0, 500, 0},
+	} {
+		m := newMaxRate("rebound", plain, c.found)
+		if m.Rate != c.rate || m.Low != c.low || m.High != c.high || m.spread() != c.spread || len(m.Searches) != len(c.found) {
+			t.Errorf("%v: rate %d, lowest %d, highest %d, spread %v; want %d, %d, %d, %v", c.found, m.Rate, m.Low, m.High, m.spread(), c.rate, c.low, c.high, c.spread)
+		}
+	}
+}
+
+func TestReportSetsTargetsSideBySide(t *testing.T) {
+	r := report{Rounds: 1, Searches: 3, Nginx: "nginx/1.22.1"}
+	for i, tg := range []string{"direct", "hop", "nginx", "rebound"} {
+		for _, m := range []mode{plain, streamed} {
+			r.Points = append(r.Points, roundPoint{point: point{Target: tg, Mode: m, Rate: 500, P50: time.Duration(i+1) * time.Millisecond, P99: 10 * time.Millisecond}})
+			r.MaxRates = append(r.MaxRates, newMaxRate(tg, m, []int{1000 * len(tg), 900 * len(tg), 1100 * len(tg)}))
+		}
+	}
+	r.summarize([]target{{name: "direct"}, {name: "hop"}, {name: "nginx"}, {name: "rebound"}}, []mode{plain, streamed}, []int{500})
+	var b strings.Builder
+	r.writeTables(&b)
+	out := b.String()
+	for _, want := range []string{"nginx/1.22.1", "median of 3 searches", "±10%", "side by side",
+		"nginx  2000 µs / 0 µs  2000 µs / 0 µs  5000  5000", "rebound  3000 µs / 0 µs  3000 µs / 0 µs  7000  7000"} {
+		if !strings.Contains(strings.Join(strings.Fields(out), " "), strings.Join(strings.Fields(want), " ")) {
+			t.Errorf("the tables lack %q:\n%s", want, out)
 		}
 	}
 }

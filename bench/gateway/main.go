@@ -1,32 +1,44 @@
 // Command gateway measures the latency that `rebound proxy` and Portkey's
 // open-source AI gateway each add in front of an LLM API, side by side in
-// one run, everything on the loopback.
+// one run, everything on the loopback, with nginx beside them as the floor
+// a well-engineered proxy sets.
 //
 // It starts a minimal upstream that answers every request with a canned
 // chat completion (plain, or an SSE stream of a few chunks when the request
 // says "stream":true), builds and starts `rebound proxy` in front of it,
 // installs (once, with npm, under .portkey) and starts Portkey's gateway
 // with Node in front of it too, both configured alike: one upstream,
-// retries on. Beside them run two yardsticks: a bare
-// httputil.ReverseProxy (hop) and a relay that copies bytes without
-// reading them (relay), the floor under any proxy. Every one of them, the
-// upstream included, is a process of its own, so that none shares the load
-// generator's process and each pays for the same wake-ups. Then it drives
-// each with vegeta, used as a library: at fixed rates (500 and 2000
-// requests a second, plain and streamed, in rounds whose medians it
-// reports), then a search for the highest rate each sustains with p99
-// under 50 ms and no errors.
+// retries on. nginx (Debian's package, which run.sh installs when missing)
+// runs in front of it as well, as the harness's child with a configuration
+// of its own, set up for streaming (proxy_buffering off, HTTP/1.1 and a
+// pool of kept-alive connections to the upstream). Beside them run two
+// yardsticks: a bare httputil.ReverseProxy (hop) and a relay that copies
+// bytes without reading them (relay), the floor under any proxy. Every one
+// of them, the upstream included, is a process of its own, so that none
+// shares the load generator's process and each pays for the same wake-ups.
+// Then it drives each with vegeta, used as a library: at fixed rates (500
+// and 2000 requests a second, plain and streamed, in rounds whose medians
+// it reports), then a search for the highest rate each sustains with p99
+// under 50 ms and no errors, repeated (3 times, 5 s a step) since one
+// noisy step can decide a search: the report gives the median and the
+// spread.
 //
 // The latency a target adds is its latency less the upstream's own,
 // called directly at the same rate in the same round.
+//
+// With -costs it measures instead what a request costs each target's
+// processes at the first rate: CPU time and context switches (from /proc)
+// and system calls (with strace).
 //
 // Run it from this folder (it is a module of its own so that vegeta stays
 // out of rebound's dependencies):
 //
 //	./run.sh            # or: go run . [flags]
 //	./run.sh -json      # one JSON object on stdout, the tables on stderr
+//	./run.sh -costs     # what a request costs each process
 //
-// It needs Go, Node and npm. Children end with it, on Ctrl-C too.
+// It needs Go, Node and npm, and nginx (or apt-get to install it). Children
+// end with it, on Ctrl-C too.
 package main
 
 import (
@@ -45,6 +57,13 @@ import (
 	"time"
 )
 
+// knownTargets are the names -targets takes.
+var knownTargets = []string{"direct", "relay", "hop", "nginx", "rebound", "portkey"}
+
+// minSearchStep is the shortest step the search may take: one search moved
+// from 6 000 to 1 875 requests a second between two runs with 3 s steps.
+const minSearchStep = 5 * time.Second
+
 // options are the command's flags.
 type options struct {
 	targets    []string
@@ -53,6 +72,8 @@ type options struct {
 	duration   time.Duration
 	warmup     time.Duration
 	search     bool
+	costs      bool
+	searches   int
 	searchStep time.Duration
 	ceiling    int
 	p99Limit   time.Duration
@@ -70,13 +91,15 @@ func main() {
 	}
 	var o options
 	var targets, rates string
-	flag.StringVar(&targets, "targets", "direct,relay,hop,rebound,portkey", "the targets to measure, from direct, relay (a process that copies bytes and reads none: the floor under any proxy), hop (a bare httputil.ReverseProxy), rebound and portkey; direct is always measured")
+	flag.StringVar(&targets, "targets", "direct,relay,hop,nginx,rebound,portkey", "the targets to measure, from direct, relay (a process that copies bytes and reads none: the floor under any proxy), hop (a bare httputil.ReverseProxy), nginx (set up for streaming), rebound and portkey; direct is always measured")
 	flag.StringVar(&rates, "rates", "500,2000", "the fixed rates, requests a second")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds of the fixed rates; the report gives each figure's median over them")
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "how long each fixed-rate step lasts")
 	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "how long each target is warmed up at the first rate before measuring, per mode")
 	flag.BoolVar(&o.search, "search", true, "search each target's highest sustained rate")
-	flag.DurationVar(&o.searchStep, "search-step", 3*time.Second, "how long each step of the search lasts")
+	flag.BoolVar(&o.costs, "costs", false, "instead of latencies and rates, measure what a request costs each target's processes at the first rate, for -duration: CPU time, context switches, and (with strace, in a step of its own) system calls")
+	flag.IntVar(&o.searches, "searches", 3, "how many times the search runs for each target and mode; the report gives the median and the spread")
+	flag.DurationVar(&o.searchStep, "search-step", 5*time.Second, "how long each step of the search lasts, at least 5s: a shorter step lets one noisy moment decide")
 	flag.IntVar(&o.ceiling, "ceiling", 32000, "the highest rate the search tries, requests a second")
 	flag.DurationVar(&o.p99Limit, "p99-limit", 50*time.Millisecond, "a rate is sustained when p99 stays under this, with no errors")
 	flag.IntVar(&o.attempts, "attempts", 3, "retry attempts configured in Portkey's gateway")
@@ -86,6 +109,12 @@ func main() {
 	flag.BoolVar(&o.json, "json", false, "print one JSON object on stdout, and the tables on stderr")
 	flag.Parse()
 	o.targets = strings.Split(targets, ",")
+	for _, t := range o.targets {
+		if !slices.Contains(knownTargets, t) {
+			fmt.Fprintf(os.Stderr, "gateway: unknown target %q in -targets (known: %s)\n", t, strings.Join(knownTargets, ", "))
+			os.Exit(2)
+		}
+	}
 	for _, r := range strings.Split(rates, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(r))
 		if err != nil || n <= 0 {
@@ -96,6 +125,10 @@ func main() {
 	}
 	if o.rounds < 1 || len(o.rates) == 0 {
 		fmt.Fprintln(os.Stderr, "gateway: -rounds and -rates need at least one")
+		os.Exit(2)
+	}
+	if o.search && (o.searches < 1 || o.searchStep < minSearchStep) {
+		fmt.Fprintf(os.Stderr, "gateway: -searches %d, -search-step %s: the search needs at least one run and steps of at least %s\n", o.searches, o.searchStep, minSearchStep)
 		os.Exit(2)
 	}
 
@@ -112,33 +145,43 @@ func main() {
 // out, with progress on log. It stops every child it started before it
 // returns.
 func run(ctx context.Context, o options, out, log io.Writer) error {
-	upstream, stopUpstream, err := startServer(ctx, "upstream")
+	upstream, up, err := startServer(ctx, "upstream")
 	if err != nil {
 		return err
 	}
-	defer stopUpstream()
+	defer up.stop()
 
 	r := report{
 		GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, CPUs: runtime.NumCPU(), Go: runtime.Version(),
-		Portkey: portkeyVersion, Rounds: o.rounds, Duration: o.duration, SearchStep: o.searchStep,
+		Portkey: portkeyVersion, Nginx: nginxVersion(), Rounds: o.rounds, Duration: o.duration, SearchStep: o.searchStep, Searches: o.searches,
 		P99Limit: o.p99Limit, Skipped: map[string]string{},
 	}
 	if v, err := exec.Command("node", "--version").Output(); err == nil {
 		r.Node = strings.TrimSpace(string(v))
 	}
-	targets := []target{{name: "direct", url: upstream + "/v1/chat/completions"}}
+	targets := []target{{name: "direct", url: upstream + "/v1/chat/completions", pid: up.pid()}}
 	for _, yardstick := range []string{"relay", "hop"} {
 		if !slices.Contains(o.targets, yardstick) {
 			continue
 		}
-		base, stop, err := startServer(ctx, yardstick, upstream)
+		base, c, err := startServer(ctx, yardstick, upstream)
 		if err != nil {
 			return err
 		}
-		defer stop()
-		targets = append(targets, target{name: yardstick, url: base + "/v1/chat/completions"})
+		defer c.stop()
+		targets = append(targets, target{name: yardstick, url: base + "/v1/chat/completions", pid: c.pid()})
 	}
 
+	if slices.Contains(o.targets, "nginx") {
+		_, t, stopNginx, err := startNginx(ctx, upstream)
+		if err != nil {
+			r.Skipped["nginx"] = err.Error()
+			fmt.Fprintln(log, "nginx: skipped:", err)
+		} else {
+			defer stopNginx()
+			targets = append(targets, t)
+		}
+	}
 	if slices.Contains(o.targets, "rebound") {
 		t, stopRebound, err := reboundTarget(ctx, o, upstream)
 		if err != nil {
@@ -177,6 +220,25 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 	}
 	fmt.Fprintf(log, "warmed up %d targets\n", len(targets))
 
+	if o.costs {
+		for _, m := range modes {
+			for _, t := range targets {
+				c, err := measureCosts(ctx, t, m, o.rates[0], o.duration)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(log, "costs %-8s %-8s cpu %s/req voluntary %.2f involuntary %.2f syscalls %.1f\n", m, t.name, c.CPU, c.Voluntary, c.Involuntary, c.Syscalls)
+				r.Costs = append(r.Costs, c)
+			}
+		}
+		if o.json {
+			writeCosts(log, r.Costs)
+			return r.writeJSON(out)
+		}
+		writeCosts(out, r.Costs)
+		return nil
+	}
+
 	for round := range o.rounds {
 		for _, rate := range o.rates {
 			for _, m := range modes {
@@ -196,19 +258,29 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 	}
 
 	if o.search {
+		found := map[string][]int{} // by target and mode
+		for search := range o.searches {
+			for _, m := range modes {
+				// Each search starts from another target, as the rounds do.
+				for i := range targets {
+					t := targets[(i+search)%len(targets)]
+					top := searchMax(o.rates[0], o.ceiling, func(rate int) bool {
+						p := step(ctx, t, m, rate, o.searchStep)
+						ok := p.sustained(o.p99Limit) && ctx.Err() == nil
+						fmt.Fprintf(log, "search %d %-8s %-8s %6d/s p99 %-9s requests %d errors %d sustained %t\n", search+1, m, t.name, rate, p.P99, p.Requests, p.Errors, ok)
+						r.SearchSteps = append(r.SearchSteps, p)
+						return ok
+					})
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					found[t.name+" "+string(m)] = append(found[t.name+" "+string(m)], top)
+				}
+			}
+		}
 		for _, m := range modes {
 			for _, t := range targets {
-				top := searchMax(o.rates[0], o.ceiling, func(rate int) bool {
-					p := step(ctx, t, m, rate, o.searchStep)
-					ok := p.sustained(o.p99Limit) && ctx.Err() == nil
-					fmt.Fprintf(log, "search %-8s %-8s %6d/s p99 %-9s requests %d errors %d sustained %t\n", m, t.name, rate, p.P99, p.Requests, p.Errors, ok)
-					r.SearchSteps = append(r.SearchSteps, p)
-					return ok
-				})
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				r.MaxRates = append(r.MaxRates, maxRate{Target: t.name, Mode: m, Rate: top})
+				r.MaxRates = append(r.MaxRates, newMaxRate(t.name, m, found[t.name+" "+string(m)]))
 			}
 		}
 	}

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 )
@@ -16,9 +18,11 @@ type report struct {
 	Go         string            `json:"go"`
 	Node       string            `json:"node"`
 	Portkey    string            `json:"portkey_version"`
+	Nginx      string            `json:"nginx_version,omitempty"`
 	Rounds     int               `json:"rounds"`
 	Duration   time.Duration     `json:"duration_ns"`
 	SearchStep time.Duration     `json:"search_step_ns"`
+	Searches   int               `json:"searches"`
 	P99Limit   time.Duration     `json:"p99_limit_ns"`
 	Skipped    map[string]string `json:"skipped,omitempty"`
 	// Summary has one row for each fixed rate, mode and target: medians
@@ -27,6 +31,7 @@ type report struct {
 	MaxRates    []maxRate    `json:"max_rates,omitempty"`
 	Points      []roundPoint `json:"points"`
 	SearchSteps []point      `json:"search_steps,omitempty"`
+	Costs       []procCost   `json:"costs,omitempty"`
 }
 
 // roundPoint is a fixed-rate step and the round it belongs to.
@@ -51,11 +56,40 @@ type summaryRow struct {
 	Errors   int           `json:"errors"`
 }
 
-// maxRate is the highest rate a target sustained in a mode.
+// maxRate is the highest rate a target sustained in a mode: the median
+// of what each search found, and the spread between the lowest and the
+// highest.
 type maxRate struct {
-	Target string `json:"target"`
-	Mode   mode   `json:"mode"`
-	Rate   int    `json:"rate"`
+	Target   string `json:"target"`
+	Mode     mode   `json:"mode"`
+	Rate     int    `json:"rate"`
+	Searches []int  `json:"searches"`
+	Low      int    `json:"low"`
+	High     int    `json:"high"`
+}
+
+// newMaxRate sums up the searches of one target and mode.
+func newMaxRate(target string, m mode, found []int) maxRate {
+	r := maxRate{Target: target, Mode: m, Searches: found}
+	if len(found) == 0 {
+		return r
+	}
+	s := slices.Sorted(slices.Values(found))
+	r.Low, r.High = s[0], s[len(s)-1]
+	r.Rate = s[len(s)/2]
+	if len(s)%2 == 0 {
+		r.Rate = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return r
+}
+
+// spread is how far the searches' lowest and highest lie from their
+// median, as a fraction of it: 0.1 when they lie within a tenth.
+func (r maxRate) spread() float64 {
+	if r.Rate == 0 {
+		return 0
+	}
+	return float64(max(r.High-r.Rate, r.Rate-r.Low)) / float64(r.Rate)
 }
 
 // summarize fills r.Summary from r.Points.
@@ -95,7 +129,7 @@ func (r *report) writeJSON(w io.Writer) error {
 }
 
 func (r *report) writeTables(w io.Writer) {
-	fmt.Fprintf(w, "%s/%s, %d CPUs, %s, node %s, Portkey gateway %s\n", r.GOOS, r.GOARCH, r.CPUs, r.Go, r.Node, r.Portkey)
+	fmt.Fprintf(w, "%s/%s, %d CPUs, %s, node %s, Portkey gateway %s, %s\n", r.GOOS, r.GOARCH, r.CPUs, r.Go, r.Node, r.Portkey, cmp.Or(r.Nginx, "no nginx"))
 	for name, why := range r.Skipped {
 		fmt.Fprintf(w, "%s skipped: %s\n", name, why)
 	}
@@ -111,13 +145,52 @@ func (r *report) writeTables(w io.Writer) {
 	}
 	tw.Flush()
 	if len(r.MaxRates) == 0 {
+		r.writeSideBySide(w)
 		return
 	}
-	fmt.Fprintf(w, "\nhighest rate sustained (p99 under %s, no errors), steps of %s\n", r.P99Limit, r.SearchStep)
+	fmt.Fprintf(w, "\nhighest rate sustained (p99 under %s, no errors), steps of %s: median of %d searches, lowest and highest\n", r.P99Limit, r.SearchStep, r.Searches)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\ttarget\trate/s\t")
+	fmt.Fprintln(tw, "mode\ttarget\trate/s\tlowest\thighest\tspread\t")
 	for _, m := range r.MaxRates {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t\n", m.Mode, m.Target, m.Rate)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t±%.0f%%\t\n", m.Mode, m.Target, m.Rate, m.Low, m.High, 100*m.spread())
+	}
+	tw.Flush()
+	r.writeSideBySide(w)
+}
+
+// writeSideBySide writes, for each target, what it adds at the first
+// fixed rate and the highest rate it sustained, plain and streamed, on one
+// line.
+func (r *report) writeSideBySide(w io.Writer) {
+	if len(r.Summary) == 0 {
+		return
+	}
+	first := r.Summary[0].Rate
+	fmt.Fprintf(w, "\nside by side: added at %d/s (p50 / p99), highest rate sustained (median)\n", first)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "target\tplain added\tstreamed added\tplain rate/s\tstreamed rate/s\t")
+	for _, s := range r.Summary {
+		if s.Rate != first || s.Mode != plain || s.Target == "direct" {
+			continue
+		}
+		line := s.Target
+		for _, m := range []mode{plain, streamed} {
+			for _, row := range r.Summary {
+				if row.Rate == first && row.Mode == m && row.Target == s.Target {
+					line += fmt.Sprintf("\t%s / %s", micros(row.AddedP50), micros(row.AddedP99))
+				}
+			}
+		}
+		for _, m := range []mode{plain, streamed} {
+			rate := "not searched"
+			for _, mr := range r.MaxRates {
+				if mr.Target == s.Target && mr.Mode == m {
+					rate = fmt.Sprint(mr.Rate)
+				}
+			}
+			line += "\t" + rate
+		}
+		fmt.Fprintln(tw, line+"\t")
 	}
 	tw.Flush()
 }

@@ -147,8 +147,8 @@ func relay(ln net.Listener, upstream string) {
 }
 
 // startServer runs "-serve kind args..." in a child process of this
-// harness and returns its base URL and a function that stops it.
-func startServer(ctx context.Context, kind string, args ...string) (string, func(), error) {
+// harness and returns its base URL and the child.
+func startServer(ctx context.Context, kind string, args ...string) (string, *child, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", nil, err
@@ -158,5 +158,5 @@ func startServer(ctx context.Context, kind string, args ...string) (string, func
 	if err != nil {
 		return "", nil, err
 	}
-	return base, c.stop, nil
+	return base, c, nil
 }

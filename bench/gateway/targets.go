@@ -42,6 +42,7 @@ type target struct {
 	name   string
 	url    string // the chat completions URL
 	header http.Header
+	pid    int // the process that serves it (its workers may be its children)
 }
 
 // child is a process the harness started. Its stderr goes to a file, not
@@ -76,6 +77,8 @@ func start(name string, cmd *exec.Cmd) (*child, error) {
 	}()
 	return c, nil
 }
+
+func (c *child) pid() int { return c.cmd.Process.Pid }
 
 // stop asks the child to end, then kills it if it has not within a second.
 func (c *child) stop() {
@@ -120,7 +123,7 @@ func startRebound(ctx context.Context, bin, upstream string) (*child, target, er
 	if err != nil {
 		return nil, target{}, err
 	}
-	return c, target{name: "rebound", url: base + "/v1/chat/completions"}, nil
+	return c, target{name: "rebound", url: base + "/v1/chat/completions", pid: c.pid()}, nil
 }
 
 // startListening runs cmd as a child whose first line on stdout is
@@ -247,7 +250,7 @@ func startPortkey(ctx context.Context, script, upstream string, attempts int) (*
 	}
 	h := http.Header{}
 	h.Set("x-portkey-config", string(config))
-	return c, target{name: "portkey", url: base + "/v1/chat/completions", header: h}, nil
+	return c, target{name: "portkey", url: base + "/v1/chat/completions", header: h, pid: c.pid()}, nil
 }
 
 // freePort returns a loopback port nothing listens on now, for a child

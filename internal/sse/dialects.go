@@ -3,7 +3,7 @@ package sse
 import (
 	"bytes"
 	"encoding/json"
-	"strings"
+	"unicode/utf8"
 )
 
 // Dialect is the provider's stream format, as a Tracker recognised it.
@@ -22,52 +22,8 @@ var dialectNames = [...]string{"unknown", "openai-chat", "openai-responses", "an
 
 func (d Dialect) String() string { return dialectNames[d] }
 
-// chunk is the union of the providers' stream chunks, as far as tracking
-// needs.
-type chunk struct {
-	Type         string          `json:"type"`
-	Error        json.RawMessage `json:"error"`
-	Delta        json.RawMessage `json:"delta"`
-	ID           string          `json:"id"`
-	Created      json.RawMessage `json:"created"`
-	Usage        json.RawMessage `json:"usage"`
-	Index        int             `json:"index"`
-	ContentBlock struct {
-		Type string `json:"type"`
-	} `json:"content_block"`
-	Item struct {
-		Type string `json:"type"`
-	} `json:"item"`
-	Choices *[]struct {
-		Index int `json:"index"`
-		Delta struct {
-			Content      string          `json:"content"`
-			ToolCalls    json.RawMessage `json:"tool_calls"`
-			Refusal      string          `json:"refusal"`
-			FunctionCall json.RawMessage `json:"function_call"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Candidates *[]struct {
-		Content struct {
-			Parts []struct {
-				Text         string          `json:"text"`
-				FunctionCall json.RawMessage `json:"functionCall"`
-			} `json:"parts"`
-		} `json:"content"`
-		FinishReason string `json:"finishReason"`
-	} `json:"candidates"`
-}
-
-// anthropicDelta is the delta of a content_block_delta or message_delta.
-type anthropicDelta struct {
-	Type       string `json:"type"`
-	Text       string `json:"text"`
-	StopReason string `json:"stop_reason"`
-}
-
 // kind says what one complete event was, and takes in what it delivered.
-func (t *Tracker) kind(name string, trimmed []byte) Kind {
+func (t *Tracker) kind(name, trimmed []byte) Kind {
 	if string(trimmed) == "[DONE]" {
 		if t.dialect == Unknown {
 			return End // the end of a stream never recognised
@@ -75,34 +31,36 @@ func (t *Tracker) kind(name string, trimmed []byte) Kind {
 		t.ended = true
 		return End
 	}
-	var c chunk
-	if name == "error" {
+	if string(name) == "error" {
 		return Error
 	}
-	if err := json.Unmarshal(trimmed, &c); err != nil {
-		// A field of the wrong type is skipped, the rest read: a tool
-		// call is one, whatever else is off in it.
-		if _, wrongType := err.(*json.UnmarshalTypeError); !wrongType {
-			return Preamble // not JSON: nothing a tracked dialect sends
-		}
+	e := &t.ev
+	if cap(t.typ) > maxKeptBytes || cap(t.unquoted) > maxKeptBytes {
+		t.typ, t.unquoted = nil, nil
 	}
-	if nonEmpty(c.Error) || c.Type == "error" {
+	t.scan.read(trimmed, e)
+	if t.scan.bad {
+		return Preamble // not JSON: nothing a tracked dialect sends
+	}
+	// A field of the wrong type was skipped, the rest read: a tool call
+	// is one, whatever else is off in it.
+	typ := t.str(&t.typ, trimmed, e.typ)
+	if nonEmpty(t.raw(trimmed, e.errRaw)) || string(typ) == "error" {
 		return Error
 	}
 	switch {
-	case c.Choices != nil:
-		return t.chat(&c)
-	case c.Candidates != nil:
-		return t.gemini(&c)
-	case strings.HasPrefix(c.Type, "response."):
-		return t.responses(&c)
-	case c.Type != "":
-		return t.anthropic(&c)
-	case nonEmpty(c.Delta):
+	case e.choices.notNil:
+		return t.chat(trimmed, e)
+	case e.candidates.notNil:
+		return t.gemini(trimmed, e)
+	case bytes.HasPrefix(typ, []byte("response.")):
+		return t.responses(trimmed, e, typ)
+	case len(typ) > 0:
+		return t.anthropic(trimmed, e, typ)
+	case nonEmpty(t.raw(trimmed, e.delta)):
 		t.recognise(Plain)
-		var s string
-		if json.Unmarshal(c.Delta, &s) == nil {
-			t.addText(s)
+		if data := trimmed[e.delta.lo:e.delta.hi]; data[0] == '"' {
+			t.addText(t.str(&t.unquoted, trimmed, e.delta))
 		} else {
 			t.notText = true
 		}
@@ -112,56 +70,85 @@ func (t *Tracker) kind(name string, trimmed []byte) Kind {
 	return Preamble
 }
 
+// str returns the text of the string at v in data, unquoted into *buf if
+// it has to be; nil if there is none.
+func (t *Tracker) str(buf *[]byte, data []byte, v span) []byte {
+	if !v.set() {
+		return nil
+	}
+	q := data[v.lo:v.hi]
+	if bytes.IndexByte(q, '\\') < 0 && utf8.Valid(q) {
+		return q[1 : len(q)-1]
+	}
+	*buf = unquote((*buf)[:0], q)
+	return *buf
+}
+
+// raw returns the bytes of the value at v in data; nil if there is none,
+// as a json.RawMessage of a field that was absent is.
+func (t *Tracker) raw(data []byte, v span) []byte {
+	if !v.set() {
+		return nil
+	}
+	return data[v.lo:v.hi]
+}
+
 func (t *Tracker) recognise(d Dialect) {
 	if t.dialect == Unknown {
 		t.dialect = d
 	}
 }
 
-func (t *Tracker) chat(c *chunk) Kind {
+func (t *Tracker) chat(data []byte, e *event) Kind {
 	t.recognise(Chat)
-	if t.chatID == "" && c.ID != "" {
-		t.chatID, t.chatCreated = c.ID, bytes.Clone(c.Created)
+	if t.chatID == "" && e.id.set() {
+		if id := t.str(&t.unquoted, data, e.id); len(id) > 0 {
+			t.chatID, t.chatCreated = string(id), bytes.Clone(t.raw(data, e.created))
+		}
 	}
 	if t.choices == nil {
 		t.choices = map[int]bool{}
 	}
 	k := Preamble
-	if nonEmpty(c.Usage) {
+	if nonEmpty(t.raw(data, e.usage)) {
 		k = Finish
 	}
-	for _, ch := range *c.Choices {
-		d := ch.Delta
+	for i := range e.choices.n {
+		ch := &e.choices.el[i]
 		content := false
-		if d.Content != "" {
-			t.addText(d.Content)
+		if ch.content.hi-ch.content.lo > len(`""`) {
+			t.addText(t.str(&t.unquoted, data, ch.content))
 			content = true
 		}
-		if d.Refusal != "" || nonEmpty(d.ToolCalls) || nonEmpty(d.FunctionCall) {
+		if ch.refusal.hi-ch.refusal.lo > len(`""`) || nonEmpty(t.raw(data, ch.toolCalls)) || nonEmpty(t.raw(data, ch.functionCall)) {
 			t.notText = true
 			content = true
 		}
-		finish := ""
-		if ch.FinishReason != nil {
-			finish = *ch.FinishReason
-		}
+		finish := t.str(&t.unquoted, data, ch.finish)
 		switch {
 		case content:
 			k = Content
-		case finish != "":
+		case len(finish) > 0:
 			k = Finish
 		}
-		if finish == "tool_calls" || finish == "function_call" {
+		if string(finish) == "tool_calls" || string(finish) == "function_call" {
 			t.notText = true
 		}
 		// A choice is finished by its finish_reason, and open again if
 		// content follows it.
-		t.choices[ch.Index] = finish != "" || t.choices[ch.Index] && !content
+		was, seen := t.choices[ch.index]
+		done := len(finish) > 0 || was && !content
+		if !seen || was != done {
+			t.choices[ch.index] = done
+		}
+		switch {
+		case !seen && !done, seen && was && !done:
+			t.openChoices++
+		case seen && !was && done:
+			t.openChoices--
+		}
 	}
-	t.finished = len(t.choices) > 0
-	for _, done := range t.choices {
-		t.finished = t.finished && done
-	}
+	t.finished = len(t.choices) > 0 && t.openChoices == 0
 	if k == Content {
 		t.events++
 	}
@@ -173,21 +160,23 @@ func (t *Tracker) chat(c *chunk) Kind {
 // only the chunks of one completion.
 func (t *Tracker) ChatID() (id string, created json.RawMessage) { return t.chatID, t.chatCreated }
 
-func (t *Tracker) gemini(c *chunk) Kind {
+func (t *Tracker) gemini(data []byte, e *event) Kind {
 	t.recognise(Gemini)
 	k := Preamble
-	for _, cand := range *c.Candidates {
-		for _, p := range cand.Content.Parts {
-			if p.Text != "" {
-				t.addText(p.Text)
+	for i := range e.candidates.n {
+		cand := &e.candidates.el[i]
+		for j := range cand.parts.n {
+			p := &cand.parts.el[j]
+			if p.text.hi-p.text.lo > len(`""`) {
+				t.addText(t.str(&t.unquoted, data, p.text))
 				k = Content
 			}
-			if nonEmpty(p.FunctionCall) {
+			if nonEmpty(t.raw(data, p.functionCall)) {
 				t.notText = true
 				k = Content
 			}
 		}
-		if cand.FinishReason != "" {
+		if cand.finish.hi-cand.finish.lo > len(`""`) {
 			t.ended = true
 			if k != Content {
 				k = End
@@ -200,9 +189,9 @@ func (t *Tracker) gemini(c *chunk) Kind {
 	return k
 }
 
-func (t *Tracker) responses(c *chunk) Kind {
+func (t *Tracker) responses(data []byte, e *event, typ []byte) Kind {
 	t.recognise(Responses)
-	switch c.Type {
+	switch string(typ) {
 	case "response.completed":
 		t.ended = true
 		return End
@@ -210,17 +199,19 @@ func (t *Tracker) responses(c *chunk) Kind {
 		t.ended = true
 		return Error
 	}
-	if c.Type == "response.output_item.added" && c.Item.Type != "message" && c.Item.Type != "reasoning" {
-		t.notText = true // a function call, a hosted tool's call
+	if string(typ) == "response.output_item.added" {
+		if item := t.str(&t.unquoted, data, e.itemType); string(item) != "message" && string(item) != "reasoning" {
+			t.notText = true // a function call, a hosted tool's call
+		}
 	}
-	if !strings.HasSuffix(c.Type, ".delta") || !nonEmpty(c.Delta) {
+	if !bytes.HasSuffix(typ, []byte(".delta")) || !nonEmpty(t.raw(data, e.delta)) {
 		return Preamble
 	}
-	switch c.Type {
+	switch string(typ) {
 	case "response.output_text.delta":
-		var s string
-		json.Unmarshal(c.Delta, &s)
-		t.addText(s)
+		if data[e.delta.lo] == '"' {
+			t.addText(t.str(&t.unquoted, data, e.delta))
+		}
 	case "response.reasoning_text.delta", "response.reasoning_summary_text.delta":
 		// thinking: content, though not the answer's text
 	default: // function call arguments, refusals, tool input
@@ -230,29 +221,28 @@ func (t *Tracker) responses(c *chunk) Kind {
 	return Content
 }
 
-func (t *Tracker) anthropic(c *chunk) Kind {
-	switch c.Type {
+func (t *Tracker) anthropic(data []byte, e *event, typ []byte) Kind {
+	switch string(typ) {
 	case "content_block_start":
 		t.recognise(Anthropic)
-		if b := c.ContentBlock.Type; b != "" && b != "text" {
+		if b := t.str(&t.unquoted, data, e.blockType); len(b) > 0 && string(b) != "text" {
 			t.notText = true // a tool_use, a thinking block: not text to continue
 		}
-		t.block(c.Index)
+		t.block(e.index)
 		return Preamble
 	case "content_block_stop":
 		t.recognise(Anthropic)
-		if c.Index == t.blocks-1 {
+		if e.index == t.blocks-1 {
 			t.blockOpen = false
 		}
 		return Finish
 	case "message_delta":
 		t.recognise(Anthropic)
-		var d anthropicDelta
-		json.Unmarshal(c.Delta, &d)
-		if d.StopReason == "tool_use" || d.StopReason == "pause_turn" {
+		_, _, stop := t.scan.anthropicDelta(data, e.delta)
+		if r := t.str(&t.unquoted, data, stop); string(r) == "tool_use" || string(r) == "pause_turn" {
 			t.notText = true // the turn is a tool's: pause_turn, a server tool's
 		}
-		t.finished = d.StopReason != ""
+		t.finished = stop.hi-stop.lo > len(`""`)
 		return Finish
 	case "message_start", "ping":
 		t.recognise(Anthropic)
@@ -263,11 +253,10 @@ func (t *Tracker) anthropic(c *chunk) Kind {
 		return End
 	case "content_block_delta":
 		t.recognise(Anthropic)
-		t.block(c.Index)
-		var d anthropicDelta
-		json.Unmarshal(c.Delta, &d)
-		if d.Type == "text_delta" {
-			t.addText(d.Text)
+		t.block(e.index)
+		dtyp, text, _ := t.scan.anthropicDelta(data, e.delta)
+		if string(t.str(&t.unquoted, data, dtyp)) == "text_delta" {
+			t.addText(t.str(&t.unquoted, data, text))
 		} else {
 			t.notText = true // tool input, thinking, citations
 		}

@@ -18,7 +18,6 @@ package sse
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"io"
 	"mime"
@@ -117,7 +116,10 @@ func Peek(body io.Reader, limit, maxData int) (Head, error) {
 	return head(), failure
 }
 
-func nonEmpty(raw json.RawMessage) bool {
-	s := string(bytes.TrimSpace(raw))
-	return s != "" && s != "null" && s != `""` && s != "[]" && s != "{}"
+func nonEmpty(raw []byte) bool {
+	switch string(bytes.TrimSpace(raw)) {
+	case "", "null", `""`, "[]", "{}":
+		return false
+	}
+	return true
 }

@@ -48,14 +48,20 @@ type Tracker struct {
 	blocks      int          // an Anthropic stream's content blocks: one past the highest index
 	blockOpen   bool         // and whether the last of them is open
 	choices     map[int]bool // a chat stream's choices by index: finished or not
+	openChoices int          // how many of them are not finished
 	chatID      string
 	chatCreated json.RawMessage
 	errName     string
 	errData     []byte // the first error event's, while errored
 
+	ev       event   // the last event's JSON, as read
+	scan     scanner // reads it
+	typ      []byte  // its type, unquoted if it had to be
+	unquoted []byte  // a string of it, unquoted if it had to be
+
 	fed, complete int64
 	line          []byte
-	name          string
+	name          []byte
 	data          []byte
 	hasData       bool
 	afterCR       bool // the last byte fed was a CR: an LF next belongs to it
@@ -78,18 +84,23 @@ func (t *Tracker) Write(p []byte) (int, error) {
 			}
 			t.blankCR = false
 		}
-		j := bytes.IndexAny(p[i:], "\r\n")
+		j := lineEnd(p[i:])
 		if j < 0 {
 			t.line = append(t.line, p[i:]...)
 			t.fed += int64(len(p) - i)
 			break
 		}
-		t.line = append(t.line, p[i:i+j]...)
+		line := p[i : i+j] // a line whole in p is read where it lies
+		if len(t.line) > 0 {
+			t.line = append(t.line, line...)
+			line = t.line
+		}
 		t.afterCR = p[i+j] == '\r'
 		i += j + 1
 		t.fed += int64(j + 1)
-		if len(t.line) > 0 {
-			t.takeLine()
+		if len(line) > 0 {
+			t.takeLine(line)
+			t.line = t.line[:0]
 			continue
 		}
 		t.blankCR = t.afterCR
@@ -98,13 +109,23 @@ func (t *Tracker) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// lineEnd returns the index of the first CR or LF in p, or -1.
+func lineEnd(p []byte) int {
+	lf := bytes.IndexByte(p, '\n')
+	if lf < 0 {
+		return bytes.IndexByte(p, '\r')
+	}
+	if cr := bytes.IndexByte(p[:lf], '\r'); cr >= 0 {
+		return cr
+	}
+	return lf
+}
+
 // takeLine takes in the line just read, without its end.
-func (t *Tracker) takeLine() {
-	line := t.line
-	t.line = t.line[:0]
+func (t *Tracker) takeLine(line []byte) {
 	switch {
 	case bytes.HasPrefix(line, []byte("event:")):
-		t.name = string(bytes.TrimSpace(line[len("event:"):]))
+		t.name = append(t.name[:0], bytes.TrimSpace(line[len("event:"):])...)
 	case bytes.HasPrefix(line, []byte("data:")):
 		if t.hasData {
 			t.data = append(t.data, '\n')
@@ -118,11 +139,11 @@ func (t *Tracker) takeLine() {
 // here.
 func (t *Tracker) dispatch() {
 	t.complete = t.fed
-	if !t.hasData && t.name == "" {
+	if !t.hasData && len(t.name) == 0 {
 		return // a comment or a stray blank line
 	}
 	k := t.observe(t.name, t.data)
-	t.name, t.data, t.hasData = "", t.data[:0], false
+	t.name, t.data, t.hasData = t.name[:0], t.data[:0], false
 	if t.Each != nil {
 		t.Each(t.complete, k)
 	}
@@ -133,9 +154,9 @@ const maxErrorData = 64 << 10
 
 // errorEvent notes an in-band error event, the first one's name and data
 // kept.
-func (t *Tracker) errorEvent(name string, data []byte) {
+func (t *Tracker) errorEvent(name, data []byte) {
 	if !t.errored {
-		t.errName, t.errData = name, bytes.Clone(data[:min(len(data), maxErrorData)])
+		t.errName, t.errData = string(name), bytes.Clone(data[:min(len(data), maxErrorData)])
 	}
 	t.errored = true
 }
@@ -152,7 +173,7 @@ func (t *Tracker) ErrorEvent() (name string, data []byte, ok bool) {
 // delivered before is kept.
 func (t *Tracker) Rewind(to int64) {
 	t.fed, t.complete = to, to
-	t.line, t.name, t.data = t.line[:0], "", t.data[:0]
+	t.line, t.name, t.data = t.line[:0], t.name[:0], t.data[:0]
 	t.hasData, t.afterCR, t.blankCR = false, false, false
 	t.ended, t.errored, t.finished = false, false, false
 	t.errName, t.errData = "", nil
@@ -204,7 +225,7 @@ func (t *Tracker) TextOnly() bool { return !t.notText }
 func (t *Tracker) Blocks() (n int, lastOpen bool) { return t.blocks, t.blockOpen }
 
 // observe takes in one complete event and says what it was.
-func (t *Tracker) observe(name string, data []byte) Kind {
+func (t *Tracker) observe(name, data []byte) Kind {
 	trimmed := bytes.TrimSpace(data)
 	k := t.kind(name, trimmed)
 	if k == Error {
@@ -213,7 +234,7 @@ func (t *Tracker) observe(name string, data []byte) Kind {
 	return k
 }
 
-func (t *Tracker) addText(s string) {
+func (t *Tracker) addText(s []byte) {
 	t.textN += len(s)
 	if t.cut {
 		return
