@@ -284,8 +284,8 @@ func TestProxyKeyPoolLimitsHoldAcrossTwoProcessesOnRedis(t *testing.T) {
 		env = append(env, v+"="+value)
 	}
 	urls := []string{
-		startProxyProcess(t, env, "--config", cfg, "--redis", redisURL),
-		startProxyProcess(t, env, "--config", cfg, "--redis", redisURL),
+		startProxyProcess(t, env, "--config", cfg, "--redis", redisURL, "--redis-timeout", sharedDecision),
+		startProxyProcess(t, env, "--config", cfg, "--redis", redisURL, "--redis-timeout", sharedDecision),
 	}
 	o := offerLoad(t, urls, keyOffer(), keyRun)
 	t.Logf("offered %d over two proxies: %v, %d transport errors", o.sent, o.byStatus, o.errors)

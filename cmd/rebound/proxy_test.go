@@ -307,6 +307,8 @@ func TestProxyUsage(t *testing.T) {
 		{[]string{"--upstream", "http://127.0.0.1:1", "--allow-origin", "app.example.com"}, "not scheme://host"},
 		{[]string{"--upstream", "http://127.0.0.1:1", "--allow-host", "proxy.internal:8080"}, "without a port"},
 		{[]string{"--upstream", "http://127.0.0.1:1", "--replicas", "0"}, "--replicas 0: want a number of processes from 1 to 10000"},
+		{[]string{"--upstream", "http://127.0.0.1:1", "--redis-timeout", "0s"}, "--redis-timeout 0s: want a duration above zero and at most 10s"},
+		{[]string{"--upstream", "http://127.0.0.1:1", "--redis-timeout", "1h"}, "--redis-timeout 1h0m0s: want a duration above zero and at most 10s"},
 		{[]string{"--upstream", "http://127.0.0.1:1", "--redis-prefix", ""}, "--redis-prefix is empty"},
 		{[]string{"--config", file(`{"upstreams":{"a":{"url":"http://127.0.0.1:1"}},"tenants":{"t":{"tokens_env":"TEST_PROXY_UNSET"}}}`)}, "tenants.t.tokens_env: environment variable TEST_PROXY_UNSET is not set"},
 		{[]string{"--config", file(`{"upstreams":{"a":{"url":"http://127.0.0.1:1"}},"tenants":{"t":{"tokens_env":"TEST_PROXY_SET","spend_cap_usd":-5,"models":["m"]}},"prices":{"m":{}}}`)}, "tenants.t.spend_cap_usd: -5 is negative"},

@@ -45,6 +45,7 @@ func DefineFlags(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&c.Redis, "redis", "", "share limits, breakers and cool-downs with other replicas on this Redis `URL` (one with a password: --redis-env)")
 	fs.StringVar(&f.redisEnv, "redis-env", "", "as --redis, with the URL (and its password) in this environment `variable`, out of ps's sight")
 	fs.StringVar(&c.RedisPrefix, "redis-prefix", reboundredis.DefaultPrefix, "with --redis: the `prefix` of every key the proxy keeps there (deployments sharing a Redis but not their state use their own)")
+	fs.DurationVar(&c.RedisTimeout, "redis-timeout", reboundredis.DefaultTimeout, "with --redis: how long a decision waits for Redis before the replica decides alone (a Redis across a network may need more than the default)")
 	fs.IntVar(&c.Replicas, "replicas", 1, "with --redis: how many proxy `processes` share it; while Redis is away each may spend 1/N of what is left of a tenant's spend cap")
 	fs.DurationVar(&f.attemptTimeout, "attempt-timeout", 0, "bound each attempt, its body read included (0: none but the client's)")
 	fs.DurationVar(&o.MaxQueueWait, "max-queue-wait", proxy.DefaultMaxQueueWait, "how long a request may wait for a slot of its upstream's limit on requests in flight (then a 503), or for its learnt rate limits (then a 429)")
@@ -89,6 +90,8 @@ func (f *Flags) complete(c *Config) error {
 		return errors.New("--redis and --redis-env both given")
 	case c.Replicas < 1 || c.Replicas > 10000:
 		return fmt.Errorf("--replicas %d: want a number of processes from 1 to 10000", c.Replicas)
+	case c.RedisTimeout <= 0 || c.RedisTimeout > 10*time.Second:
+		return fmt.Errorf("--redis-timeout %v: want a duration above zero and at most 10s (a call waits that long for each decision)", c.RedisTimeout)
 	case c.RedisPrefix == "":
 		return errors.New("--redis-prefix is empty: give a prefix, e.g. rebound:")
 	}

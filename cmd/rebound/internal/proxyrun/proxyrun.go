@@ -47,6 +47,10 @@ type Config struct {
 	// away each may spend a 1/Replicas share of what is left of a
 	// tenant's cap. Zero means 1.
 	Replicas int
+	// RedisTimeout bounds each decision's round trip to Redis; past it
+	// the replica decides locally. Zero means reboundredis.DefaultTimeout
+	// (5 ms), right for a Redis in the same zone.
+	RedisTimeout time.Duration
 	// Drain is how long requests in flight may finish after SIGTERM.
 	Drain time.Duration
 	// AdminOff says that /ui and /metrics answer only requests from this
@@ -109,7 +113,7 @@ func shareOnRedis(ctx context.Context, c Config, opts *proxy.Options, breakerCfg
 	if err != nil {
 		return nil, err
 	}
-	cfg.Prefix = c.RedisPrefix
+	cfg.Prefix, cfg.Timeout = c.RedisPrefix, c.RedisTimeout
 	cfg.OnChange = func(up bool, err error) {
 		if !up {
 			logger.Warn("redis away; deciding locally until it is back", "error", fmt.Sprint(err))
