@@ -178,16 +178,24 @@ type Proxy struct {
 	metrics       http.Handler
 	secrets       scrub.Secrets // tokens and upstream keys
 	adminToken    frontdoor.AdminToken
-	board         *statusBoard // the status page's figures
-	configVersion string       // the version of the config that is live, shown by the status page; "" for none
-	tenants       *tenants     // nil: the config has neither tenants nor prices
+	board         *statusBoard       // the status page's figures
+	configVersion string             // the version of the config that is live, shown by the status page; "" for none
+	made          Options            // what p was made from, which Reload remakes it from with another config
+	base          http.RoundTripper  // what sends every upstream's attempts, shared with a reload's Proxy
+	ownCooldowns  fallback.Cooldowns // the cool-downs under p.cooldowns' noticing, shared with a reload's Proxy
+	tenants       *tenants           // nil: the config has neither tenants nor prices
 	reverse       *httputil.ReverseProxy
 	draining      atomic.Bool
 }
 
 // New returns a Proxy for o, or a one-line error.
-func New(o Options) (*Proxy, error) {
+func New(o Options) (*Proxy, error) { return build(o, nil) }
+
+// build returns a Proxy for o that, if prev is not nil, carries on prev's
+// state (see Reload).
+func build(o Options, prev *Proxy) (*Proxy, error) {
 	p := &Proxy{
+		made:        o,
 		cooldowns:   o.Cooldowns,
 		observer:    o.Observer,
 		log:         o.Logger,
@@ -258,6 +266,11 @@ func New(o Options) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	if prev != nil {
+		prev.handOver(p)
+	}
+	p.base, p.ownCooldowns = send, p.cooldowns
+	p.configVersion = versionOf(o.Config)
 	p.models = newModelLabels(p.routes)
 	p.cooldowns = noticing(p.cooldowns, p.routes)
 	for _, r := range p.routes {
@@ -275,6 +288,9 @@ func New(o Options) (*Proxy, error) {
 		return nil, fmt.Errorf("body memory (--max-body-memory) %d bytes is under twice the largest body cap (%d bytes): a body that large could not be read", memory, p.maxBody)
 	}
 	p.memory = newBodyMemory(memory)
+	if prev != nil {
+		prev.handOverTallies(p)
+	}
 	p.reverse = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,
 		ModifyResponse: p.scrubResponse,
