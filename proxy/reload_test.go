@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -93,6 +94,44 @@ func TestReloadKeepsATenantOverItsCapRefused(t *testing.T) {
 	}
 }
 
+func TestRequestInFlightAcrossAReloadFinishesAndCountsToItsTenant(t *testing.T) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	up, _ := recordingUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		close(arrived)
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"c","choices":[{"message":{"role":"assistant","content":"ok"}}],"usage":{"prompt_tokens":20,"completion_tokens":1000}}`)
+	})
+	front, live := serveLive(t, proxy.Options{Config: config(t, tenantConfig(up.URL, "openai", "0.05", ""), tenantEnv), Getenv: mapEnv(tenantEnv)})
+	answered := make(chan int, 1)
+	go func() {
+		resp, _ := do(t, "POST", front.URL+"/v1/chat/completions", chatBody, "Authorization", "Bearer tok-capped-1")
+		answered <- resp.StatusCode
+	}()
+	<-arrived
+	// The new config drops the upstream's route: the request in flight
+	// still finishes on the config it started with.
+	other, _ := recordingUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {})
+	reload(t, live, tenantConfig(other.URL, "openai", "0.05", ""), tenantEnv)
+	close(release)
+	if s := <-answered; s != 200 {
+		t.Fatalf("the request in flight across the reload got %d, want 200", s)
+	}
+	shown := false
+	for _, tn := range liveStatus(t, front).Tenants {
+		shown = shown || tn.Name == "capped"
+		if tn.Name == "capped" && (tn.Requests != 1 || math.Abs(tn.SpentUSD-0.0102) > 1e-9) {
+			t.Errorf("after the reload the tenant shows %d requests and $%g, want 1 and $0.0102: the request in flight counted elsewhere", tn.Requests, tn.SpentUSD)
+		}
+	}
+	if !shown {
+		t.Errorf("the status page shows no tenant capped")
+	}
+	if _, err := live.Load().Reload(nil); err == nil {
+		t.Errorf("Reload(nil) did not fail")
+	}
+}
+
 // reloadStatus is what these tests read of /ui/status.
 type reloadStatus struct {
 	ConfigVersion string `json:"config_version"`
@@ -102,9 +141,10 @@ type reloadStatus struct {
 		Calls    int64  `json:"calls"`
 	} `json:"upstreams"`
 	Tenants []struct {
-		Name     string `json:"name"`
-		Requests int64  `json:"requests"`
-		Refused  int64  `json:"refused"`
+		Name     string  `json:"name"`
+		Requests int64   `json:"requests"`
+		Refused  int64   `json:"refused"`
+		SpentUSD float64 `json:"spent_usd"`
 	} `json:"tenants"`
 }
 
