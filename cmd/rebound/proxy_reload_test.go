@@ -220,6 +220,9 @@ func TestProxyReloadUnderLoadFailsNoRequest(t *testing.T) {
 		t.Errorf("requests in flight at the signals %v: most reloads came with none in flight, so the test proved little", inFlightAtSignal)
 	}
 	for _, l := range proc.lines() {
+		if strings.Contains(l, "DATA RACE") {
+			t.Errorf("the proxy raced: %s", l)
+		}
 		if strings.Contains(l, "tok-reload-secret") {
 			t.Errorf("a client token in the log: %s", l)
 		}
