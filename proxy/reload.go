@@ -42,10 +42,10 @@ func versionOf(c *FileConfig) string {
 //
 // What carries over, for a thing of the same name in c:
 //   - an upstream's or pool key's pace (the limits learnt from its
-//     headers), adaptive limit on requests in flight, retry budget,
-//     breakers and quota cool-down, when its URL, dialect, key and
-//     configured limits are unchanged (else it is another endpoint, and
-//     starts fresh);
+//     headers), adaptive limit on requests in flight, retry budget and
+//     breakers, when its URL, dialect, key and configured limits are
+//     unchanged (else it is another endpoint, and starts fresh); its
+//     quota cool-down, kept by name in Options.Cooldowns, in any case;
 //   - a tenant's requests, refusals and spend; its spend cap when its
 //     amount and period are unchanged (a changed amount starts from the
 //     spend so far this period, so that a reload is no way to spend
@@ -121,8 +121,13 @@ func (p *Proxy) handOverUpstreams(q *Proxy) map[string]bool {
 				continue
 			}
 			chosen[t.up] = t.up
-			if o := old[t.up.name]; o != nil && sameUpstream(o, t.up) {
+			switch o := old[t.up.name]; {
+			case o != nil && sameUpstream(o, t.up):
 				chosen[t.up], kept[o.name] = o, true
+			case o != nil:
+				// The cool-downs are kept by name: one under way goes on
+				// for the new endpoint too, and the status page says so.
+				t.up.coolingUntil.Store(o.coolingUntil.Load())
 			}
 		}
 	}
