@@ -274,3 +274,22 @@ func TestReloadShowsTheNewConfigVersion(t *testing.T) {
 		t.Errorf("versions %q then %q; status shows %q", first, second, shown)
 	}
 }
+
+// BenchmarkReload measures a reload of a config of a tenant with a cap
+// and one upstream, the state carried over.
+func BenchmarkReload(b *testing.B) {
+	b.ReportAllocs()
+	c, err := proxy.ParseConfig([]byte(tenantConfig("http://127.0.0.1:1", "openai", "0.05", "")), mapEnv(tenantEnv))
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := proxy.New(proxy.Options{Config: c, Getenv: mapEnv(tenantEnv), Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if p, err = p.Reload(c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
