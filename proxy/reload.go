@@ -48,8 +48,9 @@ func versionOf(c *FileConfig) string {
 //     quota cool-down, kept by name in Options.Cooldowns, in any case;
 //   - a tenant's requests, refusals and spend; its spend cap when its
 //     amount and period are unchanged (a changed amount starts from the
-//     spend so far this period, so that a reload is no way to spend
-//     more); its rate limits' state when its limits are unchanged;
+//     spend so far this period, a request in flight counted at the most
+//     it could cost, so that a reload is no way to spend more); its rate
+//     limits' state when its limits are unchanged;
 //   - the status page's figures, and the body memory in use.
 //
 // An upstream, key or tenant that c removes goes (requests p is serving
@@ -209,7 +210,9 @@ func (t *tenant) carryCounts(o *tenant) {
 
 // carrySpend starts to, a new in-memory cap of the period of o's spend,
 // from what o spent in the current period (by its caps, or priced
-// uncapped). Caps kept elsewhere (on Redis, under the tenant's name) carry
+// uncapped) and what its requests in flight are held at on its old cap:
+// they settle there, so the new cap counts them at the most they could
+// cost. Caps kept elsewhere (on Redis, under the tenant's name) carry
 // their spend themselves.
 func carrySpend(o *tenant, to cost.Cap) {
 	t, ok := to.(*periodCap)
@@ -217,9 +220,17 @@ func carrySpend(o *tenant, to cost.Cap) {
 		return
 	}
 	now := time.Now()
+	held := 0.0
+	if old, ok := o.cap.(*periodCap); ok {
+		old.mu.Lock()
+		if old.limit != nil && old.start.Equal(periodStart(now, t.period)) {
+			held = old.limit.Held()
+		}
+		old.mu.Unlock()
+	}
 	o.mu.Lock()
 	o.rollPeriod(now)
-	spent := o.spent
+	spent := o.spent + held
 	o.mu.Unlock()
 	// Settle the spend on a Limit not yet in use, whatever its cap, then
 	// set the cap: nothing else holds it yet.

@@ -132,6 +132,44 @@ func TestRequestInFlightAcrossAReloadFinishesAndCountsToItsTenant(t *testing.T) 
 	}
 }
 
+func TestRequestInFlightWhenACapChangesCountsAgainstTheNewCap(t *testing.T) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	up, seen := recordingUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if n == 1 {
+			close(arrived)
+			<-release
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"c","choices":[{"message":{"role":"assistant","content":"ok"}}],"usage":{"prompt_tokens":20,"completion_tokens":1000}}`)
+	})
+	front, live := serveLive(t, proxy.Options{Config: config(t, tenantConfig(up.URL, "openai", "0.05", ""), tenantEnv), Getenv: mapEnv(tenantEnv)})
+	chatAs := func() int {
+		resp, _ := do(t, "POST", front.URL+"/v1/chat/completions", chatBody, "Authorization", "Bearer tok-capped-1")
+		return resp.StatusCode
+	}
+	answered := make(chan int, 1)
+	go func() { answered <- chatAs() }()
+	<-arrived
+	// $0.06 holds five requests of $0.0102: the one in flight, held on
+	// the old cap, and four more.
+	reload(t, live, tenantConfig(up.URL, "openai", "0.06", ""), tenantEnv)
+	for i := range 4 {
+		if s := chatAs(); s != 200 {
+			t.Fatalf("request %d under the new cap: %d", i+1, s)
+		}
+	}
+	if s := chatAs(); s != http.StatusTooManyRequests {
+		t.Errorf("a sixth request: %d, want 429: the request in flight at the reload was not counted against the new cap", s)
+	}
+	close(release)
+	if s := <-answered; s != 200 {
+		t.Errorf("the request in flight: %d", s)
+	}
+	if seen.hits != 5 {
+		t.Errorf("upstream saw %d requests, want 5", seen.hits)
+	}
+}
+
 // reloadStatus is what these tests read of /ui/status.
 type reloadStatus struct {
 	ConfigVersion string `json:"config_version"`
