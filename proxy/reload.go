@@ -55,7 +55,9 @@ func versionOf(c *FileConfig) string {
 //
 // An upstream, key or tenant that c removes goes (requests p is serving
 // still use it); one that c adds starts fresh. Tokens, flags and other
-// Options are p's: only the config changes.
+// Options are p's: only the config changes. Reload the Proxy being
+// served: a Proxy that was replaced already would hand on its state
+// again, and the two reloads would share it.
 func (p *Proxy) Reload(c *FileConfig) (*Proxy, error) {
 	if p.made.Config == nil {
 		return nil, ErrNoConfig
