@@ -178,14 +178,16 @@ type Proxy struct {
 	metrics       http.Handler
 	secrets       scrub.Secrets // tokens and upstream keys
 	adminToken    frontdoor.AdminToken
-	board         *statusBoard       // the status page's figures
-	configVersion string             // the version of the config that is live, shown by the status page; "" for none
-	made          Options            // what p was made from, which Reload remakes it from with another config
-	base          http.RoundTripper  // what sends every upstream's attempts, shared with a reload's Proxy
-	ownCooldowns  fallback.Cooldowns // the cool-downs under p.cooldowns' noticing, shared with a reload's Proxy
-	tenants       *tenants           // nil: the config has neither tenants nor prices
+	board         *statusBoard // the status page's figures
+	configVersion string       // the version of the config that is live, shown by the status page; "" for none
+	tenants       *tenants     // nil: the config has neither tenants nor prices
 	reverse       *httputil.ReverseProxy
 	draining      atomic.Bool
+
+	// What Reload makes another Proxy from, and shares with it.
+	made         Options            // what p was made from
+	base         http.RoundTripper  // what sends every upstream's attempts
+	ownCooldowns fallback.Cooldowns // the cool-downs under p.cooldowns' noticing
 }
 
 // New returns a Proxy for o, or a one-line error.
