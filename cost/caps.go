@@ -94,6 +94,14 @@ func (l *Limit) Spent() float64 {
 	return l.spent
 }
 
+// Held returns what the attempts in flight are held at, in US dollars:
+// reserved, not yet settled.
+func (l *Limit) Held() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held
+}
+
 type limitHold struct {
 	l    *Limit
 	usd  float64

@@ -53,6 +53,10 @@ type FileConfig struct {
 	// Prices by model, for the tenants' spend caps and the access log's
 	// cost_usd, in cost.Price's JSON form.
 	Prices cost.Table `json:"prices"`
+	// Version names the config on the status page and in the log: the
+	// first 12 hex digits of the SHA-256 of the file's bytes, set by
+	// ParseConfig. Empty (a config made in Go) shows none.
+	Version string `json:"-"`
 }
 
 // UpstreamConfig is one provider endpoint.
@@ -213,6 +217,7 @@ func ParseConfig(data []byte, getenv func(string) string) (*FileConfig, error) {
 	if err := checkTenants(&c, getenv); err != nil {
 		return nil, err
 	}
+	c.Version = ConfigVersion(data)
 	return &c, nil
 }
 

@@ -144,6 +144,15 @@
 // among replicas (rebound proxy --redis); the tokens of Options.Tokens are
 // the tenant DefaultTenant.
 //
+// Config reload: Proxy.Reload returns a Proxy for another config that
+// keeps the state of every upstream, key and tenant the config keeps
+// (learnt limits, breakers, quota cool-downs, retry budgets, a tenant's
+// spend and limits, the status page's figures); serve it in the old one's
+// place (an atomic pointer as the server's handler), and requests in
+// flight finish on the old one. FileConfig.Version, the first 12 hex
+// digits of the SHA-256 of the file, names the config that is live on the
+// status page.
+//
 // The access log (Options.Logger) has a line per request, "msg":"request",
 // with always: method, path, route, upstream ("UPSTREAM/KEYVAR" for a key
 // of a pool), model (as the client named

@@ -183,11 +183,21 @@ type Proxy struct {
 	tenants       *tenants     // nil: the config has neither tenants nor prices
 	reverse       *httputil.ReverseProxy
 	draining      atomic.Bool
+
+	// What Reload makes another Proxy from, and shares with it.
+	made         Options            // what p was made from
+	base         http.RoundTripper  // what sends every upstream's attempts
+	ownCooldowns fallback.Cooldowns // the cool-downs under p.cooldowns' noticing
 }
 
 // New returns a Proxy for o, or a one-line error.
-func New(o Options) (*Proxy, error) {
+func New(o Options) (*Proxy, error) { return build(o, nil) }
+
+// build returns a Proxy for o that, if prev is not nil, carries on prev's
+// state (see Reload).
+func build(o Options, prev *Proxy) (*Proxy, error) {
 	p := &Proxy{
+		made:        o,
 		cooldowns:   o.Cooldowns,
 		observer:    o.Observer,
 		log:         o.Logger,
@@ -258,6 +268,11 @@ func New(o Options) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	if prev != nil {
+		prev.handOver(p)
+	}
+	p.base, p.ownCooldowns = send, p.cooldowns
+	p.configVersion = versionOf(o.Config)
 	p.models = newModelLabels(p.routes)
 	p.cooldowns = noticing(p.cooldowns, p.routes)
 	for _, r := range p.routes {
@@ -275,6 +290,9 @@ func New(o Options) (*Proxy, error) {
 		return nil, fmt.Errorf("body memory (--max-body-memory) %d bytes is under twice the largest body cap (%d bytes): a body that large could not be read", memory, p.maxBody)
 	}
 	p.memory = newBodyMemory(memory)
+	if prev != nil {
+		prev.handOverTallies(p)
+	}
 	p.reverse = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,
 		ModifyResponse: p.scrubResponse,

@@ -24,6 +24,7 @@ type upstream struct {
 	sendNow http.RoundTripper // send, for a request that waited for a slot in vain already: a slot free at once, or none
 	budget  *rebound.RetryBudget
 	pacer   ratelimit.Pacer // send's, which says the key's headroom
+	limits  ratelimit.Config
 
 	// pool is the configured upstream's name for a key of its pool
 	// (keys.go), "" for an upstream of one key; keyVar is the variable
@@ -73,7 +74,7 @@ func (m upstreamMaker) make(name, rawURL, dialect, key string, limits ratelimit.
 	}
 	adaptive := ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{})
 	return &upstream{
-		name: name, base: base, dialect: dialect, key: key, pacer: pacer,
+		name: name, base: base, dialect: dialect, key: key, pacer: pacer, limits: limits,
 		send:    &ratelimit.Transport{Base: m.send, Limiter: pacer, Adaptive: adaptive, MaxWait: m.maxQueueWait, MaxPaceWait: m.maxQueueWait},
 		sendNow: &ratelimit.Transport{Base: m.send, Limiter: pacer, Adaptive: adaptive, MaxWait: noQueueWait, MaxPaceWait: noQueueWait},
 		budget:  &rebound.RetryBudget{},

@@ -205,7 +205,13 @@ type tenant struct {
 	pacer    ratelimit.Pacer // nil: no limits
 	rpm, tpm float64
 	models   map[string]bool // nil: any
+	*tenantTally
+}
 
+// tenantTally is what a tenant's requests came to, kept apart from the
+// tenant so that a reload's tenant of the same name and period goes on
+// counting where it left off (reload.go).
+type tenantTally struct {
 	requests, answered, failed atomic.Int64
 	refused                    [numRefusals]atomic.Int64
 
@@ -245,7 +251,7 @@ func newTenants(o Options, getenv func(string) string) (*tenants, []string, erro
 	}
 	for _, name := range slices.Sorted(maps.Keys(configured)) {
 		tc, where := configured[name], "tenants."+name
-		t := &tenant{name: name, rpm: tc.RequestsPerMinute, tpm: tc.TokensPerMinute}
+		t := &tenant{name: name, rpm: tc.RequestsPerMinute, tpm: tc.TokensPerMinute, tenantTally: &tenantTally{}}
 		if len(tc.Models) > 0 {
 			t.models = map[string]bool{}
 			for _, m := range tc.Models {

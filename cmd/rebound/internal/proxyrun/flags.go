@@ -111,6 +111,7 @@ func (f *Flags) complete(c *Config) error {
 		return fmt.Errorf("--addr %s is not a loopback address: give client tokens (--token-env or --tokens-file)", c.Addr)
 	}
 	c.AdminOff = !serve.IsLoopback(host) && f.adminTokenEnv == ""
+	c.ConfigFile = f.configFile
 	if f.adminTokenEnv != "" {
 		if o.AdminToken = strings.TrimSpace(os.Getenv(f.adminTokenEnv)); o.AdminToken == "" {
 			return fmt.Errorf("--admin-token-env: environment variable %s is not set", f.adminTokenEnv)

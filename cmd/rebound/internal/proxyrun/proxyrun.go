@@ -53,6 +53,10 @@ type Config struct {
 	RedisTimeout time.Duration
 	// Drain is how long requests in flight may finish after SIGTERM.
 	Drain time.Duration
+	// ConfigFile is the config file the proxy was made from, which it
+	// re-reads at each SIGHUP; empty for none (SIGHUP is then logged and
+	// ignored).
+	ConfigFile string
 	// AdminOff says that /ui and /metrics answer only requests from this
 	// machine, though the proxy listens beyond it: there is no admin
 	// token. Run says so at start.
@@ -97,6 +101,9 @@ func Run(ctx context.Context, c Config, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "rebound proxy: %v\n", err)
 		return 2
+	}
+	if v := p.ConfigVersion(); v != "" {
+		logger.Info("config loaded", "version", v)
 	}
 	if c.AdminOff {
 		logger.Warn("/ui and /metrics are off beyond this machine: they answer only requests from it, over loopback; give --admin-token-env to open them to others")
@@ -150,12 +157,17 @@ func shareOnRedis(ctx context.Context, c Config, opts *proxy.Options, breakerCfg
 	return cfg.Client.Close, nil
 }
 
-// serveProxy serves p until ctx is done, then drains it.
+// serveProxy serves p, or the Proxy of the config re-read at the latest
+// SIGHUP, until ctx is done, then drains it.
 func serveProxy(ctx context.Context, c Config, p *proxy.Proxy, logger *slog.Logger, stdout, stderr io.Writer) int {
+	live := &liveProxy{}
+	live.Store(p)
+	stopReloads := reloadOnHangup(c.ConfigFile, live, logger)
+	defer stopReloads()
 	err := serve.Run(ctx, serve.Config{
 		Addr: c.Addr,
 		Server: &http.Server{
-			Handler:           p,
+			Handler:           live,
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       2 * time.Minute,
 			ErrorLog:          log.New(slogWriter{logger}, "", 0),
@@ -163,7 +175,8 @@ func serveProxy(ctx context.Context, c Config, p *proxy.Proxy, logger *slog.Logg
 		Drain:  c.Drain,
 		Stdout: stdout,
 		Stopping: func() {
-			p.Drain()
+			stopReloads() // a reload under way ends first: the Proxy drained is the last
+			live.Load().Drain()
 			logger.Info("draining", "timeout", c.Drain.String())
 		},
 		Unfinished: func(error) { logger.Warn("drain timed out; closing open connections") },

@@ -118,7 +118,19 @@ front); others need the admin token from --admin-token-env, as
 "Authorization: Bearer TOKEN" or as the password a browser asks for. A
 client token does not open them, and the admin token is no client token.
 Bound beyond loopback without it, the proxy says at start that they are
-off to others, and answers them a 403. On SIGTERM or SIGINT the proxy
+off to others, and answers them a 403.
+
+SIGHUP reads the --config file again: a good config takes over for new
+requests while those in flight finish on the one they started with, and
+keeps the state of every upstream, key and tenant it keeps unchanged
+(learnt limits, breakers, quota cool-downs, retry budgets, a tenant's
+spend and limits; a tenant's changed cap starts from its spend so far);
+a bad one is refused in one log line ("config refused") and the old one
+stays. The log ("config loaded") and /ui say which config version is
+live: the first 12 hex digits of the SHA-256 of the file. Flags and
+tokens are read at start only. Without --config, SIGHUP is ignored.
+
+On SIGTERM or SIGINT the proxy
 stops accepting, lets requests in flight (streams included) finish for up
 to --drain-timeout, and exits 0.
 
