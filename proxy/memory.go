@@ -373,9 +373,7 @@ func readBody(r *http.Request, rc *http.ResponseController, mem *bodyMemory, lim
 		cur = join(make([]byte, 0, got), chunks)
 		h.drop(chunks)
 	}
-	if body.pushed {
-		rc.SetReadDeadline(time.Time{})
-	}
+	body.clear()
 	h.b = cur
 	return h, nil
 }
