@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"math"
-	"mime"
 	"net/http"
 	"sync"
 
@@ -23,8 +22,8 @@ import (
 // cut short, or read only in part, has no final count. WithCaps settles an
 // attempt so; rebound proxy logs the tokens of each request so.
 func WatchUsage(resp *http.Response, done func(u Usage, final bool)) {
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	resp.Body = &usageBody{body: resp.Body, done: done, stream: mt == "text/event-stream"}
+	stream, _ := sse.StreamType(resp.Header) // read as a stream even if its parameters are not valid
+	resp.Body = &usageBody{body: resp.Body, done: done, stream: stream}
 }
 
 // usageBody is a response body that reads the usage the response reports
