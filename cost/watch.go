@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"io"
 	"math"
-	"mime"
 	"net/http"
 	"sync"
+
+	"github.com/rebound-go/rebound/internal/sse"
 )
 
 // WatchUsage replaces resp.Body with one that reads the token usage the
@@ -21,8 +22,8 @@ import (
 // cut short, or read only in part, has no final count. WithCaps settles an
 // attempt so; rebound proxy logs the tokens of each request so.
 func WatchUsage(resp *http.Response, done func(u Usage, final bool)) {
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	resp.Body = &usageBody{body: resp.Body, done: done, stream: mt == "text/event-stream"}
+	stream, _ := sse.StreamType(resp.Header) // read as a stream even if its parameters are not valid
+	resp.Body = &usageBody{body: resp.Body, done: done, stream: stream}
 }
 
 // usageBody is a response body that reads the usage the response reports
@@ -141,37 +142,71 @@ func (b *usageBody) read(doc []byte) {
 
 // readObject is read for one JSON document that is not an array.
 func (b *usageBody) readObject(doc []byte) {
-	var d usageDoc
-	if json.Unmarshal(doc, &d) != nil {
+	d, how := sse.ReadUsage(doc)
+	switch how {
+	case sse.UsageInvalid:
 		return
-	}
-	var in, out []int64
-	for _, c := range []*usageCounts{d.Usage, d.Message.Usage, d.Response.Usage} {
-		if c != nil {
-			in = append(in, c.PromptTokens, c.InputTokens, c.CacheCreationInputTokens, c.CacheReadInputTokens)
-			out = append(out, c.CompletionTokens, c.OutputTokens)
+	case sse.UsageUnsure:
+		var ok bool
+		if d, ok = decodeUsage(doc); !ok {
+			return
 		}
 	}
-	if m := d.UsageMetadata; m != nil {
-		in = append(in, m.PromptTokenCount)
-		out = append(out, m.CandidatesTokenCount, m.ThoughtsTokenCount)
+	var in, out [9]int64 // room for every count the dialects give
+	nIn, nOut := 0, 0
+	for _, c := range [...]struct {
+		set    bool
+		counts *sse.UsageCounts
+	}{{d.HasTop, &d.Top}, {d.HasMessage, &d.Message}, {d.HasResponse, &d.Response}} {
+		if c.set {
+			nIn += copy(in[nIn:], []int64{c.counts.PromptTokens, c.counts.InputTokens, c.counts.CacheCreationInputTokens, c.counts.CacheReadInputTokens})
+			nOut += copy(out[nOut:], []int64{c.counts.CompletionTokens, c.counts.OutputTokens})
+		}
 	}
-	if len(in) == 0 {
+	if d.HasMetadata {
+		m := d.Metadata
+		nIn += copy(in[nIn:], []int64{m.PromptTokenCount})
+		nOut += copy(out[nOut:], []int64{m.CandidatesTokenCount, m.ThoughtsTokenCount})
+	}
+	if nIn == 0 {
 		return
 	}
-	sumIn, okIn := sum(in)
-	sumOut, okOut := sum(out)
+	sumIn, okIn := sum(in[:nIn])
+	sumOut, okOut := sum(out[:nOut])
 	if !okIn || !okOut {
 		return
 	}
 	b.usage.InputTokens = max(b.usage.InputTokens, sumIn)
 	b.usage.OutputTokens = max(b.usage.OutputTokens, sumOut)
 	b.found = true
-	finished := false
-	for _, c := range d.Candidates {
-		finished = finished || c.FinishReason != ""
+	b.final = b.final || d.HasTop || d.HasResponse || d.HasMetadata && d.Finished
+}
+
+// decodeUsage decodes doc with encoding/json, for the documents the
+// scanner leaves to it (a key of candidates given twice, whose elements
+// encoding/json reuses from one array to the next).
+func decodeUsage(doc []byte) (sse.Usage, bool) {
+	var d usageDoc
+	if json.Unmarshal(doc, &d) != nil {
+		return sse.Usage{}, false
 	}
-	b.final = b.final || d.Usage != nil || d.Response.Usage != nil || d.UsageMetadata != nil && finished
+	var u sse.Usage
+	for _, c := range []struct {
+		from *usageCounts
+		to   *sse.UsageCounts
+		set  *bool
+	}{{d.Usage, &u.Top, &u.HasTop}, {d.Message.Usage, &u.Message, &u.HasMessage}, {d.Response.Usage, &u.Response, &u.HasResponse}} {
+		if c.from != nil {
+			*c.to, *c.set = sse.UsageCounts(*c.from), true
+		}
+	}
+	if m := d.UsageMetadata; m != nil {
+		u.Metadata, u.HasMetadata = sse.UsageMetadata(*m), true
+	}
+	for _, c := range d.Candidates {
+		u.Finished = u.Finished || c.FinishReason != ""
+	}
+	return u, true
 }
 
 // sum adds counts, false if one is negative or the sum would not fit.

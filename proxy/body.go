@@ -19,7 +19,11 @@ import (
 const MaxModel = 256
 
 // BodyStall is how long a request body may send nothing before the proxy
-// gives up on it (408), as the server gives up on headers that stall.
+// gives up on it (408), as the server gives up on headers that stall. The
+// connection's read deadline is moved on at most every BodyStall/2 (each
+// move is a timer's change), to BodyStall and a half from then: a body
+// that stalls is given up after BodyStall to 1.5 BodyStall of silence,
+// never sooner.
 const BodyStall = 10 * time.Second
 
 var (
@@ -33,18 +37,20 @@ var (
 )
 
 // deadlineReader reads a request body with the connection's read
-// deadline pushed on before each read, up to end.
+// deadline moved on as it comes, up to end.
 type deadlineReader struct {
-	r      io.Reader
-	rc     *http.ResponseController
-	end    time.Time
-	left   int64 // of the declared length; -1 when none was
-	pushed bool
+	r           io.Reader
+	rc          *http.ResponseController
+	end         time.Time
+	left        int64     // of the declared length; -1 when none was
+	pushedAt    time.Time // when the deadline was last moved; zero if never
+	unsupported bool      // rc cannot set a deadline: no use asking again
 }
 
 func (d *deadlineReader) Read(b []byte) (int, error) {
-	if d.left != 0 {
-		d.push() // the read that finds the end of a declared length waits for nothing
+	// The read that finds the end of a declared length waits for nothing.
+	if d.left != 0 && (d.pushedAt.IsZero() || time.Since(d.pushedAt) >= BodyStall/2) {
+		d.push()
 	}
 	n, err := d.r.Read(b)
 	if d.left > 0 {
@@ -53,14 +59,31 @@ func (d *deadlineReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// push sets the read deadline BodyStall from now, or at the end.
+// push sets the read deadline BodyStall and a half from now, or at the
+// end.
 func (d *deadlineReader) push() {
-	deadline := time.Now().Add(BodyStall)
+	if d.unsupported {
+		return
+	}
+	now := time.Now()
+	deadline := now.Add(BodyStall + BodyStall/2)
 	if deadline.After(d.end) {
 		deadline = d.end
 	}
-	d.rc.SetReadDeadline(deadline)
-	d.pushed = true
+	if err := d.rc.SetReadDeadline(deadline); errors.Is(err, http.ErrNotSupported) {
+		d.unsupported = true
+		return
+	}
+	d.pushedAt = now
+}
+
+// clear takes the deadline away, if it was set: the server's own reads
+// after the body (the one that watches for the client going) must not
+// meet it.
+func (d *deadlineReader) clear() {
+	if !d.pushedAt.IsZero() {
+		d.rc.SetReadDeadline(time.Time{})
+	}
 }
 
 // modelOf returns the model a request asks for, from a Gemini path

@@ -27,7 +27,7 @@ type forwarder struct{ p *Proxy }
 func (f forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 	ctx := out.Context()
 	c := ctx.Value(callKey{}).(*call)
-	if out.Header.Get("Idempotency-Key") != "" && c.createsAt(f.p.upstreamRequest(out, c, c.rt.targets[0])) {
+	if out.Header.Get("Idempotency-Key") != "" && c.createsAt(f.p.upstreamRequest(ctx, out, c, c.rt.targets[0])) {
 		// The key binds the upstream it is sent to, which alone knows
 		// it: to the chain the request has side effects, and once an
 		// attempt was made it goes to no other upstream.
@@ -81,7 +81,7 @@ func (p *Proxy) newChain(rt *route) *fallback.Chain[request, *http.Response] {
 func (p *Proxy) send(ctx context.Context, r request, t target, policy rebound.Policy) (*http.Response, error) {
 	c := r.c
 	model := t.modelFor(c)
-	req := p.upstreamRequest(r.out, c, t)
+	req := p.upstreamRequest(ctx, r.out, c, t)
 	policy.Breaker = p.breakers.get(rebound.TargetFrom(ctx))
 	row := p.board.row(rebound.TargetFrom(ctx))
 	policy.Observer = c.observe(policy.Observer, row)
@@ -97,7 +97,7 @@ func (p *Proxy) send(ctx context.Context, r request, t target, policy rebound.Po
 	if row != nil {
 		row.inFlight.Add(1)
 	}
-	resp, err := tr.RoundTrip(req.WithContext(ctx))
+	resp, err := tr.RoundTrip(req)
 	switch {
 	case row == nil:
 	case err != nil:
@@ -140,15 +140,19 @@ func discard(resp *http.Response) {
 	}
 }
 
-// upstreamRequest is out pointed at target t, asking for its model. The path
+// upstreamRequest is out pointed at target t, asking for its model, under
+// ctx. Only what differs from one target to the next is copied: the
+// header, the URL (new) and the body (attached); the rest of out, the
+// ReverseProxy's own copy of the client's request, is shared. The path
 // keeps its escapes ("%2F" stays one segment). The client's own key goes
 // only to the route's first upstream, the one it was meant for (with
 // pass_client_key). The client's Accept-Encoding does not go: the
 // transport then asks for gzip and decodes it, so that every answer is
 // read in plain (classified, scrubbed, its tokens counted), whatever the
 // client accepts (br and zstd the engine could not read).
-func (p *Proxy) upstreamRequest(out *http.Request, c *call, t target) *http.Request {
-	req := out.Clone(out.Context())
+func (p *Proxy) upstreamRequest(ctx context.Context, out *http.Request, c *call, t target) *http.Request {
+	req := out.WithContext(ctx)
+	req.Header = out.Header.Clone()
 	u := *t.up.base
 	path, rawPath := out.URL.Path, out.URL.EscapedPath()
 	if t.model != "" {

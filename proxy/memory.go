@@ -166,6 +166,8 @@ type heldBody struct {
 	released   bool
 	start, end int    // the span of the JSON "model" value, or -1
 	prefix     string // of a Gemini body's model: "models/"
+
+	reader deadlineReader // what readBody reads it with: one allocation less
 }
 
 // release drops the body's bytes and gives their memory back; the body is
@@ -286,7 +288,8 @@ func readBody(r *http.Request, rc *http.ResponseController, mem *bodyMemory, lim
 	if r.Body == nil || r.Body == http.NoBody {
 		return h, nil
 	}
-	body := &deadlineReader{r: r.Body, rc: rc, end: time.Now().Add(timeout), left: r.ContentLength}
+	h.reader = deadlineReader{r: r.Body, rc: rc, end: time.Now().Add(timeout), left: r.ContentLength}
+	body := &h.reader
 	declared := r.ContentLength
 	if declared > limit {
 		body.push() // for the server, which may read the rest before it answers
@@ -373,9 +376,7 @@ func readBody(r *http.Request, rc *http.ResponseController, mem *bodyMemory, lim
 		cur = join(make([]byte, 0, got), chunks)
 		h.drop(chunks)
 	}
-	if body.pushed {
-		rc.SetReadDeadline(time.Time{})
-	}
+	body.clear()
 	h.b = cur
 	return h, nil
 }

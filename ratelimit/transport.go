@@ -175,7 +175,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if t.Adaptive != nil {
 		held = false
-		resp.Body = &releaseBody{ReadCloser: resp.Body, release: t.Adaptive.Release, signal: signalOf(ctx, nil, resp.StatusCode),
+		resp.Body = &releaseBody{ReadCloser: resp.Body, adaptive: t.Adaptive, signal: signalOf(ctx, nil, resp.StatusCode),
 			made: !sse.IsStream(resp.Header)}
 	}
 	return resp, nil
@@ -237,17 +237,17 @@ func signalOf(ctx context.Context, err error, status int) Signal {
 // space is read.
 type releaseBody struct {
 	io.ReadCloser
-	release func(Signal)
-	signal  Signal
-	made    bool // until the answer's first byte other than white space; Read's alone
-	once    sync.Once
+	adaptive *Adaptive // its slot is released once, with signal
+	signal   Signal
+	made     bool // until the answer's first byte other than white space; Read's alone
+	once     sync.Once
 }
 
 func (b *releaseBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if answered := b.made && len(bytes.TrimLeft(p[:n], " \t\r\n")) > 0; answered || err != nil {
 		b.made = false
-		b.once.Do(func() { b.release(b.signal) })
+		b.once.Do(b.release)
 	}
 	return n, err
 }
@@ -255,11 +255,14 @@ func (b *releaseBody) Read(p []byte) (int, error) {
 // ContentArrived gives the slot back when an event stream's first content
 // has come (see rebound.Transport).
 func (b *releaseBody) ContentArrived() {
-	b.once.Do(func() { b.release(b.signal) })
+	b.once.Do(b.release)
 }
+
+// release gives the slot back; once.
+func (b *releaseBody) release() { b.adaptive.Release(b.signal) }
 
 func (b *releaseBody) Close() error {
 	err := b.ReadCloser.Close()
-	b.once.Do(func() { b.release(b.signal) })
+	b.once.Do(b.release)
 	return err
 }

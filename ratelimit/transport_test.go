@@ -123,7 +123,7 @@ func TestReleaseBodyReleasesOnce(t *testing.T) {
 	a := NewAdaptive(AdaptiveConfig{Initial: 2})
 	a.TryAcquire()
 	a.TryAcquire()
-	b := &releaseBody{ReadCloser: io.NopCloser(strings.NewReader("")), release: a.Release, signal: Success}
+	b := &releaseBody{ReadCloser: io.NopCloser(strings.NewReader("")), adaptive: a, signal: Success}
 	io.ReadAll(b)
 	b.Close()
 	b.Close()

@@ -67,6 +67,12 @@ func Of(req *http.Request) Secrets {
 			// Percent-escapes in either case, and a JSON encoder's
 			// escaped solidus (PHP's json_encode writes "/" as "\/").
 			for _, form := range []string{escaped, lowerEscapes(escaped), strings.ReplaceAll(escaped, "/", `\/`)} {
+				if s.values == nil {
+					// Room for the forms of a header's value and its
+					// token, most of which are the same string: one
+					// allocation for the commonest request.
+					s.values = make([]string, 0, 8)
+				}
 				if !slices.Contains(s.values, form) {
 					s.values = append(s.values, form)
 				}
@@ -81,7 +87,7 @@ func Of(req *http.Request) Secrets {
 			}
 		}
 	}
-	if req.URL != nil {
+	if req.URL != nil && req.URL.RawQuery != "" {
 		for _, v := range req.URL.Query()["key"] {
 			add(v)
 		}
@@ -100,6 +106,9 @@ func Of(req *http.Request) Secrets {
 // lowerEscapes returns s with its percent-escapes in lower case ("%2f"
 // for "%2F"), as some servers write them.
 func lowerEscapes(s string) string {
+	if !hasUpperEscape(s) {
+		return s
+	}
 	b := []byte(s)
 	for i := 0; i+2 < len(b); i++ {
 		if b[i] == '%' {
@@ -108,6 +117,20 @@ func lowerEscapes(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// hasUpperEscape reports whether s has a percent-escape with a hex digit
+// in upper case, which lowerEscapes changes.
+func hasUpperEscape(s string) bool {
+	for i := 0; i+2 < len(s); i++ {
+		if s[i] == '%' {
+			if lowerHex(s[i+1]) != s[i+1] || lowerHex(s[i+2]) != s[i+2] {
+				return true
+			}
+			i += 2
+		}
+	}
+	return false
 }
 
 func lowerHex(c byte) byte {

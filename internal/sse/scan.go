@@ -188,7 +188,7 @@ type scanner struct {
 	depth int
 	bad   bool
 	key   []byte   // the current key, unquoted and folded
-	short [16]byte // or that of a key of ASCII unescaped, as long as a field's name at most
+	short [32]byte // or that of a key of ASCII unescaped, as long as a field's name at most
 	tmp   []byte
 }
 

@@ -22,13 +22,56 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strings"
+	"unicode/utf8"
 )
 
 // IsStream reports whether a response's header says its body is an event
-// stream (Content-Type text/event-stream).
+// stream (Content-Type text/event-stream, as mime.ParseMediaType reads it
+// without an error).
 func IsStream(h http.Header) bool {
-	mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
-	return err == nil && mt == "text/event-stream"
+	stream, valid := StreamType(h)
+	return stream && valid
+}
+
+// StreamType reports whether the media type of a response's Content-Type
+// is text/event-stream, and whether the whole value is valid, as
+// mime.ParseMediaType's media type and error say. A value without
+// parameters, in ASCII, the common case, is read without an allocation.
+func StreamType(h http.Header) (stream, valid bool) {
+	v := h.Get("Content-Type")
+	if !strings.Contains(v, ";") && ascii(v) {
+		base := strings.Trim(v, " \t\n\v\f\r")
+		if strings.EqualFold(base, "text/event-stream") {
+			return true, true
+		}
+		if typ, sub, ok := strings.Cut(base, "/"); ok && token(typ) && token(sub) {
+			return false, true
+		}
+	}
+	mt, _, err := mime.ParseMediaType(v)
+	return mt == "text/event-stream", err == nil
+}
+
+// ascii reports whether s is all ASCII.
+func ascii(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// token reports whether s is a token of RFC 2045 (as package mime reads
+// one): a media type's type or subtype.
+func token(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f || strings.IndexByte(`()<>@,;:\"/[]?=`, c) >= 0 {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // ErrEnded is the failure of a stream that ended, normally or not, before

@@ -2,6 +2,8 @@ package sse
 
 import (
 	"errors"
+	"mime"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -119,6 +121,34 @@ func TestPeekHeadGoesOn(t *testing.T) {
 				string(head.Tracker.Text()) != string(fresh.Text()) || head.Tracker.Errored() != fresh.Errored() || head.Tracker.Ended() != fresh.Ended() {
 				t.Errorf("limit %d, %.30q: went on with %v, want %v", limit, s, got, want)
 			}
+		}
+	}
+}
+
+// FuzzStreamTypeReadsAsMimeDoes: StreamType says what
+// mime.ParseMediaType's media type and error say, for any Content-Type.
+func FuzzStreamTypeReadsAsMimeDoes(f *testing.F) {
+	for _, v := range []string{"text/event-stream", "Text/Event-Stream ", "text/event-stream; charset=utf-8",
+		"application/json", "application/json; charset=utf-8", "", " ", "text", "text/", "/json", "a/b/c",
+		"text/event-stream;", "text /event-stream", "\u00a0text/event-stream", "te\u212at/plain", "application/problem+json"} {
+		f.Add(v)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		stream, valid := StreamType(http.Header{"Content-Type": {v}})
+		mt, _, err := mime.ParseMediaType(v)
+		if stream != (mt == "text/event-stream") || valid != (err == nil) {
+			t.Fatalf("%q: stream %v valid %v; mime: %q, %v", v, stream, valid, mt, err)
+		}
+	})
+}
+
+// TestStreamTypeOfPlainValuesAllocatesNothing: the Content-Types of
+// answers, without parameters, are read without an allocation.
+func TestStreamTypeOfPlainValuesAllocatesNothing(t *testing.T) {
+	for _, v := range []string{"text/event-stream", "application/json"} {
+		h := http.Header{"Content-Type": {v}}
+		if n := testing.AllocsPerRun(100, func() { StreamType(h) }); n != 0 {
+			t.Errorf("%s: %v allocations", v, n)
 		}
 	}
 }
