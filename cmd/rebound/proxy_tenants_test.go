@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -224,7 +223,7 @@ func TestTenantCapAndLimitHoldAcrossTwoProxiesOnRedis(t *testing.T) {
 	t.Cleanup(func() { deleteKeys(t, redisURL, prefix) })
 	var urls []string
 	for range 2 {
-		urls = append(urls, startProcess(t, "proxy", "--addr", "127.0.0.1:0", "--config", config,
+		urls = append(urls, startProxyProcess(t, nil, "--config", config,
 			"--redis", redisURL, "--redis-timeout", sharedDecision, "--redis-prefix", prefix, "--replicas", "2"))
 	}
 	const calls = 160
@@ -286,28 +285,6 @@ func TestTenantCapAndLimitHoldAcrossTwoProxiesOnRedis(t *testing.T) {
 // replica decides alone, as it should, and the sharing is not what is
 // tested.
 const sharedDecision = "1s"
-
-// startProcess starts "rebound args..." as a process of its own, killed
-// when t ends, and returns the URL of its first stdout line.
-func startProcess(t *testing.T, args ...string) string {
-	t.Helper()
-	cmd := commandProcess(t, args...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr lockedBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("reading first stdout line: %v (stderr %q)", err, stderr.String())
-	}
-	return strings.TrimSpace(strings.TrimPrefix(line, "listening on "))
-}
 
 // deleteKeys deletes the keys under prefix on the Redis at url.
 func deleteKeys(t *testing.T, url, prefix string) {
