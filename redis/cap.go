@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"maps"
 	"math"
 	"slices"
@@ -243,6 +244,44 @@ func (c *Cap) Reserve(ctx context.Context, usd float64) (cost.Hold, error) {
 	}
 	return nil, &cost.CapError{Cap: c.name, Limit: dollars(c.limit), Spent: dollars(res.spent), Held: dollars(res.held), Need: dollars(need)}
 }
+
+// Spent returns what the current period has spent, in US dollars: the
+// settled spend of every replica, as Redis counts it, plus what this
+// replica settled while Redis was away and has yet to send. Holds not yet
+// settled are not in it. While Redis is away (or does not answer in the
+// store's timeout) it returns this replica's local view, the figure of
+// Redis's last answer plus its own unsent spend, with an error wrapping
+// ErrUnavailable. It changes nothing on Redis.
+func (c *Cap) Spent(ctx context.Context) (float64, error) {
+	st := c.state()
+	res, err := c.store.run(ctx, capSpentScript, st.keys[:1])
+	if errors.Is(err, redis.Nil) {
+		err = nil // nothing settled yet
+	}
+	var onRedis int64
+	if err == nil && res != nil {
+		r, ok := ints([]any{res}, 1)
+		if !ok {
+			err = c.store.unreadable(res)
+		} else {
+			onRedis = r[0]
+		}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	local := st.unsent + st.batch.micros
+	for _, it := range st.settles {
+		local += it.micros
+	}
+	if err != nil {
+		return dollars(st.spent + local), err
+	}
+	return dollars(onRedis + local), nil
+}
+
+// capSpentScript reads a period's settled spend (KEYS[1], the period's
+// hash): nil before the period's first settle.
+var capSpentScript = redis.NewScript(`return tonumber(redis.call('HGET', KEYS[1], 'spent'))`)
 
 // flushOlder sends what Redis has yet to hear of periods before current,
 // Redis having just answered, and forgets the periods with nothing left

@@ -210,7 +210,7 @@ func (s *Store) Warm(ctx context.Context) error {
 }
 
 // scripts are the package's scripts, which Warm loads.
-var scripts = []*redis.Script{limitScript, allowScript, doneScript, startCooldown, cooldownLeft, claimScript, readScript, extendScript, completeScript, releaseScript, timeScript, capScript}
+var scripts = []*redis.Script{limitScript, allowScript, doneScript, startCooldown, cooldownLeft, claimScript, readScript, extendScript, completeScript, releaseScript, timeScript, capScript, capSpentScript}
 
 // boundsByContext reports whether c ends a command at its context's
 // deadline. A client of a kind this package does not know is taken at its
