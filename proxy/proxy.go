@@ -135,7 +135,10 @@ type Options struct {
 	// each period ("day" or "month", UTC), named by the tenant, as its
 	// *cost.CapError says. Nil means one in memory, a cost.Limit for each
 	// period; rebound proxy --redis makes a reboundredis.Cap, shared by
-	// every replica.
+	// every replica. A cap with a method Spent(context.Context) (float64,
+	// error), as reboundredis.Cap has, gives the status page the tenant's
+	// spend in the period across replicas; /metrics' spend stays this
+	// process's.
 	TenantCap func(tenant string, usd float64, period string) cost.Cap
 	// TenantLimiter makes the pacer of a tenant's requests_per_minute and
 	// tokens_per_minute. Nil means ratelimit.New; rebound proxy --redis

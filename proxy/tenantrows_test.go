@@ -49,7 +49,7 @@ func TestTenantRowsShowSpendAgainstTheCapUntilThePeriodTurns(t *testing.T) {
 			t.Fatalf("a request held past the cap: %d", code)
 		}
 		send("tok-b")
-		rows := p.tenantRows()
+		rows := p.tenantRows(context.Background())
 		midnight := time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)
 		want := []tenantRow{
 			{Name: "a", CapUSD: 2.5, Period: PeriodDay, Resets: midnight, Requests: 1, Refused: 1},
@@ -59,7 +59,7 @@ func TestTenantRowsShowSpendAgainstTheCapUntilThePeriodTurns(t *testing.T) {
 			t.Fatalf("rows %+v, want %+v", rows, want)
 		}
 		time.Sleep(time.Until(midnight) + time.Second)
-		if rows := p.tenantRows(); rows[1].SpentUSD != 0 || !rows[0].Resets.Equal(midnight.Add(24*time.Hour)) {
+		if rows := p.tenantRows(context.Background()); rows[1].SpentUSD != 0 || !rows[0].Resets.Equal(midnight.Add(24*time.Hour)) {
 			t.Errorf("after midnight: %+v", rows)
 		}
 	})

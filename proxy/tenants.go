@@ -597,10 +597,19 @@ type tenantRow struct {
 	Requests, Refused int64
 }
 
-// tenantRows returns the tenants' spend (what this process settled in
-// the current period; with --redis the other replicas' is on Redis),
-// caps and requests, by name.
-func (p *Proxy) tenantRows() []tenantRow {
+// spendReader is a cap that knows the current period's settled spend of
+// every replica sharing it, as reboundredis.Cap does.
+type spendReader interface {
+	Spent(ctx context.Context) (float64, error)
+}
+
+// tenantRows returns the tenants' spend in the current period, caps and
+// requests, by name. The spend of a tenant whose cap is a spendReader is
+// the cap's (with --redis, every replica's, or the local view while Redis
+// is away), and never less than what this process settled: a Redis that
+// forgot the period shows no less than that. Otherwise it is what this
+// process settled.
+func (p *Proxy) tenantRows(ctx context.Context) []tenantRow {
 	if p.tenants == nil {
 		return nil
 	}
@@ -618,6 +627,11 @@ func (p *Proxy) tenantRows() []tenantRow {
 		t.rollPeriod(now)
 		row.SpentUSD = t.spent
 		t.mu.Unlock()
+		if sr, ok := t.cap.(spendReader); ok {
+			// An error leaves the cap's local view, still its best figure.
+			usd, _ := sr.Spent(ctx)
+			row.SpentUSD = max(row.SpentUSD, usd)
+		}
 		rows = append(rows, row)
 	}
 	return rows

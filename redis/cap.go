@@ -248,13 +248,15 @@ func (c *Cap) Reserve(ctx context.Context, usd float64) (cost.Hold, error) {
 // Spent returns what the current period has spent, in US dollars: the
 // settled spend of every replica, as Redis counts it, plus what this
 // replica settled while Redis was away and has yet to send. Holds not yet
-// settled are not in it. While Redis is away (or does not answer in the
-// store's timeout) it returns this replica's local view, the figure of
-// Redis's last answer plus its own unsent spend, with an error wrapping
-// ErrUnavailable. It changes nothing on Redis.
+// settled are not in it. While Redis is away (or does not answer within
+// 50 ms, or the store's Timeout if longer) it returns this replica's
+// local view, the figure of Redis's last answer plus its own unsent
+// spend, with an error wrapping ErrUnavailable. It is a read for a person
+// (a status page), not a decision: it asks Redis even while the store
+// deems it away, and changes nothing there.
 func (c *Cap) Spent(ctx context.Context) (float64, error) {
 	st := c.state()
-	res, err := c.store.run(ctx, capSpentScript, st.keys[:1])
+	res, err := c.store.read(ctx, capSpentScript, st.keys[:1])
 	if errors.Is(err, redis.Nil) {
 		err = nil // nothing settled yet
 	}

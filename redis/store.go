@@ -294,6 +294,25 @@ func (s *Store) runFor(ctx context.Context, timeout time.Duration, script *redis
 	return res, err
 }
 
+// readTimeout is the least a read for a person (Cap.Spent) waits for
+// Redis: no decision waits on it, so it may wait longer than one.
+const readTimeout = 50 * time.Millisecond
+
+// read runs a script that reads for a person rather than decides: it asks
+// Redis even while the store deems it away, waiting up to readTimeout or
+// the store's timeout if longer. An answer marks Redis back; anything
+// else marks it away, as run does.
+func (s *Store) read(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(s.timeout, readTimeout))
+	defer cancel()
+	res, err := script.Run(ctx, s.client, keys, args...).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, s.noDecision(fmt.Errorf("%w (key %s)", err, keys[0]))
+	}
+	s.cameBack()
+	return res, err
+}
+
 // unreadable is what a part calls on an answer of a script that is not a
 // decision: none of this package's scripts gives one, so something stands
 // between this process and Redis, or runs the scripts otherwise. It is

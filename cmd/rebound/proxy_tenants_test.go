@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -261,6 +263,21 @@ func TestTenantCapAndLimitHoldAcrossTwoProxiesOnRedis(t *testing.T) {
 		t.Errorf("%d answered, refusals %d and %d: want the one cap reached by both proxies", ok.Load(), refusedBy[0].Load(), refusedBy[1].Load())
 	}
 
+	// Each proxy's status page shows the cap's spend on Redis, settled
+	// by both: the sum of the two processes' own /metrics series, no more
+	// than the chaos server billed.
+	var settled float64
+	for _, u := range urls {
+		settled += tenantSpendMetric(t, u, "capped")
+	}
+	for i, u := range urls {
+		spent := statusPageTenantSpend(t, u, "capped")
+		t.Logf("proxy %d's status page: tenant capped spent $%.6f; the two proxies' /metrics $%.6f", i+1, spent, settled)
+		if math.Abs(spent-settled) > 1e-5 || spent > billed+1e-5 || ok.Load() > 0 && spent == 0 {
+			t.Errorf("proxy %d's status page: tenant capped spent $%.6f; want $%.6f, what both proxies settled (billed $%.6f)", i+1, spent, settled, billed)
+		}
+	}
+
 	// A tenant of 6 requests a minute (a request every 10 s, one at a
 	// time) gets one through the two proxies together, not one from each.
 	admitted := 0
@@ -278,6 +295,55 @@ func TestTenantCapAndLimitHoldAcrossTwoProxiesOnRedis(t *testing.T) {
 	if admitted != 1 {
 		t.Errorf("%d of 6 requests of a tenant of 6 a minute went through two proxies at once, want 1: the limit is not shared", admitted)
 	}
+}
+
+// tenantSpendMetric returns the rebound_proxy_tenant_spend_usd_total of
+// tenant on the /metrics of the proxy at url.
+func tenantSpendMetric(t *testing.T, url, tenant string) float64 {
+	t.Helper()
+	resp, body := get(t, url+"/metrics")
+	if resp.StatusCode != 200 {
+		t.Fatalf("/metrics: %d", resp.StatusCode)
+	}
+	prefix := fmt.Sprintf("rebound_proxy_tenant_spend_usd_total{tenant=%q} ", tenant)
+	for line := range strings.Lines(body) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("/metrics: %q: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("/metrics has no spend of tenant %q", tenant)
+	return 0
+}
+
+// statusPageTenantSpend returns the spend of tenant that the status page of
+// the proxy at url shows.
+func statusPageTenantSpend(t *testing.T, url, tenant string) float64 {
+	t.Helper()
+	resp, err := http.Get(url + "/ui/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var status struct {
+		Tenants []struct {
+			Name     string  `json:"name"`
+			SpentUSD float64 `json:"spent_usd"`
+		} `json:"tenants"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&status); err != nil {
+		t.Fatalf("/ui/status: %v", err)
+	}
+	for _, tn := range status.Tenants {
+		if tn.Name == tenant {
+			return tn.SpentUSD
+		}
+	}
+	t.Fatalf("/ui/status has no tenant %q: %+v", tenant, status.Tenants)
+	return 0
 }
 
 // startProcess starts "rebound args..." as a process of its own, killed
