@@ -251,9 +251,15 @@ func New(o Options) (*Proxy, error) {
 		return nil, err
 	}
 	p.door = door
-	for _, t := range o.Tokens {
+	// Every client token, a tenant's too: a tenant holding the admin
+	// token could read every other tenant's figures.
+	for i, t := range tokens {
 		if p.adminToken.Set() && frontdoor.NewAdminToken(t) == p.adminToken {
-			return nil, errors.New("the admin token (--admin-token-env) is also a client token: a client could open /metrics and the status page")
+			whose := ""
+			if tn := tenants.of(i); tn != nil {
+				whose = fmt.Sprintf(" (tenant %q's)", tn.name)
+			}
+			return nil, errors.New("the admin token (--admin-token-env) is also a client token" + whose + ": a client could open /metrics and the status page")
 		}
 	}
 	ups := upstreamMaker{send: send, limiter: o.Limiter, maxQueueWait: maxQueueWait}

@@ -591,7 +591,7 @@ func (c *call) tenantAttrs(add func(key string, v any)) {
 // tenantRow is one tenant as the status page shows it.
 type tenantRow struct {
 	Name              string
-	SpentUSD, CapUSD  float64 // CapUSD 0: uncapped
+	SpentUSD, CapUSD  float64 // CapUSD: with Resets set, else uncapped
 	Period            string  // "day", "month"; "" uncapped
 	Resets            time.Time
 	Requests, Refused int64

@@ -137,7 +137,7 @@ type upstreamJSON struct {
 type tenantJSON struct {
 	Name     string     `json:"name"`
 	SpentUSD float64    `json:"spent_usd"`
-	CapUSD   float64    `json:"cap_usd"` // 0: uncapped
+	CapUSD   *float64   `json:"cap_usd"` // null: uncapped; 0 is a cap that allows nothing
 	Period   string     `json:"period,omitempty"`
 	Resets   *time.Time `json:"resets"`
 	Requests int64      `json:"requests"`
@@ -181,9 +181,10 @@ func (p *Proxy) status(ctx context.Context, now time.Time) statusJSON {
 		}
 	}
 	for _, t := range p.tenantRows(ctx) {
-		j := tenantJSON{Name: t.Name, SpentUSD: t.SpentUSD, CapUSD: t.CapUSD, Period: t.Period, Requests: t.Requests, Refused: t.Refused}
+		j := tenantJSON{Name: t.Name, SpentUSD: t.SpentUSD, Period: t.Period, Requests: t.Requests, Refused: t.Refused}
 		if !t.Resets.IsZero() {
 			j.Resets = &t.Resets
+			j.CapUSD = &t.CapUSD
 		}
 		s.Tenants = append(s.Tenants, j)
 	}
