@@ -55,8 +55,8 @@ const readTeamsPage = `JSON.stringify({
 // load from both tenants, in headless Chromium: the page shows each key's
 // headroom and the dead key's cool-down, each key's attempts as the chaos
 // server counted them, each tenant's spend, requests and refusals as
-// /metrics counts them; and no token, key or prompt is in the page, its
-// JSON, /metrics or the log. With REBOUND_UI_SCREENSHOT set it writes the
+// /metrics counts them; and no token (a tenant's or the admin's), key or
+// prompt is in the page, its JSON, /metrics or the log. With REBOUND_UI_SCREENSHOT set it writes the
 // screenshot of the docs, under the load.
 func TestStatusPageShowsTenantsAndAKeyPoolOfARealRun(t *testing.T) {
 	browserPath := chromium.Need(t)
@@ -73,6 +73,8 @@ func TestStatusPageShowsTenantsAndAKeyPoolOfARealRun(t *testing.T) {
 	}
 	t.Setenv("UI_CAPPED_TOKENS", tokens["capped"])
 	t.Setenv("UI_TEAM_TOKENS", tokens["team"])
+	admin := secret("adm-ui")
+	t.Setenv("UI_ADMIN_TOKEN", admin)
 
 	chaosURL, _ := startChaos(t, "--mode", "ok", "--profile", "openai", "--key-rpm", "40", "--key-window", "2s",
 		"--key-quota-exhausted", deadPrefix)
@@ -84,7 +86,7 @@ func TestStatusPageShowsTenantsAndAKeyPoolOfARealRun(t *testing.T) {
 	"tenants": {
 		"capped": {"tokens_env": "UI_CAPPED_TOKENS", "spend_cap_usd": %g, "models": ["gpt-x"]},
 		"team": {"tokens_env": "UI_TEAM_TOKENS"}}}`, chaosURL, capUSD)), 0o600)
-	url, logs, _ := startProxy(t, "--config", config)
+	url, logs, _ := startProxy(t, "--config", config, "--admin-token-env", "UI_ADMIN_TOKEN")
 
 	// The load: two clients of each tenant, each calling in turn until
 	// stopped. A call under way is let finish, so that every attempt the
@@ -236,7 +238,7 @@ func TestStatusPageShowsTenantsAndAKeyPoolOfARealRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, status := get(t, url+"/ui/status")
-	secrets := []string{prompt, tokens["capped"], tokens["team"]}
+	secrets := []string{prompt, tokens["capped"], tokens["team"], admin}
 	for _, value := range keys {
 		secrets = append(secrets, value)
 	}
