@@ -87,3 +87,24 @@ func TestCapSpentIsTheLocalViewWhileRedisIsAway(t *testing.T) {
 		t.Fatalf("after the unsent spend reached Redis: Spent = %v, %v; want 0.15 (counted once), nil", usd, err)
 	}
 }
+
+// TestCapSpentCountsASettleOnceWhoseAnswerWasLost: a settle that reached
+// Redis but whose answer did not come back (still in the replica's list
+// to send again) is counted once; one Redis has not heard is counted.
+func TestCapSpentCountsASettleOnceWhoseAnswerWasLost(t *testing.T) {
+	s := testStore(t)
+	ctx := context.Background()
+	c := s.Cap("team", CapConfig{USD: 1})
+	h, err := c.Reserve(ctx, 0.3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Settle(0.2)
+	st := c.state()
+	st.mu.Lock()
+	st.settles = append(st.settles, capItem{h.(*capHold).member, 200000}, capItem{"h:unheard", 50000})
+	st.mu.Unlock()
+	if usd, err := c.Spent(ctx); err != nil || !nearUSD(usd, 0.25) {
+		t.Fatalf("Spent = %v, %v; want 0.25: the heard settle once, the unheard one added", usd, err)
+	}
+}
