@@ -21,8 +21,8 @@ func teamsConfig(t *testing.T, url, keysEnv string, env map[string]string) *prox
 }
 
 // TestTenantTokenOpensNoStatusPageAndIsNoAdminToken: off this machine a
-// tenant's token opens neither /ui nor /metrics (the admin token does),
-// and a tenant's token that is also the admin token stops the proxy at
+// tenant's token opens neither /ui nor /metrics, the admin token calls no
+// model, and a tenant's token that is also the admin token stops the proxy at
 // start, naming the tenant and not the token.
 func TestTenantTokenOpensNoStatusPageAndIsNoAdminToken(t *testing.T) {
 	up, _ := recordingUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { w.Write([]byte(`{}`)) })
@@ -38,6 +38,10 @@ func TestTenantTokenOpensNoStatusPageAndIsNoAdminToken(t *testing.T) {
 				t.Errorf("%s off loopback with a tenant's token: %d %s, want 401 echoing no token", path, resp.StatusCode, body)
 			}
 		}
+	}
+
+	if resp, body := do(t, "POST", front.URL+"/v1/chat/completions", `{"model":"m","messages":[]}`, "Authorization", "Bearer "+admin); resp.StatusCode != 401 || strings.Contains(body, admin) {
+		t.Errorf("a model call with the admin token, in a proxy of tenants: %d %s, want 401", resp.StatusCode, body)
 	}
 
 	env["POOL_TOKENS"] = "tok-pool-91b3, " + admin
