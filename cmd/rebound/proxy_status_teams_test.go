@@ -54,8 +54,8 @@ const readTeamsPage = `JSON.stringify({
 // front of the chaos server's per-key limits, one key out of quota, under
 // load from both tenants, in headless Chromium: the page shows each key's
 // headroom and the dead key's cool-down, each key's attempts as the chaos
-// server counted them, each tenant's spend, requests and refusals as
-// /metrics counts them; and no token (a tenant's or the admin's), key or
+// server and /metrics counted them, each tenant's spend, requests and
+// refusals as /metrics counts them; and no token (a tenant's or the admin's), key or
 // prompt is in the page, its JSON, /metrics or the log. With REBOUND_UI_SCREENSHOT set it writes the
 // screenshot of the docs, under the load.
 func TestStatusPageShowsTenantsAndAKeyPoolOfARealRun(t *testing.T) {
@@ -218,6 +218,11 @@ func TestStatusPageShowsTenantsAndAKeyPoolOfARealRun(t *testing.T) {
 	}
 	keyRows, tenantRows := read()
 	t.Logf("the page after the load: keys %+v, tenants %+v", keyRows, tenantRows)
+	for v := range keys {
+		if n := metricSum(t, metrics, "rebound_attempts_total", "pool/"+v+":"); n != keyRows[v].Attempts {
+			t.Errorf("%s: /metrics counts %d attempts, the page %d", v, n, keyRows[v].Attempts)
+		}
+	}
 	if k3 := st.Keys[chaos.KeyLabel(keys["UI_POOL_K3"])]; k3.Admitted != 0 || k3.OutOfQuota == 0 {
 		t.Errorf("the dead key at the chaos server: %+v", k3)
 	}
