@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"maps"
 	"math"
 	"slices"
@@ -278,7 +279,7 @@ func (c *Cap) Spent(ctx context.Context) (float64, error) {
 	}
 	n, ok := res.(int64)
 	if !ok {
-		return dollars(lastHeard + local), c.store.unreadable(res)
+		return dollars(lastHeard + local), fmt.Errorf("%w: an answer that is not a spend: %.100v", ErrUnavailable, res)
 	}
 	return dollars(n + unsent), nil
 }

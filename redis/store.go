@@ -300,14 +300,15 @@ const readTimeout = 50 * time.Millisecond
 
 // read runs a script that reads for a person rather than decides: it asks
 // Redis even while the store deems it away, waiting up to readTimeout or
-// the store's timeout if longer. An answer marks Redis back; anything
-// else marks it away, as run does.
+// the store's timeout if longer. An answer marks Redis back; a failure
+// leaves the store as it was, since a slow page is no reason for every
+// decision to go local.
 func (s *Store) read(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(s.timeout, readTimeout))
 	defer cancel()
 	res, err := script.Run(ctx, s.client, keys, args...).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, s.noDecision(fmt.Errorf("%w (key %s)", err, keys[0]))
+		return nil, fmt.Errorf("%w: %w (key %s)", ErrUnavailable, err, keys[0])
 	}
 	s.cameBack()
 	return res, err
