@@ -135,7 +135,10 @@ type Options struct {
 	// each period ("day" or "month", UTC), named by the tenant, as its
 	// *cost.CapError says. Nil means one in memory, a cost.Limit for each
 	// period; rebound proxy --redis makes a reboundredis.Cap, shared by
-	// every replica.
+	// every replica. A cap with a method Spent(context.Context) (float64,
+	// error), as reboundredis.Cap has, gives the status page the tenant's
+	// spend in the period across replicas; /metrics' spend stays this
+	// process's.
 	TenantCap func(tenant string, usd float64, period string) cost.Cap
 	// TenantLimiter makes the pacer of a tenant's requests_per_minute and
 	// tokens_per_minute. Nil means ratelimit.New; rebound proxy --redis
@@ -258,9 +261,15 @@ func build(o Options, prev *Proxy) (*Proxy, error) {
 		return nil, err
 	}
 	p.door = door
-	for _, t := range o.Tokens {
+	// Every client token, a tenant's too: a tenant holding the admin
+	// token could read every other tenant's figures.
+	for i, t := range tokens {
 		if p.adminToken.Set() && frontdoor.NewAdminToken(t) == p.adminToken {
-			return nil, errors.New("the admin token (--admin-token-env) is also a client token: a client could open /metrics and the status page")
+			whose := ""
+			if tn := tenants.of(i); tn != nil {
+				whose = fmt.Sprintf(" (tenant %q's)", tn.name)
+			}
+			return nil, errors.New("the admin token (--admin-token-env) is also a client token" + whose + ": a client could open /metrics and the status page")
 		}
 	}
 	ups := upstreamMaker{send: send, limiter: o.Limiter, maxQueueWait: maxQueueWait}

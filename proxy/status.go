@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/cost"
 	"github.com/rebound-go/rebound/internal/window"
 )
 
@@ -108,6 +109,12 @@ func (r *statusRow) note(e rebound.Event, judged bool, route string) {
 	}
 	now := time.Now()
 	ended := e.Type == rebound.EventGiveUp || (e.Type == rebound.EventAttempt && e.Err == nil)
+	if ended && e.Attempt == 0 && errors.As(e.Err, new(*cost.CapError)) {
+		// A tenant's spend cap refused the call before anything was
+		// sent: the key was not asked, and a flood of refusals would
+		// drown its calls and retry rate.
+		return
+	}
 	if e.Type != rebound.EventAttempt && !ended && !judged {
 		return
 	}

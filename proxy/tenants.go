@@ -597,16 +597,25 @@ func (c *call) tenantAttrs(add func(key string, v any)) {
 // tenantRow is one tenant as the status page shows it.
 type tenantRow struct {
 	Name              string
-	SpentUSD, CapUSD  float64 // CapUSD 0: uncapped
+	SpentUSD, CapUSD  float64 // CapUSD: with Resets set, else uncapped
 	Period            string  // "day", "month"; "" uncapped
 	Resets            time.Time
 	Requests, Refused int64
 }
 
-// tenantRows returns the tenants' spend (what this process settled in
-// the current period; with --redis the other replicas' is on Redis),
-// caps and requests, by name.
-func (p *Proxy) tenantRows() []tenantRow {
+// spendReader is a cap that knows the current period's settled spend of
+// every replica sharing it, as reboundredis.Cap does.
+type spendReader interface {
+	Spent(ctx context.Context) (float64, error)
+}
+
+// tenantRows returns the tenants' spend in the current period, caps and
+// requests, by name. The spend of a tenant whose cap is a spendReader is
+// the cap's (with --redis, every replica's, or the local view while Redis
+// is away), and never less than what this process settled: a Redis that
+// forgot the period shows no less than that. Otherwise it is what this
+// process settled.
+func (p *Proxy) tenantRows(ctx context.Context) []tenantRow {
 	if p.tenants == nil {
 		return nil
 	}
@@ -624,6 +633,11 @@ func (p *Proxy) tenantRows() []tenantRow {
 		t.rollPeriod(now)
 		row.SpentUSD = t.spent
 		t.mu.Unlock()
+		if sr, ok := t.cap.(spendReader); ok {
+			// An error leaves the cap's local view, still its best figure.
+			usd, _ := sr.Spent(ctx)
+			row.SpentUSD = max(row.SpentUSD, usd)
+		}
 		rows = append(rows, row)
 	}
 	return rows

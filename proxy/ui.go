@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/base64"
@@ -87,7 +88,7 @@ func (p *Proxy) serveStatus(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, StatusPagePath, http.StatusMovedPermanently)
 		return
 	case StatusJSONPath:
-		b, err := json.Marshal(p.status(time.Now()))
+		b, err := json.Marshal(p.status(r.Context(), time.Now()))
 		if err != nil {
 			writeError(w, DialectOpenAI, http.StatusInternalServerError, "the status could not be written")
 			return
@@ -136,7 +137,7 @@ type upstreamJSON struct {
 type tenantJSON struct {
 	Name     string     `json:"name"`
 	SpentUSD float64    `json:"spent_usd"`
-	CapUSD   float64    `json:"cap_usd"` // 0: uncapped
+	CapUSD   *float64   `json:"cap_usd"` // null: uncapped; 0 is a cap that allows nothing
 	Period   string     `json:"period,omitempty"`
 	Resets   *time.Time `json:"resets"`
 	Requests int64      `json:"requests"`
@@ -154,7 +155,7 @@ type failureJSON struct {
 
 // status returns the status at now: a row per key of p.keyRows, with the
 // figures the board has of it, then the board's rows that none names.
-func (p *Proxy) status(now time.Time) statusJSON {
+func (p *Proxy) status(ctx context.Context, now time.Time) statusJSON {
 	s := statusJSON{Now: now.UTC(), WindowSeconds: int(StatusWindow / time.Second), ConfigVersion: p.configVersion,
 		Upstreams: []upstreamJSON{}, Tenants: []tenantJSON{}, Failures: []failureJSON{}}
 	figures := map[[2]string]rowFigures{}
@@ -179,10 +180,11 @@ func (p *Proxy) status(now time.Time) statusJSON {
 			s.Upstreams = append(s.Upstreams, upstreamRow(r.upstream, r.key, f))
 		}
 	}
-	for _, t := range p.tenantRows() {
-		j := tenantJSON{Name: t.Name, SpentUSD: t.SpentUSD, CapUSD: t.CapUSD, Period: t.Period, Requests: t.Requests, Refused: t.Refused}
+	for _, t := range p.tenantRows(ctx) {
+		j := tenantJSON{Name: t.Name, SpentUSD: t.SpentUSD, Period: t.Period, Requests: t.Requests, Refused: t.Refused}
 		if !t.Resets.IsZero() {
 			j.Resets = &t.Resets
+			j.CapUSD = &t.CapUSD
 		}
 		s.Tenants = append(s.Tenants, j)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"maps"
 	"math"
 	"slices"
@@ -243,6 +244,58 @@ func (c *Cap) Reserve(ctx context.Context, usd float64) (cost.Hold, error) {
 	}
 	return nil, &cost.CapError{Cap: c.name, Limit: dollars(c.limit), Spent: dollars(res.spent), Held: dollars(res.held), Need: dollars(need)}
 }
+
+// Spent returns what the current period has spent, in US dollars: the
+// settled spend of every replica, as Redis counts it, plus what this
+// replica settled while Redis was away and has yet to send. Holds not yet
+// settled are not in it. While Redis is away (or does not answer within
+// 50 ms, or the store's Timeout if longer) it returns this replica's
+// local view, the figure of Redis's last answer plus its own unsent
+// spend (at most: a send whose answer was lost may be on Redis already),
+// with an error wrapping ErrUnavailable. It is a read for a person
+// (a status page), not a decision: it asks Redis even while the store
+// deems it away, and changes nothing there.
+func (c *Cap) Spent(ctx context.Context) (float64, error) {
+	st := c.state()
+	// What Redis may not have heard: the settles and the batch sent
+	// without an answer, which the script counts unless Redis has them
+	// already, and the spend in no batch yet, which it has not.
+	st.mu.Lock()
+	pending := make([]any, 0, 2*len(st.settles)+2)
+	unsent := st.unsent
+	local := unsent
+	for _, it := range append(st.settles[:len(st.settles):len(st.settles)], st.batch) {
+		if it.member != "" {
+			pending = append(pending, it.member, it.micros)
+			local += it.micros
+		}
+	}
+	lastHeard := st.spent
+	st.mu.Unlock()
+
+	res, err := c.store.read(ctx, capSpentScript, st.keys[:1], pending...)
+	if err != nil {
+		return dollars(lastHeard + local), err
+	}
+	n, ok := res.(int64)
+	if !ok {
+		return dollars(lastHeard + local), fmt.Errorf("%w: an answer that is not a spend: %.100v", ErrUnavailable, res)
+	}
+	return dollars(n + unsent), nil
+}
+
+// capSpentScript reads a period's settled spend (KEYS[1], the period's
+// hash), adding the amounts of the members in ARGV (pairs of a member
+// and its amount) that Redis has not counted yet.
+var capSpentScript = redis.NewScript(`
+local spent = tonumber(redis.call('HGET', KEYS[1], 'spent')) or 0
+for i = 1, #ARGV, 2 do
+	if tonumber(redis.call('HGET', KEYS[1], ARGV[i])) ~= -1 then
+		spent = spent + tonumber(ARGV[i + 1])
+	end
+end
+return spent
+`)
 
 // flushOlder sends what Redis has yet to hear of periods before current,
 // Redis having just answered, and forgets the periods with nothing left

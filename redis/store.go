@@ -210,7 +210,7 @@ func (s *Store) Warm(ctx context.Context) error {
 }
 
 // scripts are the package's scripts, which Warm loads.
-var scripts = []*redis.Script{limitScript, allowScript, doneScript, startCooldown, cooldownLeft, claimScript, readScript, extendScript, completeScript, releaseScript, timeScript, capScript}
+var scripts = []*redis.Script{limitScript, allowScript, doneScript, startCooldown, cooldownLeft, claimScript, readScript, extendScript, completeScript, releaseScript, timeScript, capScript, capSpentScript}
 
 // boundsByContext reports whether c ends a command at its context's
 // deadline. A client of a kind this package does not know is taken at its
@@ -289,6 +289,26 @@ func (s *Store) runFor(ctx context.Context, timeout time.Duration, script *redis
 			err = fmt.Errorf("%w (key %s)", err, keys[0]) // for the operator to find a foreign key
 		}
 		return nil, s.noDecision(err)
+	}
+	s.cameBack()
+	return res, err
+}
+
+// readTimeout is the least a read for a person (Cap.Spent) waits for
+// Redis: no decision waits on it, so it may wait longer than one.
+const readTimeout = 50 * time.Millisecond
+
+// read runs a script that reads for a person rather than decides: it asks
+// Redis even while the store deems it away, waiting up to readTimeout or
+// the store's timeout if longer. An answer marks Redis back; a failure
+// leaves the store as it was, since a slow page is no reason for every
+// decision to go local.
+func (s *Store) read(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(s.timeout, readTimeout))
+	defer cancel()
+	res, err := script.Run(ctx, s.client, keys, args...).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("%w: %w (key %s)", ErrUnavailable, err, keys[0])
 	}
 	s.cameBack()
 	return res, err

@@ -24,8 +24,8 @@ import (
 	"github.com/rebound-go/rebound/internal/chromium"
 )
 
-// ScreenshotEnv names the file TestStatusPageInChromiumUnderLoad writes a
-// screenshot of the page under load to (docs/ui.png).
+// screenshotEnv names the file TestStatusPageShowsTenantsAndAKeyPoolOfARealRun
+// writes a screenshot of the page under load to (docs/ui.png).
 const screenshotEnv = "REBOUND_UI_SCREENSHOT"
 
 // pageRow is a row of the status page's upstream table, as a person reads it.
@@ -149,17 +149,6 @@ func TestStatusPageInChromiumUnderLoad(t *testing.T) {
 	if _, err := chromedp.Run(step(10*time.Second), chromedp.Poll[bool](fmt.Sprintf(`+document.querySelector('tr[data-upstream="flaky"] .attempts').textContent > %d`, first.Attempts))); err != nil {
 		t.Fatalf("the page's attempts stayed at %d under load: %v", first.Attempts, err)
 	}
-	if path := os.Getenv(screenshotEnv); path != "" {
-		png, err := chromedp.Run(step(10*time.Second), chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatalf("screenshot: %v", err)
-		}
-		if err := os.WriteFile(path, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot under load: %s, %d bytes", path, len(png))
-	}
-
 	// After the load: the page shows what /metrics counts.
 	stopLoad()
 	clients.Wait()
@@ -226,13 +215,13 @@ func TestStatusPageInChromiumUnderLoad(t *testing.T) {
 	t.Logf("%d requests from the page, %d of them polls; %d attempts to flaky, %d to backup", len(requested), polls, attempts, backupAttempts)
 	requestedMu.Unlock()
 
-	// What this proxy has not (tenants, pooled keys, headroom, cool-downs,
-	// a config version): the same page, its JSON given.
+	// A config version comes with a reload, which this run has not:
+	// the same page, its JSON given.
 	resp, page := get(t, url+"/ui")
 	canned := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Security-Policy", resp.Header.Get("Content-Security-Policy"))
 		if r.URL.Path == "/ui/status" {
-			io.WriteString(w, cannedStatus)
+			io.WriteString(w, `{"now":"2026-12-02T04:00:00Z","window_seconds":300,"config_version":"v7","upstreams":[],"tenants":[],"failures":[]}`)
 			return
 		}
 		io.WriteString(w, page)
@@ -241,32 +230,10 @@ func TestStatusPageInChromiumUnderLoad(t *testing.T) {
 	if err := chromedp.Do(browser, chromedp.Navigate(canned.URL+"/ui")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := chromedp.Run(step(5*time.Second), chromedp.Poll[bool](`document.querySelector('#tenants tr[data-tenant="acme"]') !== null`)); err != nil {
-		t.Fatalf("the page shows no tenant: %v", err)
-	}
-	text, err = chromedp.Run(step(5*time.Second), chromedp.Evaluate[string](`document.body.innerText`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"config v7", "OPENAI_KEY_2", "80.0 / 9000", "cooling until 04:10:00", "$0.0300 of $0.0500", "$1.25 (no cap)", "2026-12-03 00:00"} {
-		if !strings.Contains(text, want) {
-			t.Errorf("the page does not show %q:\n%s", want, text)
-		}
-	}
-	refused, _ := chromedp.Run(step(5*time.Second), chromedp.Evaluate[string](`document.querySelector('#tenants tr[data-tenant="acme"] .refused').textContent`))
-	if refused != "7" {
-		t.Errorf("acme's refusals: %q, want 7", refused)
+	if _, err := chromedp.Run(step(5*time.Second), chromedp.Poll[bool](`document.getElementById("meta").textContent.includes("config v7")`)); err != nil {
+		t.Errorf("the page does not show the config version: %v", err)
 	}
 }
-
-// cannedStatus is a status with what a proxy of tenants and key pools
-// shows.
-const cannedStatus = `{"now":"2026-12-02T04:00:00Z","window_seconds":300,"config_version":"v7",
-"upstreams":[{"upstream":"openai","key":"OPENAI_KEY_2","breaker":"half-open","requests_headroom":80,"tokens_headroom":9000,
-"cooling_until":"2026-12-02T04:10:00Z","in_flight":3,"calls":40,"attempts":44,"retry_rate":0.1,"failures":{"rate_limited":4},"p50_ms":210.5,"p99_ms":1800}],
-"tenants":[{"name":"acme","spent_usd":0.03,"cap_usd":0.05,"period":"day","resets":"2026-12-03T00:00:00Z","requests":120,"refused":7},
-{"name":"default","spent_usd":1.25,"cap_usd":0,"resets":null,"requests":3,"refused":0}],
-"failures":[]}`
 
 // metricSum adds up the samples of the counter name whose rebound_target
 // starts with prefix.

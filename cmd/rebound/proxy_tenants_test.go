@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -260,6 +262,33 @@ func TestTenantCapAndLimitHoldAcrossTwoProxiesOnRedis(t *testing.T) {
 		t.Errorf("%d answered, refusals %d and %d: want the one cap reached by both proxies", ok.Load(), refusedBy[0].Load(), refusedBy[1].Load())
 	}
 
+	// Each proxy's status page shows the cap's spend on Redis, settled
+	// by both: the sum of the two processes' own /metrics series. A
+	// proxy that found Redis slow under the load keeps what it spent
+	// meanwhile until its next decision: each round reads the pages
+	// (which asks Redis again), has each proxy decide once, then reads
+	// them again.
+	for round := 1; ; round++ {
+		for _, u := range urls {
+			statusPageTenantSpend(t, u, "capped")
+			post(t, u+"/v1/chat/completions", `{"model":"capped-model","max_tokens":20,"messages":[{"role":"user","content":"hi there"}]}`,
+				"Authorization", "Bearer tok-capped-secret", "X-Chaos-Tally", "capped")
+		}
+		var settled float64
+		for _, u := range urls {
+			settled += tenantSpendMetric(t, u, "capped")
+		}
+		spent := []float64{statusPageTenantSpend(t, urls[0], "capped"), statusPageTenantSpend(t, urls[1], "capped")}
+		t.Logf("round %d: the status pages show the capped tenant's spend $%.6f and $%.6f; the two proxies' /metrics $%.6f", round, spent[0], spent[1], settled)
+		if math.Abs(spent[0]-settled) < 1e-5 && math.Abs(spent[1]-settled) < 1e-5 && (ok.Load() == 0 || settled > 0) {
+			break
+		}
+		if round == 3 {
+			t.Errorf("the status pages show the capped tenant's spend $%.6f and $%.6f; want $%.6f, what both proxies settled", spent[0], spent[1], settled)
+			break
+		}
+	}
+
 	// A tenant of 6 requests a minute (a request every 10 s, one at a
 	// time) gets one through the two proxies together, not one from each.
 	admitted := 0
@@ -285,6 +314,56 @@ func TestTenantCapAndLimitHoldAcrossTwoProxiesOnRedis(t *testing.T) {
 // replica decides alone, as it should, and the sharing is not what is
 // tested.
 const sharedDecision = "1s"
+
+// tenantSpendMetric returns the rebound_proxy_tenant_spend_usd_total of
+// tenant on the /metrics of the proxy at url.
+func tenantSpendMetric(t *testing.T, url, tenant string) float64 {
+	t.Helper()
+	resp, body := get(t, url+"/metrics")
+	if resp.StatusCode != 200 {
+		t.Fatalf("/metrics: %d", resp.StatusCode)
+	}
+	prefix := fmt.Sprintf("rebound_proxy_tenant_spend_usd_total{tenant=%q} ", tenant)
+	for line := range strings.Lines(body) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("/metrics: %q: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("/metrics has no spend of tenant %q", tenant)
+	return 0
+}
+
+// statusPageTenantSpend returns the spend of tenant that the status page of
+// the proxy at url shows.
+func statusPageTenantSpend(t *testing.T, url, tenant string) float64 {
+	t.Helper()
+	resp, err := http.Get(url + "/ui/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var status struct {
+		Tenants []struct {
+			Name     string  `json:"name"`
+			SpentUSD float64 `json:"spent_usd"`
+		} `json:"tenants"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&status); err != nil {
+		t.Fatalf("/ui/status: %v", err)
+	}
+	for _, tn := range status.Tenants {
+		if tn.Name == tenant {
+			return tn.SpentUSD
+		}
+	}
+	t.Fatalf("/ui/status has no tenant %q: %+v", tenant, status.Tenants)
+	return 0
+}
+
 
 // deleteKeys deletes the keys under prefix on the Redis at url.
 func deleteKeys(t *testing.T, url, prefix string) {
