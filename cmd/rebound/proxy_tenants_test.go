@@ -257,9 +257,12 @@ func TestTenantCapAndLimitHoldAcrossTwoProxiesOnRedis(t *testing.T) {
 		t.Errorf("billed $%.6f across the two proxies, past the cap of $%.2f", billed, tenantCapUSD)
 	}
 	// Each proxy alone, with a cap of its own, would have answered about
-	// seventy: together they must not answer much more than that.
-	if refusedBy[0].Load() == 0 || refusedBy[1].Load() == 0 || ok.Load() > 80 {
-		t.Errorf("%d answered, refusals %d and %d: want the one cap reached by both proxies", ok.Load(), refusedBy[0].Load(), refusedBy[1].Load())
+	// seventy: together they must not answer much more than that. Nor
+	// much less: with Redis answering, the one cap is spent by both (63
+	// answered is usual); a cap left mostly unspent would mean each
+	// replica kept to a local share.
+	if refusedBy[0].Load() == 0 || refusedBy[1].Load() == 0 || ok.Load() > 80 || ok.Load() < 35 {
+		t.Errorf("%d answered, refusals %d and %d: want the one cap reached, and mostly spent, by both proxies", ok.Load(), refusedBy[0].Load(), refusedBy[1].Load())
 	}
 
 	// Each proxy's status page shows the cap's spend on Redis, settled
@@ -363,7 +366,6 @@ func statusPageTenantSpend(t *testing.T, url, tenant string) float64 {
 	t.Fatalf("/ui/status has no tenant %q: %+v", tenant, status.Tenants)
 	return 0
 }
-
 
 // deleteKeys deletes the keys under prefix on the Redis at url.
 func deleteKeys(t *testing.T, url, prefix string) {
