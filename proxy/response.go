@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/internal/frontdoor"
 )
 
@@ -15,7 +16,8 @@ import (
 // bytes.
 const maxErrorBody = 1 << 20
 
-// scrubResponse is the ReverseProxy's ModifyResponse. It strips the
+// scrubResponse is the ReverseProxy's ModifyResponse. An answer that
+// says its quota is exhausted goes with x-should-retry: false. It strips the
 // upstream's CORS headers (frontdoor.StripCORS). And an upstream that
 // echoes the key it was sent (in a response header, or in an error's
 // body) must not hand the operator's key to a client that holds only a
@@ -25,6 +27,12 @@ const maxErrorBody = 1 << 20
 // encoding the proxy did not ask for) goes as it came.
 func (p *Proxy) scrubResponse(resp *http.Response) error {
 	frontdoor.StripCORS(resp.Header)
+	if resp.StatusCode >= http.StatusBadRequest && lastVerdictIsQuota(resp.Request) {
+		// The official SDKs retry a 429 twice by default; an exhausted
+		// quota, which the chain has already taken to every upstream and
+		// key it could, would only be spent on again.
+		resp.Header.Set("X-Should-Retry", "false")
+	}
 	if p.secrets.Empty() {
 		return nil
 	}
@@ -50,3 +58,21 @@ func (p *Proxy) scrubResponse(resp *http.Response) error {
 	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
 	return nil
 }
+
+// lastVerdictIsQuota reports whether the last failed attempt of the call
+// that sent req was judged an exhausted quota: the answer being passed on.
+func lastVerdictIsQuota(req *http.Request) bool {
+	if req == nil {
+		return false
+	}
+	c, ok := req.Context().Value(callKey{}).(*call)
+	if !ok {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.kinds) > 0 && c.kinds[len(c.kinds)-1] == quotaKind
+}
+
+// quotaKind is how the access log names an exhausted quota.
+var quotaKind = rebound.KindQuotaExhausted.String()

@@ -143,6 +143,9 @@ func TestOnlyKeyOutOfQuotaIsHeardOutOncePerRequest(t *testing.T) {
 		if resp.StatusCode != 429 || !strings.Contains(body, "insufficient_quota") || strings.Contains(body, key) {
 			t.Errorf("request %d to a pool whose only key is out of quota: %d %s", i+1, resp.StatusCode, body)
 		}
+		if got := resp.Header.Get("X-Should-Retry"); got != "false" {
+			t.Errorf("request %d: x-should-retry %q, want false: the SDKs would spend two more requests on the dead key", i+1, got)
+		}
 	}
 	if n := hits(seen); n != 3 {
 		t.Errorf("the only key, out of quota, was sent %d requests for 3, want one each", n)
