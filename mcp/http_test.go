@@ -276,10 +276,17 @@ func TestHTTPServerRefusingConnectionsIsReportedAsDownNotAsItsAnswer(t *testing.
 		cs.Close()
 		t.Fatal("connected to nothing")
 	}
-	if !strings.Contains(err.Error(), "reboundmcp: initialize to MCP server "+addr+" failed after") {
-		t.Errorf("the caller got %v; want rebound's word that it gave up on the server", err)
+	// Which of rebound's two words the caller gets depends on whether the
+	// last attempt found the server still being restarted (down, and no
+	// wait for it) or found it refusing again (gave up): on a busy machine
+	// either comes. Both say the server is down; neither passes a refused
+	// connection off as the server's answer.
+	gaveUp := strings.Contains(err.Error(), "reboundmcp: initialize to MCP server "+addr+" failed after")
+	down := strings.Contains(err.Error(), ErrServerDown.Error()+": "+addr+" has been down")
+	if !gaveUp && !down {
+		t.Errorf("the caller got %v; want rebound's word that it gave up on the server, or that the server is down", err)
 	}
-	if reqs := logs.requests(t); len(reqs) != 1 || reqs[0]["outcome"] != "gave_up" {
-		t.Errorf("logged %v; want one initialize that gave up", reqs)
+	if reqs := logs.requests(t); len(reqs) != 1 || (reqs[0]["outcome"] != "gave_up" && reqs[0]["outcome"] != "server_down") {
+		t.Errorf("logged %v; want one initialize that gave up, or found the server down", reqs)
 	}
 }
