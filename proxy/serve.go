@@ -246,10 +246,19 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // copyBuffers lends the buffers a response is copied through: without
-// them each request would allocate its own 32 KiB.
+// them each request would allocate its own 32 KiB. The pool holds
+// pointers to arrays, which a slice converts to and from without an
+// allocation (a pointer to a slice header would cost one on each Put).
 type copyBuffers struct{}
 
-var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+const copyBufferSize = 32 << 10
 
-func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
-func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
+var copyBufferPool = sync.Pool{New: func() any { return new([copyBufferSize]byte) }}
+
+func (copyBuffers) Get() []byte { return copyBufferPool.Get().(*[copyBufferSize]byte)[:] }
+
+func (copyBuffers) Put(b []byte) {
+	if cap(b) >= copyBufferSize {
+		copyBufferPool.Put((*[copyBufferSize]byte)(b[:copyBufferSize]))
+	}
+}
