@@ -65,13 +65,39 @@ func (realClock) Sleep(ctx context.Context, d time.Duration) error {
 
 // WithTarget returns a context whose calls name target.
 func WithTarget(ctx context.Context, target string) context.Context {
-	return context.WithValue(ctx, targetKey{}, target)
+	return &targetCtx{Context: ctx, target: target}
+}
+
+// targetCtx carries a target in one allocation: context.WithValue would
+// take two, its own and the string's boxing into an interface. Its Value
+// answers a pointer into itself, which boxes without allocating.
+type targetCtx struct {
+	context.Context
+	target string
+}
+
+func (c *targetCtx) Value(key any) any {
+	if key == (targetKey{}) {
+		return &c.target
+	}
+	return c.Context.Value(key)
+}
+
+// String names the context as context.WithValue's would, without the
+// target's name, which the caller may not want printed.
+func (c *targetCtx) String() string {
+	if s, ok := c.Context.(interface{ String() string }); ok {
+		return s.String() + ".WithTarget"
+	}
+	return "context.WithTarget"
 }
 
 // Target returns the target named by WithTarget, or "".
 func Target(ctx context.Context) string {
-	t, _ := ctx.Value(targetKey{}).(string)
-	return t
+	if t, ok := ctx.Value(targetKey{}).(*string); ok {
+		return *t
+	}
+	return ""
 }
 
 // WithSideEffects returns a context whose calls have side effects.

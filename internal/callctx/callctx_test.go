@@ -25,6 +25,28 @@ func TestMarks(t *testing.T) {
 	}
 }
 
+func TestTargetPassesTheParentsValuesAndCancellation(t *testing.T) {
+	type otherKey struct{}
+	parent, cancel := context.WithCancel(context.WithValue(context.Background(), otherKey{}, 7))
+	ctx, stop := context.WithCancel(WithTarget(parent, "upstream-a"))
+	defer stop()
+	inner := WithTarget(ctx, "upstream-b")
+	if got := Target(inner); got != "upstream-b" {
+		t.Errorf("the nearest target reads %q, want upstream-b", got)
+	}
+	if got := Target(ctx); got != "upstream-a" {
+		t.Errorf("the outer target reads %q through a cancel context, want upstream-a", got)
+	}
+	if got := inner.Value(otherKey{}); got != 7 {
+		t.Errorf("a parent's value reads %v through the target, want 7", got)
+	}
+	cancel()
+	<-inner.Done() // the parent's cancellation reaches the child
+	if !errors.Is(inner.Err(), context.Canceled) {
+		t.Errorf("the child ended with %v, want context.Canceled", inner.Err())
+	}
+}
+
 func TestRealSleepEndsWithTheContextsCause(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		if err := Real.Sleep(context.Background(), time.Second); err != nil {
