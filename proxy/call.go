@@ -121,7 +121,10 @@ func (p *Proxy) logCall(c *call, status int) {
 	if c.kinds == nil {
 		kinds = noKinds
 	}
-	attrs := []slog.Attr{
+	// Room for every attribute a line can have, on the stack: appending
+	// past the nine always there would otherwise move them to the heap.
+	attrs := make([]slog.Attr, 0, 24)
+	attrs = append(attrs,
 		slog.String("method", c.method),
 		slog.String("path", c.path),
 		slog.String("route", c.route),
@@ -131,7 +134,7 @@ func (p *Proxy) logCall(c *call, status int) {
 		slog.Any("kinds", kinds),
 		slog.Int("status", status),
 		slog.Float64("latency_ms", float64(time.Since(c.start).Microseconds())/1000),
-	}
+	)
 	if c.stream {
 		attrs = append(attrs, slog.Bool("stream", true))
 	}
