@@ -25,12 +25,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := t.Policy
+	// The policy and the latest failed attempt, which the attempts
+	// share, in one allocation rather than one each.
+	st := &roundTripState{p: t.Policy}
+	p := &st.p
 	if p.Budget == nil && !t.DisableRetryBudget {
 		p.Budget = made(&t.budgets).Get(req.URL.Host, newRetryBudget)
 	}
 	var e engine
-	e.init(ctx, &p, req.URL.Host)
+	e.init(ctx, p, req.URL.Host)
 	key := callctx.Target(ctx)
 	if key == "" {
 		key = req.URL.Host
@@ -45,7 +48,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// The latest failed attempt is kept until the next one is surely made,
 	// so that a call that ends early (a breaker refusing the retry) can
 	// still give back the provider's own response.
-	var last failedAttempt
+	last := &st.last
 	var ok *http.Response
 	stopped := e.run(nil, func(n int) outcome {
 		r, o := hedged(&e, n, key, func(actx context.Context, end func(), hedge bool) (roundTrip, outcome) {
@@ -82,7 +85,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		case r.ok != nil:
 			ok = r.ok
 		case !o.unsent && !o.refused: // else the latest attempt is still the one before
-			last = r.failed
+			*last = r.failed
 		}
 		return o
 	})
@@ -99,6 +102,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, stopped
 	}
 	return last.giveBack(stopped)
+}
+
+// roundTripState is what RoundTrip's attempts share with it.
+type roundTripState struct {
+	p    Policy
+	last failedAttempt
 }
 
 // roundTrip is what one attempt of RoundTrip got: a response to hand
