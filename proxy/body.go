@@ -20,11 +20,15 @@ const MaxModel = 256
 
 // BodyStall is how long a request body may send nothing before the proxy
 // gives up on it (408), as the server gives up on headers that stall. The
-// connection's read deadline is moved on at most every BodyStall/2 (each
-// move is a timer's change), to BodyStall and a half from then: a body
-// that stalls is given up after BodyStall to 1.5 BodyStall of silence,
-// never sooner.
+// connection's read deadline is moved on at most every bodyStallSlack
+// (each move is a timer's change, and a body comes in many reads), to
+// BodyStall and bodyStallSlack from then: a body that stalls is given up
+// after BodyStall to BodyStall+bodyStallSlack of silence, never sooner.
 const BodyStall = 10 * time.Second
+
+// bodyStallSlack is how much later than BodyStall a stalled body may be
+// given up, so that its deadline need not move at every read.
+const bodyStallSlack = BodyStall / 10
 
 var (
 	errTooLarge       = errors.New("request body too large")
@@ -49,7 +53,7 @@ type deadlineReader struct {
 
 func (d *deadlineReader) Read(b []byte) (int, error) {
 	// The read that finds the end of a declared length waits for nothing.
-	if d.left != 0 && (d.pushedAt.IsZero() || time.Since(d.pushedAt) >= BodyStall/2) {
+	if d.left != 0 && (d.pushedAt.IsZero() || time.Since(d.pushedAt) >= bodyStallSlack) {
 		d.push()
 	}
 	n, err := d.r.Read(b)
@@ -59,14 +63,14 @@ func (d *deadlineReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// push sets the read deadline BodyStall and a half from now, or at the
-// end.
+// push sets the read deadline BodyStall and bodyStallSlack from now, or
+// at the end.
 func (d *deadlineReader) push() {
 	if d.unsupported {
 		return
 	}
 	now := time.Now()
-	deadline := now.Add(BodyStall + BodyStall/2)
+	deadline := now.Add(BodyStall + bodyStallSlack)
 	if deadline.After(d.end) {
 		deadline = d.end
 	}
