@@ -14,7 +14,7 @@ import (
 // The README's two commands, verbatim: .ci/run runs the second.
 var readmeCommands = []string{
 	"go run ./cmd/rebound bench",
-	"go test -race -p 1 ./... ./sdk/... ./otel/... ./redis/... ./bolt/... ./postgres/... ./mcp/... ./cmd/rebound/...",
+	"go test -race -p 2 ./... ./sdk/... ./otel/... ./redis/... ./bolt/... ./postgres/... ./mcp/... ./cmd/rebound/...",
 }
 
 // maxREADMELines keeps the README an introduction; the manual is docs/.
