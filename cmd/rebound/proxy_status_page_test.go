@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,28 +103,8 @@ func TestStatusPageInChromiumUnderLoad(t *testing.T) {
 	}
 	defer func() { stopLoad(); clients.Wait() }()
 
-	var requested []string
-	var requestedMu sync.Mutex
-	alloc, cancelAlloc := chromedp.NewExecAllocator(t.Context(),
-		append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browserPath), chromedp.NoSandbox,
-			chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, 720))...)
-	defer cancelAlloc()
-	browser, cancelBrowser := chromedp.NewContext(alloc, chromedp.WithListener(func(ev any) {
-		if e, ok := ev.(*network.EventRequestWillBeSent); ok {
-			requestedMu.Lock()
-			requested = append(requested, e.Request.URL)
-			requestedMu.Unlock()
-		}
-	}))
-	defer cancelBrowser()
-	if err := chromedp.Do(browser, chromedp.Navigate(url+"/ui")); err != nil {
-		t.Fatalf("opening %s/ui: %v", url, err)
-	}
-	step := func(d time.Duration) context.Context {
-		ctx, cancel := context.WithTimeout(browser, d)
-		t.Cleanup(cancel)
-		return ctx
-	}
+	ui := openStatusPage(t, browserPath, url, 720)
+	browser, step := ui.browser, ui.step
 	rows := func() map[string]pageRow {
 		t.Helper()
 		js, err := chromedp.Run(step(5*time.Second), chromedp.Evaluate[string](readPage))
@@ -196,7 +177,7 @@ func TestStatusPageInChromiumUnderLoad(t *testing.T) {
 	}
 	t.Logf("the page after the load:\n%s", text)
 
-	requestedMu.Lock()
+	requested := ui.requests()
 	polls, loads := 0, 0
 	for _, u := range requested {
 		switch {
@@ -213,7 +194,6 @@ func TestStatusPageInChromiumUnderLoad(t *testing.T) {
 		t.Errorf("the page was loaded %d times and polled its status %d times, want once and at least twice", loads, polls)
 	}
 	t.Logf("%d requests from the page, %d of them polls; %d attempts to flaky, %d to backup", len(requested), polls, attempts, backupAttempts)
-	requestedMu.Unlock()
 
 	// A config version comes with a reload, which this run has not:
 	// the same page, its JSON given.
@@ -311,4 +291,50 @@ func TestProxyAdminTokenFlag(t *testing.T) {
 	if !strings.Contains(stderr.String(), `"msg":"/ui and /metrics are off beyond this machine`) {
 		t.Errorf("beyond loopback without an admin token, nothing said at start:\n%s", stderr.String())
 	}
+}
+
+// statusPage is the proxy's /ui open in a headless Chromium, and every
+// request the page has made.
+type statusPage struct {
+	t         *testing.T
+	browser   context.Context
+	mu        sync.Mutex // guards requested
+	requested []string
+}
+
+// openStatusPage opens url's /ui in the Chromium at browserPath, in a
+// window of 1280 by height pixels; the browser closes when t ends.
+func openStatusPage(t *testing.T, browserPath, url string, height int) *statusPage {
+	p := &statusPage{t: t}
+	alloc, cancelAlloc := chromedp.NewExecAllocator(t.Context(),
+		append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browserPath), chromedp.NoSandbox,
+			chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, height))...)
+	t.Cleanup(cancelAlloc)
+	browser, cancelBrowser := chromedp.NewContext(alloc, chromedp.WithListener(func(ev any) {
+		if e, ok := ev.(*network.EventRequestWillBeSent); ok {
+			p.mu.Lock()
+			p.requested = append(p.requested, e.Request.URL)
+			p.mu.Unlock()
+		}
+	}))
+	t.Cleanup(cancelBrowser)
+	p.browser = browser
+	if err := chromedp.Do(browser, chromedp.Navigate(url+"/ui")); err != nil {
+		t.Fatalf("opening %s/ui: %v", url, err)
+	}
+	return p
+}
+
+// step returns the context of one browser action that may take d.
+func (p *statusPage) step(d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(p.browser, d)
+	p.t.Cleanup(cancel)
+	return ctx
+}
+
+// requests returns the URLs the page has requested so far.
+func (p *statusPage) requests() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.requested)
 }

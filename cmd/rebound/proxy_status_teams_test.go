@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/rebound-go/rebound/chaos"
@@ -110,28 +109,8 @@ func TestStatusPageShowsTenantsAndAKeyPoolOfARealRun(t *testing.T) {
 	}
 	defer func() { stopLoad(); clients.Wait() }()
 
-	var requested []string
-	var requestedMu sync.Mutex
-	alloc, cancelAlloc := chromedp.NewExecAllocator(t.Context(),
-		append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browserPath), chromedp.NoSandbox,
-			chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, 800))...)
-	defer cancelAlloc()
-	browser, cancelBrowser := chromedp.NewContext(alloc, chromedp.WithListener(func(ev any) {
-		if e, ok := ev.(*network.EventRequestWillBeSent); ok {
-			requestedMu.Lock()
-			requested = append(requested, e.Request.URL)
-			requestedMu.Unlock()
-		}
-	}))
-	defer cancelBrowser()
-	if err := chromedp.Do(browser, chromedp.Navigate(url+"/ui")); err != nil {
-		t.Fatalf("opening %s/ui: %v", url, err)
-	}
-	step := func(d time.Duration) context.Context {
-		ctx, cancel := context.WithTimeout(browser, d)
-		t.Cleanup(cancel)
-		return ctx
-	}
+	ui := openStatusPage(t, browserPath, url, 800)
+	step := ui.step
 	read := func() (map[string]pageKey, map[string]pageTenant) {
 		t.Helper()
 		js, err := chromedp.Run(step(5*time.Second), chromedp.Evaluate[string](readTeamsPage))
@@ -254,9 +233,7 @@ func TestStatusPageShowsTenantsAndAKeyPoolOfARealRun(t *testing.T) {
 			}
 		}
 	}
-	requestedMu.Lock()
-	defer requestedMu.Unlock()
-	for _, u := range requested {
+	for _, u := range ui.requests() {
 		if u != url+"/ui" && u != url+"/ui/status" && !strings.HasPrefix(u, "data:") {
 			t.Errorf("the page requested %s: not the proxy's status", u)
 		}
