@@ -131,8 +131,14 @@ func (b *Stream) Start(h Handover) {
 		return
 	}
 	b.src = h.Body
-	b.store = make([]byte, max(streamReadSize, len(read)+streamReadSize))
-	b.hi = copy(b.store, read)
+	if cap(read)-len(read) >= streamReadSize/2 {
+		// The look ahead's own buffer, with room left: the stream goes
+		// on in it, and nothing else holds it once handed over.
+		b.store, b.hi = read[:cap(read)], len(read)
+	} else {
+		b.store = make([]byte, len(read)+streamReadSize)
+		b.hi = copy(b.store, read)
+	}
 	b.w = newWatch(h.Body, h.Guards)
 }
 

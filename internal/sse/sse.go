@@ -104,6 +104,10 @@ type Seen struct {
 	Kind Kind
 }
 
+// peekRead is the room a read of the look ahead is given, at least half
+// of it free.
+const peekRead = 4 << 10
+
 // Peek reads an event stream up to its first content event, at most limit
 // bytes. It returns what it read and, if the stream failed before any
 // content, why: an *ErrorEvent, ErrEnded, or the read error. A stream with
@@ -140,11 +144,17 @@ func Peek(body io.Reader, limit, maxData int) (Head, error) {
 		return Head{Read: seen.Bytes(), Tracker: &t, Events: events}
 	}
 	r := io.LimitReader(body, int64(limit))
-	var buf [4 << 10]byte
+	// Each read lands in seen's spare room, where it stays: no buffer of
+	// its own to allocate, nothing copied, and the room left over is
+	// for whoever takes Read on (relay.Stream reads on into it).
 	for !decided {
-		n, err := r.Read(buf[:])
-		seen.Write(buf[:n])
-		t.Write(buf[:n])
+		if seen.Available() < peekRead/2 {
+			seen.Grow(peekRead)
+		}
+		room := seen.AvailableBuffer()
+		n, err := r.Read(room[:cap(room)])
+		seen.Write(room[:n]) // where it already lies: the length moves, no byte does
+		t.Write(room[:n])
 		switch {
 		case decided:
 		case err == nil:
