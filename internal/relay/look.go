@@ -46,43 +46,70 @@ type Look struct {
 // request that set Accept-Encoding itself gets) is decoded to be looked
 // into, and handed over encoded.
 func (l Look) Head(resp *http.Response) (sse.Head, error) {
-	// One state decides the race between the timers and the look ahead:
-	// whoever moves it first wins, so a body handed over is never closed.
-	const (
-		looking int32 = iota
-		done
-		silent
-		late
-	)
-	var state atomic.Int32
-	body := &heardBody{r: resp.Body, start: time.Now()}
-	var timer *time.Timer
-	timer = time.AfterFunc(l.Silence, func() {
-		if quiet := body.silence(); quiet < l.Silence {
-			timer.Reset(l.Silence - quiet)
-			return
-		}
-		if state.CompareAndSwap(looking, silent) {
-			resp.Body.Close() // unblocks the read below
-		}
-	})
-	defer timer.Stop()
+	k := &looking{l: l, resp: resp, body: heardBody{r: resp.Body, start: time.Now()}}
+	first := l.Silence
 	if l.FirstToken > 0 {
-		deadline := time.AfterFunc(l.FirstToken, func() {
-			if state.CompareAndSwap(looking, late) {
-				resp.Body.Close()
-			}
-		})
-		defer deadline.Stop()
+		first = min(first, l.FirstToken)
 	}
-	head, err := l.peek(resp, body)
-	if !state.CompareAndSwap(looking, done) {
-		if state.Load() == late {
+	// One timer keeps both bounds: it wakes at the nearer, and sleeps
+	// again until the next while neither is passed.
+	k.timer = time.AfterFunc(first, k.wake)
+	defer k.timer.Stop()
+	head, err := l.peek(resp, &k.body)
+	if !k.state.CompareAndSwap(lookingAhead, lookDone) {
+		if k.state.Load() == lookLate {
 			return head, ErrLate
 		}
 		return head, ErrSilent
 	}
 	return head, err
+}
+
+// The states of a look ahead. One state decides the race between its
+// timer and the look ahead itself: whoever moves it first wins, so a body
+// handed over is never closed.
+const (
+	lookingAhead int32 = iota
+	lookDone
+	lookSilent
+	lookLate
+)
+
+// looking is a look ahead under its bounds.
+type looking struct {
+	l     Look
+	resp  *http.Response
+	body  heardBody
+	state atomic.Int32
+	timer *time.Timer
+}
+
+// wake runs on the timer: it gives the look ahead up if a bound has
+// passed (closing the body unblocks its read), else sleeps until the
+// nearer bound could pass.
+func (k *looking) wake() {
+	if k.state.Load() != lookingAhead {
+		return // decided: the timer is not to wake again
+	}
+	took := time.Since(k.body.start)
+	if k.l.FirstToken > 0 && took >= k.l.FirstToken {
+		if k.state.CompareAndSwap(lookingAhead, lookLate) {
+			k.resp.Body.Close()
+		}
+		return
+	}
+	quiet := k.body.silence()
+	if quiet >= k.l.Silence {
+		if k.state.CompareAndSwap(lookingAhead, lookSilent) {
+			k.resp.Body.Close()
+		}
+		return
+	}
+	next := k.l.Silence - quiet
+	if k.l.FirstToken > 0 {
+		next = min(next, k.l.FirstToken-took)
+	}
+	k.timer.Reset(next)
 }
 
 // peek reads body, resp's, up to its first content event: decoded if resp

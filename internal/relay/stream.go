@@ -76,7 +76,7 @@ type Guards struct {
 // with an error Errors.Incomplete makes. Any other stream passes through
 // as it comes.
 type Stream struct {
-	src    io.Reader // the look ahead's bytes, then body
+	src    io.Reader // passed through: the look ahead's bytes, then body; tracked: body
 	body   io.ReadCloser
 	cancel func()
 	report Reporter
@@ -112,8 +112,9 @@ type Stream struct {
 // read again.
 func (b *Stream) Start(h Handover) {
 	read := h.Head.Read
-	b.src, b.body, b.cancel, b.report, b.errs, b.guards, b.errAt = io.MultiReader(bytes.NewReader(read), h.Body), h.Body, h.Cancel, h.Report, h.Errors, h.Guards, -1
+	b.src, b.body, b.cancel, b.report, b.errs, b.guards, b.errAt = h.Body, h.Body, h.Cancel, h.Report, h.Errors, h.Guards, -1
 	if h.Encoded {
+		b.src = io.MultiReader(bytes.NewReader(read), h.Body)
 		return
 	}
 	b.more, b.secrets = h.More, h.Secrets
@@ -128,11 +129,17 @@ func (b *Stream) Start(h Handover) {
 	}
 	if b.tr.Dialect() == sse.Unknown {
 		b.tr, b.more = nil, nil
+		b.src = io.MultiReader(bytes.NewReader(read), h.Body)
 		return
 	}
-	b.src = h.Body
-	b.store = make([]byte, max(streamReadSize, len(read)+streamReadSize))
-	b.hi = copy(b.store, read)
+	if cap(read)-len(read) >= streamReadSize/2 {
+		// The look ahead's own buffer, with room left: the stream goes
+		// on in it, and nothing else holds it once handed over.
+		b.store, b.hi = read[:cap(read)], len(read)
+	} else {
+		b.store = make([]byte, len(read)+streamReadSize)
+		b.hi = copy(b.store, read)
+	}
 	b.w = newWatch(h.Body, h.Guards)
 }
 

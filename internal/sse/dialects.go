@@ -106,9 +106,6 @@ func (t *Tracker) chat(data []byte, e *event) Kind {
 			t.chatID, t.chatCreated = string(id), bytes.Clone(t.raw(data, e.created))
 		}
 	}
-	if t.choices == nil {
-		t.choices = map[int]bool{}
-	}
 	k := Preamble
 	if nonEmpty(t.raw(data, e.usage)) {
 		k = Finish
@@ -136,10 +133,10 @@ func (t *Tracker) chat(data []byte, e *event) Kind {
 		}
 		// A choice is finished by its finish_reason, and open again if
 		// content follows it.
-		was, seen := t.choices[ch.index]
+		was, seen := t.choice(ch.index)
 		done := len(finish) > 0 || was && !content
 		if !seen || was != done {
-			t.choices[ch.index] = done
+			t.setChoice(ch.index, done)
 		}
 		switch {
 		case !seen && !done, seen && was && !done:
@@ -148,7 +145,7 @@ func (t *Tracker) chat(data []byte, e *event) Kind {
 			t.openChoices--
 		}
 	}
-	t.finished = len(t.choices) > 0 && t.openChoices == 0
+	t.finished = t.seenChoices > 0 && t.openChoices == 0
 	if k == Content {
 		t.events++
 	}
@@ -159,6 +156,43 @@ func (t *Tracker) chat(data []byte, e *event) Kind {
 // chunk: a continuation's chunks are given them, since an SDK accumulates
 // only the chunks of one completion.
 func (t *Tracker) ChatID() (id string, created json.RawMessage) { return t.chatID, t.chatCreated }
+
+// choiceState is what a chat stream's choice has said of itself.
+type choiceState uint8
+
+const (
+	choiceUnseen choiceState = iota
+	choiceOpen
+	choiceDone
+)
+
+// choice reports whether the chat stream's choice i is finished, and
+// whether it has been seen at all.
+func (t *Tracker) choice(i int) (done, seen bool) {
+	if i == 0 {
+		return t.choice0 == choiceDone, t.choice0 != choiceUnseen
+	}
+	done, seen = t.choices[i]
+	return done, seen
+}
+
+// setChoice records whether choice i is finished.
+func (t *Tracker) setChoice(i int, done bool) {
+	if _, seen := t.choice(i); !seen {
+		t.seenChoices++
+	}
+	if i == 0 {
+		t.choice0 = choiceOpen
+		if done {
+			t.choice0 = choiceDone
+		}
+		return
+	}
+	if t.choices == nil {
+		t.choices = map[int]bool{}
+	}
+	t.choices[i] = done
+}
 
 func (t *Tracker) gemini(data []byte, e *event) Kind {
 	t.recognise(Gemini)

@@ -104,6 +104,10 @@ type Seen struct {
 	Kind Kind
 }
 
+// peekRead is the room a read of the look ahead is given, at least half
+// of it free.
+const peekRead = 4 << 10
+
 // Peek reads an event stream up to its first content event, at most limit
 // bytes. It returns what it read and, if the stream failed before any
 // content, why: an *ErrorEvent, ErrEnded, or the read error. A stream with
@@ -113,50 +117,67 @@ type Seen struct {
 // content, so that a stream nobody recognises is handed over rather than
 // retried.
 func Peek(body io.Reader, limit, maxData int) (Head, error) {
-	var (
-		seen    bytes.Buffer
-		t       Tracker
-		events  []Seen
-		decided bool
-		failure error
-	)
-	t.Each = func(end int64, k Kind) {
-		events = append(events, Seen{end, k})
-		if decided {
-			return
-		}
-		switch {
-		case k == Content, k == Preamble && t.Dialect() == Unknown:
-			decided = true
-		case k == Error:
-			name, data, _ := t.ErrorEvent()
-			decided, failure = true, &ErrorEvent{Name: name, Data: data[:min(len(data), maxData)]}
-		case k == End:
-			decided, failure = true, ErrEnded
-		}
-	}
-	head := func() Head {
-		t.Each = nil
-		return Head{Read: seen.Bytes(), Tracker: &t, Events: events}
-	}
+	p := &peek{maxData: maxData}
+	p.events = p.first[:0]
+	p.t.Each = p.saw
 	r := io.LimitReader(body, int64(limit))
-	var buf [4 << 10]byte
-	for !decided {
-		n, err := r.Read(buf[:])
-		seen.Write(buf[:n])
-		t.Write(buf[:n])
+	// Each read lands in seen's spare room, where it stays: no buffer of
+	// its own to allocate, nothing copied, and the room left over is
+	// for whoever takes Read on (relay.Stream reads on into it).
+	for !p.decided {
+		if p.seen.Available() < peekRead/2 {
+			p.seen.Grow(peekRead)
+		}
+		room := p.seen.AvailableBuffer()
+		n, err := r.Read(room[:cap(room)])
+		p.seen.Write(room[:n]) // where it already lies: the length moves, no byte does
+		p.t.Write(room[:n])
 		switch {
-		case decided:
+		case p.decided:
 		case err == nil:
-		case seen.Len() >= limit:
-			return head(), nil
+		case p.seen.Len() >= limit:
+			return p.head(), nil
 		case err == io.EOF:
-			return head(), ErrEnded
+			return p.head(), ErrEnded
 		default:
-			return head(), err
+			return p.head(), err
 		}
 	}
-	return head(), failure
+	return p.head(), p.failure
+}
+
+// peek is a look ahead under way: one allocation, whose tracker the
+// stream handed over goes on with.
+type peek struct {
+	t       Tracker
+	seen    bytes.Buffer
+	events  []Seen
+	first   [8]Seen // the events of a short look ahead, without a slice of their own
+	decided bool
+	failure error
+	maxData int
+}
+
+// saw is the tracker's Each while the look ahead decides.
+func (p *peek) saw(end int64, k Kind) {
+	p.events = append(p.events, Seen{end, k})
+	if p.decided {
+		return
+	}
+	switch {
+	case k == Content, k == Preamble && p.t.Dialect() == Unknown:
+		p.decided = true
+	case k == Error:
+		name, data, _ := p.t.ErrorEvent()
+		p.decided, p.failure = true, &ErrorEvent{Name: name, Data: data[:min(len(data), p.maxData)]}
+	case k == End:
+		p.decided, p.failure = true, ErrEnded
+	}
+}
+
+func (p *peek) head() Head {
+	p.t.Each = nil
+	return Head{Read: p.seen.Bytes(), Tracker: &p.t, Events: p.events}
 }
 
 func nonEmpty(raw []byte) bool {

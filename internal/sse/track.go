@@ -47,7 +47,9 @@ type Tracker struct {
 	notText     bool         // some content was not text, or an end named a tool call
 	blocks      int          // an Anthropic stream's content blocks: one past the highest index
 	blockOpen   bool         // and whether the last of them is open
-	choices     map[int]bool // a chat stream's choices by index: finished or not
+	choice0     choiceState  // a chat stream's choice 0, nearly always its only one: no map for it
+	choices     map[int]bool // its other choices by index: finished or not
+	seenChoices int          // how many choices it has had
 	openChoices int          // how many of them are not finished
 	chatID      string
 	chatCreated json.RawMessage
