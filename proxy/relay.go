@@ -71,6 +71,11 @@ func (p *Proxy) relay(w http.ResponseWriter, out *http.Request, c *call) {
 	}
 	h := w.Header()
 	for k, vv := range res.Header {
+		if len(vv) == 0 {
+			// Present but empty, it would keep the server from
+			// writing its own (Date, a sniffed Content-Type).
+			continue
+		}
 		if have, ok := h[k]; ok {
 			h[k] = append(have, vv...) // the door's Vary, say
 		} else {
@@ -101,7 +106,7 @@ func (p *Proxy) relay(w http.ResponseWriter, out *http.Request, c *call) {
 		}
 		panic(http.ErrAbortHandler)
 	}
-	res.Body.Close() // fills res.Trailer
+	res.Body.Close() // read to its end: its trailers have come
 	if len(res.Trailer) == 0 {
 		return
 	}
