@@ -16,18 +16,15 @@ import (
 	"github.com/rebound-go/rebound/ratelimit"
 )
 
-// forwarder is the ReverseProxy's transport: it sends a request along
-// its route's chain (fallback.Chain): to its upstream through
+// forward sends out, the client's request under the call's context,
+// along c's route's chain (fallback.Chain): to its upstream through
 // rebound.Transport, and on to the fallbacks by the chain's rules while
 // the one before is down, overloaded, out of quota, out of retries or of
 // room for another request in flight. Without an answer the client gets
 // the last upstream's own, as it came.
-type forwarder struct{ p *Proxy }
-
-func (f forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
+func (p *Proxy) forward(out *http.Request, c *call) (*http.Response, error) {
 	ctx := out.Context()
-	c := ctx.Value(callKey{}).(*call)
-	if out.Header.Get("Idempotency-Key") != "" && c.createsAt(f.p.upstreamRequest(ctx, out, c, c.rt.targets[0])) {
+	if idempotencyKey(out.Header) && c.createsAt(p.upstreamRequest(ctx, out, c, c.rt.targets[0])) {
 		// The key binds the upstream it is sent to, which alone knows
 		// it: to the chain the request has side effects, and once an
 		// attempt was made it goes to no other upstream.
@@ -49,8 +46,15 @@ func (f forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 	return nil, err
 }
 
-// request is what a route's chain sends: the ReverseProxy's outgoing
-// request, and what the proxy knows of it.
+// idempotencyKey reports whether h, a client's request header, carries an
+// Idempotency-Key that goes to the upstream (one its Connection header
+// names does not).
+func idempotencyKey(h http.Header) bool {
+	return h.Get("Idempotency-Key") != "" && !hasToken(h["Connection"], "Idempotency-Key")
+}
+
+// request is what a route's chain sends: the client's request, under the
+// call's context, and what the proxy knows of it.
 type request struct {
 	out *http.Request
 	c   *call
@@ -142,8 +146,10 @@ func discard(resp *http.Response) {
 
 // upstreamRequest is out pointed at target t, asking for its model, under
 // ctx. Only what differs from one target to the next is copied: the
-// header, the URL (new) and the body (attached); the rest of out, the
-// ReverseProxy's own copy of the client's request, is shared. The path
+// header (as upstreamHeader has it), the URL (new, its query cleaned) and
+// the body (attached); the rest of out, the client's request, is shared,
+// and never changed. The connection to the upstream is kept for the next
+// request, whatever the client's own does (Connection: close). The path
 // keeps its escapes ("%2F" stays one segment). The client's own key goes
 // only to the route's first upstream, the one it was meant for (with
 // pass_client_key). The client's Accept-Encoding does not go: the
@@ -152,7 +158,8 @@ func discard(resp *http.Response) {
 // client accepts (br and zstd the engine could not read).
 func (p *Proxy) upstreamRequest(ctx context.Context, out *http.Request, c *call, t target) *http.Request {
 	req := out.WithContext(ctx)
-	req.Header = out.Header.Clone()
+	req.Header = upstreamHeader(out.Header)
+	req.Close = false
 	u := *t.up.base
 	path, rawPath := out.URL.Path, out.URL.EscapedPath()
 	if t.model != "" {
@@ -161,7 +168,7 @@ func (p *Proxy) upstreamRequest(ctx context.Context, out *http.Request, c *call,
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/") + path
 	u.RawPath = strings.TrimSuffix(t.up.base.EscapedPath(), "/") + rawPath
-	u.RawQuery = out.URL.RawQuery
+	u.RawQuery = cleanQuery(out.URL.RawQuery)
 	req.URL = &u
 	req.Host = ""
 	c.body.attach(req, t.model)

@@ -3,10 +3,8 @@ package proxy
 import (
 	"errors"
 	"fmt"
-	"log"
 	"log/slog"
 	"net/http"
-	"net/http/httputil"
 	"os"
 	"sync/atomic"
 	"time"
@@ -184,7 +182,6 @@ type Proxy struct {
 	board         *statusBoard // the status page's figures
 	configVersion string       // the version of the config that is live, shown by the status page; "" for none
 	tenants       *tenants     // nil: the config has neither tenants nor prices
-	reverse       *httputil.ReverseProxy
 	draining      atomic.Bool
 
 	// What Reload makes another Proxy from, and shares with it.
@@ -301,18 +298,6 @@ func build(o Options, prev *Proxy) (*Proxy, error) {
 	p.memory = newBodyMemory(memory)
 	if prev != nil {
 		prev.handOverTallies(p)
-	}
-	p.reverse = &httputil.ReverseProxy{
-		Rewrite:        p.rewrite,
-		ModifyResponse: p.scrubResponse,
-		Transport:      releasing{forwarder{p}},
-		// No FlushInterval: a stream, or an answer of unknown length, is
-		// flushed at each write all the same (ReverseProxy's own rule),
-		// and an answer of known length goes out in one piece, without a
-		// flushing timer and its goroutine on every request.
-		ErrorHandler: p.gatewayError,
-		ErrorLog:     log.New(logWriter{p}, "", 0),
-		BufferPool:   copyBuffers{},
 	}
 	return p, nil
 }

@@ -16,7 +16,8 @@ import (
 // bytes.
 const maxErrorBody = 1 << 20
 
-// scrubResponse is the ReverseProxy's ModifyResponse. An answer that
+// scrubResponse readies an upstream's answer, its hop-by-hop headers gone,
+// before its header goes to the client (relay). An answer that
 // says its quota is exhausted goes with x-should-retry: false. It strips the
 // upstream's CORS headers (frontdoor.StripCORS). And an upstream that
 // echoes the key it was sent (in a response header, or in an error's

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httputil"
 	"os"
 	"strings"
 	"sync"
@@ -136,17 +135,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	out := r.WithContext(context.WithValue(ctx, callKey{}, c))
 	out.Body, out.ContentLength = http.NoBody, 0 // the forwarder sends c.body
-	p.reverse.ServeHTTP(sw, out)
-}
-
-// releasing is the ReverseProxy's transport: the forwarder, after which
-// the request body is no longer needed (a stream goes on without it), and
-// its memory goes back at once rather than when the answer ends.
-type releasing struct{ f forwarder }
-
-func (r releasing) RoundTrip(out *http.Request) (*http.Response, error) {
-	defer out.Context().Value(callKey{}).(*call).body.release()
-	return r.f.RoundTrip(out)
+	p.relay(sw, out, c)
 }
 
 // hasDotSegment reports whether path has a "." or ".." segment (escaped
@@ -158,16 +147,6 @@ func hasDotSegment(path string) bool {
 		}
 	}
 	return false
-}
-
-// rewrite is the ReverseProxy's: it keeps the request as it came, the
-// forwarder points it at each upstream in turn. An allowed page's Origin
-// stays with the proxy, which has judged it: the upstream's own browser
-// rules (Anthropic's refuses a page without a header of its own) are for
-// pages that call it directly.
-func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
-	pr.Out.Host = ""
-	pr.Out.Header.Del("Origin")
 }
 
 // gatewayError answers a request no upstream answered, in its dialect.
@@ -212,14 +191,6 @@ func (p *Proxy) gatewayError(w http.ResponseWriter, r *http.Request, err error) 
 		msg = "the upstream failed after it had the request, which may have been carried out: not sent again (an Idempotency-Key lets it be retried)"
 	}
 	writeError(w, c.dialect, status, msg)
-}
-
-// logWriter takes the ReverseProxy's own error lines into the log.
-type logWriter struct{ p *Proxy }
-
-func (l logWriter) Write(b []byte) (int, error) {
-	l.p.log.Warn("proxy", "error", l.p.secrets.String(strings.TrimSpace(string(b))))
-	return len(b), nil
 }
 
 // statusWriter notes the status written.

@@ -1,0 +1,294 @@
+package proxy_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rebound-go/rebound/proxy"
+)
+
+// frontOf starts a proxy in front of upstream, served over loopback, its
+// access log into logs if not nil.
+func frontOf(t *testing.T, upstream string, logs io.Writer) *httptest.Server {
+	t.Helper()
+	if logs == nil {
+		logs = io.Discard
+	}
+	p, err := proxy.New(proxy.Options{Upstream: upstream, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	return front
+}
+
+// TestHopByHopHeadersGoNeitherWay: the headers of one connection (RFC
+// 9110's, RFC 2616's and those a Connection header names) stay on their
+// side of the proxy, in a request and in its answer; the client's
+// forwarding headers and its Connection: close do not reach the upstream,
+// its "TE: trailers" does, without the rest of its TE; a request without
+// a User-Agent goes without one; a query an upstream could read otherwise
+// goes as net/url reads it; the end-to-end headers go both ways.
+func TestHopByHopHeadersGoNeitherWay(t *testing.T) {
+	type seen struct {
+		header http.Header
+		close  bool
+		query  string
+	}
+	got := make(chan seen, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		got <- seen{r.Header.Clone(), r.Close, r.URL.RawQuery}
+		h := w.Header()
+		h.Set("Connection", "X-Hop-Res")
+		h.Set("X-Hop-Res", "1")
+		h.Set("Keep-Alive", "timeout=5")
+		h.Set("Proxy-Authenticate", `Basic realm="up"`)
+		h.Set("Proxy-Connection", "keep-alive")
+		h.Set("Upgrade", "h2c")
+		h.Set("X-End-To-End", "answer")
+		h.Set("Content-Type", "application/json")
+		io.WriteString(w, `{}`)
+	}))
+	defer up.Close()
+	front := frontOf(t, up.URL, nil)
+
+	conn, err := net.Dial("tcp", front.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const body = `{"model":"gpt-x"}`
+	fmt.Fprintf(conn, "POST /v1/chat/completions?d=4;e=5&c=%%zz&f=6 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"+
+		"Connection: close, X-Hop-Req\r\nX-Hop-Req: 1\r\nProxy-Connection: keep-alive\r\nKeep-Alive: timeout=5\r\n"+
+		"Proxy-Authorization: Basic dTpw\r\nTE: deflate, Trailers\r\n"+
+		"Forwarded: for=203.0.113.9\r\nX-Forwarded-For: 203.0.113.9\r\nX-Forwarded-Host: evil.example\r\nX-Forwarded-Proto: https\r\n"+
+		"X-End-To-End: request\r\n\r\n%s", len(body), body)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+
+	s := <-got
+	for _, k := range []string{"Connection", "X-Hop-Req", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization",
+		"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "User-Agent"} {
+		if v, ok := s.header[k]; ok {
+			t.Errorf("the upstream got %s: %q", k, v)
+		}
+	}
+	if v := s.header.Values("Te"); len(v) != 1 || v[0] != "trailers" {
+		t.Errorf("the upstream got TE %q; want [trailers]", v)
+	}
+	if v := s.header.Get("X-End-To-End"); v != "request" {
+		t.Errorf("the upstream got X-End-To-End %q; want request", v)
+	}
+	if s.close {
+		t.Error("the client's Connection: close reached the upstream")
+	}
+	if s.query != "f=6" {
+		t.Errorf("the upstream got the query %q; want f=6 (what net/url reads of it)", s.query)
+	}
+
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	for _, k := range []string{"X-Hop-Res", "Keep-Alive", "Proxy-Authenticate", "Proxy-Connection", "Upgrade"} {
+		if v, ok := resp.Header[k]; ok {
+			t.Errorf("the client got %s: %q", k, v)
+		}
+	}
+	if v := resp.Header.Get("X-End-To-End"); v != "answer" {
+		t.Errorf("the client got X-End-To-End %q; want answer", v)
+	}
+}
+
+// TestTrailersReachTheClient: an answer's trailers come after its body,
+// those the upstream announced announced to the client too, and those it
+// did not still sent (all of them then as unannounced ones).
+func TestTrailersReachTheClient(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Trailer", "X-Checksum")
+		io.WriteString(w, `{}`)
+		w.Header().Set("X-Checksum", "c1")
+		if r.URL.Path == "/v1/late" {
+			w.Header().Set(http.TrailerPrefix+"X-Late", "l1")
+		}
+	}))
+	defer up.Close()
+	front := frontOf(t, up.URL, nil)
+	for _, c := range []struct {
+		path      string
+		announced []string
+		want      http.Header
+	}{
+		{"/v1/chat/completions", []string{"X-Checksum"}, http.Header{"X-Checksum": {"c1"}}},
+		{"/v1/late", []string{"X-Checksum"}, http.Header{"X-Checksum": {"c1"}, "X-Late": {"l1"}}},
+	} {
+		resp, err := http.Post(front.URL+c.path, "application/json", strings.NewReader(`{"model":"gpt-x"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var announced []string
+		for k := range resp.Trailer {
+			announced = append(announced, k)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(b) != `{}` {
+			t.Errorf("%s: body %q, %v", c.path, b, err)
+		}
+		if fmt.Sprint(announced) != fmt.Sprint(c.announced) {
+			t.Errorf("%s: trailers announced %v; want %v", c.path, announced, c.announced)
+		}
+		if fmt.Sprint(resp.Trailer) != fmt.Sprint(c.want) {
+			t.Errorf("%s: trailers %v; want %v", c.path, resp.Trailer, c.want)
+		}
+	}
+}
+
+// TestStreamFlushedEventByEvent: each event of a stream reaches the
+// client before the upstream sends the next, which it does only once the
+// client has read the one before.
+func TestStreamFlushedEventByEvent(t *testing.T) {
+	events := []string{
+		`data: {"choices":[{"index":0,"delta":{"content":"A"}}]}` + "\n\n",
+		`data: {"choices":[{"index":0,"delta":{"content":"B"}}]}` + "\n\n",
+		`data: {"choices":[{"index":0,"delta":{"content":"C"},"finish_reason":"stop"}]}` + "\n\n",
+		"data: [DONE]\n\n",
+	}
+	read := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i, e := range events {
+			if i > 0 {
+				select {
+				case <-read:
+				case <-r.Context().Done():
+					return
+				}
+			}
+			io.WriteString(w, e)
+			w.(http.Flusher).Flush()
+		}
+	}))
+	defer up.Close()
+	front := frontOf(t, up.URL, nil)
+	// Bounded: a proxy that held an event back would leave the read
+	// waiting for the upstream, which waits for it.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, front.URL+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-x","stream":true}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	for i, want := range events {
+		if i > 0 {
+			read <- struct{}{}
+		}
+		b := make([]byte, len(want))
+		if _, err := io.ReadFull(resp.Body, b); err != nil || string(b) != want {
+			t.Fatalf("event %d: read %q, %v; want %q", i, b, err, want)
+		}
+	}
+	if rest, err := io.ReadAll(resp.Body); err != nil || len(rest) != 0 {
+		t.Errorf("after the stream: %q, %v", rest, err)
+	}
+}
+
+// TestBrokenAnswerBreaksTheClients: an answer that breaks off after its
+// header reaches the client broken, never as a whole shorter one: a
+// stream after the events that came (its header went at once), an answer
+// of known length before its header (it went out in one piece, so
+// nothing had); its access line says so.
+func TestBrokenAnswerBreaksTheClients(t *testing.T) {
+	const (
+		event = `data: {"choices":[{"index":0,"delta":{"content":"Hel"}}]}` + "\n\n"
+		part  = `{"choices":[{"index":0,"message":`
+	)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if strings.HasSuffix(r.URL.Path, "/completions") {
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, event)
+		} else {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", "1000")
+			io.WriteString(w, part)
+		}
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	}))
+	defer up.Close()
+	var logs syncBuffer
+	front := frontOf(t, up.URL, &logs)
+
+	resp, err := http.Post(front.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"gpt-x","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil || string(b) != event || resp.StatusCode != http.StatusOK {
+		t.Errorf("stream: %d, read %q, %v; want 200, %q and an error", resp.StatusCode, b, err, event)
+	}
+	if resp, err := http.Post(front.URL+"/v1/messages", "application/json", strings.NewReader(`{"model":"claude-x"}`)); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Errorf("answer of known length: %d, %q; want no answer", resp.StatusCode, b)
+	}
+	front.Close() // the access lines are written
+	lines := accessLines(t, logs.String())
+	if len(lines) != 2 {
+		t.Fatalf("%d access lines; want 2\n%s", len(lines), logs.String())
+	}
+	for _, l := range lines {
+		if l["broken"] != true {
+			t.Errorf("%s: broken %v; want true", l["path"], l["broken"])
+		}
+	}
+}
+
+// TestUnaskedSwitchIsAGatewayError: an upstream that switches protocols
+// for a request that asked for no upgrade gets the client a 502, never a
+// tunnel to it.
+func TestUnaskedSwitchIsAGatewayError(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nhello")
+		brw.Flush()
+	}))
+	defer up.Close()
+	front := frontOf(t, up.URL, nil)
+	resp, err := http.Post(front.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"gpt-x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway || strings.Contains(string(b), "hello") {
+		t.Errorf("status %d, body %q; want a 502 of the proxy's", resp.StatusCode, b)
+	}
+}
