@@ -48,6 +48,29 @@ type call struct {
 	usage    *cost.Usage      // what the answer reported it used, once read
 	costUSD  float64          // what the attempts cost, when priced
 	priced   bool
+
+	ctx callCtx // the context the request is forwarded under (within)
+}
+
+// within returns parent carrying c (callKey): the context c's request is
+// forwarded under.
+func (c *call) within(parent context.Context) context.Context {
+	c.ctx = callCtx{Context: parent, c: c}
+	return &c.ctx
+}
+
+// callCtx is a context carrying a *call, held in the call itself:
+// context.WithValue would take an allocation of its own.
+type callCtx struct {
+	context.Context
+	c *call
+}
+
+func (x *callCtx) Value(key any) any {
+	if key == (callKey{}) {
+		return x.c
+	}
+	return x.Context.Value(key)
 }
 
 // tokens notes the usage the answer reported (final or not: what was seen).
