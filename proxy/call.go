@@ -45,7 +45,7 @@ type call struct {
 	kinds    []string
 	next     rebound.Observer // the Observer of the upstream being called
 	row      *statusRow       // the status page's row of the upstream and key being called
-	usage    *cost.Usage      // what the answer reported it used, once read
+	usage    cost.Usage       // what the answer reported it used, once read; zero: nothing reported
 	costUSD  float64          // what the attempts cost, when priced
 	priced   bool
 
@@ -78,7 +78,7 @@ func (c *call) tokens(u cost.Usage, _ bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if u != (cost.Usage{}) {
-		c.usage = &u
+		c.usage = u
 	}
 }
 
@@ -161,7 +161,7 @@ func (p *Proxy) logCall(c *call, status int) {
 	if c.stream {
 		attrs = append(attrs, slog.Bool("stream", true))
 	}
-	if c.usage != nil {
+	if c.usage != (cost.Usage{}) {
 		attrs = append(attrs, slog.Int64("input_tokens", c.usage.InputTokens), slog.Int64("output_tokens", c.usage.OutputTokens))
 	}
 	p.settleCall(c, status)
