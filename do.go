@@ -77,10 +77,10 @@ func Run(ctx context.Context, p Policy, fn func(context.Context) error) error {
 // function of its own so that a Do that does not hedge keeps its
 // variables on the stack.
 func hedgedCall[T any](e *engine, n int, timeout time.Duration, fn func(context.Context) (T, error)) (T, outcome) {
-	return hedged(e, n, callctx.Target(e.ctx), func(ctx context.Context, end func(), _ bool) (T, outcome) {
+	return hedged(e, n, callctx.Target(e.ctx), attempterFunc[T](func(ctx context.Context, end func(), _ bool) (T, outcome) {
 		defer end()
 		return call(ctx, timeout, fn)
-	}, nil)
+	}), nil)
 }
 
 // call makes one attempt, once the context's Guard, if any, admits it,

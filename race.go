@@ -30,9 +30,9 @@ func (a *abort) raise() {
 	panic(a.value)
 }
 
-// hedged makes attempt n of e's call with attempt: once, and again beside
+// hedged makes attempt n of e's call with a: once, and again beside
 // it if e's Policy hedges, the call may be repeated, and the first has
-// produced nothing after the hedge delay (see Hedge). attempt returns once
+// produced nothing after the hedge delay (see Hedge). a.attempt returns once
 // its try has produced content (a nil error) or failed; end ends its
 // context, and it calls end once what it returned is no longer in use (at
 // once, or when a response body is closed). The first content wins; the
@@ -48,15 +48,15 @@ func (a *abort) raise() {
 // with its own value; so is a panic in the race itself (an observer, the
 // breaker, the classifier), and either way every attempt has ended, every
 // value has gone to discard and every permit has been handed back.
-func hedged[T any](e *engine, n int, key string, attempt func(ctx context.Context, end func(), hedge bool) (T, outcome), discard func(T)) (T, outcome) {
+func hedged[T any](e *engine, n int, key string, a attempter[T], discard func(T)) (T, outcome) {
 	h := e.loop.policy.Hedge
 	if h == nil || e.loop.sideEffects || e.loop.once != 0 || e.noHedge {
-		return attempt(e.ctx, noCancel, false)
+		return a.attempt(e.ctx, noCancel, false)
 	}
 	delay := h.Delay(key)
 	if delay <= 0 {
 		start := time.Now()
-		v, o := attempt(e.ctx, noCancel, false)
+		v, o := a.attempt(e.ctx, noCancel, false)
 		if o.err == nil {
 			h.Observe(key, time.Since(start))
 		}
@@ -65,7 +65,7 @@ func hedged[T any](e *engine, n int, key string, attempt func(ctx context.Contex
 	r := &race[T]{results: make(chan racer[T], 2), discard: discard}
 	r.leases[0] = e.handOver()
 	defer r.unwind() // a panic anywhere below: nothing left running or held
-	r.launch(e.ctx, 0, attempt)
+	r.launch(e.ctx, 0, a)
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
 
@@ -76,7 +76,7 @@ func hedged[T any](e *engine, n int, key string, attempt func(ctx context.Contex
 			// No hedge for an attempt whose answer is already in, nor
 			// for a call already over.
 			if len(r.results) == 0 && e.ctx.Err() == nil && e.startHedge(&r.leases[1], n) {
-				r.launch(e.ctx, 1, attempt)
+				r.launch(e.ctx, 1, a)
 			}
 		case x := <-r.results:
 			r.running--
@@ -128,6 +128,21 @@ func hedged[T any](e *engine, n int, key string, attempt func(ctx context.Contex
 	return r.ended[ret].v, r.ended[ret].o
 }
 
+// attempter makes the attempts of a hedged call (see hedged). An adapter
+// whose attempts share state already on the heap implements it there, and
+// saves the allocation of a closure per attempt; the rest pass an
+// attempterFunc.
+type attempter[T any] interface {
+	attempt(ctx context.Context, end func(), hedge bool) (T, outcome)
+}
+
+// attempterFunc is an attempter that is a function.
+type attempterFunc[T any] func(ctx context.Context, end func(), hedge bool) (T, outcome)
+
+func (f attempterFunc[T]) attempt(ctx context.Context, end func(), hedge bool) (T, outcome) {
+	return f(ctx, end, hedge)
+}
+
 // race is the state of one hedged attempt: its two racers.
 type race[T any] struct {
 	results chan racer[T]
@@ -144,7 +159,7 @@ type race[T any] struct {
 
 // launch starts racer i (0: the first attempt, 1: the hedge) under the
 // call's context.
-func (r *race[T]) launch(call context.Context, i int, attempt func(ctx context.Context, end func(), hedge bool) (T, outcome)) {
+func (r *race[T]) launch(call context.Context, i int, a attempter[T]) {
 	ctx, cancel := context.WithCancelCause(call)
 	r.cancels[i] = cancel
 	r.running++
@@ -162,7 +177,7 @@ func (r *race[T]) launch(call context.Context, i int, attempt func(ctx context.C
 			}
 			r.results <- x
 		}()
-		x.v, x.o = attempt(ctx, func() { cancel(nil) }, i == 1)
+		x.v, x.o = a.attempt(ctx, func() { cancel(nil) }, i == 1)
 		returned = true
 	})
 }

@@ -25,9 +25,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The policy and the latest failed attempt, which the attempts
-	// share, in one allocation rather than one each.
-	st := &roundTripState{p: t.Policy}
+	// What the attempts share, in one allocation: the policy, the latest
+	// failed attempt, and the request they make.
+	st := &roundTripState{p: t.Policy, t: t, ctx: ctx, req: req, body: body}
 	p := &st.p
 	if p.Budget == nil && !t.DisableRetryBudget {
 		p.Budget = made(&t.budgets).Get(req.URL.Host, newRetryBudget)
@@ -38,8 +38,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if key == "" {
 		key = req.URL.Host
 	}
-	sideEffects := t.sideEffects(req, body) // a copy for the attempts: e stays on the stack
-	e.loop.sideEffects = sideEffects
+	st.key = key
+	st.sideEffects = t.sideEffects(req, body)
+	e.loop.sideEffects = st.sideEffects
 	if body.Once {
 		e.loop.once = StopUnreplayableBody
 	}
@@ -51,28 +52,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	last := &st.last
 	var ok *http.Response
 	stopped := e.run(nil, func(n int) outcome {
-		r, o := hedged(&e, n, key, func(actx context.Context, end func(), hedge bool) (roundTrip, outcome) {
-			areq, cancel, bodyErr := body.Request(actx, req, n > 1 || hedge, p.AttemptTimeout)
-			if bodyErr != nil {
-				end()
-				return roundTrip{}, outcome{err: bodyErr, unsent: true}
-			}
-			if actx != ctx { // a hedged attempt's context ends with it
-				cancel = stack(cancel, end)
-			}
-			gctx, settle, refused := admit(areq.Context(), areq)
-			if refused != nil {
-				cancel()
-				return roundTrip{}, *refused
-			}
-			if gctx != areq.Context() {
-				areq = areq.WithContext(gctx)
-			}
-			if !hedge {
-				last.discard() // the next attempt is surely made
-			}
-			return t.try(actx, req, areq, cancel, key, settle, sideEffects)
-		}, roundTrip.discard)
+		st.n = n // hedged's attempts have all ended when it returns
+		r, o := hedged(&e, n, key, attempter[roundTrip](st), roundTrip.discard)
 		switch {
 		case r.stream != nil:
 			// The stream hands the permit back when it ends.
@@ -104,10 +85,45 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return last.giveBack(stopped)
 }
 
-// roundTripState is what RoundTrip's attempts share with it.
+// roundTripState is what RoundTrip's attempts share with it, and what
+// they make: each is its attempt method, attempt n.
 type roundTripState struct {
 	p    Policy
 	last failedAttempt
+
+	t           *Transport
+	ctx         context.Context // the call's
+	req         *http.Request
+	body        relay.Replay
+	key         string // names the target, for first-token times
+	sideEffects bool
+	n           int // the attempt being made
+}
+
+// attempt makes attempt st.n of the call, under actx (the call's, or a
+// hedge race's for one of its racers, ended by end); hedge says it is the
+// hedge of the attempt beside it.
+func (st *roundTripState) attempt(actx context.Context, end func(), hedge bool) (roundTrip, outcome) {
+	areq, cancel, bodyErr := st.body.Request(actx, st.req, st.n > 1 || hedge, st.p.AttemptTimeout)
+	if bodyErr != nil {
+		end()
+		return roundTrip{}, outcome{err: bodyErr, unsent: true}
+	}
+	if actx != st.ctx { // a hedged attempt's context ends with it
+		cancel = stack(cancel, end)
+	}
+	gctx, settle, refused := admit(areq.Context(), areq)
+	if refused != nil {
+		cancel()
+		return roundTrip{}, *refused
+	}
+	if gctx != areq.Context() {
+		areq = areq.WithContext(gctx)
+	}
+	if !hedge {
+		st.last.discard() // the next attempt is surely made
+	}
+	return st.t.try(actx, st.req, areq, cancel, st.key, settle, st.sideEffects)
 }
 
 // roundTrip is what one attempt of RoundTrip got: a response to hand

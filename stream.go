@@ -83,7 +83,7 @@ func StreamWith[E any](ctx context.Context, p Policy, open func(context.Context)
 			failure            error
 		)
 		gaveUp := e.run(nil, func(n int) outcome {
-			s, head := hedged(&e, n, key, func(ctx context.Context, end func(), _ bool) (*streamTry[E], outcome) {
+			s, head := hedged(&e, n, key, attempterFunc[*streamTry[E]](func(ctx context.Context, end func(), _ bool) (*streamTry[E], outcome) {
 				actx, settle, refused := admit(ctx, nil)
 				if refused != nil {
 					end()
@@ -101,7 +101,7 @@ func StreamWith[E any](ctx context.Context, p Policy, open func(context.Context)
 				s.err = s.head()
 				headed = true
 				return s, outcome{err: s.err}
-			}, (*streamTry[E]).close)
+			}), (*streamTry[E]).close)
 			if head.err != nil {
 				s.close() // nil when the guard refused it
 				delivered, stopped, failure = false, false, head.err

@@ -45,9 +45,32 @@ type call struct {
 	kinds    []string
 	next     rebound.Observer // the Observer of the upstream being called
 	row      *statusRow       // the status page's row of the upstream and key being called
-	usage    *cost.Usage      // what the answer reported it used, once read
+	usage    cost.Usage       // what the answer reported it used, once read; zero: nothing reported
 	costUSD  float64          // what the attempts cost, when priced
 	priced   bool
+
+	ctx callCtx // the context the request is forwarded under (within)
+}
+
+// within returns parent carrying c (callKey): the context c's request is
+// forwarded under.
+func (c *call) within(parent context.Context) context.Context {
+	c.ctx = callCtx{Context: parent, c: c}
+	return &c.ctx
+}
+
+// callCtx is a context carrying a *call, held in the call itself:
+// context.WithValue would take an allocation of its own.
+type callCtx struct {
+	context.Context
+	c *call
+}
+
+func (x *callCtx) Value(key any) any {
+	if key == (callKey{}) {
+		return x.c
+	}
+	return x.Context.Value(key)
 }
 
 // tokens notes the usage the answer reported (final or not: what was seen).
@@ -55,7 +78,7 @@ func (c *call) tokens(u cost.Usage, _ bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if u != (cost.Usage{}) {
-		c.usage = &u
+		c.usage = u
 	}
 }
 
@@ -138,7 +161,7 @@ func (p *Proxy) logCall(c *call, status int) {
 	if c.stream {
 		attrs = append(attrs, slog.Bool("stream", true))
 	}
-	if c.usage != nil {
+	if c.usage != (cost.Usage{}) {
 		attrs = append(attrs, slog.Int64("input_tokens", c.usage.InputTokens), slog.Int64("output_tokens", c.usage.OutputTokens))
 	}
 	p.settleCall(c, status)

@@ -94,7 +94,8 @@ func (p *Proxy) send(ctx context.Context, r request, t target, policy rebound.Po
 	if c.slotWaited {
 		base = t.up.sendNow
 	}
-	tr := &rebound.Transport{Base: base, Policy: policy}
+	s := &sending{tr: rebound.Transport{Base: base, Policy: policy}}
+	tr := &s.tr
 	if c.createsAt(req) {
 		tr.SideEffects = hasSideEffects
 	}
@@ -107,7 +108,8 @@ func (p *Proxy) send(ctx context.Context, r request, t target, policy rebound.Po
 	case err != nil:
 		row.inFlight.Add(-1)
 	default:
-		resp.Body = &inFlightBody{ReadCloser: resp.Body, row: row}
+		s.inFlight = inFlightBody{ReadCloser: resp.Body, row: row}
+		resp.Body = &s.inFlight
 	}
 	switch {
 	case errors.Is(err, ratelimit.ErrNoSlot):

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -133,7 +132,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !admitted {
 		return
 	}
-	out := r.WithContext(context.WithValue(ctx, callKey{}, c))
+	out := r.WithContext(c.within(ctx))
 	out.Body, out.ContentLength = http.NoBody, 0 // the forwarder sends c.body
 	p.relay(sw, out, c)
 }

@@ -534,9 +534,9 @@ func (p *Proxy) settleCall(c *call, status int) {
 	if p.tenants == nil {
 		return
 	}
-	if !c.priced && c.usage != nil && status < http.StatusBadRequest {
+	if !c.priced && c.usage != (cost.Usage{}) && status < http.StatusBadRequest {
 		if price, ok := p.tenants.prices[c.answeredModel()]; ok {
-			c.costUSD, c.priced = max(price.Of(*c.usage), 0), true
+			c.costUSD, c.priced = max(price.Of(c.usage), 0), true
 			if c.tenant != nil {
 				c.tenant.addSpend(c.costUSD)
 			}
@@ -555,7 +555,7 @@ func (p *Proxy) settleCall(c *call, status int) {
 	default:
 		t.failed.Add(1)
 	}
-	if corr, ok := t.pacer.(interface{ Correct(estimated, actual int) }); ok && c.usage != nil && c.estimate > 0 {
+	if corr, ok := t.pacer.(interface{ Correct(estimated, actual int) }); ok && c.usage != (cost.Usage{}) && c.estimate > 0 {
 		corr.Correct(c.estimate, int(min(c.usage.InputTokens+c.usage.OutputTokens, math.MaxInt32)))
 	}
 }

@@ -152,11 +152,18 @@ func (r *Reservation) Cancel() {
 
 // Reserve reserves one call of tokens (an estimate) now.
 func (l *Limiter) Reserve(tokens int) *Reservation {
+	r := l.reserve(tokens)
+	return &r
+}
+
+// reserve is Reserve, its Reservation a value: a wait that keeps it to
+// itself keeps it on the stack.
+func (l *Limiter) reserve(tokens int) Reservation {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
 	l.restoreIfDue(now)
-	r := &Reservation{at: now, ok: true}
+	r := Reservation{at: now, ok: true}
 	defer func() {
 		if r.ok {
 			l.announced.Sent(tokens, now)
@@ -214,7 +221,7 @@ func (l *Limiter) Wait(ctx context.Context, tokens int) error {
 // waitUntil is Wait with the deadline given apart from ctx's (zero: none),
 // so that a Transport's MaxPaceWait costs no context.
 func (l *Limiter) waitUntil(ctx context.Context, tokens int, deadline time.Time) error {
-	r := l.Reserve(tokens)
+	r := l.reserve(tokens)
 	if !r.OK() {
 		return fmt.Errorf("ratelimit: %d tokens exceed the tokens-per-minute limit", tokens)
 	}
