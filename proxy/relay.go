@@ -35,7 +35,8 @@ import (
 //     one of known length goes out in one piece, with no timer.
 //   - Trailers the upstream announced are announced to the client and
 //     sent after the body; those it did not announce go as
-//     http.TrailerPrefix ones.
+//     http.TrailerPrefix ones. The keys the proxy knows are scrubbed
+//     from them, as from the header.
 //   - An answer that breaks mid-body breaks the client's too
 //     (http.ErrAbortHandler), under a server; a failure before any answer
 //     is gatewayError's.
@@ -119,7 +120,7 @@ func (p *Proxy) relay(w http.ResponseWriter, out *http.Request, c *call) {
 	}
 	for k, vv := range res.Trailer {
 		for _, v := range vv {
-			h.Add(prefix+k, v)
+			h.Add(prefix+k, p.secrets.Known(v)) // scrubbed as the header was (scrubResponse)
 		}
 	}
 }

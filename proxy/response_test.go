@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,8 +11,8 @@ import (
 )
 
 // TestProxyScrubsEchoedKey: an upstream that echoes the key it was sent,
-// in a header or its error body, does not hand the operator's key to a
-// client that holds only a token.
+// in a header, a trailer or its error body, does not hand the operator's
+// key to a client that holds only a token.
 func TestProxyScrubsEchoedKey(t *testing.T) {
 	up, _ := recordingUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		w.Header().Set("X-Debug-Auth", r.Header.Get("Authorization"))
@@ -23,5 +24,19 @@ func TestProxyScrubsEchoedKey(t *testing.T) {
 	resp, body := do(t, "POST", front.URL+"/v1/chat/completions", `{"model":"m"}`, "Authorization", "Bearer tok-client-000001")
 	if strings.Contains(body, key) || strings.Contains(fmt.Sprint(resp.Header), key) {
 		t.Errorf("the client read the operator's key: %v %s", resp.Header, body)
+	}
+
+	// A success's trailers, announced or not, are scrubbed as its header
+	// is.
+	up, _ = recordingUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Trailer", "X-Debug-Auth")
+		io.WriteString(w, `{"choices":[]}`)
+		w.Header().Set("X-Debug-Auth", r.Header.Get("Authorization"))
+		w.Header().Set(http.TrailerPrefix+"X-Late-Auth", r.Header.Get("Authorization"))
+	})
+	front, _ = serveProxy(t, proxy.Options{Upstream: up.URL, UpstreamKey: key, Tokens: []string{"tok-client-000001"}})
+	resp, body = do(t, "POST", front.URL+"/v1/chat/completions", `{"model":"m"}`, "Authorization", "Bearer tok-client-000001")
+	if len(resp.Trailer) != 2 || strings.Contains(fmt.Sprint(resp.Trailer), key) {
+		t.Errorf("trailers %v: want both, without the operator's key", resp.Trailer)
 	}
 }
