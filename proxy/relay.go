@@ -98,7 +98,11 @@ func (p *Proxy) relay(w http.ResponseWriter, out *http.Request, c *call) {
 	if flush {
 		rc.Flush() // the client knows at once that its answer has come
 	}
-	if err := p.copyAnswer(w, rc, res.Body, flush); err != nil {
+	length := res.ContentLength
+	if announced > 0 {
+		length = -1 // chunked, for the trailers: the answer ends with them
+	}
+	if err := p.copyAnswer(w, rc, res.Body, flush, length); err != nil {
 		res.Body.Close()
 		if out.Context().Value(http.ServerContextKey) == nil {
 			// Not under an http.Server, nothing would recover the
@@ -128,18 +132,28 @@ func (p *Proxy) relay(w http.ResponseWriter, out *http.Request, c *call) {
 var errUnaskedSwitch = errors.New("the upstream switched protocols unasked")
 
 // copyAnswer copies body to w through a pooled buffer, flushing after
-// each write if flush. A failed read is logged, unless the request was
-// cancelled (the client went); either failure is returned.
-func (p *Proxy) copyAnswer(w io.Writer, rc *http.ResponseController, body io.Reader, flush bool) error {
+// each write if flush. An answer of known length (length ≥ 0) is flushed
+// as soon as its last byte is written: the client has all of it before
+// the read that finds the body's end, which settles the call (the
+// attempt's end, the usage, the upstream's row), and before the handler
+// returns and writes the access line; the server would send it only then.
+// A failed read is logged, unless the request was cancelled (the client
+// went); either failure is returned.
+func (p *Proxy) copyAnswer(w io.Writer, rc *http.ResponseController, body io.Reader, flush bool, length int64) error {
 	buf := copyBuffers{}.Get()
 	defer copyBuffers{}.Put(buf)
+	if !flush && length == 0 {
+		rc.Flush()
+	}
+	var written int64
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return werr
 			}
-			if flush {
+			written += int64(n)
+			if flush || written == length {
 				rc.Flush()
 			}
 		}

@@ -292,3 +292,60 @@ func TestUnaskedSwitchIsAGatewayError(t *testing.T) {
 		t.Errorf("status %d, body %q; want a 502 of the proxy's", resp.StatusCode, b)
 	}
 }
+
+// TestAnswerLeavesBeforeTheAccessLine: an answer of known length reaches
+// the client as soon as its last byte is written, before the proxy
+// settles the call and writes its access line (which would otherwise
+// stand between every answer and its client).
+func TestAnswerLeavesBeforeTheAccessLine(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, canned) // small and unflushed: sent with its length
+	}))
+	defer up.Close()
+	clientHas := make(chan struct{})
+	logs := &heldLog{clientHas: clientHas, before: make(chan bool, 1)}
+	front := frontOf(t, up.URL, logs)
+	got := make(chan error, 1)
+	go func() {
+		defer close(clientHas)
+		resp, err := http.Post(front.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"gpt-x"}`))
+		if err != nil {
+			got <- err
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err == nil && (string(b) != canned || resp.ContentLength != int64(len(canned))) {
+			err = fmt.Errorf("answer %q (length %d); want %q with its length", b, resp.ContentLength, canned)
+		}
+		got <- err
+	}()
+	if before := <-logs.before; !before {
+		t.Error("the access line was written before the client had its whole answer")
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// heldLog holds the access line until the client has its answer, or for
+// at most a few seconds (so that a proxy that writes it first fails
+// rather than hangs), and says on before which came first.
+type heldLog struct {
+	clientHas <-chan struct{}
+	before    chan bool
+}
+
+func (l *heldLog) Write(b []byte) (int, error) {
+	if strings.Contains(string(b), `"msg":"request"`) {
+		select {
+		case <-l.clientHas:
+			l.before <- true
+		case <-time.After(3 * time.Second):
+			l.before <- false
+		}
+	}
+	return len(b), nil
+}
