@@ -11,6 +11,7 @@ if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ] && command -v 
 	[ "$(id -u)" = 0 ] || sudo="sudo"
 	# The package's own service is not what is measured: the harness runs
 	# nginx as its child with a configuration of its own.
-	$sudo apt-get update -q && $sudo apt-get install -y -q nginx || echo "run.sh: could not install nginx; it will be skipped" >&2
+	# Its output goes to stderr: with -json, stdout holds the report alone.
+	{ $sudo apt-get update -q && $sudo apt-get install -y -q nginx; } >&2 || echo "run.sh: could not install nginx; it will be skipped" >&2
 fi
 exec go run . "$@"
