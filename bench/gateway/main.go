@@ -28,7 +28,9 @@
 //
 // With -costs it measures instead what a request costs each target's
 // processes at the first rate: CPU time and context switches (from /proc)
-// and system calls (with strace).
+// and system calls (with strace). Command legs, in ./legs, splits what a
+// proxy adds into the legs of a request's path (in, upstream, out) from a
+// packet capture of a run.
 //
 // Run it from this folder (it is a module of its own so that vegeta stays
 // out of rebound's dependencies):
