@@ -56,16 +56,16 @@ func main() {
 		fmt.Fprintln(os.Stderr, "legs: no upstream and proxy found in the capture (is it of a bench/gateway run on the loopback?)")
 		os.Exit(1)
 	}
-	fmt.Printf("upstream port %d; medians per phase, in microseconds\n", upstream)
-	fmt.Println("proxy\tphase\trequests\tin\tupstream\tout\twhole\tsegments in/up/down/out")
+	fmt.Printf("upstream port %d; medians per phase (and the whole's 99th percentile), in microseconds\n", upstream)
+	fmt.Println("proxy\tphase\trequests\tin\tupstream\tout\twhole\twhole p99\tsegments in/up/down/out")
 	for _, p := range proxies {
 		for i, ph := range phases(segs, p) {
 			r := legsOf(ph, p, upstream)
 			if r.requests == 0 {
 				continue
 			}
-			fmt.Printf("%d\t%d (%.1fs)\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f/%.2f/%.2f/%.2f\n", p, i+1,
-				(ph[len(ph)-1].at - ph[0].at).Seconds(), r.requests, r.in, r.upstream, r.out, r.whole,
+			fmt.Printf("%d\t%d (%.1fs)\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f/%.2f/%.2f/%.2f\n", p, i+1,
+				(ph[len(ph)-1].at - ph[0].at).Seconds(), r.requests, r.in, r.upstream, r.out, r.whole, r.wholeP99,
 				r.segments[0], r.segments[1], r.segments[2], r.segments[3])
 		}
 	}
@@ -172,6 +172,7 @@ func within(segs []segment, from, to time.Duration) []segment {
 type legs struct {
 	requests                 int
 	in, upstream, out, whole float64
+	wholeP99                 float64
 	segments                 [4]float64 // in, up, down, out
 }
 
@@ -237,12 +238,13 @@ func legsOf(ph []segment, proxy, upstream int) legs {
 	for k := range r.segments {
 		r.segments[k] /= float64(r.requests)
 	}
-	r.in, r.upstream, r.out, r.whole = micros(in), micros(up), micros(out), micros(whole)
+	r.in, r.upstream, r.out, r.whole = micros(in, 0.5), micros(up, 0.5), micros(out, 0.5), micros(whole, 0.5)
+	r.wholeP99 = micros(whole, 0.99)
 	return r
 }
 
-// micros is the median of ds in microseconds.
-func micros(ds []time.Duration) float64 {
+// micros is quantile q of ds (0.5, the median), in microseconds.
+func micros(ds []time.Duration, q float64) float64 {
 	slices.Sort(ds)
-	return float64(ds[len(ds)/2]) / float64(time.Microsecond)
+	return float64(ds[min(int(float64(len(ds))*q), len(ds)-1)]) / float64(time.Microsecond)
 }

@@ -63,6 +63,7 @@ func TestLegsOfARequestAreTheGapsBetweenItsSegments(t *testing.T) {
 		near("upstream", r.upstream, 200)
 		near("out", r.out, 30)
 		near("whole", r.whole, want+240)
+		near("whole p99", r.wholeP99, want+240)
 		if r.segments != [4]float64{1, 2, 1, 2} {
 			t.Errorf("phase %d: segments %v; want [1 2 1 2]", i+1, r.segments)
 		}
