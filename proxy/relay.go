@@ -95,8 +95,11 @@ func (p *Proxy) relay(w http.ResponseWriter, out *http.Request, c *call) {
 	stream, _ := sse.StreamType(res.Header)
 	rc := http.NewResponseController(w)
 	flush := stream || res.ContentLength == -1
-	if flush {
-		rc.Flush() // the client knows at once that its answer has come
+	if flush && !stream {
+		// The client knows at once that its answer has come. A stream's
+		// first content is in hand already (the Transport looked ahead
+		// to it): its header goes with it, in one write.
+		rc.Flush()
 	}
 	length := res.ContentLength
 	if announced > 0 {

@@ -349,3 +349,39 @@ func (l *heldLog) Write(b []byte) (int, error) {
 	}
 	return len(b), nil
 }
+
+// TestStreamHeaderGoesWithItsFirstEvent: a stream's header is not flushed
+// on its own (the Transport has looked ahead to the first content, so
+// the two go in one write, and the client wakes once for them), and
+// every event is flushed as it is written.
+func TestStreamHeaderGoesWithItsFirstEvent(t *testing.T) {
+	p, err := proxy.New(proxy.Options{Upstream: "http://upstream.test", Base: cannedStream{},
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &flushLog{ResponseRecorder: httptest.NewRecorder()}
+	req := httptest.NewRequest("POST", "http://127.0.0.1:8080/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"stream":true}`))
+	p.ServeHTTP(w, req)
+	if w.Code != 200 || w.Body.String() != cannedSSE {
+		t.Fatalf("status %d, body %q", w.Code, w.Body)
+	}
+	if len(w.flushedAt) == 0 || w.flushedAt[0] == 0 {
+		t.Errorf("flushes after %v bytes of the body; want the first after some", w.flushedAt)
+	}
+	if last := w.flushedAt[len(w.flushedAt)-1]; last != len(cannedSSE) {
+		t.Errorf("the last flush after %d bytes; want all %d flushed", last, len(cannedSSE))
+	}
+}
+
+// flushLog notes how much of the body had been written at each flush.
+type flushLog struct {
+	*httptest.ResponseRecorder
+	flushedAt []int
+}
+
+func (f *flushLog) Flush() {
+	f.flushedAt = append(f.flushedAt, f.Body.Len())
+	f.ResponseRecorder.Flush()
+}
