@@ -175,7 +175,7 @@ func (t *Transport) try(actx context.Context, req, areq *http.Request, cancel co
 	switch {
 	case err != nil:
 		cur.err = redactError(err, scrub.Of(req))
-	case resp.StatusCode == http.StatusOK && sse.IsStream(resp.Header):
+	case relay.LooksInto(resp):
 		bound := t.firstTokenBound(key)
 		head, failed := t.look(resp, bound).Head(resp)
 		if failed == sse.ErrEnded && relay.EndsContinuation(areq.Context(), head) {

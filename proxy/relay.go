@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/rebound-go/rebound/internal/relay"
 	"github.com/rebound-go/rebound/internal/sse"
 )
 
@@ -95,10 +96,10 @@ func (p *Proxy) relay(w http.ResponseWriter, out *http.Request, c *call) {
 	stream, _ := sse.StreamType(res.Header)
 	rc := http.NewResponseController(w)
 	flush := stream || res.ContentLength == -1
-	if flush && !stream {
-		// The client knows at once that its answer has come. A stream's
-		// first content is in hand already (the Transport looked ahead
-		// to it): its header goes with it, in one write.
+	if flush && !relay.LooksInto(res) {
+		// The client knows at once that its answer has come. A stream
+		// the Transport looked into has its first content in hand: its
+		// header goes with it, in one write.
 		rc.Flush()
 	}
 	length := res.ContentLength

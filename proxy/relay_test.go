@@ -385,3 +385,39 @@ func (f *flushLog) Flush() {
 	f.flushedAt = append(f.flushedAt, f.Body.Len())
 	f.ResponseRecorder.Flush()
 }
+
+// TestStreamNotLookedIntoHasItsHeaderAtOnce: an event stream the
+// Transport does not look into (answered 201, say) has no content in hand
+// when its header is written: the header reaches the client at once, not
+// with the first event, which may be long in coming.
+func TestStreamNotLookedIntoHasItsHeaderAtOnce(t *testing.T) {
+	clientHas := make(chan struct{})
+	headerFirst := make(chan bool, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusCreated)
+		w.(http.Flusher).Flush()
+		select { // bounded, so that a proxy that holds the header fails rather than hangs
+		case <-clientHas:
+			headerFirst <- true
+		case <-time.After(3 * time.Second):
+			headerFirst <- false
+		}
+		io.WriteString(w, "data: {}\n\n")
+	}))
+	defer up.Close()
+	front := frontOf(t, up.URL, nil)
+	resp, err := http.Post(front.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"gpt-x","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(clientHas)
+	defer resp.Body.Close()
+	if !<-headerFirst {
+		t.Error("the client had the header only with the first event")
+	}
+	if b, err := io.ReadAll(resp.Body); err != nil || resp.StatusCode != http.StatusCreated || string(b) != "data: {}\n\n" {
+		t.Errorf("status %d, body %q, %v", resp.StatusCode, b, err)
+	}
+}

@@ -35,6 +35,15 @@ type Look struct {
 	MaxEvent int
 }
 
+// LooksInto reports whether resp, an attempt's response, is looked into
+// before it is handed over (Look.Head): an event stream answered 200 is
+// read up to its first content, so that a stream that fails before it can
+// be retried. Such a response is handed over with its first content in
+// hand.
+func LooksInto(resp *http.Response) bool {
+	return resp.StatusCode == http.StatusOK && sse.IsStream(resp.Header)
+}
+
 // Head reads resp, an event stream, up to its first content event, and
 // returns the bytes read, as they came (with the tracker that read them,
 // unless they were encoded), and the stream's failure if it failed before
