@@ -32,8 +32,11 @@ import (
 //     a bad escape, more parameters than net/url takes) goes as net/url
 //     parsed it.
 //   - An answer is flushed at each write when it is an event stream or of
-//     unknown length (Gemini's JSON array stream), its header at once;
-//     one of known length goes out in one piece, with no timer.
+//     unknown length (Gemini's JSON array stream), its header at once,
+//     or with its first content when the Transport looked ahead to it
+//     (relay.LooksInto); one of known length goes out in one piece, with
+//     no timer, as soon as its last byte is written: before the call is
+//     settled and its access line written.
 //   - Trailers the upstream announced are announced to the client and
 //     sent after the body; those it did not announce go as
 //     http.TrailerPrefix ones. The keys the proxy knows are scrubbed

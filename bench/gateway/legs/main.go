@@ -51,6 +51,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "legs:", err)
 		os.Exit(1)
 	}
+	// A capture's times may step back between cores; the phases are cut
+	// by searching them in order.
+	slices.SortStableFunc(segs, func(a, b segment) int { return int(a.at - b.at) })
 	upstream, proxies := listeners(segs)
 	if upstream == 0 || len(proxies) == 0 {
 		fmt.Fprintln(os.Stderr, "legs: no upstream and proxy found in the capture (is it of a bench/gateway run on the loopback?)")
