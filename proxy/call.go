@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -13,8 +14,10 @@ import (
 
 // call is what the proxy knows of one request, for its access log line.
 type call struct {
-	start   time.Time
-	secrets scrub.Secrets // the client's own credentials
+	start time.Time
+	// client is the client's request, whose own credentials are scrubbed
+	// from the error the line may carry: found only then (scrub.Of).
+	client  *http.Request
 	method  string
 	path    string
 	model   string
@@ -179,7 +182,7 @@ func (p *Proxy) logCall(c *call, status int) {
 		attrs = append(attrs, slog.Bool("broken", true))
 	}
 	if c.err != nil {
-		attrs = append(attrs, slog.String("error", p.secrets.String(c.secrets.String(c.err.Error()))))
+		attrs = append(attrs, slog.String("error", p.secrets.String(scrub.Of(c.client).String(c.err.Error()))))
 	}
 	p.log.LogAttrs(context.Background(), slog.LevelInfo, "request", attrs...)
 }

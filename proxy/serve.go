@@ -11,7 +11,6 @@ import (
 
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/cost"
-	"github.com/rebound-go/rebound/internal/scrub"
 	"github.com/rebound-go/rebound/ratelimit"
 )
 
@@ -49,7 +48,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.serveStatus(w, r) // never forwarded
 		return
 	}
-	c := &call{start: time.Now(), secrets: scrub.Of(r), method: r.Method, path: r.URL.Path}
+	c := &call{start: time.Now(), client: r, method: r.Method, path: r.URL.Path}
 	sw := &statusWriter{ResponseWriter: w}
 	defer func() {
 		if v := recover(); v != nil {
