@@ -113,47 +113,115 @@ func (p point) sustained(limit time.Duration) bool {
 // step calls t at rate requests a second for d with vegeta and measures each
 // request's latency, to the end of its answer's body.
 func step(ctx context.Context, t target, m mode, rate int, d time.Duration) point {
+	c := newCaller(t, m, rate)
+	defer c.close()
+	c.attack(ctx, d)
+	c.drain(ctx)
+	p := c.finish()
+	pause(ctx)
+	return p
+}
+
+// interleaved measures every target of targets at rate for d each, as step
+// does, in turns of slice: the first target for a slice, then the next,
+// round and round until each has had d. Whatever else the machine does
+// meanwhile (its neighbours on a shared host, a collection in the load
+// generator) falls on every target alike, not on whichever step it
+// happened to meet. The points are in the order of targets.
+func interleaved(ctx context.Context, targets []target, m mode, rate int, d, slice time.Duration) []point {
+	callers := make([]*caller, len(targets))
+	for i, t := range targets {
+		callers[i] = newCaller(t, m, rate)
+		defer callers[i].close()
+	}
+	for done := time.Duration(0); done < d && ctx.Err() == nil; done += slice {
+		for _, c := range callers {
+			c.attack(ctx, min(slice, d-done))
+			c.drain(ctx)
+		}
+	}
+	points := make([]point, len(callers))
+	for i, c := range callers {
+		points[i] = c.finish()
+	}
+	pause(ctx)
+	return points
+}
+
+// caller calls one target in one mode at one rate, over its own
+// connections, and gathers what its attacks measured.
+type caller struct {
+	t         target
+	m         mode
+	rate      int
+	header    http.Header
+	targeter  vegeta.Targeter
+	transport *http.Transport
+	client    *http.Client
+	latencies []time.Duration
+	p         point
+}
+
+func newCaller(t target, m mode, rate int) *caller {
 	header := http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer sk-bench"}}
 	for k, v := range t.header {
 		header[k] = v
 	}
-	targeter := vegeta.NewStaticTargeter(vegeta.Target{Method: http.MethodPost, URL: t.url, Body: m.body(), Header: header})
-	// The step's own transport, its idle connections closed at the end, so
-	// that no step leaves connections (and file descriptors) to the next
-	// one.
+	// The caller's own transport, its idle connections closed at the end,
+	// so that no step leaves connections (and file descriptors) to the
+	// next one.
 	transport := &http.Transport{MaxIdleConnsPerHost: maxConns, MaxConnsPerHost: maxConns}
-	defer transport.CloseIdleConnections()
-	client := &http.Client{Transport: transport, Timeout: requestTimeout,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	attacker := vegeta.NewAttacker(vegeta.Client(client))
+	return &caller{t: t, m: m, rate: rate, header: header, transport: transport,
+		targeter: vegeta.NewStaticTargeter(vegeta.Target{Method: http.MethodPost, URL: t.url, Body: m.body(), Header: header}),
+		client: &http.Client{Transport: transport, Timeout: requestTimeout,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		p: point{Target: t.name, Mode: m, Rate: rate}}
+}
+
+// attack calls the target at the caller's rate for d, with an attacker of
+// its own (one stops for good at its end) over the caller's connections.
+func (c *caller) attack(ctx context.Context, d time.Duration) {
+	attacker := vegeta.NewAttacker(vegeta.Client(c.client))
 	stopped := context.AfterFunc(ctx, func() { attacker.Stop() })
 	defer stopped()
-
-	p := point{Target: t.name, Mode: m, Rate: rate, Duration: d}
-	latencies := make([]time.Duration, 0, int(float64(rate)*d.Seconds())+1)
-	for res := range attacker.Attack(targeter, vegeta.Rate{Freq: rate, Per: time.Second}, d, t.name) {
-		p.Requests++
-		latencies = append(latencies, res.Latency)
+	c.p.Duration += d
+	for res := range attacker.Attack(c.targeter, vegeta.Rate{Freq: c.rate, Per: time.Second}, d, c.t.name) {
+		c.p.Requests++
+		c.latencies = append(c.latencies, res.Latency)
 		if res.Error != "" || res.Code != http.StatusOK {
-			if p.Errors == 0 {
-				p.FirstError = cmp.Or(res.Error, fmt.Sprintf("status %d", res.Code))
+			if c.p.Errors == 0 {
+				c.p.FirstError = cmp.Or(res.Error, fmt.Sprintf("status %d", res.Code))
 			}
-			p.Errors++
+			c.p.Errors++
 		}
 	}
-	slices.Sort(latencies)
-	// A target that fell behind is still working through requests its
-	// callers gave up on, on the cores the next step measures with; and
-	// then a pause lets it finish its own after-work (a collection, a
-	// flush of logs). So no step's load spills into the next one's figures.
-	p.Drained = drain(ctx, client, t, header, m)
+}
+
+// drain waits for the target to have drained its backlog (see drain): a
+// target that fell behind is still working through requests its callers
+// gave up on, on the cores the next target is measured with.
+func (c *caller) drain(ctx context.Context) {
+	c.p.Drained += drain(ctx, c.client, c.t, c.header, c.m)
+}
+
+// finish returns the caller's point: what its attacks measured.
+func (c *caller) finish() point {
+	slices.Sort(c.latencies)
+	c.p.P50 = percentile(c.latencies, 0.50)
+	c.p.P99 = percentile(c.latencies, 0.99)
+	return c.p
+}
+
+func (c *caller) close() { c.transport.CloseIdleConnections() }
+
+// pause lets the targets finish their own after-work (a collection, a
+// flush of logs) before the next step, so that no step's load spills into
+// the next one's figures.
+func pause(ctx context.Context) {
 	select {
 	case <-time.After(settle):
 	case <-ctx.Done():
 	}
-	p.P50 = percentile(latencies, 0.50)
-	p.P99 = percentile(latencies, 0.99)
-	return p
 }
 
 // percentile is the nearest-rank q-quantile of sorted: the smallest value

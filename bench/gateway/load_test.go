@@ -1,8 +1,12 @@
 package main
 
 import (
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -117,9 +121,54 @@ func TestReportSetsTargetsSideBySide(t *testing.T) {
 	r.writeTables(&b)
 	out := b.String()
 	for _, want := range []string{"nginx/1.22.1", "median of 3 searches", "±10%", "side by side",
-		"nginx  2000 µs / 0 µs  2000 µs / 0 µs  5000  5000", "rebound  3000 µs / 0 µs  3000 µs / 0 µs  7000  7000"} {
+		"nginx  2000 µs / 0 µs  2000 µs / 0 µs  5000  5000", "rebound  3000 µs / 0 µs  3000 µs / 0 µs  7000  7000",
+		"against the hop", "nginx 2.00 - 2.00 - 1.67 1.67", "rebound 3.00 - 3.00 - 2.33 2.33"} {
 		if !strings.Contains(strings.Join(strings.Fields(out), " "), strings.Join(strings.Fields(want), " ")) {
 			t.Errorf("the tables lack %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestInterleavedTakesTurns runs two targets in turns and checks that each
+// got its share of the rate, in more than one turn, and that their turns
+// alternated: the first target's requests did not all come before the
+// second's.
+func TestInterleavedTakesTurns(t *testing.T) {
+	var mu sync.Mutex
+	var order []string // the target of each request, as they came
+	serve := func(name string) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			mu.Lock()
+			order = append(order, name)
+			mu.Unlock()
+		}))
+	}
+	a, b := serve("a"), serve("b")
+	defer a.Close()
+	defer b.Close()
+	const rate, d, slice = 100, 600 * time.Millisecond, 200 * time.Millisecond
+	points := interleaved(t.Context(), []target{{name: "a", url: a.URL}, {name: "b", url: b.URL}}, plain, rate, d, slice)
+	if len(points) != 2 || points[0].Target != "a" || points[1].Target != "b" {
+		t.Fatalf("points %+v, want a's then b's", points)
+	}
+	want := int(rate * d / time.Second)
+	for _, p := range points {
+		if p.Errors > 0 || p.Duration != d || p.Requests < want/2 || p.Requests > want+3 {
+			t.Errorf("%s: %d requests, %d errors (%s) in %s; want about %d, none, in %s", p.Target, p.Requests, p.Errors, p.FirstError, p.Duration, want, d)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	turns := 1
+	for i := 1; i < len(order); i++ {
+		if order[i] != order[i-1] {
+			turns++
+		}
+	}
+	// Three turns each; the drain's request after a turn may land in the
+	// next one's, but not merge two.
+	if turns < 6 {
+		t.Errorf("%d turns, want at least 6: %v", turns, order)
 	}
 }

@@ -24,7 +24,13 @@
 // spread.
 //
 // The latency a target adds is its latency less the upstream's own,
-// called directly at the same rate in the same round.
+// called directly at the same rate in the same round. A round calls its
+// targets in turns of half a second (-slice), round and round, rather
+// than each for its whole step in one go: on a shared machine, a noisy
+// moment then falls on every target alike, and the ratio of two targets'
+// added latencies moved between rounds by a tenth where it had moved by a
+// third. Where the hop was measured, the report ends with each gateway's
+// figures over the hop's.
 //
 // With -costs it measures instead what a request costs each target's
 // processes at the first rate: CPU time and context switches (from /proc)
@@ -66,12 +72,16 @@ var knownTargets = []string{"direct", "relay", "hop", "nginx", "rebound", "portk
 // from 6 000 to 1 875 requests a second between two runs with 3 s steps.
 const minSearchStep = 5 * time.Second
 
+// minSlice is the shortest turn -slice takes.
+const minSlice = 100 * time.Millisecond
+
 // options are the command's flags.
 type options struct {
 	targets    []string
 	rates      []int
 	rounds     int
 	duration   time.Duration
+	slice      time.Duration
 	warmup     time.Duration
 	search     bool
 	costs      bool
@@ -97,6 +107,7 @@ func main() {
 	flag.StringVar(&rates, "rates", "500,2000", "the fixed rates, requests a second")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds of the fixed rates; the report gives each figure's median over them")
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "how long each fixed-rate step lasts")
+	flag.DurationVar(&o.slice, "slice", 500*time.Millisecond, "each round measures its targets in turns of this long, round and round until each has had -duration, so that what else the machine does meanwhile falls on all of them alike; 0 measures each target in one step")
 	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "how long each target is warmed up at the first rate before measuring, per mode")
 	flag.BoolVar(&o.search, "search", true, "search each target's highest sustained rate")
 	flag.BoolVar(&o.costs, "costs", false, "instead of latencies and rates, measure what a request costs each target's processes at the first rate, for -duration: CPU time, context switches, and (with strace, in a step of its own) system calls")
@@ -129,6 +140,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "gateway: -rounds and -rates need at least one")
 		os.Exit(2)
 	}
+	if o.slice < 0 || o.slice > 0 && o.slice < minSlice {
+		fmt.Fprintf(os.Stderr, "gateway: -slice %s: give 0 (one step per target) or at least %s; a shorter turn is mostly the attack's start and the drain after it\n", o.slice, minSlice)
+		os.Exit(2)
+	}
 	if o.search && (o.searches < 1 || o.searchStep < minSearchStep) {
 		fmt.Fprintf(os.Stderr, "gateway: -searches %d, -search-step %s: the search needs at least one run and steps of at least %s\n", o.searches, o.searchStep, minSearchStep)
 		os.Exit(2)
@@ -155,7 +170,7 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 
 	r := report{
 		GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, CPUs: runtime.NumCPU(), Go: runtime.Version(),
-		Portkey: portkeyVersion, Nginx: nginxVersion(), Rounds: o.rounds, Duration: o.duration, SearchStep: o.searchStep, Searches: o.searches,
+		Portkey: portkeyVersion, Nginx: nginxVersion(), Rounds: o.rounds, Duration: o.duration, Slice: o.slice, SearchStep: o.searchStep, Searches: o.searches,
 		P99Limit: o.p99Limit, Skipped: map[string]string{},
 	}
 	if v, err := exec.Command("node", "--version").Output(); err == nil {
@@ -246,13 +261,20 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 			for _, m := range modes {
 				// Each round starts from another target, so none is always
 				// measured right after the same neighbour.
-				for i := range targets {
-					t := targets[(i+round)%len(targets)]
-					p := step(ctx, t, m, rate, o.duration)
-					if ctx.Err() != nil {
-						return ctx.Err()
+				order := slices.Concat(targets[round%len(targets):], targets[:round%len(targets)])
+				var points []point
+				if o.slice > 0 {
+					points = interleaved(ctx, order, m, rate, o.duration, o.slice)
+				} else {
+					for _, t := range order {
+						points = append(points, step(ctx, t, m, rate, o.duration))
 					}
-					fmt.Fprintf(log, "round %d %-8s %5d/s %-8s p50 %-9s p99 %-9s errors %d drained in %s\n", round+1, m, rate, t.name, p.P50, p.P99, p.Errors, p.Drained.Round(time.Millisecond))
+				}
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				for _, p := range points {
+					fmt.Fprintf(log, "round %d %-8s %5d/s %-8s p50 %-9s p99 %-9s errors %d drained in %s\n", round+1, m, rate, p.Target, p.P50, p.P99, p.Errors, p.Drained.Round(time.Millisecond))
 					r.Points = append(r.Points, roundPoint{Round: round, point: p})
 				}
 			}

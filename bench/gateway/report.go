@@ -21,6 +21,7 @@ type report struct {
 	Nginx      string            `json:"nginx_version,omitempty"`
 	Rounds     int               `json:"rounds"`
 	Duration   time.Duration     `json:"duration_ns"`
+	Slice      time.Duration     `json:"slice_ns,omitempty"`
 	SearchStep time.Duration     `json:"search_step_ns"`
 	Searches   int               `json:"searches"`
 	P99Limit   time.Duration     `json:"p99_limit_ns"`
@@ -133,7 +134,11 @@ func (r *report) writeTables(w io.Writer) {
 	for name, why := range r.Skipped {
 		fmt.Fprintf(w, "%s skipped: %s\n", name, why)
 	}
-	fmt.Fprintf(w, "\nmedians of %d rounds of %s per point; added = target − direct, same round\n", r.Rounds, r.Duration)
+	turns := "one step per target"
+	if r.Slice > 0 {
+		turns = "the targets in turns of " + r.Slice.String()
+	}
+	fmt.Fprintf(w, "\nmedians of %d rounds of %s per point, %s; added = target − direct, same round\n", r.Rounds, r.Duration, turns)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "mode\trate/s\ttarget\tp50\tp99\tadded p50\tadded p99\terrors\t")
 	for _, s := range r.Summary {
@@ -189,6 +194,57 @@ func (r *report) writeSideBySide(w io.Writer) {
 				}
 			}
 			line += "\t" + rate
+		}
+		fmt.Fprintln(tw, line+"\t")
+	}
+	tw.Flush()
+	r.writeAgainstHop(w, first)
+}
+
+// writeAgainstHop writes, when the hop was measured, each gateway's added
+// p50 and p99 at rate and its highest sustained rate as multiples of the
+// hop's: a Go proxy's figures against the least a Go proxy does.
+func (r *report) writeAgainstHop(w io.Writer, rate int) {
+	find := func(target string, m mode) (summaryRow, bool) {
+		for _, row := range r.Summary {
+			if row.Rate == rate && row.Mode == m && row.Target == target {
+				return row, true
+			}
+		}
+		return summaryRow{}, false
+	}
+	if _, ok := find("hop", plain); !ok {
+		return
+	}
+	maxRate := func(target string, m mode) int {
+		for _, mr := range r.MaxRates {
+			if mr.Target == target && mr.Mode == m {
+				return mr.Rate
+			}
+		}
+		return 0
+	}
+	ratio := func(a, b float64) string {
+		if b <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", a/b)
+	}
+	fmt.Fprintf(w, "\nagainst the hop: added p50, added p99 and highest rate, each over the hop's\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "target\tplain p50\tplain p99\tstreamed p50\tstreamed p99\tplain rate\tstreamed rate\t")
+	for _, s := range r.Summary {
+		if s.Rate != rate || s.Mode != plain || s.Target == "direct" || s.Target == "hop" {
+			continue
+		}
+		line := s.Target
+		for _, m := range []mode{plain, streamed} {
+			row, _ := find(s.Target, m)
+			hop, _ := find("hop", m)
+			line += "\t" + ratio(float64(row.AddedP50), float64(hop.AddedP50)) + "\t" + ratio(float64(row.AddedP99), float64(hop.AddedP99))
+		}
+		for _, m := range []mode{plain, streamed} {
+			line += "\t" + ratio(float64(maxRate(s.Target, m)), float64(maxRate("hop", m)))
 		}
 		fmt.Fprintln(tw, line+"\t")
 	}
