@@ -271,17 +271,24 @@ func killChild(t *testing.T, path string, round int) {
 		work    = make(chan string)
 		workers sync.WaitGroup
 		sent    sync.WaitGroup // the items handed to workers and not recorded yet
+		// printed keeps a claim from coming between an outcome recorded
+		// and its line: an item given back (Pending) and claimed again at
+		// once would otherwise be printed claimed, then given back, and
+		// the parent would take it for given back while it is in flight.
+		printed sync.RWMutex
 	)
 	for range killWorkers {
 		workers.Go(func() {
 			for id := range work {
 				o := killOutcome(id, round)
+				printed.RLock()
 				if err := j.Record(ctx, []batch.Outcome{o}); err != nil {
 					t.Error(err)
 				} else {
 					// One write: lines of several workers do not mix.
 					os.Stdout.WriteString(fmt.Sprintf("ACK %s %d\n", id, o.State))
 				}
+				printed.RUnlock()
 				sent.Done()
 			}
 		})
@@ -289,12 +296,15 @@ func killChild(t *testing.T, path string, round int) {
 	defer workers.Wait()
 	defer close(work)
 	for idle := false; ; {
+		printed.Lock()
 		claims, err := j.Claim(ctx, killWorkers)
 		if err != nil {
+			printed.Unlock()
 			t.Error(err)
 			return
 		}
 		if len(claims) == 0 {
+			printed.Unlock()
 			if idle {
 				os.Stdout.WriteString("DONE\n")
 				return
@@ -315,6 +325,7 @@ func killChild(t *testing.T, path string, round int) {
 			fmt.Fprintf(&b, "CLAIM %s %d\n", c.ID, r)
 		}
 		os.Stdout.WriteString(b.String())
+		printed.Unlock()
 		for _, c := range claims {
 			sent.Add(1)
 			work <- c.ID
