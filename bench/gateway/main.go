@@ -29,8 +29,11 @@
 // than each for its whole step in one go: on a shared machine, a noisy
 // moment then falls on every target alike, and the ratio of two targets'
 // added latencies moved between rounds by a tenth where it had moved by a
-// third. Where the hop was measured, the report ends with each gateway's
-// figures over the hop's.
+// third. A target that cannot keep up with a rate builds a shorter queue
+// in a turn than in a whole step, so its latencies there read lower; the
+// search for its highest sustained rate, in whole steps, says that it did
+// not keep up. Where the hop was measured, the report ends with each
+// gateway's figures over the hop's.
 //
 // With -costs it measures instead what a request costs each target's
 // processes at the first rate: CPU time and context switches (from /proc)
@@ -138,6 +141,11 @@ func main() {
 	}
 	if o.rounds < 1 || len(o.rates) == 0 {
 		fmt.Fprintln(os.Stderr, "gateway: -rounds and -rates need at least one")
+		os.Exit(2)
+	}
+	if o.duration <= 0 || o.warmup <= 0 {
+		// vegeta attacks without end for a duration of 0.
+		fmt.Fprintf(os.Stderr, "gateway: -duration %s, -warmup %s: both must be positive\n", o.duration, o.warmup)
 		os.Exit(2)
 	}
 	if o.slice < 0 || o.slice > 0 && o.slice < minSlice {

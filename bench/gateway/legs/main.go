@@ -12,7 +12,7 @@
 // capture as text:
 //
 //	tcpdump -i lo -tt -n -s 96 'tcp[tcpflags] & tcp-push != 0' -w run.pcap &
-//	go run .. -targets hop,rebound -rates 500 -search=false -rounds 1
+//	go run .. -targets hop,rebound -rates 500 -search=false -rounds 1 -slice 0
 //	kill %1
 //	tcpdump -r run.pcap -tt -n | go run .
 //
@@ -21,7 +21,8 @@
 // waits for. Each other listener is a proxy, reported in the order its
 // traffic began (the harness measures the targets in -targets order in
 // its first round). A proxy's traffic is split into phases at gaps of
-// over half a second (a warm-up, a step of each mode), and a phase's
+// over half a second (a warm-up, a step of each mode: hence -slice 0,
+// one step per target rather than turns, each its own phase), and a phase's
 // requests are told apart by time: each request from a client begins
 // one, so the figures hold for a fixed rate low enough that requests to
 // one proxy rarely overlap (500 a second with sub-millisecond answers).
