@@ -99,7 +99,7 @@ type point struct {
 	// failed.
 	FirstError string `json:"first_error,omitempty"`
 	// Drained is how long the target took after the step to answer one
-	// request quickly again (see drain).
+	// request quickly again (see drain); in turns, after each turn, summed.
 	Drained time.Duration `json:"drained_ns"`
 }
 
@@ -162,6 +162,8 @@ type caller struct {
 	p         point
 }
 
+// newCaller returns a caller of t in mode m at rate, with no connection
+// open yet.
 func newCaller(t target, m mode, rate int) *caller {
 	header := http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer sk-bench"}}
 	for k, v := range t.header {
@@ -185,6 +187,7 @@ func (c *caller) attack(ctx context.Context, d time.Duration) {
 	stopped := context.AfterFunc(ctx, func() { attacker.Stop() })
 	defer stopped()
 	c.p.Duration += d
+	c.latencies = slices.Grow(c.latencies, int(float64(c.rate)*d.Seconds())+1)
 	for res := range attacker.Attack(c.targeter, vegeta.Rate{Freq: c.rate, Per: time.Second}, d, c.t.name) {
 		c.p.Requests++
 		c.latencies = append(c.latencies, res.Latency)
