@@ -180,18 +180,14 @@ func (r *report) writeSideBySide(w io.Writer) {
 		}
 		line := s.Target
 		for _, m := range []mode{plain, streamed} {
-			for _, row := range r.Summary {
-				if row.Rate == first && row.Mode == m && row.Target == s.Target {
-					line += fmt.Sprintf("\t%s / %s", micros(row.AddedP50), micros(row.AddedP99))
-				}
+			if row, ok := r.row(s.Target, m, first); ok {
+				line += fmt.Sprintf("\t%s / %s", micros(row.AddedP50), micros(row.AddedP99))
 			}
 		}
 		for _, m := range []mode{plain, streamed} {
 			rate := "not searched"
-			for _, mr := range r.MaxRates {
-				if mr.Target == s.Target && mr.Mode == m {
-					rate = fmt.Sprint(mr.Rate)
-				}
+			if mr, ok := r.rateFound(s.Target, m); ok {
+				rate = fmt.Sprint(mr.Rate)
 			}
 			line += "\t" + rate
 		}
@@ -205,24 +201,8 @@ func (r *report) writeSideBySide(w io.Writer) {
 // p50 and p99 at rate and its highest sustained rate as multiples of the
 // hop's: a Go proxy's figures against the least a Go proxy does.
 func (r *report) writeAgainstHop(w io.Writer, rate int) {
-	find := func(target string, m mode) (summaryRow, bool) {
-		for _, row := range r.Summary {
-			if row.Rate == rate && row.Mode == m && row.Target == target {
-				return row, true
-			}
-		}
-		return summaryRow{}, false
-	}
-	if _, ok := find("hop", plain); !ok {
+	if _, ok := r.row("hop", plain, rate); !ok {
 		return
-	}
-	maxRate := func(target string, m mode) int {
-		for _, mr := range r.MaxRates {
-			if mr.Target == target && mr.Mode == m {
-				return mr.Rate
-			}
-		}
-		return 0
 	}
 	ratio := func(a, b float64) string {
 		if b <= 0 {
@@ -239,16 +219,39 @@ func (r *report) writeAgainstHop(w io.Writer, rate int) {
 		}
 		line := s.Target
 		for _, m := range []mode{plain, streamed} {
-			row, _ := find(s.Target, m)
-			hop, _ := find("hop", m)
+			row, _ := r.row(s.Target, m, rate)
+			hop, _ := r.row("hop", m, rate)
 			line += "\t" + ratio(float64(row.AddedP50), float64(hop.AddedP50)) + "\t" + ratio(float64(row.AddedP99), float64(hop.AddedP99))
 		}
 		for _, m := range []mode{plain, streamed} {
-			line += "\t" + ratio(float64(maxRate(s.Target, m)), float64(maxRate("hop", m)))
+			mine, _ := r.rateFound(s.Target, m)
+			hop, _ := r.rateFound("hop", m)
+			line += "\t" + ratio(float64(mine.Rate), float64(hop.Rate))
 		}
 		fmt.Fprintln(tw, line+"\t")
 	}
 	tw.Flush()
+}
+
+// row returns the summary of target in mode m at rate, if measured.
+func (r *report) row(target string, m mode, rate int) (summaryRow, bool) {
+	for _, row := range r.Summary {
+		if row.Rate == rate && row.Mode == m && row.Target == target {
+			return row, true
+		}
+	}
+	return summaryRow{}, false
+}
+
+// rateFound returns the highest rate target sustained in mode m, if
+// searched.
+func (r *report) rateFound(target string, m mode) (maxRate, bool) {
+	for _, mr := range r.MaxRates {
+		if mr.Target == target && mr.Mode == m {
+			return mr, true
+		}
+	}
+	return maxRate{}, false
 }
 
 // micros writes d in microseconds, the unit the added latencies compare in.
