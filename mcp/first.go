@@ -1,6 +1,7 @@
 package reboundmcp
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -51,7 +52,9 @@ func (c *call) tryFirst() bool {
 		s.watchIdle(idle)
 	}
 	if err := g.write(s.ctx, id, waiter{call: c}, c.req.Method, c.req.Params); err != nil {
-		if _, _, ok := c.takeFirst(); ok { // else the generation's end took it
+		// The generation's end takes the attempts it awaits; one it died
+		// before awaiting (errNotSent) it never saw, and is this one's.
+		if _, _, ok := c.takeFirst(); ok || errors.Is(err, errNotSent) {
 			c.goOn(c.writeFailed(s.ctx, g, err))
 		}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -79,7 +80,11 @@ func waitExit(t *testing.T, pid int, d time.Duration) bool {
 // callInt calls a test-server tool that answers a number.
 func callInt(t *testing.T, cs *mcp.ClientSession, tool string) int {
 	t.Helper()
-	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: tool, Arguments: map[string]any{}})
+	// A call left unanswered fails here, with rebound mcp's stderr, rather
+	// than at the suite's timeout without it.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{}})
 	if err != nil {
 		t.Fatalf("tools/call %s: %v", tool, err)
 	}
