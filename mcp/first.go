@@ -14,7 +14,8 @@ import (
 // goroutine: the server's reader hands it the answer (firstAnswered), the
 // generation's end tells it of a crash (firstCut), a timer of the idle
 // timeout (firstIdle). Whichever takes the attempt from the generation's
-// waits first ends it; only then, and only if the call must be sent again
+// waits first ends it (a write that found the generation ended before it
+// was awaited ends it itself); only then, and only if the call must be sent again
 // or wait, does it get a goroutine (goOn). Over a stdio server this costs
 // a call no hand-off between goroutines: the copy of the request from the
 // client to the server and of the answer back are each made on the one
