@@ -315,16 +315,13 @@ func (c *call) attempt(ctx context.Context) (*jsonrpc.Response, error) {
 	}
 }
 
-// judge reads the server's answer to an attempt: a refusal for the
-// session is sent again, the SDK's word that the answer's stream ended is
-// a cut, anything else is the answer.
+// judge reads the server's answer to an attempt: the SDK's word that the
+// answer's stream ended is a cut; anything else, a JSON-RPC error of any
+// code included, is the answer (a lost session is the transport's word,
+// never an answer's: see sessionLost).
 func (c *call) judge(g *generation, resp *jsonrpc.Response) (*jsonrpc.Response, error) {
 	var we *jsonrpc.Error
-	switch {
-	case resp.Error != nil && g.hadSession() && sessionLost(resp.Error):
-		g.end(true)
-		return nil, rebound.Retryable(resendAtOnce{errSessionLost}) // refused: it never ran
-	case resp.Error != nil && !errors.As(resp.Error, &we):
+	if resp.Error != nil && !errors.As(resp.Error, &we) {
 		return nil, c.cut(g, resp.Error)
 	}
 	g.served.Store(true)

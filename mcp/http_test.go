@@ -1,7 +1,9 @@
 package reboundmcp
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rebound-go/rebound"
 )
@@ -29,6 +32,9 @@ type httpFake struct {
 	refuse  func(r *http.Request) (status int, retryAfter string)
 	// refusal is the body of a refusal, if any
 	refusal string
+	// writeErr, if set, is what the tool write answers with, after it
+	// has acted (counted its run)
+	writeErr error
 }
 
 func newHTTPFake(t *testing.T) *httpFake {
@@ -62,7 +68,11 @@ func (f *httpFake) restart() {
 			f.mu.Lock()
 			f.runs[name]++
 			n := f.runs[name]
+			err := f.writeErr
 			f.mu.Unlock()
+			if name == "write" && err != nil {
+				return nil, err
+			}
 			return text(fmt.Sprintf("%s %d", name, n)), nil
 		})
 	}
@@ -205,23 +215,33 @@ func TestHTTPServerThatRefusesConnectionsForAWhileLosesNoCall(t *testing.T) {
 	}
 }
 
-// TestHTTPEndpointQueryIsSentButNeverLoggedNorTold: a key in the
-// endpoint's query string (as hosted servers take one) goes with every
-// request, but never into a log line or an error, which would hand it to
-// whoever reads the logs, or to the model.
-func TestHTTPEndpointQueryIsSentButNeverLoggedNorTold(t *testing.T) {
-	const secret = "SECRET-KEY-42"
+// TestHTTPEndpointSecretsAreSentButNeverLoggedNorTold: a key in the
+// endpoint's user, path or query string (hosted servers take one in each)
+// goes with every request, but never into a log line or an error, which
+// would hand it to whoever reads the logs, or to the model: those name the
+// server by scheme, host and port alone.
+func TestHTTPEndpointSecretsAreSentButNeverLoggedNorTold(t *testing.T) {
+	const (
+		user   = "tok_USER42"
+		pass   = "PASSWORD42"
+		path   = "/api/mcp/s/PATHSECRET42/mcp"
+		secret = "SECRET-KEY-42"
+	)
+	endpoint := func(hostport string) string {
+		return "http://" + user + ":" + pass + "@" + hostport + path + "?api_key=" + secret
+	}
 	t.Run("sent", func(t *testing.T) {
 		f := newHTTPFake(t)
 		var missing atomic.Int32
 		f.refuse = func(r *http.Request) (int, string) {
-			if r.URL.Query().Get("api_key") != secret {
+			u, p, _ := r.BasicAuth()
+			if r.URL.Query().Get("api_key") != secret || r.URL.Path != path || u != user || p != pass {
 				missing.Add(1)
 			}
 			return 0, ""
 		}
 		client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
-		cs, err := client.Connect(t.Context(), New(HTTP(f.srv.URL+"?api_key="+secret, nil), Options{}), &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+		cs, err := client.Connect(t.Context(), New(HTTP(endpoint(f.srv.Listener.Addr().String()), nil), Options{}), &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,7 +250,7 @@ func TestHTTPEndpointQueryIsSentButNeverLoggedNorTold(t *testing.T) {
 		}
 		cs.Close()
 		if n := missing.Load(); n != 0 {
-			t.Errorf("%d requests reached the server without the endpoint's query", n)
+			t.Errorf("%d requests reached the server without the endpoint's user, path or query", n)
 		}
 	})
 	t.Run("refused", func(t *testing.T) {
@@ -243,18 +263,110 @@ func TestHTTPEndpointQueryIsSentButNeverLoggedNorTold(t *testing.T) {
 		var logs logBuffer
 		o := Options{Logger: logs.logger(), DownWait: -1}
 		client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
-		cs, err := client.Connect(t.Context(), New(HTTP("http://"+addr+"/mcp?api_key="+secret, nil), o), &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+		cs, err := client.Connect(t.Context(), New(HTTP(endpoint(addr), nil), o), &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 		if err == nil {
 			cs.Close()
 			t.Fatal("connected to a server that is not there")
 		}
-		if strings.Contains(err.Error(), secret) {
-			t.Errorf("the caller's error holds the key: %v", err)
+		t.Logf("the caller got: %v\n%s", err, logs.String())
+		if !strings.Contains(err.Error(), addr) {
+			t.Errorf("the caller's error does not name the server %s: %v", addr, err)
 		}
-		if strings.Contains(logs.String(), secret) {
-			t.Errorf("the logs hold the key:\n%s", logs.String())
+		for _, s := range []string{user, pass, "PATHSECRET42", secret} {
+			if strings.Contains(err.Error(), s) {
+				t.Errorf("the caller's error holds %s: %v", s, err)
+			}
+			if strings.Contains(logs.String(), s) {
+				t.Errorf("the logs hold %s:\n%s", s, logs.String())
+			}
 		}
 	})
+}
+
+// TestHTTPInBandErrorIsTheServersAnswerNotALostSession: a JSON-RPC error
+// answering a side-effecting call is the server's answer, whatever its
+// code or message: -32001 is also the TypeScript SDK's RequestTimeout,
+// what a tool whose nested request timed out is answered with, and a
+// message may speak of any session. The tool acted once, the caller gets
+// the error as it came, and the session goes on.
+func TestHTTPInBandErrorIsTheServersAnswerNotALostSession(t *testing.T) {
+	for _, we := range []*jsonrpc.Error{
+		{Code: -32001, Message: "Request timed out"},
+		{Code: -32001, Message: "Session not found"},
+		{Code: -32000, Message: "Bad Request: No valid session ID provided"},
+		{Code: jsonrpc.CodeInternalError, Message: "the payments API says: invalid session token"},
+	} {
+		t.Run(fmt.Sprintf("%d %s", we.Code, we.Message), func(t *testing.T) {
+			f := newHTTPFake(t)
+			f.writeErr = we
+			var logs logBuffer
+			client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+			cs, err := client.Connect(t.Context(), New(HTTP(f.srv.URL, nil), Options{Logger: logs.logger()}), &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			_, err = callText(t, cs, "write")
+			var got *jsonrpc.Error
+			if !errors.As(err, &got) || got.Code != we.Code || got.Message != we.Message {
+				t.Errorf("the caller got %v; want the server's error %d %q as it came", err, we.Code, we.Message)
+			}
+			if n := f.runsOf("write"); n != 1 {
+				t.Errorf("write acted %d times, want 1", n)
+			}
+			if r := logs.lines(t, "mcp.restart"); len(r) != 0 {
+				t.Errorf("%d new sessions opened, want none:\n%s", len(r), logs.String())
+			}
+		})
+	}
+}
+
+// TestHTTPLostSessionIsToldByTheTransport: a 404, or a 400 that names
+// the session, to a request that carried the session's ID is a lost
+// session whatever its body says (the TypeScript SDK's servers answer a
+// 404 with a JSON-RPC error -32001, id null; the Go SDK's with plain
+// text): the side-effecting call was refused, so it never ran, and it is
+// sent again on a new session, where it runs once.
+func TestHTTPLostSessionIsToldByTheTransport(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		body   string
+	}{
+		{http.StatusNotFound, `{"jsonrpc":"2.0","error":{"code":-32001,"message":"Session not found"},"id":null}`},
+		{http.StatusNotFound, "session not found\n"},
+		{http.StatusNotFound, `{"jsonrpc":"2.0","error":{"code":-32603,"message":"gone"},"id":3}`},
+		{http.StatusBadRequest, `{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}`},
+	} {
+		t.Run(fmt.Sprintf("%d %s", c.status, c.body), func(t *testing.T) {
+			f := newHTTPFake(t)
+			f.refusal = c.body
+			var refused atomic.Bool
+			f.refuse = func(r *http.Request) (int, string) {
+				body, _ := io.ReadAll(r.Body)
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				if r.Header.Get("Mcp-Session-Id") != "" && strings.Contains(string(body), `"tools/call"`) && refused.CompareAndSwap(false, true) {
+					return c.status, ""
+				}
+				return 0, ""
+			}
+			var logs logBuffer
+			client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+			cs, err := client.Connect(t.Context(), New(HTTP(f.srv.URL, nil), Options{Logger: logs.logger()}), &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			if got, err := callText(t, cs, "write"); err != nil || got != "write 1" {
+				t.Errorf("%q, %v; want write 1, on a new session", got, err)
+			}
+			if n := f.runsOf("write"); n != 1 {
+				t.Errorf("write acted %d times, want 1", n)
+			}
+			if r := logs.lines(t, "mcp.restart"); len(r) != 1 || r[0]["cause"] != errSessionLost.Error() {
+				t.Errorf("new sessions %v, want one, for the lost session:\n%s", r, logs.String())
+			}
+		})
+	}
 }
 
 // TestHTTPServerRefusingConnectionsIsReportedAsDownNotAsItsAnswer: when

@@ -56,10 +56,12 @@ func Command(cmd *exec.Cmd) Upstream {
 // rebound's Transport beneath it, which retries 429, 503 and refused
 // connections under Options.Policy; a nil client means one with
 // http.DefaultClient's settings. Closing the Transport ends the session
-// with the spec's DELETE. A query string in endpoint (a key, say) is sent
-// with every request to it but kept out of errors and logs.
+// with the spec's DELETE. The endpoint's user and password, path and query
+// string (where hosted servers take their keys) go with every request to
+// it, but never into errors and logs, which name the server by its host
+// and port (Options.Name, if set).
 func HTTP(endpoint string, client *http.Client) Upstream {
-	name := endpoint
+	name := "(bad endpoint)" // never the endpoint itself, which may hold a key
 	if u, err := url.Parse(endpoint); err == nil && u.Host != "" {
 		name = u.Host
 	}

@@ -49,23 +49,16 @@ func (o *Options) ruleOf(tool string, listed *mcp.ToolAnnotations) ToolRule {
 // request never ran.
 var errSessionLost = errors.New("the server lost the session")
 
-// sessionLost says whether err (from writing a request, or the error of
-// its answer) is the server refusing the request for its session: the
-// SDK's 404 (mcp.ErrSessionMissing), a JSON-RPC error -32001 "Session not
-// found", or a 400 whose error says the session ID is missing or invalid,
-// as the official SDKs' servers answer.
+// sessionLost says whether err (from writing a request, or from reading
+// the server) is the transport's word that the server lost the session:
+// the SDK's mcp.ErrSessionMissing, which it reports for a 404 to a request
+// that carried the session's ID, and which sessionCheck makes of a 400
+// that names the session. A JSON-RPC error never is, whatever its code or
+// message: an error that answers a request is the server's answer to it
+// (-32001, say, is also the TypeScript SDK's timeout of a tool's own
+// request), and a side-effecting tool it answers may have acted.
 func sessionLost(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, mcp.ErrSessionMissing) {
-		return true
-	}
-	we := serverError(err)
-	if we == nil {
-		return false
-	}
-	return we.Code == -32001 || saysSessionLost(strings.ToLower(we.Message))
+	return errors.Is(err, mcp.ErrSessionMissing)
 }
 
 // rejectedCode is the code of the SDK's own jsonrpc2.ErrRejected, which
