@@ -40,6 +40,7 @@ func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Tr
 		return 2
 	}
 	f := newFront(ctx, door, newTransport, c.MaxSessions, c.SessionTimeout)
+	f.logger = logger
 	errorLog := log.New(io.Discard, "", 0)
 	if logger != nil {
 		errorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
@@ -76,6 +77,7 @@ type front struct {
 	newTransport func() *reboundmcp.Transport
 	max          int
 	timeout      time.Duration
+	logger       *slog.Logger // nil: none
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -98,7 +100,10 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if answered {
 		return // a pre-flight
 	}
-	if !f.door.Admit(r) {
+	// A session answers only the token that opened it, known by its index
+	// (the same for all without tokens): no token is kept beside a session.
+	holder, ok := f.door.Match(r)
+	if f.door.HasTokens() && !ok {
 		writeError(w, http.StatusUnauthorized, codeServerError, "missing or wrong token (send it as Authorization: Bearer TOKEN)")
 		return
 	}
@@ -110,14 +115,14 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get("Mcp-Session-Id")
 	switch {
 	case r.Method == http.MethodPost && id == "":
-		f.open(w, r)
+		f.open(w, r, holder)
 	case r.Method != http.MethodPost && r.Method != http.MethodGet && r.Method != http.MethodDelete:
 		w.Header().Set("Allow", "GET, POST, DELETE, OPTIONS")
 		writeError(w, http.StatusMethodNotAllowed, codeServerError, "method not allowed")
 	case id == "":
 		writeError(w, http.StatusBadRequest, codeServerError, "Bad Request: "+r.Method+" needs an Mcp-Session-Id header")
 	default:
-		f.serveSession(w, r, id)
+		f.serveSession(w, r, id, holder)
 	}
 }
 
@@ -136,8 +141,9 @@ func writeError(w http.ResponseWriter, status, code int, msg string) {
 	w.Write(append(body, '\n'))
 }
 
-// open starts a session for an initialize request that names none.
-func (f *front) open(w http.ResponseWriter, r *http.Request) {
+// open starts a session for an initialize request that names none, for
+// the holder of the token the request carries.
+func (f *front) open(w http.ResponseWriter, r *http.Request, holder int) {
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
 		writeError(w, http.StatusUnsupportedMediaType, codeServerError, "Content-Type must be application/json")
 		return
@@ -160,7 +166,7 @@ func (f *front) open(w http.ResponseWriter, r *http.Request) {
 		initID = req.ID
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	s, err := f.start(initID)
+	s, err := f.start(initID, holder)
 	if err != nil {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, codeServerError, err.Error())
@@ -176,29 +182,57 @@ func (f *front) open(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// initWatch is a session's client connection as its relay writes to it:
+// clientConn is a session's client connection as its relay writes to it:
 // it notes whether the initialize that opened the session was answered
-// without an error.
-type initWatch struct {
+// without an error, and keeps a message the client's transport has
+// nowhere to put from ending the session.
+type clientConn struct {
 	mcp.Connection
 	id          jsonrpc.ID
 	initialized atomic.Bool
+	closed      atomic.Bool
+	logger      *slog.Logger
 }
 
-func (c *initWatch) Write(ctx context.Context, msg jsonrpc.Message) error {
+// Write passes a message to the client. One that the transport refuses
+// while the session is open is dropped, and the relay goes on: a
+// server's notification (or request) while the client has no GET stream
+// open, an answer whose POST the client has left. The relay would take
+// the refusal for the client's end, and end the session: a client that
+// opens no GET stream would lose its session to the first notification
+// of the server's.
+func (c *clientConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	if resp, ok := msg.(*jsonrpc.Response); ok && resp.Error == nil && resp.ID == c.id {
 		c.initialized.Store(true) // before the answer can reach the client
 	}
-	return c.Connection.Write(ctx, msg)
+	err := c.Connection.Write(ctx, msg)
+	if err == nil || c.closed.Load() {
+		return err
+	}
+	if c.logger != nil {
+		what := "answer"
+		if req, ok := msg.(*jsonrpc.Request); ok {
+			what = req.Method
+		}
+		c.logger.Debug("mcp.undelivered", "message", what, "error", err.Error())
+	}
+	return nil
+}
+
+// Close ends the client's side: from then on a failed write is the end.
+func (c *clientConn) Close() error {
+	c.closed.Store(true)
+	return c.Connection.Close()
 }
 
 // serveSession hands a request to its session's transport; DELETE ends
-// the session, and its upstream with it, before it is answered.
-func (f *front) serveSession(w http.ResponseWriter, r *http.Request, id string) {
+// the session, and its upstream with it, before it is answered. A
+// session opened with another token is unknown to the request.
+func (f *front) serveSession(w http.ResponseWriter, r *http.Request, id string, holder int) {
 	f.mu.Lock()
 	s := f.sessions[id]
 	f.mu.Unlock()
-	if s == nil {
+	if s == nil || s.holder != holder {
 		writeError(w, http.StatusNotFound, codeSessionNotFound, "Session not found")
 		return
 	}
@@ -214,9 +248,9 @@ func (f *front) serveSession(w http.ResponseWriter, r *http.Request, id string) 
 	s.serve(w, r)
 }
 
-// start opens a session: a server transport, and the relay that ties it
-// to an upstream connection of its own until either ends.
-func (f *front) start(initID jsonrpc.ID) (*session, error) {
+// start opens a session for holder: a server transport, and the relay
+// that ties it to an upstream connection of its own until either ends.
+func (f *front) start(initID jsonrpc.ID, holder int) (*session, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
@@ -231,8 +265,8 @@ func (f *front) start(initID jsonrpc.ID) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	watched := &initWatch{Connection: conn, id: initID}
-	s := &session{t: t, conn: watched, done: make(chan struct{}), timeout: f.timeout}
+	watched := &clientConn{Connection: conn, id: initID, logger: f.logger}
+	s := &session{t: t, conn: watched, holder: holder, done: make(chan struct{}), timeout: f.timeout}
 	if f.timeout > 0 {
 		s.idle = time.AfterFunc(f.timeout, s.end)
 	}
@@ -269,9 +303,10 @@ func (f *front) closeAll() {
 // session is one client's: its transport, its relay's end, and the timer
 // that ends it when it has had no request for the session timeout.
 type session struct {
-	t    *mcp.StreamableServerTransport
-	conn *initWatch
-	done chan struct{} // closed when the relay has returned
+	t      *mcp.StreamableServerTransport
+	conn   *clientConn
+	holder int           // the index of the token that opened it (frontdoor.Door.Match)
+	done   chan struct{} // closed when the relay has returned
 
 	timeout  time.Duration
 	mu       sync.Mutex

@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/rebound-go/rebound/internal/frontdoor"
+	"github.com/rebound-go/rebound/internal/npmserver"
 	reboundmcp "github.com/rebound-go/rebound/mcp"
 )
 
@@ -34,10 +35,20 @@ func sdkUpstream(t *testing.T) (url string, sessions *atomic.Int32) {
 // serveFront serves a front to upstreamURL with at most max sessions.
 func serveFront(t *testing.T, upstreamURL string, max int) (*front, string) {
 	t.Helper()
-	door, _ := frontdoor.New(frontdoor.Options{})
+	return serveFrontTo(t, frontdoor.Options{}, func() reboundmcp.Upstream { return reboundmcp.HTTP(upstreamURL, nil) }, max)
+}
+
+// serveFrontTo serves a front with door's rule, each session to an
+// upstream of its own, at most max sessions.
+func serveFrontTo(t *testing.T, door frontdoor.Options, upstream func() reboundmcp.Upstream, max int) (*front, string) {
+	t.Helper()
+	d, err := frontdoor.New(door)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f := newFront(ctx, door, func() *reboundmcp.Transport {
-		return reboundmcp.New(reboundmcp.HTTP(upstreamURL, nil), reboundmcp.Options{})
+	f := newFront(ctx, d, func() *reboundmcp.Transport {
+		return reboundmcp.New(upstream(), reboundmcp.Options{})
 	}, max, 0)
 	srv := httptest.NewServer(f)
 	t.Cleanup(func() { cancel(); f.closeAll(); srv.Close() })
@@ -197,6 +208,86 @@ func TestFrontFailedInitializeHoldsNoSession(t *testing.T) {
 		f.mu.Unlock()
 		if open != 0 {
 			t.Fatalf("after initialize %d failed: %d sessions open, want 0", i+1, open)
+		}
+	}
+}
+
+// TestFrontSessionAnswersOnlyTheTokenThatOpenedIt: with tokens, a client
+// that holds another valid token and the session's ID gets, for a call
+// or a DELETE, the same 404 as for a session that does not exist; the
+// session goes on for the client that opened it.
+func TestFrontSessionAnswersOnlyTheTokenThatOpenedIt(t *testing.T) {
+	upURL, _ := sdkUpstream(t)
+	f, url := serveFrontTo(t, frontdoor.Options{Tokens: []string{"tok-a", "tok-b"}}, func() reboundmcp.Upstream { return reboundmcp.HTTP(upURL, nil) }, 4)
+	a, b := []string{"Authorization", "Bearer tok-a"}, []string{"Authorization", "Bearer tok-b"}
+	status, id, _ := send(t, "POST", url, initialize, a...)
+	if status != 200 || id == "" {
+		t.Fatalf("initialize: %d, session %q", status, id)
+	}
+	inSession := func(token []string) []string { return append([]string{"Mcp-Session-Id", id}, token...) }
+	if status, _, _ := send(t, "POST", url, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, inSession(a)...); status != 202 {
+		t.Fatalf("initialized: %d", status)
+	}
+	for _, c := range []struct{ method, body string }{
+		{"POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`},
+		{"POST", `{"jsonrpc":"2.0","method":"notifications/initialized"}`},
+		{"DELETE", ""},
+	} {
+		if status, _, code := send(t, c.method, url, c.body, inSession(b)...); status != 404 || code != codeSessionNotFound {
+			t.Errorf("%s %.40s with another token: %d, JSON-RPC code %d; want 404, %d as for an unknown session", c.method, c.body, status, code, codeSessionNotFound)
+		}
+	}
+	if status, _, _ := send(t, "POST", url, `{"jsonrpc":"2.0","id":3,"method":"tools/list"}`, inSession(a)...); status != 200 {
+		t.Errorf("tools/list with the session's own token: %d, want 200", status)
+	}
+	f.mu.Lock()
+	open := len(f.sessions)
+	f.mu.Unlock()
+	if open != 1 {
+		t.Errorf("%d sessions open, want the one", open)
+	}
+}
+
+// post sends one JSON-RPC message in a session, as a client without a
+// GET stream does, and returns the status and the body.
+func post(t *testing.T, url, session, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", session)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(data)
+}
+
+// TestFrontSessionOutlivesTheServersNotifications: the reference
+// everything server sends notifications/tools/list_changed right after
+// notifications/initialized; to a client that has no GET stream open it
+// has nowhere to go, and is dropped, while the session goes on: each of
+// the client's plain requests after it is answered.
+func TestFrontSessionOutlivesTheServersNotifications(t *testing.T) {
+	server := npmserver.EverythingStdio(t)
+	_, url := serveFrontTo(t, frontdoor.Options{}, func() reboundmcp.Upstream { return reboundmcp.Command(server) }, 4)
+	status, id, _ := send(t, "POST", url, initialize)
+	if status != 200 || id == "" {
+		t.Fatalf("initialize: %d, session %q", status, id)
+	}
+	if status, body := post(t, url, id, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); status != 202 {
+		t.Fatalf("initialized: %d %s", status, body)
+	}
+	for i, c := range []struct{ body, want string }{
+		{`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, `"name":"echo"`},
+		{`{"jsonrpc":"2.0","id":3,"method":"ping"}`, `"result":{}`},
+		{`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo","arguments":{"message":"still here"}}}`, "still here"},
+		{`{"jsonrpc":"2.0","id":5,"method":"tools/list"}`, `"name":"echo"`},
+	} {
+		if status, body := post(t, url, id, c.body); status != 200 || !strings.Contains(body, c.want) {
+			t.Fatalf("request %d after initialized, %.50s: %d %s; want 200 and %s", i+1, c.body, status, body, c.want)
 		}
 	}
 }

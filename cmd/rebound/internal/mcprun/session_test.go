@@ -29,7 +29,7 @@ func TestSessionTimeout(t *testing.T) {
 		}, 4, timeout)
 		defer f.closeAll()
 
-		idle, err := f.start(jsonrpc.ID{})
+		idle, err := f.start(jsonrpc.ID{}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +44,7 @@ func TestSessionTimeout(t *testing.T) {
 			t.Fatal("the session outlived its timeout")
 		}
 
-		busy, _ := f.start(jsonrpc.ID{})
+		busy, _ := f.start(jsonrpc.ID{}, 0)
 		getCtx, endGET := context.WithCancel(t.Context())
 		get := httptest.NewRequestWithContext(getCtx, "GET", Path, nil)
 		get.Header.Set("Accept", "text/event-stream")
