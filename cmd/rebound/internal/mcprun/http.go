@@ -46,12 +46,8 @@ func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Tr
 		errorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
 	}
 	err = serve.Run(ctx, serve.Config{
-		Addr: c.Addr,
-		Server: &http.Server{
-			Handler:           f,
-			ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog:          errorLog,
-		},
+		Addr:   c.Addr,
+		Server: f.server(errorLog),
 		Path:   Path,
 		Drain:  c.Drain,
 		Stdout: stdout,
@@ -87,6 +83,15 @@ type front struct {
 
 func newFront(ctx context.Context, door *frontdoor.Door, newTransport func() *reboundmcp.Transport, max int, timeout time.Duration) *front {
 	return &front{ctx: ctx, door: door, newTransport: newTransport, max: max, timeout: timeout, sessions: map[string]*session{}}
+}
+
+// server returns the HTTP server of the front.
+func (f *front) server(errorLog *log.Logger) *http.Server {
+	return &http.Server{
+		Handler:           f,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          errorLog,
+	}
 }
 
 // ServeHTTP implements http.Handler: the door decides, and its refusals
