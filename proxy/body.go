@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
+	"github.com/rebound-go/rebound/internal/frontdoor"
 	"github.com/rebound-go/rebound/internal/provider"
 )
 
@@ -19,16 +19,11 @@ import (
 const MaxModel = 256
 
 // BodyStall is how long a request body may send nothing before the proxy
-// gives up on it (408), as the server gives up on headers that stall. The
-// connection's read deadline is moved on at most every bodyStallSlack
-// (each move is a timer's change, and a body comes in many reads), to
-// BodyStall and bodyStallSlack from then: a body that stalls is given up
-// after BodyStall to BodyStall+bodyStallSlack of silence, never sooner.
-const BodyStall = 10 * time.Second
-
-// bodyStallSlack is how much later than BodyStall a stalled body may be
-// given up, so that its deadline need not move at every read.
-const bodyStallSlack = BodyStall / 10
+// gives up on it (408), as the server gives up on headers that stall:
+// frontdoor.BodyStall, the limit of every server of rebound's. A body
+// that stalls is given up after BodyStall to 1.1 BodyStall of silence,
+// never sooner.
+const BodyStall = frontdoor.BodyStall
 
 var (
 	errTooLarge       = errors.New("request body too large")
@@ -39,56 +34,6 @@ var (
 	errModelSurrogate = errors.New(`the request body's "model" holds a lone surrogate escape, which parsers read differently`)
 	errLongModel      = fmt.Errorf("the model name is over %d bytes", MaxModel)
 )
-
-// deadlineReader reads a request body with the connection's read
-// deadline moved on as it comes, up to end.
-type deadlineReader struct {
-	r           io.Reader
-	rc          *http.ResponseController
-	end         time.Time
-	left        int64     // of the declared length; -1 when none was
-	pushedAt    time.Time // when the deadline was last moved; zero if never
-	unsupported bool      // rc cannot set a deadline: no use asking again
-}
-
-func (d *deadlineReader) Read(b []byte) (int, error) {
-	// The read that finds the end of a declared length waits for nothing.
-	if d.left != 0 && (d.pushedAt.IsZero() || time.Since(d.pushedAt) >= bodyStallSlack) {
-		d.push()
-	}
-	n, err := d.r.Read(b)
-	if d.left > 0 {
-		d.left = max(d.left-int64(n), 0)
-	}
-	return n, err
-}
-
-// push sets the read deadline BodyStall and bodyStallSlack from now, or
-// at the end.
-func (d *deadlineReader) push() {
-	if d.unsupported {
-		return
-	}
-	now := time.Now()
-	deadline := now.Add(BodyStall + bodyStallSlack)
-	if deadline.After(d.end) {
-		deadline = d.end
-	}
-	if err := d.rc.SetReadDeadline(deadline); errors.Is(err, http.ErrNotSupported) {
-		d.unsupported = true
-		return
-	}
-	d.pushedAt = now
-}
-
-// clear takes the deadline away, if it was set: the server's own reads
-// after the body (the one that watches for the client going) must not
-// meet it.
-func (d *deadlineReader) clear() {
-	if !d.pushedAt.IsZero() {
-		d.rc.SetReadDeadline(time.Time{})
-	}
-}
 
 // modelOf returns the model a request asks for, from a Gemini path
 // (".../models/NAME:verb") or a JSON body's top-level "model", and notes

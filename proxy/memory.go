@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/frontdoor"
 )
 
 // DefaultMaxBodyMemory is the bound on the memory of all request bodies
@@ -167,7 +169,7 @@ type heldBody struct {
 	start, end int    // the span of the JSON "model" value, or -1
 	prefix     string // of a Gemini body's model: "models/"
 
-	reader deadlineReader // what readBody reads it with: one allocation less
+	reader frontdoor.BodyReader // what readBody reads it with: one allocation less
 }
 
 // release drops the body's bytes and gives their memory back; the body is
@@ -288,11 +290,11 @@ func readBody(r *http.Request, rc *http.ResponseController, mem *bodyMemory, lim
 	if r.Body == nil || r.Body == http.NoBody {
 		return h, nil
 	}
-	h.reader = deadlineReader{r: r.Body, rc: rc, end: time.Now().Add(timeout), left: r.ContentLength}
+	h.reader = frontdoor.NewBodyReader(r.Body, rc, time.Now().Add(timeout), r.ContentLength)
 	body := &h.reader
 	declared := r.ContentLength
 	if declared > limit {
-		body.push() // for the server, which may read the rest before it answers
+		body.Push() // for the server, which may read the rest before it answers
 		return nil, errTooLarge
 	}
 	fail := func(err error) (*heldBody, error) {
@@ -308,7 +310,7 @@ func readBody(r *http.Request, rc *http.ResponseController, mem *bodyMemory, lim
 		held := h.reserved
 		h.mu.Unlock()
 		asked := time.Now()
-		err := mem.reserve(r.Context(), age, held, n, asked.Add(min(time.Until(body.end), wait)))
+		err := mem.reserve(r.Context(), age, held, n, asked.Add(min(time.Until(body.End()), wait)))
 		wait -= time.Since(asked)
 		if err != nil {
 			return err
@@ -376,7 +378,7 @@ func readBody(r *http.Request, rc *http.ResponseController, mem *bodyMemory, lim
 		cur = join(make([]byte, 0, got), chunks)
 		h.drop(chunks)
 	}
-	body.clear()
+	body.Clear()
 	h.b = cur
 	return h, nil
 }

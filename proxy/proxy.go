@@ -23,7 +23,7 @@ const (
 	DefaultMaxBody       = 32 << 20
 	DefaultMaxAttempts   = fallback.GatewayMaxAttempts
 	DefaultQuotaCooldown = fallback.DefaultQuotaCooldown
-	DefaultBodyTimeout   = 60 * time.Second
+	DefaultBodyTimeout   = frontdoor.BodyTimeout
 	DefaultMaxQueueWait  = 30 * time.Second
 	maxBreakers          = 1024
 	maxIdlePerUpstream   = 256

@@ -28,4 +28,13 @@
 // proxy in the request's API dialect, the MCP front as a JSON-RPC
 // error). Enter comes first, for every request; Admit before anything is
 // served that needs a token (the proxy's health checks need none).
+//
+// Who may call is also how long a caller may hold the door: both servers
+// take their http.Server from Server, with a header timeout and an idle
+// timeout (a kept-alive connection is closed after two quiet minutes,
+// whatever it was last answered, a 401 included), and read a request's
+// body through a BodyReader, which gives up on a body silent for
+// BodyStall or unfinished at its end (BodyTimeout for the MCP front, the
+// proxy's own Options.BodyTimeout). A read timeout of the server's would
+// do neither well: it would also end the answers that stream for minutes.
 package frontdoor

@@ -5,12 +5,14 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"log/slog"
 	"mime"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,13 +87,10 @@ func newFront(ctx context.Context, door *frontdoor.Door, newTransport func() *re
 	return &front{ctx: ctx, door: door, newTransport: newTransport, max: max, timeout: timeout, sessions: map[string]*session{}}
 }
 
-// server returns the HTTP server of the front.
+// server returns the HTTP server of the front, with the limits of every
+// server of rebound's (its handler reads a body within them too).
 func (f *front) server(errorLog *log.Logger) *http.Server {
-	return &http.Server{
-		Handler:           f,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          errorLog,
-	}
+	return frontdoor.Server(f, errorLog)
 }
 
 // ServeHTTP implements http.Handler: the door decides, and its refusals
@@ -116,11 +115,17 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, codeServerError, "the MCP endpoint is "+Path)
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	var body []byte
+	if r.Method == http.MethodPost {
+		var ok bool
+		if body, ok = readBody(w, r); !ok {
+			return
+		}
+	}
 	id := r.Header.Get("Mcp-Session-Id")
 	switch {
 	case r.Method == http.MethodPost && id == "":
-		f.open(w, r, holder)
+		f.open(w, r, body, holder)
 	case r.Method != http.MethodPost && r.Method != http.MethodGet && r.Method != http.MethodDelete:
 		w.Header().Set("Allow", "GET, POST, DELETE, OPTIONS")
 		writeError(w, http.StatusMethodNotAllowed, codeServerError, "method not allowed")
@@ -129,6 +134,32 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		f.serveSession(w, r, id, holder)
 	}
+}
+
+// readBody reads a POST's body whole, within the limits of
+// frontdoor.BodyReader and at most maxBody bytes, and hands it to the
+// session's transport as a reader of those bytes: the transport, which
+// reads it too, then waits for nothing. It answers a body that does not
+// come (408) or is too large (413) itself, and says whether to go on.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	limited := http.MaxBytesReader(w, r.Body, maxBody)
+	br := frontdoor.NewBodyReader(limited, http.NewResponseController(w), time.Now().Add(frontdoor.BodyTimeout), r.ContentLength)
+	body, err := io.ReadAll(&br)
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, codeServerError, fmt.Sprintf("the body is over %d bytes", maxBody))
+		return nil, false
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		writeError(w, http.StatusRequestTimeout, codeServerError, "the request body did not come in time")
+		return nil, false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, codeServerError, "could not read the body: "+err.Error())
+		return nil, false
+	}
+	br.Clear() // an answer may stream for long; the deadline was the body's
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return body, true
 }
 
 // JSON-RPC error codes of the answers the front writes itself.
@@ -146,19 +177,14 @@ func writeError(w http.ResponseWriter, status, code int, msg string) {
 	w.Write(append(body, '\n'))
 }
 
-// open starts a session for an initialize request that names none, for
-// the holder of the token the request carries.
-func (f *front) open(w http.ResponseWriter, r *http.Request, holder int) {
+// open starts a session for an initialize request (body) that names
+// none, for the holder of the token the request carries.
+func (f *front) open(w http.ResponseWriter, r *http.Request, body []byte, holder int) {
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
 		writeError(w, http.StatusUnsupportedMediaType, codeServerError, "Content-Type must be application/json")
 		return
 	}
 	var initID jsonrpc.ID
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, codeServerError, fmt.Sprintf("could not read the body (at most %d bytes)", maxBody))
-		return
-	}
 	// Only an initialize opens a session, and so starts a server: any
 	// other message without a session is an old session's, or noise.
 	if msg, err := jsonrpc.DecodeMessage(body); err != nil {
@@ -170,7 +196,6 @@ func (f *front) open(w http.ResponseWriter, r *http.Request, holder int) {
 	} else {
 		initID = req.ID
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
 	s, err := f.start(initID, holder)
 	if err != nil {
 		w.Header().Set("Retry-After", "1")

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log"
 	"log/slog"
-	"net/http"
 	"strings"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/rebound-go/rebound/breaker"
 	"github.com/rebound-go/rebound/cmd/rebound/internal/serve"
 	"github.com/rebound-go/rebound/cost"
+	"github.com/rebound-go/rebound/internal/frontdoor"
 	"github.com/rebound-go/rebound/internal/scrub"
 	reboundotel "github.com/rebound-go/rebound/otel"
 	"github.com/rebound-go/rebound/proxy"
@@ -165,13 +165,8 @@ func serveProxy(ctx context.Context, c Config, p *proxy.Proxy, logger *slog.Logg
 	stopReloads := reloadOnHangup(c.ConfigFile, live, logger)
 	defer stopReloads()
 	err := serve.Run(ctx, serve.Config{
-		Addr: c.Addr,
-		Server: &http.Server{
-			Handler:           live,
-			ReadHeaderTimeout: 10 * time.Second,
-			IdleTimeout:       2 * time.Minute,
-			ErrorLog:          log.New(slogWriter{logger}, "", 0),
-		},
+		Addr:   c.Addr,
+		Server: frontdoor.Server(live, log.New(slogWriter{logger}, "", 0)),
 		Drain:  c.Drain,
 		Stdout: stdout,
 		Stopping: func() {
