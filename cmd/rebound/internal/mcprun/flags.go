@@ -178,11 +178,12 @@ func (f *Flags) completeHTTP(c *Config) error {
 	return nil
 }
 
-// checkUpstream checks --upstream is an http or https URL.
+// checkUpstream checks --upstream is an http or https URL. It does not
+// quote it: hosted servers take their keys in a URL's user, path or query.
 func checkUpstream(s string) error {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("--upstream %q: want the server's http:// or https:// URL (e.g. http://127.0.0.1:3001/mcp)", s)
+		return errors.New("--upstream is not an http:// or https:// URL with a host (e.g. http://127.0.0.1:3001/mcp)")
 	}
 	return nil
 }

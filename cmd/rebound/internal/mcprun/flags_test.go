@@ -48,3 +48,29 @@ func TestMCPConfigFile(t *testing.T) {
 		}
 	}
 }
+
+// TestUpstreamRefusedWithoutQuotingIt: a bad --upstream is refused in
+// one line that does not quote it: hosted servers take their keys in the
+// URL's user, path or query, and the line reaches the agent's logs.
+func TestUpstreamRefusedWithoutQuotingIt(t *testing.T) {
+	for _, s := range []string{
+		"ftp://tok_USER:PASSWORD@host/api/s/PATHSECRET/mcp?key=SECRET",
+		"tok_USER:PASSWORD@host/api/s/PATHSECRET/mcp?key=SECRET",
+		"http:///api/s/PATHSECRET/mcp?key=SECRET",
+		"http://host/api/s/PATHSECRET%zz/mcp?key=SECRET",
+	} {
+		err := checkUpstream(s)
+		if err == nil || !strings.Contains(err.Error(), "--upstream") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v, want one line about --upstream", s, err)
+			continue
+		}
+		for _, secret := range []string{"tok_USER", "PASSWORD", "PATHSECRET", "SECRET"} {
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("%s: %v holds %s", s, err, secret)
+			}
+		}
+	}
+	if err := checkUpstream("https://tok_USER@host:8443/api/s/PATHSECRET/mcp?key=SECRET"); err != nil {
+		t.Errorf("a good URL: %v", err)
+	}
+}
