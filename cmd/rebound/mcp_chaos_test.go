@@ -2,15 +2,19 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/rebound-go/rebound/mcp/chaosmcp"
@@ -99,5 +103,45 @@ func TestMCPChaosServerLosesSessionsThroughUpstream(t *testing.T) {
 	}
 	if runs := srv.Counts()[chaosmcp.ToolAppend]; runs != calls {
 		t.Errorf("append ran %d times for %d calls", runs, calls)
+	}
+}
+
+// TestMCPErrorAnswerThroughUpstreamIsPassedOnNotResent: the Go SDK's
+// client through "rebound mcp --upstream" to a server whose
+// side-effecting tool acts, then answers with a JSON-RPC error: -32001
+// (the TypeScript SDK's request timeout as well as its "Session not
+// found"), or any error that speaks of a session. The caller gets the
+// error as it came, and the tool acted once.
+func TestMCPErrorAnswerThroughUpstreamIsPassedOnNotResent(t *testing.T) {
+	var runs atomic.Int32
+	var answer atomic.Pointer[jsonrpc.Error]
+	server := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, nil)
+	server.AddTool(&mcp.Tool{Name: "charge", InputSchema: map[string]any{"type": "object"}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		runs.Add(1)
+		return nil, answer.Load()
+	})
+	up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	defer up.Close()
+	cmd := mcpProcess(t, "--upstream", up.URL+"/mcp")
+	client := mcp.NewClient(&mcp.Implementation{Name: "rebound-test", Version: "1"}, nil)
+	cs, err := client.Connect(t.Context(), &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	for i, we := range []*jsonrpc.Error{
+		{Code: -32001, Message: "Request timed out"},
+		{Code: -32001, Message: "Session not found"},
+		{Code: -32000, Message: "Bad Request: No valid session ID provided"},
+	} {
+		answer.Store(we)
+		_, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "charge", Arguments: map[string]any{}})
+		var got *jsonrpc.Error
+		if !errors.As(err, &got) || got.Code != we.Code || got.Message != we.Message {
+			t.Errorf("charge answered %d %q: the caller got %v, want it as it came", we.Code, we.Message, err)
+		}
+		if n := runs.Load(); n != int32(i+1) {
+			t.Fatalf("charge acted %d times for %d calls", n, i+1)
+		}
 	}
 }
