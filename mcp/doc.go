@@ -31,11 +31,18 @@
 // one start; a start that then runs for 10 s closes it, one that dies
 // sooner opens it again.
 //
-// Over streamable HTTP, what comes back is the session. The server's word that
-// it does not know the session (the spec's 404; a 400 whose error says
-// the session ID is missing or invalid, as the official SDKs' servers
-// answer; a JSON-RPC error -32001 "Session not found") opens a new one,
-// re-initialized the same way. Beneath the session, rebound's engine
+// Over streamable HTTP, what comes back is the session. The transport's
+// word that the server does not know the session opens a new one,
+// re-initialized the same way: the spec's 404, or a 400 whose body says
+// the session ID is missing or invalid (as the official TypeScript SDK's
+// servers answer), to a request that carried the session's ID, whatever
+// the body says besides. A JSON-RPC error answering a request never is,
+// whatever its code or message: -32001 is the TypeScript SDK's "Session
+// not found" but also its request timeout, which a tool whose own request
+// to the client timed out answers with, after it may have acted. The
+// endpoint's user, path and query string, where hosted servers take their
+// keys, go with every request to it, but errors and logs name the server
+// by scheme, host and port alone. Beneath the session, rebound's engine
 // (rebound.Transport, under Options.Policy) retries 429 and 503 after
 // their Retry-After, and refused connections; it counts every POST as
 // side-effecting, so it sends one again only when it provably never

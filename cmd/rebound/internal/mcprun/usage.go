@@ -20,16 +20,18 @@ one process) per client session.
     after --healthy-after of running), the client's initialize replayed,
     then its subscriptions and log level; the client is told when the
     server's tools, prompts or resources changed. An HTTP session the
-    server lost is opened again; 429, 503 and refused connections are
-    retried, with their Retry-After.
+    server lost (a 404, or a 400 naming the session, to a request in it)
+    is opened again; 429, 503 and refused connections are retried, with
+    their Retry-After. Errors and logs name the server by scheme, host
+    and port, never by the URL's user, path or query.
   - A tools/call cut short by a crash or a lost session is sent again only
     if the tool's last listing says readOnlyHint or idempotentHint (or the
     --config file says read-only or idempotent); a tool never listed is
     side-effecting. Otherwise the agent gets a JSON-RPC error naming the
     tool and saying it may have taken effect. A request the server refused
     because it did not know the session never ran and is resent. Listing,
-    reading and ping are always resent; an isError result, a parse error,
-    an invalid request or params and an unknown method are answers.
+    reading and ping are always resent; an isError result and a JSON-RPC
+    error of any code (-32001 too) are the server's answers.
   - Nothing hangs: while the server is down a call waits up to --down-wait,
     then fails; --crash-limit crashes within --crash-window stop the
     restarts for --crash-cooldown, then one start is tried; a call with no
@@ -48,9 +50,9 @@ Tokens or not, a request from a web page (an Origin header, or a
 Sec-Fetch-Site other than same-origin) is refused unless its origin is
 given with --allow-origin. Refused: a 403 (401 for a missing or wrong
 token) with a JSON-RPC error body. The first line on stdout is
-"listening on http://HOST:PORT/mcp". A session ends with the client's
-DELETE, after --session-timeout without a request, or at shutdown; its
-upstream ends with it.
+"listening on http://HOST:PORT/mcp". A session answers only the token
+that opened it, ends with the client's DELETE, after --session-timeout
+without a request, or at shutdown; its upstream ends with it.
 
 Logs go to stderr as JSON lines (slog): one per client request (server,
 method, tool, attempts, outcome, whether the server restarted, duration;
