@@ -96,6 +96,13 @@ func (f *front) server(errorLog *log.Logger) *http.Server {
 // ServeHTTP implements http.Handler: the door decides, and its refusals
 // are written as the MCP client reads errors, a JSON-RPC error body.
 func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// A body is bounded from the first: net/http reads what is left of
+	// one before it sends any answer, a refusal's too, and would wait
+	// for ever for one that does not come.
+	body := frontdoor.NewBodyReader(http.MaxBytesReader(w, r.Body, maxBody), http.NewResponseController(w), time.Now().Add(frontdoor.BodyTimeout), r.ContentLength)
+	if r.Body != http.NoBody {
+		body.Push()
+	}
 	why, answered := f.door.Enter(w, r)
 	if why != "" {
 		writeError(w, http.StatusForbidden, codeServerError, "Forbidden: "+why)
@@ -115,17 +122,14 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, codeServerError, "the MCP endpoint is "+Path)
 		return
 	}
-	var body []byte
-	if r.Method == http.MethodPost {
-		var ok bool
-		if body, ok = readBody(w, r); !ok {
-			return
-		}
+	data, ok := readBody(w, r, &body)
+	if !ok {
+		return
 	}
 	id := r.Header.Get("Mcp-Session-Id")
 	switch {
 	case r.Method == http.MethodPost && id == "":
-		f.open(w, r, body, holder)
+		f.open(w, r, data, holder)
 	case r.Method != http.MethodPost && r.Method != http.MethodGet && r.Method != http.MethodDelete:
 		w.Header().Set("Allow", "GET, POST, DELETE, OPTIONS")
 		writeError(w, http.StatusMethodNotAllowed, codeServerError, "method not allowed")
@@ -136,15 +140,18 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// readBody reads a POST's body whole, within the limits of
-// frontdoor.BodyReader and at most maxBody bytes, and hands it to the
-// session's transport as a reader of those bytes: the transport, which
-// reads it too, then waits for nothing. It answers a body that does not
-// come (408) or is too large (413) itself, and says whether to go on.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	limited := http.MaxBytesReader(w, r.Body, maxBody)
-	br := frontdoor.NewBodyReader(limited, http.NewResponseController(w), time.Now().Add(frontdoor.BodyTimeout), r.ContentLength)
-	body, err := io.ReadAll(&br)
+// readBody reads r's body whole through br (at most maxBody bytes, within
+// frontdoor's limits), takes the read deadline away, and hands the body to
+// the session's transport as a reader of those bytes, which then waits
+// for nothing: a GET's event stream may stay open for hours. It answers a
+// body that does not come (408) or is too large (413) itself, and says
+// whether to go on.
+func readBody(w http.ResponseWriter, r *http.Request, br *frontdoor.BodyReader) ([]byte, bool) {
+	if r.ContentLength > maxBody {
+		writeError(w, http.StatusRequestEntityTooLarge, codeServerError, fmt.Sprintf("the body is over %d bytes", maxBody))
+		return nil, false
+	}
+	body, err := io.ReadAll(br)
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
@@ -157,7 +164,7 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 		writeError(w, http.StatusBadRequest, codeServerError, "could not read the body: "+err.Error())
 		return nil, false
 	}
-	br.Clear() // an answer may stream for long; the deadline was the body's
+	br.Clear()
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	return body, true
 }

@@ -149,6 +149,9 @@ func TestFrontLimitsWhatAClientHolds(t *testing.T) {
 		{"idle after a 401", func(c net.Conn) {
 			io.WriteString(c, strings.Replace(request(len(initialize), initialize), token, "", 1))
 		}, frontdoor.IdleTimeout, frontdoor.IdleTimeout, "HTTP/1.1 401"},
+		{"refused, its body stalls", func(c net.Conn) {
+			io.WriteString(c, strings.Replace(request(len(initialize), initialize[:10]), token, "", 1))
+		}, frontdoor.BodyStall * 11 / 10, 0, "HTTP/1.1 401"},
 		{"header stalls", func(c net.Conn) {
 			io.WriteString(c, "POST /mcp HTTP/1.1\r\nHost: mcp.example.com\r\n")
 		}, frontdoor.HeaderTimeout, frontdoor.HeaderTimeout, ""},
