@@ -53,10 +53,10 @@ func TestASecondSpellingOfANameIsRefused(t *testing.T) {
 		`{"MODEL":"big","model":"small"}`,
 		`{"model":"small","mODEL":"big"}`,
 		`{"M\u006fdel":"big"}`,
-		`{"model\u0000x":"big"}`,     // a C parser stops at the NUL
-		`{"model\u0000":"big"}`,      // the same
-		`{"mcp_\u017fervers":[]}`,    // long s folds to s in encoding/json
-		`{"mcp_ſervers":[]}`,         // the same, unescaped
+		`{"model\u0000x":"big"}`,  // a C parser stops at the NUL
+		`{"model\u0000":"big"}`,   // the same
+		`{"mcp_\u017fervers":[]}`, // long s folds to s in encoding/json
+		`{"mcp_ſervers":[]}`,      // the same, unescaped
 		`{"Type":"x"}`,
 		`{"NAME":"x"}`,
 	} {
@@ -156,16 +156,16 @@ func TestNestingIsBounded(t *testing.T) {
 
 func TestTextResolvesEscapesAsEncodingJSON(t *testing.T) {
 	for q, want := range map[string]string{
-		`"plain"`:          "plain",
-		`"a\nb\"c\\d\/e"`:  "a\nb\"c\\d/e",
-		`"\u00e9t\u00e9"`:  "été",
-		`"\ud83d\ude00"`:   "😀",
-		`"\ud83d"`:         "\uFFFD",
-		`"\ud83d\u0041"`:   "\uFFFDA",
-		`"\ude00\ud83d"`:   "\uFFFD\uFFFD",
-		`"\ufffd"`:         "\uFFFD",
-		"\"caf\xc3\xa9\"":  "café",
-		"\"bad\xffbyte\"":  "bad\uFFFDbyte",
+		`"plain"`:         "plain",
+		`"a\nb\"c\\d\/e"`: "a\nb\"c\\d/e",
+		`"\u00e9t\u00e9"`: "été",
+		`"\ud83d\ude00"`:  "😀",
+		`"\ud83d"`:        "\uFFFD",
+		`"\ud83d\u0041"`:  "\uFFFDA",
+		`"\ude00\ud83d"`:  "\uFFFD\uFFFD",
+		`"\ufffd"`:        "\uFFFD",
+		"\"caf\xc3\xa9\"": "café",
+		"\"bad\xffbyte\"": "bad\uFFFDbyte",
 	} {
 		text, _ := AppendText(nil, []byte(q))
 		if string(text) != want {
