@@ -52,7 +52,7 @@ const Other = -1
 // match returns the index of the name key is, raw as written between its
 // quotes with the flags of its string, or Other; a key that is a second
 // spelling of a name is reported by spelling >= 0, that name's index.
-func (n *Names) match(s *Scanner, raw []byte, flags uint8) (index, spelling int) {
+func (n *Names) match(raw []byte, flags uint8) (index, spelling int) {
 	if flags == 0 { // ASCII, no escapes: the key's text is raw
 		for i, name := range n.names {
 			if len(name) == len(raw) && name == string(raw) {
@@ -66,7 +66,8 @@ func (n *Names) match(s *Scanner, raw []byte, flags uint8) (index, spelling int)
 		}
 		return Other, Other
 	}
-	text, cut := s.keyText(raw, n.longest)
+	var buf [128]byte
+	text, cut := keyText(buf[:0], raw, n.longest)
 	if text == nil {
 		return Other, Other // longer than any name, in any spelling
 	}
@@ -99,12 +100,12 @@ func asciiFoldEqual(key []byte, lower string) bool {
 	return true
 }
 
-// keyText returns the text of a key as written between its quotes, its
-// escapes resolved, up to an escaped NUL (cut: a C parser stops there),
-// or nil if it has more than longest runes before one: it is then none
-// of the names in any spelling, since a name's case fold keeps its runes.
-func (s *Scanner) keyText(raw []byte, longest int) (text []byte, cut bool) {
-	s.key = s.key[:0]
+// keyText appends to dst the text of a key as written between its
+// quotes, its escapes resolved, up to an escaped NUL (cut: a C parser
+// stops there), or returns nil if it has more than longest runes before
+// one: it is then none of the names in any spelling, since a name's case
+// fold keeps its runes.
+func keyText(dst, raw []byte, longest int) (text []byte, cut bool) {
 	runes := 0
 	for i := 0; i < len(raw); runes++ {
 		if runes > longest {
@@ -119,14 +120,14 @@ func (s *Scanner) keyText(raw []byte, longest int) (text []byte, cut bool) {
 			i += n
 		}
 		if r == 0 {
-			return s.key, true
+			return dst, true
 		}
-		s.key = utf8.AppendRune(s.key, r)
+		dst = utf8.AppendRune(dst, r)
 	}
 	if runes > longest {
 		return nil, false
 	}
-	return s.key, false
+	return dst, false
 }
 
 // Members reads an object's members, in order. Take each member's value
@@ -194,7 +195,7 @@ func (m *Members) Next() bool {
 	}
 	m.key, m.name = k, Other
 	if m.names != nil {
-		i, spelling := m.names.match(s, s.b[k.Lo+1:k.Hi-1], flags)
+		i, spelling := m.names.match(s.b[k.Lo+1:k.Hi-1], flags)
 		switch {
 		case spelling >= 0:
 			s.failKey(m.names.names[spelling], k.Lo, ErrKeySpelling)

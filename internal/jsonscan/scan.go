@@ -81,24 +81,20 @@ type Scanner struct {
 	// DefaultMaxDepth.
 	MaxDepth int
 
-	b       []byte
-	i       int
-	depth   int
-	err     error
-	objects []uint64 // bit d: the container at depth d+1 is an object
-	key     []byte   // a key unescaped to be compared
+	b     []byte
+	i     int
+	depth int
+	err   error
+	// Bit d of the containers open: whether the one at depth d+1 is an
+	// object; past the first 64 in deep, so that a Scanner on the stack
+	// reading a document of ordinary depth allocates nothing.
+	objects uint64
+	deep    []uint64
 }
-
-// maxKeptKey bounds the buffer a Scanner keeps from one document to the
-// next for a key it had to unescape.
-const maxKeptKey = 64 << 10
 
 // Reset sets the scanner to read doc from its start.
 func (s *Scanner) Reset(doc []byte) {
 	s.b, s.i, s.depth, s.err = doc, 0, 0, nil
-	if cap(s.key) > maxKeptKey {
-		s.key = nil
-	}
 }
 
 // Err returns the first fault found: a *SyntaxError or a *KeyError; nil
@@ -177,14 +173,18 @@ func (s *Scanner) push(object bool) bool {
 		return false
 	}
 	s.i++
-	w, bit := s.depth/64, uint64(1)<<(s.depth%64)
-	for len(s.objects) <= w {
-		s.objects = append(s.objects, 0)
+	word, bit := &s.objects, uint64(1)<<(s.depth%64)
+	if s.depth >= 64 {
+		w := s.depth/64 - 1
+		for len(s.deep) <= w {
+			s.deep = append(s.deep, 0)
+		}
+		word = &s.deep[w]
 	}
 	if object {
-		s.objects[w] |= bit
+		*word |= bit
 	} else {
-		s.objects[w] &^= bit
+		*word &^= bit
 	}
 	s.depth++
 	return true
@@ -193,7 +193,11 @@ func (s *Scanner) push(object bool) bool {
 // inObject reports whether the innermost open container is an object.
 func (s *Scanner) inObject() bool {
 	d := s.depth - 1
-	return s.objects[d/64]&(1<<(d%64)) != 0
+	word := s.objects
+	if d >= 64 {
+		word = s.deep[d/64-1]
+	}
+	return word&(1<<(d%64)) != 0
 }
 
 // Skip reads the value ahead, whatever it is, checking it whole, and

@@ -205,3 +205,38 @@ func TestScanningAllocatesNothing(t *testing.T) {
 		t.Errorf("%v allocations a document (err %v)", n, s.Err())
 	}
 }
+
+func TestAScannerOnTheStackAllocatesNothing(t *testing.T) {
+	doc := []byte(`{"M\u00f6del":1,"model":"small","x":[[[[{"a":"\u00e9"}]]]]}`)
+	n := testing.AllocsPerRun(100, func() {
+		var s Scanner
+		s.Reset(doc)
+		for m := s.Object(testNames); m.Next(); {
+			s.Skip()
+		}
+		s.End()
+	})
+	if n != 0 {
+		t.Errorf("%v allocations a document", n)
+	}
+}
+
+func TestObjectsAndArraysNestedPastSixtyFourAlternate(t *testing.T) {
+	var b strings.Builder
+	for range 100 {
+		b.WriteString(`{"a":[`)
+	}
+	b.WriteString(`1`)
+	for range 100 {
+		b.WriteString(`]}`)
+	}
+	var s Scanner
+	s.Reset([]byte(b.String()))
+	if s.Skip(); !s.End() {
+		t.Fatalf("200 deep, alternating: %v", s.Err())
+	}
+	s.Reset([]byte(strings.Replace(b.String(), "]}", "}]", 1)))
+	if s.Skip(); s.End() {
+		t.Fatal("a bracket closing the wrong container was let through")
+	}
+}
