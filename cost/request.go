@@ -178,5 +178,3 @@ func (r request) most(p Price) Usage {
 	}
 	return u
 }
-
-

@@ -254,4 +254,3 @@ func bodyError(err error) error {
 	}
 	return fmt.Errorf("the request body is not strict JSON (RFC 8259): %w", err)
 }
-
