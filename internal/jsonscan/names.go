@@ -1,6 +1,8 @@
 package jsonscan
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -12,6 +14,7 @@ import (
 // share them: they are read-only.
 type Names struct {
 	names   []string
+	bytes   [][]byte // each name as bytes, to fold-compare without a copy
 	folded  []string // each name in lower case
 	longest int      // in bytes, and so in runes: names are ASCII
 }
@@ -40,6 +43,7 @@ func NewNames(names ...string) *Names {
 			}
 		}
 		n.folded = append(n.folded, f)
+		n.bytes = append(n.bytes, []byte(name))
 		n.longest = max(n.longest, len(name))
 	}
 	return n
@@ -78,12 +82,63 @@ func (n *Names) match(raw []byte, flags uint8) (index, spelling int) {
 			}
 		}
 	}
-	for i, name := range n.names {
-		if strings.EqualFold(name, string(text)) {
+	for i, name := range n.bytes {
+		if bytes.EqualFold(name, text) {
 			return Other, i
 		}
 	}
 	return Other, Other
+}
+
+// Spelled returns the index of the name text is, or which some parser
+// reads it as (another case, a Unicode fold, cut at a NUL); Other if none.
+// text is a string's text, its escapes resolved (Scanner.Text): a caller
+// that decides by a string value reads its spellings as a key's.
+func (n *Names) Spelled(text []byte) int {
+	if cut := bytes.IndexByte(text, 0); cut >= 0 {
+		text = text[:cut]
+	}
+	for i, name := range n.bytes {
+		if bytes.EqualFold(name, text) {
+			return i
+		}
+	}
+	return Other
+}
+
+// Found reads the value ahead and reports whether it names one of the
+// names anywhere: as a key, or as a string, in any spelling Spelled
+// reads; a key fault (a name given twice) is a finding too. It stops at
+// the first: a caller that must know the document valid checks Err or
+// End after a false.
+func (n *Names) Found(s *Scanner) bool {
+	var buf [128]byte
+	switch s.Next() {
+	case Object:
+		for m := s.Object(n); m.Next(); {
+			if m.Name() != Other || n.Found(s) {
+				return true
+			}
+		}
+		var ke *KeyError
+		return errors.As(s.err, &ke)
+	case Array:
+		for e := s.Array(); e.Next(); {
+			if n.Found(s) {
+				return true
+			}
+		}
+	case String:
+		v, ok := s.Str()
+		if !ok {
+			return false
+		}
+		text, _ := keyText(buf[:0], s.b[v.Lo+1:v.Hi-1], n.longest) // nil if longer than any name
+		return text != nil && n.Spelled(text) != Other
+	default:
+		s.Skip()
+	}
+	return false
 }
 
 // asciiFoldEqual reports whether ASCII key is lower, a lower-case name,
