@@ -17,6 +17,7 @@ type Names struct {
 	bytes   [][]byte // each name as bytes, to fold-compare without a copy
 	folded  []string // each name in lower case
 	longest int      // in bytes, and so in runes: names are ASCII
+	byLen   [][]int8 // the indexes of the names of each length
 }
 
 // MaxNames is how many names one Names holds.
@@ -46,6 +47,10 @@ func NewNames(names ...string) *Names {
 		n.bytes = append(n.bytes, []byte(name))
 		n.longest = max(n.longest, len(name))
 	}
+	n.byLen = make([][]int8, n.longest+1)
+	for i, name := range names {
+		n.byLen[len(name)] = append(n.byLen[len(name)], int8(i))
+	}
 	return n
 }
 
@@ -57,15 +62,19 @@ const Other = -1
 // quotes with the flags of its string, or Other; a key that is a second
 // spelling of a name is reported by spelling >= 0, that name's index.
 func (n *Names) match(raw []byte, flags uint8) (index, spelling int) {
-	if flags == 0 { // ASCII, no escapes: the key's text is raw
-		for i, name := range n.names {
-			if len(name) == len(raw) && name == string(raw) {
-				return i, Other
+	if flags == 0 { // ASCII, no escapes: the key's text is raw, and a spelling of a name is as long
+		if len(raw) > n.longest {
+			return Other, Other
+		}
+		same := n.byLen[len(raw)]
+		for _, i := range same {
+			if n.names[i] == string(raw) {
+				return int(i), Other
 			}
 		}
-		for i, f := range n.folded {
-			if len(f) == len(raw) && asciiFoldEqual(raw, f) {
-				return Other, i
+		for _, i := range same {
+			if asciiFoldEqual(raw, n.folded[i]) {
+				return Other, int(i)
 			}
 		}
 		return Other, Other
