@@ -123,6 +123,9 @@ func (s *Scanner) failKey(name string, at int, err error) {
 
 // ws skips white space.
 func (s *Scanner) ws() {
+	if s.i < len(s.b) && s.b[s.i] > ' ' {
+		return // most often: no space at all
+	}
 	for s.i < len(s.b) {
 		switch s.b[s.i] {
 		case ' ', '\t', '\n', '\r':
@@ -238,7 +241,7 @@ func (s *Scanner) Skip() Span {
 		default:
 			s.fail(fmt.Sprintf("unexpected %s", describe(c)))
 		}
-		if !s.after(base) {
+		if s.depth == base || !s.after(base) {
 			break
 		}
 	}
