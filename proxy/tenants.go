@@ -72,9 +72,17 @@ type TenantConfig struct {
 	RequestsPerMinute float64 `json:"requests_per_minute"`
 	TokensPerMinute   float64 `json:"tokens_per_minute"`
 	// Models are the models the tenant may ask for; a request for another
-	// gets a 403 in its dialect. A request that names no model (a list of
-	// models) passes. Empty means any.
+	// gets a 403 in its dialect. Every model a request may run is checked:
+	// the one its path names (Gemini's, Azure's deployment), which the
+	// provider serves whatever the body says, else its body's, and each of
+	// a batch's requests'. A request that runs no model (a GET, a file
+	// upload, a delete) passes. Empty means any.
 	Models []string `json:"models"`
+	// AllowUnseenModels lets a tenant with Models send a model call whose
+	// model the proxy cannot see: a batch over an uploaded file, a stored
+	// prompt, a form (an audio transcription), a compressed body. Without
+	// it such a call gets a 403, since the model it runs may be any.
+	AllowUnseenModels bool `json:"allow_unseen_models"`
 }
 
 // tokensIn returns the comma-separated tokens of an environment
@@ -202,6 +210,8 @@ type tenant struct {
 	pacer    ratelimit.Pacer // nil: no limits
 	rpm, tpm float64
 	models   map[string]bool // nil: any
+	// allowUnseen lets a request whose model cannot be seen past models.
+	allowUnseen bool
 	*tenantTally
 }
 
@@ -248,7 +258,7 @@ func newTenants(o Options, getenv func(string) string) (*tenants, []string, erro
 	}
 	for _, name := range slices.Sorted(maps.Keys(configured)) {
 		tc, where := configured[name], "tenants."+name
-		t := &tenant{name: name, rpm: tc.RequestsPerMinute, tpm: tc.TokensPerMinute, tenantTally: &tenantTally{}}
+		t := &tenant{name: name, rpm: tc.RequestsPerMinute, tpm: tc.TokensPerMinute, allowUnseen: tc.AllowUnseenModels, tenantTally: &tenantTally{}}
 		if len(tc.Models) > 0 {
 			t.models = map[string]bool{}
 			for _, m := range tc.Models {

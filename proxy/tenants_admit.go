@@ -22,8 +22,8 @@ func (p *Proxy) admitTenant(w http.ResponseWriter, r *http.Request, c *call) (ct
 	if t == nil {
 		return ctx, true
 	}
-	if t.models != nil && c.model != "" && !t.models[c.model] {
-		writeError(w, c.dialect, http.StatusForbidden, fmt.Sprintf("tenant %q may not use model %q", t.name, c.model))
+	if msg := t.modelRefusal(c); msg != "" {
+		writeError(w, c.dialect, http.StatusForbidden, msg)
 		c.refuse(refusedModel)
 		return ctx, false
 	}
@@ -48,6 +48,23 @@ func (p *Proxy) admitTenant(w http.ResponseWriter, r *http.Request, c *call) (ct
 		ctx = cost.WithCaps(ctx, p.tenants.prices, tenantCap{t: t})
 	}
 	return ctx, true
+}
+
+// modelRefusal says why t may not send c's request for the models it
+// runs; "" if it may.
+func (t *tenant) modelRefusal(c *call) string {
+	if t.models == nil {
+		return ""
+	}
+	for _, m := range append([]string{c.model}, c.batchModels...) {
+		if m != "" && !t.models[m] {
+			return fmt.Sprintf("tenant %q may not use model %q", t.name, m)
+		}
+	}
+	if c.unseenModel && !t.allowUnseen {
+		return fmt.Sprintf("tenant %q may use only the models it lists, and the proxy cannot see which model this request runs (a batch over a file, a stored prompt, a form, a compressed body); the tenant's allow_unseen_models lets it", t.name)
+	}
+	return ""
 }
 
 // refuse notes that c was refused for why.
