@@ -326,6 +326,39 @@ func TestProviderSideEffects(t *testing.T) {
 	}
 }
 
+// TestProviderSideEffectsSeeNamesHoweverSpelled: a name that asks the
+// provider to act is found escaped, folded or cut at a NUL, as a key or a
+// value at any depth; a body that is not JSON may say anything. A model
+// call that names none stays pure, whatever its strings hold.
+func TestProviderSideEffectsSeeNamesHoweverSpelled(t *testing.T) {
+	for _, c := range []struct {
+		path, body string
+		want       bool
+	}{
+		{"/v1/messages", `{"model":"m","mcp_serv\u0065rs":[{"type":"url"}]}`, true},
+		{"/v1/messages", `{"model":"m","\u006dcp_servers":[]}`, true},
+		{"/v1/messages", `{"model":"m","MCP_SERVERS":[]}`, true},
+		{"/v1/messages", `{"model":"m","mcp_\u017fervers":[]}`, true},
+		{"/v1/messages", `{"model":"m","mcp_servers\u0000x":[]}`, true},
+		{"/v1/messages", `{"model":"m","metadata":{"mcp_servers":1}}`, true},
+		{"/v1/messages", `{"model":"m","mcp_servers":[],"mcp_servers":[]}`, true},
+		{"/v1/responses", `{"model":"m","tools":[{"type":"m\u0063p","server_url":"https://x.example"}]}`, true},
+		{"/v1/responses", `{"model":"m","tools":[{"type":"MCP"}]}`, true},
+		{"/v1/responses", `{"model":"m","conv\u0065rsation":"conv_1"}`, true},
+		{"/v1/responses", `{"model":"m","input":"conv\u0065rsation"}`, true},
+		{"/v1/responses", `{"model":"m","input":"a long text that mentions mcp and conversation"}`, false},
+		{"/v1/responses", `{"model":"m","input":"say \"conv\u0065rsation\""}`, false},
+		{"/v1/responses", `{"model":"m","input":"hi",}`, true},
+		{"/v1/responses", `not json at all`, true},
+		{"/v1/messages", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"\u00e9\n"}]}`, false},
+	} {
+		req, _ := http.NewRequest("POST", "http://provider.test"+c.path, strings.NewReader(c.body))
+		if got := rebound.ProviderSideEffects(req); got != c.want {
+			t.Errorf("%s %s: side effects %v, want %v", c.path, c.body, got, c.want)
+		}
+	}
+}
+
 // TestProviderSideEffectsReadsTheWholeBody: a name is found wherever it
 // falls, across reads, and a body that cannot be read again is taken to
 // hold it.

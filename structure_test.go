@@ -10,6 +10,7 @@ import (
 	"go/token"
 	"go/types"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,6 +108,70 @@ func TestPackageShape(t *testing.T) {
 	// attempt's context ends with became one group.
 	if n := bytes.Count(out, []byte("\n")); n > 60 {
 		t.Errorf("%d lines of go doc -short: keep the public face to 60", n)
+	}
+}
+
+// TestNoModuleFileOver500Lines: no non-test Go file of any module of the
+// repository (the root's and those go.work ties to it) runs over 500
+// lines, so that a file can be read at once; one that grows past it is
+// split where its parts have their own names.
+func TestNoModuleFileOver500Lines(t *testing.T) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		t.Fatalf("go list -m: %v", err)
+	}
+	root, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{} // a module's directory, relative to the root -> files read
+	for dir := range strings.FieldsSeq(string(out)) {
+		rel, err := filepath.Rel(root, dir)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			t.Fatalf("module %s lies outside the repository", dir)
+		}
+		seen[rel] = 0
+	}
+	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			// The go command ignores these, as the modules' builds do.
+			if path != "." && (name == "testdata" || name == "node_modules" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if n := bytes.Count(src, []byte("\n")); n > 500 {
+			t.Errorf("%s has %d lines; keep a non-test file to 500: split it where its parts have their own names", path, n)
+		}
+		for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
+			if _, ok := seen[dir]; ok {
+				seen[dir]++
+				break
+			}
+			if dir == "." {
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dir, n := range seen {
+		if n == 0 {
+			t.Errorf("no Go file read in module %s: the walk missed it", dir)
+		}
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"strings"
 
 	"github.com/rebound-go/rebound/internal/provider"
 )
@@ -143,7 +142,7 @@ func readRequest(req *http.Request) (request, error) {
 	r.input = (int64(len(body))+bytesPerToken-1)/bytesPerToken + mediaTokens*media
 	// Gemini serves the model its path names, and Azure OpenAI its
 	// deployment's, whatever the body says: it counts too.
-	if m := pathModel(req.URL.Path); m != "" && !slices.Contains(r.models, m) {
+	if m := provider.PathModel(req.URL.Path); m != "" && !slices.Contains(r.models, m) {
 		r.models = append(r.models, m)
 	}
 	if m := req.URL.Query().Get("model"); m != "" && len(r.models) == 0 {
@@ -178,17 +177,4 @@ func (r request) most(p Price) Usage {
 		u.InputTokens += p.maxInput(r.dialect)
 	}
 	return u
-}
-
-// pathModel returns the model of a Gemini path (".../models/NAME:verb") or
-// an Azure OpenAI one (".../deployments/NAME/...").
-func pathModel(path string) string {
-	if name := provider.GeminiModel(path); name != "" {
-		return name
-	}
-	if _, rest, ok := strings.Cut(path, "/deployments/"); ok {
-		name, _, _ := strings.Cut(rest, "/")
-		return name
-	}
-	return ""
 }

@@ -143,14 +143,8 @@ func (b *usageBody) read(doc []byte) {
 // readObject is read for one JSON document that is not an array.
 func (b *usageBody) readObject(doc []byte) {
 	d, how := sse.ReadUsage(doc)
-	switch how {
-	case sse.UsageInvalid:
+	if how == sse.UsageInvalid {
 		return
-	case sse.UsageUnsure:
-		var ok bool
-		if d, ok = decodeUsage(doc); !ok {
-			return
-		}
 	}
 	var in, out [9]int64 // room for every count the dialects give
 	nIn, nOut := 0, 0
@@ -182,33 +176,6 @@ func (b *usageBody) readObject(doc []byte) {
 	b.final = b.final || d.HasTop || d.HasResponse || d.HasMetadata && d.Finished
 }
 
-// decodeUsage decodes doc with encoding/json, for the documents the
-// scanner leaves to it (a key of candidates given twice, whose elements
-// encoding/json reuses from one array to the next).
-func decodeUsage(doc []byte) (sse.Usage, bool) {
-	var d usageDoc
-	if json.Unmarshal(doc, &d) != nil {
-		return sse.Usage{}, false
-	}
-	var u sse.Usage
-	for _, c := range []struct {
-		from *usageCounts
-		to   *sse.UsageCounts
-		set  *bool
-	}{{d.Usage, &u.Top, &u.HasTop}, {d.Message.Usage, &u.Message, &u.HasMessage}, {d.Response.Usage, &u.Response, &u.HasResponse}} {
-		if c.from != nil {
-			*c.to, *c.set = sse.UsageCounts(*c.from), true
-		}
-	}
-	if m := d.UsageMetadata; m != nil {
-		u.Metadata, u.HasMetadata = sse.UsageMetadata(*m), true
-	}
-	for _, c := range d.Candidates {
-		u.Finished = u.Finished || c.FinishReason != ""
-	}
-	return u, true
-}
-
 // sum adds counts, false if one is negative or the sum would not fit.
 func sum(counts []int64) (int64, bool) {
 	var total int64
@@ -219,39 +186,4 @@ func sum(counts []int64) (int64, bool) {
 		total += n
 	}
 	return total, true
-}
-
-// usageDoc is where the dialects put a response's usage: OpenAI's and
-// Anthropic's "usage" (final: the chunk or message_delta that ends a
-// stream), Anthropic's message_start "message" (not final), the Responses
-// API's events' "response" (final: response.completed), Gemini's
-// "usageMetadata" (final in the chunk that finishes a candidate).
-type usageDoc struct {
-	Usage   *usageCounts `json:"usage"`
-	Message struct {
-		Usage *usageCounts `json:"usage"`
-	} `json:"message"`
-	Response struct {
-		Usage *usageCounts `json:"usage"`
-	} `json:"response"`
-	UsageMetadata *struct {
-		PromptTokenCount     int64 `json:"promptTokenCount"`
-		CandidatesTokenCount int64 `json:"candidatesTokenCount"`
-		ThoughtsTokenCount   int64 `json:"thoughtsTokenCount"`
-	} `json:"usageMetadata"`
-	Candidates []struct {
-		FinishReason string `json:"finishReason"`
-	} `json:"candidates"`
-}
-
-// usageCounts are the token counts of OpenAI's Chat Completions (prompt,
-// completion) and of the Responses API and Anthropic (input, output, and
-// Anthropic's cache writes and reads).
-type usageCounts struct {
-	PromptTokens             int64 `json:"prompt_tokens"`
-	CompletionTokens         int64 `json:"completion_tokens"`
-	InputTokens              int64 `json:"input_tokens"`
-	OutputTokens             int64 `json:"output_tokens"`
-	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
 }

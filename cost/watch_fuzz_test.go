@@ -3,14 +3,18 @@ package cost
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/rebound-go/rebound/internal/jsonscan/jsonscantest"
 )
 
 // readObjectAsDecoded is how usageBody.readObject read a document before
-// the scanner: encoding/json's Unmarshal into usageDoc. The fuzz test
+// the scanner: encoding/json's Unmarshal into usageDoc; but a document
+// that gives a field it reads twice, or spells one another way, says
+// nothing (jsonscan's rules, which the scanner keeps). The fuzz test
 // holds the scanner to it.
 func readObjectAsDecoded(b *usageBody, doc []byte) {
 	var d usageDoc
-	if json.Unmarshal(doc, &d) != nil {
+	if json.Unmarshal(doc, &d) != nil || jsonscantest.KeyFault(doc, usageFaultNames) {
 		return
 	}
 	var in, out []int64
@@ -91,4 +95,52 @@ func TestUsageReadAllocatesNothing(t *testing.T) {
 			t.Errorf("%s: %v allocations", d, n)
 		}
 	}
+}
+
+// usageDoc is where the dialects put a response's usage: OpenAI's and
+// Anthropic's "usage" (final: the chunk or message_delta that ends a
+// stream), Anthropic's message_start "message" (not final), the Responses
+// API's events' "response" (final: response.completed), Gemini's
+// "usageMetadata" (final in the chunk that finishes a candidate).
+type usageDoc struct {
+	Usage   *usageCounts `json:"usage"`
+	Message struct {
+		Usage *usageCounts `json:"usage"`
+	} `json:"message"`
+	Response struct {
+		Usage *usageCounts `json:"usage"`
+	} `json:"response"`
+	UsageMetadata *struct {
+		PromptTokenCount     int64 `json:"promptTokenCount"`
+		CandidatesTokenCount int64 `json:"candidatesTokenCount"`
+		ThoughtsTokenCount   int64 `json:"thoughtsTokenCount"`
+	} `json:"usageMetadata"`
+	Candidates []struct {
+		FinishReason string `json:"finishReason"`
+	} `json:"candidates"`
+}
+
+// usageCounts are the token counts of OpenAI's Chat Completions (prompt,
+// completion) and of the Responses API and Anthropic (input, output, and
+// Anthropic's cache writes and reads).
+type usageCounts struct {
+	PromptTokens             int64 `json:"prompt_tokens"`
+	CompletionTokens         int64 `json:"completion_tokens"`
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+}
+
+// usageFaultNames are the names readObject reads, by where they lie:
+// "" for the top level, a name and "[]" for an array's elements.
+var usageFaultNames = jsonscantest.Paths{
+	"":               {"usage", "message", "response", "usageMetadata", "candidates"},
+	"message":        {"usage"},
+	"response":       {"usage"},
+	"usage":          {"prompt_tokens", "completion_tokens", "input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"},
+	"message.usage":  {"prompt_tokens", "completion_tokens", "input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"},
+	"response.usage": {"prompt_tokens", "completion_tokens", "input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"},
+	"usageMetadata":  {"promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount"},
+	"candidates[]":   {"finishReason"},
 }

@@ -17,15 +17,19 @@ type call struct {
 	start time.Time
 	// client is the client's request, whose own credentials are scrubbed
 	// from the error the line may carry: found only then (scrub.Of).
-	client  *http.Request
-	method  string
-	path    string
-	model   string
-	dialect string
-	route   string
-	rt      *route
-	body    *heldBody
-	tenant  *tenant // nil: no tenants configured
+	client *http.Request
+	method string
+	path   string
+	model  string
+	// batchModels are the models of a batch's requests, beside model;
+	// unseenModel says the request may run a model it does not name.
+	batchModels []string
+	unseenModel bool
+	dialect     string
+	route       string
+	rt          *route
+	body        *heldBody
+	tenant      *tenant // nil: no tenants configured
 	// refusal is why the tenant's limits refused the request, plus one;
 	// estimate is the tokens its rate limit was charged.
 	refusal  refusal

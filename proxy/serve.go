@@ -105,11 +105,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer body.release()
-	if c.model, err = modelOf(r.URL.Path, r.Header, body); err != nil {
+	ms, err := readModels(r.Method, r.URL.Path, r.Header, body)
+	if err != nil {
 		c.outcome = "client_error"
 		writeError(sw, dialect, http.StatusBadRequest, err.Error())
 		return
 	}
+	c.model, c.batchModels, c.unseenModel = ms.model, ms.batch, ms.unseen
 	rt := p.match(r.URL.Path, c.model)
 	if rt == nil {
 		writeJSON(sw, http.StatusNotFound, `{"error":{"message":"no route for this path and model","type":"not_found","code":404}}`)

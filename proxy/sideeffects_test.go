@@ -62,6 +62,26 @@ func TestProxyCreatesOnceAfterDroppedConnection(t *testing.T) {
 	}
 }
 
+// TestProxyModelCallThatActsIsSentOnceHoweverSpelled: a model call whose
+// body asks the provider to act (an MCP server, a stored conversation),
+// with its names escaped or folded, is sent once after a dropped
+// connection, as with them plain.
+func TestProxyModelCallThatActsIsSentOnceHoweverSpelled(t *testing.T) {
+	for _, c := range []struct{ path, body string }{
+		{"/v1/messages", `{"model":"m","mcp_servers":[{"type":"url","url":"https://x.example"}]}`},
+		{"/v1/messages", `{"model":"m","mcp_serv\u0065rs":[{"type":"url","url":"https://x.example"}]}`},
+		{"/v1/responses", `{"model":"m","tools":[{"type":"m\u0063p","server_url":"https://x.example"}]}`},
+		{"/v1/responses", `{"model":"m","conv\u0065rsation":"conv_1","input":"hi"}`},
+	} {
+		up, hits := flakyUpstream(t, 1<<30)
+		front, _ := serveProxy(t, proxy.Options{Upstream: up.URL, Policy: noWait})
+		resp, _ := do(t, "POST", front.URL+c.path, c.body, "Content-Type", "application/json")
+		if hits.Load() != 1 || resp.StatusCode != http.StatusBadGateway {
+			t.Errorf("POST %s %s: %d upstream requests, answered %d; want 1, 502", c.path, c.body, hits.Load(), resp.StatusCode)
+		}
+	}
+}
+
 // TestProxyRetriesSideEffectWithIdempotencyKey: the client's
 // Idempotency-Key vouches that the provider carries a request out once,
 // however often it comes.

@@ -165,3 +165,70 @@ func hits(s *seen) int {
 	defer s.mu.Unlock()
 	return s.hits
 }
+
+// TestTenantModelListHoldsHoweverTheModelIsNamed: a tenant allowed only
+// model m is refused every request that may run another, whichever way
+// it names it: a body with a byte-order mark or in UTF-16 and no
+// Content-Type (Python's json reads it), a deployment or a tuned model in
+// the path (the provider serves the path's), a batch whose requests name
+// another, a batch over a file or a stored prompt (any model); the
+// upstream sees none of them. Requests that run no model, and the same
+// unseen calls for a tenant that allows them, pass.
+func TestTenantModelListHoldsHoweverTheModelIsNamed(t *testing.T) {
+	up, seen := recordingUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { w.Write([]byte(`{}`)) })
+	env := map[string]string{"K": "sk-up-0b1d", "POOL_TOKENS": "tok-pool-91b3", "OPEN_TOKENS": "tok-open-42aa"}
+	c := config(t, `{"upstreams":{"u":{"url":"`+up.URL+`","key_env":"K"}},
+		"tenants":{"pool":{"tokens_env":"POOL_TOKENS","models":["m"]},
+			"open":{"tokens_env":"OPEN_TOKENS","models":["m"],"allow_unseen_models":true}}}`, env)
+	front, _ := serveProxy(t, proxy.Options{Config: c, Getenv: func(k string) string { return env[k] }})
+	utf16 := func(s string) string {
+		b := []byte{0xff, 0xfe}
+		for _, c := range []byte(s) {
+			b = append(b, c, 0)
+		}
+		return string(b)
+	}
+	refused := []struct{ path, contentType, body string }{
+		{"/v1/chat/completions", "", "\xef\xbb\xbf" + `{"model":"big","messages":[]}`},
+		{"/v1/chat/completions", "", utf16(`{"model":"big","messages":[]}`)},
+		{"/v1/chat/completions", "", utf16(`{"model":"big","messages":[]}`)[2:]},
+		{"/openai/deployments/big/chat/completions", "application/json", `{"model":"m","messages":[]}`},
+		{"/v1beta/tunedModels/big-tuned:generateContent", "application/json", `{"contents":[]}`},
+		{"/v1beta/models/big:generateContent", "application/json", `{"contents":[]}`},
+		{"/v1/messages/batches", "application/json", `{"requests":[{"custom_id":"a","params":{"model":"m","max_tokens":1,"messages":[]}},{"custom_id":"b","params":{"model":"big","max_tokens":1,"messages":[]}}]}`},
+		{"/v1/messages/batches", "application/json", `{"requests":[{"custom_id":"a","params":{"max_tokens":1,"messages":[]}}]}`},
+		{"/v1/batches", "application/json", `{"input_file_id":"file-1","endpoint":"/v1/chat/completions","completion_window":"24h"}`},
+		{"/v1/responses", "application/json", `{"prompt":{"id":"pmpt_1"},"input":"hi"}`},
+		{"/v1/chat/completions", "application/json", `{"model":"m","Model":"big","messages":[]}`},
+	}
+	for _, r := range refused {
+		resp, body := do(t, "POST", front.URL+r.path, r.body, "Content-Type", r.contentType, "Authorization", "Bearer tok-pool-91b3")
+		if resp.StatusCode != 400 && resp.StatusCode != 403 {
+			t.Errorf("POST %s %.50q: %d %s, want a 400 or a 403", r.path, r.body, resp.StatusCode, body)
+		}
+	}
+	seen.mu.Lock()
+	n := seen.hits
+	seen.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("the upstream was sent %d requests of a model outside the list", n)
+	}
+	passed := []struct{ method, path, contentType, body string }{
+		{"POST", "/v1/chat/completions", "application/json", `{"model":"m","messages":[]}`},
+		{"POST", "/v1/messages/batches", "application/json", `{"requests":[{"custom_id":"a","params":{"model":"m","max_tokens":1,"messages":[]}}]}`},
+		{"POST", "/openai/deployments/m/chat/completions", "application/json", `{"messages":[]}`},
+		{"POST", "/v1/files", "multipart/form-data; boundary=b", "--b--\r\n"},
+		{"GET", "/v1/models", "", ""},
+		{"DELETE", "/v1/files/file-1", "", ""},
+	}
+	for _, r := range passed {
+		if resp, body := do(t, r.method, front.URL+r.path, r.body, "Content-Type", r.contentType, "Authorization", "Bearer tok-pool-91b3"); resp.StatusCode != 200 {
+			t.Errorf("%s %s %.50q: %d %s, want 200", r.method, r.path, r.body, resp.StatusCode, body)
+		}
+	}
+	for _, r := range refused[8:10] {
+		if resp, body := do(t, "POST", front.URL+r.path, r.body, "Content-Type", r.contentType, "Authorization", "Bearer tok-open-42aa"); resp.StatusCode != 200 {
+			t.Errorf("POST %s for a tenant that allows unseen models: %d %s, want 200", r.path, resp.StatusCode, body)
+		}
+	}
+}

@@ -27,3 +27,54 @@ func TestGeminiPath(t *testing.T) {
 		}
 	}
 }
+
+// TestPathModel: the model a path names, in each dialect that names one
+// there.
+func TestPathModel(t *testing.T) {
+	for path, want := range map[string]string{
+		"/v1beta/models/gemini-x:generateContent":                       "gemini-x",
+		"/v1beta/tunedModels/big-tuned:generateContent":                 "big-tuned",
+		"/v1/projects/p/locations/l/publishers/google/models/g:predict": "g",
+		"/openai/deployments/big/chat/completions":                      "big",
+		"/openai/deployments/big":                                       "big",
+		"/v1/chat/completions":                                          "",
+		"/v1/messages/batches":                                          "",
+	} {
+		if got := PathModel(path); got != want {
+			t.Errorf("%s: %q, want %q", path, got, want)
+		}
+	}
+}
+
+// TestRunsNoModel: the POSTs known to run no model, and those that may.
+func TestRunsNoModel(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/v1/files":                         true,
+		"/upload/v1beta/files":              true,
+		"/v1/uploads":                       true,
+		"/v1/uploads/up_1/parts":            true,
+		"/v1/uploads/up_1/complete":         true,
+		"/v1/batches/b_1/cancel":            true,
+		"/v1/messages/batches/m_1/cancel":   true,
+		"/v1/threads":                       true,
+		"/v1/threads/t_1/messages":          true,
+		"/v1/vector_stores":                 true,
+		"/v1/vector_stores/vs_1/files":      true,
+		"/v1/conversations":                 true,
+		"/v1/conversations/c_1/items":       true,
+		"/v1/chat/completions":              false,
+		"/v1/messages":                      false,
+		"/v1/complete":                      false,
+		"/v1/messages/batches":              false,
+		"/v1/batches":                       false,
+		"/v1/responses":                     false,
+		"/v1/threads/runs":                  false,
+		"/v1/threads/t_1/runs":              false,
+		"/v1beta/models/g:generateContent":  false,
+		"/v1/some/endpoint/rebound/ignores": false,
+	} {
+		if got := RunsNoModel(path); got != want {
+			t.Errorf("%s: %v, want %v", path, got, want)
+		}
+	}
+}

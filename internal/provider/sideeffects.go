@@ -2,9 +2,10 @@ package provider
 
 import (
 	"bytes"
-	"io"
 	"net/http"
 	"strings"
+
+	"github.com/rebound-go/rebound/internal/jsonscan"
 )
 
 // SideEffects reports whether req may have side effects, by what rebound
@@ -42,10 +43,10 @@ func SideEffects(req *http.Request) bool {
 // to act beyond answering.
 var pureCalls = []struct {
 	tail string
-	acts []string
+	acts *jsonscan.Names
 }{
-	{"/responses", []string{`"conversation"`, `"mcp"`}},
-	{"/v1/messages", []string{`"mcp_servers"`}},
+	{"/responses", jsonscan.NewNames("conversation", "mcp")},
+	{"/v1/messages", jsonscan.NewNames("mcp_servers")},
 	{"/completions", nil}, // chat completions too
 	{"/responses/input_tokens", nil},
 	{"/embeddings", nil},
@@ -64,11 +65,12 @@ var pureCalls = []struct {
 	{"/rerank", nil},
 }
 
-// bodyNames reports whether req's body, read through GetBody, holds any
-// of names (each quoted, as JSON writes it); a body it cannot read is
-// taken to. In JSON a string's own quotes are escaped, so a quoted name
-// is found only where a whole string is that name.
-func bodyNames(req *http.Request, names []string) bool {
+// bodyNames reports whether req's body, read through GetBody, names any
+// of names: as a key or a string anywhere in it, its escapes resolved, in
+// any spelling a parser may read as the name (jsonscan's rules). A body
+// that is not JSON, or that it cannot read, is taken to: whether the
+// provider reads a name in it is not known.
+func bodyNames(req *http.Request, names *jsonscan.Names) bool {
 	if req.Body == nil || req.Body == http.NoBody {
 		return false
 	}
@@ -80,28 +82,14 @@ func bodyNames(req *http.Request, names []string) bool {
 		return true
 	}
 	defer body.Close()
-	longest := 0
-	for _, n := range names {
-		longest = max(longest, len(n))
+	buf := bytes.NewBuffer(make([]byte, 0, max(req.ContentLength, 0)+1))
+	if _, err := buf.ReadFrom(body); err != nil {
+		return true
 	}
-	// A name cut between two reads is found whole in the next: each read
-	// goes on after the last longest-1 bytes of the one before.
-	buf := make([]byte, 8<<10)
-	kept := 0
-	for {
-		n, err := io.ReadAtLeast(body, buf[kept:], 1)
-		seen := buf[:kept+n]
-		for _, name := range names {
-			if bytes.Contains(seen, []byte(name)) {
-				return true
-			}
-		}
-		switch {
-		case err == io.EOF:
-			return false
-		case err != nil:
-			return true
-		}
-		kept = copy(buf, seen[max(len(seen)-(longest-1), 0):])
+	var s jsonscan.Scanner
+	s.Reset(buf.Bytes())
+	if names.Found(&s) {
+		return true
 	}
+	return !s.End()
 }

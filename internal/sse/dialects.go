@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"unicode/utf8"
+
+	"github.com/rebound-go/rebound/internal/jsonscan"
 )
 
 // Dialect is the provider's stream format, as a Tracker recognised it.
@@ -38,9 +40,8 @@ func (t *Tracker) kind(name, trimmed []byte) Kind {
 	if cap(t.typ) > maxKeptBytes || cap(t.unquoted) > maxKeptBytes {
 		t.typ, t.unquoted = nil, nil
 	}
-	t.scan.read(trimmed, e)
-	if t.scan.bad {
-		return Preamble // not JSON: nothing a tracked dialect sends
+	if !e.read(&t.scan, trimmed) {
+		return Preamble // not JSON, or a field given twice: nothing a tracked dialect sends
 	}
 	// A field of the wrong type was skipped, the rest read: a tool call
 	// is one, whatever else is off in it.
@@ -49,9 +50,9 @@ func (t *Tracker) kind(name, trimmed []byte) Kind {
 		return Error
 	}
 	switch {
-	case e.choices.notNil:
+	case e.choicesSet:
 		return t.chat(trimmed, e)
-	case e.candidates.notNil:
+	case e.candidatesSet:
 		return t.gemini(trimmed, e)
 	case bytes.HasPrefix(typ, []byte("response.")):
 		return t.responses(trimmed, e, typ)
@@ -59,7 +60,7 @@ func (t *Tracker) kind(name, trimmed []byte) Kind {
 		return t.anthropic(trimmed, e, typ)
 	case nonEmpty(t.raw(trimmed, e.delta)):
 		t.recognise(Plain)
-		if data := trimmed[e.delta.lo:e.delta.hi]; data[0] == '"' {
+		if data := trimmed[e.delta.Lo:e.delta.Hi]; data[0] == '"' {
 			t.addText(t.str(&t.unquoted, trimmed, e.delta))
 		} else {
 			t.notText = true
@@ -73,24 +74,24 @@ func (t *Tracker) kind(name, trimmed []byte) Kind {
 // str returns the text of the string at v in data, unquoted into *buf if
 // it has to be; nil if there is none.
 func (t *Tracker) str(buf *[]byte, data []byte, v span) []byte {
-	if !v.set() {
+	if !v.Set() {
 		return nil
 	}
-	q := data[v.lo:v.hi]
+	q := data[v.Lo:v.Hi]
 	if bytes.IndexByte(q, '\\') < 0 && utf8.Valid(q) {
 		return q[1 : len(q)-1]
 	}
-	*buf = unquote((*buf)[:0], q)
+	*buf, _ = jsonscan.AppendText((*buf)[:0], q)
 	return *buf
 }
 
 // raw returns the bytes of the value at v in data; nil if there is none,
 // as a json.RawMessage of a field that was absent is.
 func (t *Tracker) raw(data []byte, v span) []byte {
-	if !v.set() {
+	if !v.Set() {
 		return nil
 	}
-	return data[v.lo:v.hi]
+	return data[v.Lo:v.Hi]
 }
 
 func (t *Tracker) recognise(d Dialect) {
@@ -101,7 +102,7 @@ func (t *Tracker) recognise(d Dialect) {
 
 func (t *Tracker) chat(data []byte, e *event) Kind {
 	t.recognise(Chat)
-	if t.chatID == "" && e.id.set() {
+	if t.chatID == "" && e.id.Set() {
 		if id := t.str(&t.unquoted, data, e.id); len(id) > 0 {
 			t.chatID, t.chatCreated = string(id), bytes.Clone(t.raw(data, e.created))
 		}
@@ -110,14 +111,14 @@ func (t *Tracker) chat(data []byte, e *event) Kind {
 	if nonEmpty(t.raw(data, e.usage)) {
 		k = Finish
 	}
-	for i := range e.choices.n {
-		ch := &e.choices.el[i]
+	for i := range e.choices {
+		ch := &e.choices[i]
 		content := false
-		if ch.content.hi-ch.content.lo > len(`""`) {
+		if ch.content.Len() > len(`""`) {
 			t.addText(t.str(&t.unquoted, data, ch.content))
 			content = true
 		}
-		if ch.refusal.hi-ch.refusal.lo > len(`""`) || nonEmpty(t.raw(data, ch.toolCalls)) || nonEmpty(t.raw(data, ch.functionCall)) {
+		if ch.refusal.Len() > len(`""`) || nonEmpty(t.raw(data, ch.toolCalls)) || nonEmpty(t.raw(data, ch.functionCall)) {
 			t.notText = true
 			content = true
 		}
@@ -197,11 +198,9 @@ func (t *Tracker) setChoice(i int, done bool) {
 func (t *Tracker) gemini(data []byte, e *event) Kind {
 	t.recognise(Gemini)
 	k := Preamble
-	for i := range e.candidates.n {
-		cand := &e.candidates.el[i]
-		for j := range cand.parts.n {
-			p := &cand.parts.el[j]
-			if p.text.hi-p.text.lo > len(`""`) {
+	for _, cand := range e.candidates {
+		for _, p := range e.parts[cand.lo:cand.hi] {
+			if p.text.Len() > len(`""`) {
 				t.addText(t.str(&t.unquoted, data, p.text))
 				k = Content
 			}
@@ -210,7 +209,7 @@ func (t *Tracker) gemini(data []byte, e *event) Kind {
 				k = Content
 			}
 		}
-		if cand.finish.hi-cand.finish.lo > len(`""`) {
+		if cand.finish.Len() > len(`""`) {
 			t.ended = true
 			if k != Content {
 				k = End
@@ -243,7 +242,7 @@ func (t *Tracker) responses(data []byte, e *event, typ []byte) Kind {
 	}
 	switch string(typ) {
 	case "response.output_text.delta":
-		if data[e.delta.lo] == '"' {
+		if data[e.delta.Lo] == '"' {
 			t.addText(t.str(&t.unquoted, data, e.delta))
 		}
 	case "response.reasoning_text.delta", "response.reasoning_summary_text.delta":
@@ -272,11 +271,11 @@ func (t *Tracker) anthropic(data []byte, e *event, typ []byte) Kind {
 		return Finish
 	case "message_delta":
 		t.recognise(Anthropic)
-		_, _, stop := t.scan.anthropicDelta(data, e.delta)
+		stop := e.stopReason
 		if r := t.str(&t.unquoted, data, stop); string(r) == "tool_use" || string(r) == "pause_turn" {
 			t.notText = true // the turn is a tool's: pause_turn, a server tool's
 		}
-		t.finished = stop.hi-stop.lo > len(`""`)
+		t.finished = stop.Len() > len(`""`)
 		return Finish
 	case "message_start", "ping":
 		t.recognise(Anthropic)
@@ -288,9 +287,8 @@ func (t *Tracker) anthropic(data []byte, e *event, typ []byte) Kind {
 	case "content_block_delta":
 		t.recognise(Anthropic)
 		t.block(e.index)
-		dtyp, text, _ := t.scan.anthropicDelta(data, e.delta)
-		if string(t.str(&t.unquoted, data, dtyp)) == "text_delta" {
-			t.addText(t.str(&t.unquoted, data, text))
+		if string(t.str(&t.unquoted, data, e.deltaType)) == "text_delta" {
+			t.addText(t.str(&t.unquoted, data, e.deltaText))
 		} else {
 			t.notText = true // tool input, thinking, citations
 		}

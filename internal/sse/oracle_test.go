@@ -2,12 +2,16 @@ package sse
 
 // The tracker as it was when it decoded every event with encoding/json:
 // the oracle the differential test holds the scanner's tracker equal to.
-// Only its names differ from the code it was.
+// Only its names differ from the code it was, and it reads as not JSON an
+// event that gives a field it reads twice or spells one another way
+// (jsonscantest.KeyFault), which the scanner refuses.
 
 import (
 	"bytes"
 	"encoding/json"
 	"strings"
+
+	"github.com/rebound-go/rebound/internal/jsonscan/jsonscantest"
 )
 
 // oracle follows an event stream as it is read, fed the bytes in any
@@ -265,6 +269,9 @@ func (t *oracle) kind(name string, trimmed []byte) Kind {
 	if name == "error" {
 		return Error
 	}
+	if jsonscantest.KeyFault(trimmed, faultNames) {
+		return Preamble
+	}
 	if err := json.Unmarshal(trimmed, &c); err != nil {
 		// A field of the wrong type is skipped, the rest read: a tool
 		// call is one, whatever else is off in it.
@@ -471,4 +478,18 @@ func (t *oracle) block(i int) {
 	if i >= t.blocks {
 		t.blocks, t.blockOpen = i+1, true
 	}
+}
+
+// faultNames are the names the tracker reads, by where they lie in an
+// event: "" for the top level, a name and "[]" for an array's elements.
+var faultNames = jsonscantest.Paths{
+	"":                             {"type", "error", "delta", "id", "created", "usage", "index", "content_block", "item", "choices", "candidates"},
+	"choices[]":                    {"index", "finish_reason", "delta"},
+	"choices[].delta":              {"content", "tool_calls", "refusal", "function_call"},
+	"candidates[]":                 {"finishReason", "content"},
+	"candidates[].content":         {"parts"},
+	"candidates[].content.parts[]": {"text", "functionCall"},
+	"content_block":                {"type"},
+	"item":                         {"type"},
+	"delta":                        {"type", "text", "stop_reason"},
 }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/rebound-go/rebound/internal/jsonscan"
 )
 
 // realStreams are stream shapes the providers send: OpenAI chat with
@@ -91,10 +93,10 @@ var oddEvents = []string{
 	`{"id":"a\"b","created":[1],"choices":[]}`, `{"id":5,"created":1,"choices":[]}`,
 	`{"usage":{"x":1},"choices":[]}`, `{"usage":{},"choices":[]}`,
 	`{"choices":[{"index":3,"delta":{"refusal":"no"}},{"index":3,"delta":{"function_call":{"name":"f"}}}]}`,
-	strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth),
-	strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1),
-	`{"delta":"a","x":` + strings.Repeat("[", maxDepth-1) + strings.Repeat("]", maxDepth-1) + `}`,
-	`{"delta":"a","x":` + strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth) + `}`,
+	strings.Repeat("[", jsonscan.DefaultMaxDepth) + strings.Repeat("]", jsonscan.DefaultMaxDepth),
+	strings.Repeat("[", jsonscan.DefaultMaxDepth+1) + strings.Repeat("]", jsonscan.DefaultMaxDepth+1),
+	`{"delta":"a","x":` + strings.Repeat("[", jsonscan.DefaultMaxDepth-1) + strings.Repeat("]", jsonscan.DefaultMaxDepth-1) + `}`,
+	`{"delta":"a","x":` + strings.Repeat("[", jsonscan.DefaultMaxDepth) + strings.Repeat("]", jsonscan.DefaultMaxDepth) + `}`,
 }
 
 // corpusStreams returns the event-stream bodies of the shared corpus of
@@ -281,10 +283,10 @@ func TestTrackerDropsTheStorageOfAHugeEvent(t *testing.T) {
 	huge := "data: {\"choices\":[" + strings.Repeat("{\"delta\":{\"content\":\"x\"}},", 5000) + "{}],\"type\":\"" + strings.Repeat("\\n", 1<<20) + "\"}\n\n"
 	tr.Write([]byte(huge))
 	tr.Write([]byte("data: {\"choices\":[{\"delta\":{\"content\":\"y\"}}]}\n\n"))
-	if c := cap(tr.ev.choices.el); c > maxKeptElems {
+	if c := cap(tr.ev.choices); c > maxKeptElems {
 		t.Errorf("%d choices kept", c)
 	}
-	if c := cap(tr.unquoted) + cap(tr.typ) + cap(tr.scan.key) + cap(tr.scan.tmp); c > 2*maxKeptBytes {
+	if c := cap(tr.unquoted) + cap(tr.typ); c > 2*maxKeptBytes {
 		t.Errorf("%d bytes of strings kept", c)
 	}
 	if tr.TextBytes() != 5001 {

@@ -3,6 +3,8 @@ package sse
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/rebound-go/rebound/internal/jsonscan"
 )
 
 // Kind is what one event means to a stream: its preamble, its answer, the
@@ -56,10 +58,10 @@ type Tracker struct {
 	errName     string
 	errData     []byte // the first error event's, while errored
 
-	ev       event   // the last event's JSON, as read
-	scan     scanner // reads it
-	typ      []byte  // its type, unquoted if it had to be
-	unquoted []byte  // a string of it, unquoted if it had to be
+	ev       event            // the last event's JSON, as read
+	scan     jsonscan.Scanner // reads it
+	typ      []byte           // its type, unquoted if it had to be
+	unquoted []byte           // a string of it, unquoted if it had to be
 
 	fed, complete int64
 	line          []byte

@@ -1,5 +1,7 @@
 package sse
 
+import "github.com/rebound-go/rebound/internal/jsonscan"
+
 // Usage is what a JSON document (a whole answer, or one event's data)
 // reports of its token usage, in the places the dialects put it: OpenAI's
 // and Anthropic's "usage", Anthropic's message_start "message.usage", the
@@ -35,247 +37,186 @@ const (
 	// UsageDecoded: the Usage is what encoding/json's Unmarshal into the
 	// shapes above gives, without an error.
 	UsageDecoded UsageRead = iota
-	// UsageInvalid: Unmarshal would return an error (the document is not
-	// valid JSON, or a value is not of its field's type).
+	// UsageInvalid: the document says nothing of its usage: it is not
+	// valid JSON, a value is not of its field's type (Unmarshal would
+	// return an error), or it gives a field ReadUsage reads twice at one
+	// level, or spells one another way (jsonscan's rules), where readers
+	// differ on which counts.
 	UsageInvalid
-	// UsageUnsure: the document gives "candidates" more than once, whose
-	// elements encoding/json reuses from one array to the next; the caller
-	// decodes it with encoding/json.
-	UsageUnsure
+)
+
+// The names ReadUsage reads, at each level.
+var (
+	usageDocNames    = jsonscan.NewNames("usage", "message", "response", "usageMetadata", "candidates")
+	usageHolderNames = jsonscan.NewNames("usage")
+	usageNames       = jsonscan.NewNames("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+	metadataNames    = jsonscan.NewNames("promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount")
+	finishNames      = jsonscan.NewNames("finishReason")
 )
 
 // ReadUsage reads doc's token usage as encoding/json's Unmarshal into a
 // struct of the dialects' shapes would (pointers for usage and
 // usageMetadata, structs for message and response, a slice for
-// candidates), with the scanner the Tracker uses, allocating nothing for
-// keys of ASCII unescaped.
+// candidates), with jsonscan, allocating nothing.
 func ReadUsage(doc []byte) (Usage, UsageRead) {
-	var s scanner
+	var s jsonscan.Scanner
 	var u Usage
-	r := s.usageDoc(doc, &u)
-	return u, r
-}
-
-// usageDoc reads the document into u.
-func (s *scanner) usageDoc(doc []byte, u *Usage) UsageRead {
-	s.begin(doc, 0)
-	s.ws()
-	typeErr, candidatesSeen := false, false
-	switch s.peek() {
-	case '{':
-		for more := s.open('{'); more; more = s.next('}') {
-			switch string(s.member()) {
-			case "USAGE":
-				typeErr = s.usagePtr(&u.Top, &u.HasTop) || typeErr
-			case "MESSAGE":
-				typeErr = s.usageHolder(&u.Message, &u.HasMessage) || typeErr
-			case "RESPONSE":
-				typeErr = s.usageHolder(&u.Response, &u.HasResponse) || typeErr
-			case "USAGEMETADATA":
-				typeErr = s.metadataPtr(u) || typeErr
-			case "CANDIDATES":
-				if candidatesSeen {
-					return UsageUnsure
-				}
-				candidatesSeen = true
-				typeErr = s.candidates(u) || typeErr
+	s.Reset(doc)
+	typeErr := false
+	switch s.Next() {
+	case jsonscan.Object:
+		for m := s.Object(usageDocNames); m.Next(); {
+			switch m.Name() {
+			case 0:
+				typeErr = usagePtr(&s, &u.Top, &u.HasTop) || typeErr
+			case 1:
+				typeErr = usageHolder(&s, &u.Message, &u.HasMessage) || typeErr
+			case 2:
+				typeErr = usageHolder(&s, &u.Response, &u.HasResponse) || typeErr
+			case 3:
+				typeErr = metadataPtr(&s, &u) || typeErr
+			case 4:
+				typeErr = candidates(&s, &u) || typeErr
 			default:
-				s.skip()
+				s.Skip()
 			}
 		}
-	case 'n':
-		s.skip()
+	case jsonscan.Null:
+		s.Skip()
 	default:
-		s.skip()
+		s.Skip()
 		typeErr = true
 	}
-	s.ws()
-	if s.i != len(s.b) {
-		s.fail()
+	if !s.End() || typeErr {
+		return Usage{}, UsageInvalid
 	}
-	if s.bad || typeErr {
-		return UsageInvalid
-	}
-	return UsageDecoded
+	return u, UsageDecoded
 }
 
 // usageHolder reads a struct whose one field is usage (message,
 // response), and reports a value of the wrong type.
-func (s *scanner) usageHolder(c *UsageCounts, set *bool) (typeErr bool) {
-	switch s.peek() {
-	case 'n':
-		s.skip() // null leaves a struct as it was
+func usageHolder(s *jsonscan.Scanner, c *UsageCounts, set *bool) (typeErr bool) {
+	switch s.Next() {
+	case jsonscan.Null:
+		s.Skip() // null leaves a struct as it was
 		return false
-	case '{':
+	case jsonscan.Object:
 	default:
-		s.skip()
+		s.Skip()
 		return true
 	}
-	for more := s.open('{'); more; more = s.next('}') {
-		if string(s.member()) == "USAGE" {
-			typeErr = s.usagePtr(c, set) || typeErr
+	for m := s.Object(usageHolderNames); m.Next(); {
+		if m.Name() == 0 {
+			typeErr = usagePtr(s, c, set) || typeErr
 		} else {
-			s.skip()
+			s.Skip()
 		}
 	}
 	return typeErr
 }
 
-// usagePtr reads a pointer to UsageCounts: null unsets it, an object is
-// decoded into it (into the one already set, if any).
-func (s *scanner) usagePtr(c *UsageCounts, set *bool) (typeErr bool) {
-	switch s.peek() {
-	case 'n':
-		s.skip()
-		*c, *set = UsageCounts{}, false
+// usagePtr reads a pointer to UsageCounts: null leaves it unset, an
+// object is decoded into it.
+func usagePtr(s *jsonscan.Scanner, c *UsageCounts, set *bool) (typeErr bool) {
+	switch s.Next() {
+	case jsonscan.Null:
+		s.Skip()
 		return false
-	case '{':
+	case jsonscan.Object:
 	default:
-		s.skip()
+		s.Skip()
 		return true
 	}
-	if !*set {
-		*c, *set = UsageCounts{}, true
-	}
-	for more := s.open('{'); more; more = s.next('}') {
-		var dst *int64
-		switch string(s.member()) {
-		case "PROMPT_TOKENS":
-			dst = &c.PromptTokens
-		case "COMPLETION_TOKENS":
-			dst = &c.CompletionTokens
-		case "INPUT_TOKENS":
-			dst = &c.InputTokens
-		case "OUTPUT_TOKENS":
-			dst = &c.OutputTokens
-		case "CACHE_CREATION_INPUT_TOKENS":
-			dst = &c.CacheCreationInputTokens
-		case "CACHE_READ_INPUT_TOKENS":
-			dst = &c.CacheReadInputTokens
-		default:
-			s.skip()
-			continue
+	*set = true
+	counts := [...]*int64{&c.PromptTokens, &c.CompletionTokens, &c.InputTokens, &c.OutputTokens, &c.CacheCreationInputTokens, &c.CacheReadInputTokens}
+	for m := s.Object(usageNames); m.Next(); {
+		if i := m.Name(); i != jsonscan.Other {
+			typeErr = !int64Field(s, counts[i]) || typeErr
+		} else {
+			s.Skip()
 		}
-		typeErr = !s.int64(dst) || typeErr
 	}
 	return typeErr
 }
 
 // metadataPtr reads Gemini's usageMetadata, a pointer as usagePtr's.
-func (s *scanner) metadataPtr(u *Usage) (typeErr bool) {
-	switch s.peek() {
-	case 'n':
-		s.skip()
-		u.Metadata, u.HasMetadata = UsageMetadata{}, false
+func metadataPtr(s *jsonscan.Scanner, u *Usage) (typeErr bool) {
+	switch s.Next() {
+	case jsonscan.Null:
+		s.Skip()
 		return false
-	case '{':
+	case jsonscan.Object:
 	default:
-		s.skip()
+		s.Skip()
 		return true
 	}
-	if !u.HasMetadata {
-		u.Metadata, u.HasMetadata = UsageMetadata{}, true
-	}
+	u.HasMetadata = true
 	m := &u.Metadata
-	for more := s.open('{'); more; more = s.next('}') {
-		var dst *int64
-		switch string(s.member()) {
-		case "PROMPTTOKENCOUNT":
-			dst = &m.PromptTokenCount
-		case "CANDIDATESTOKENCOUNT":
-			dst = &m.CandidatesTokenCount
-		case "THOUGHTSTOKENCOUNT":
-			dst = &m.ThoughtsTokenCount
-		default:
-			s.skip()
-			continue
+	counts := [...]*int64{&m.PromptTokenCount, &m.CandidatesTokenCount, &m.ThoughtsTokenCount}
+	for mem := s.Object(metadataNames); mem.Next(); {
+		if i := mem.Name(); i != jsonscan.Other {
+			typeErr = !int64Field(s, counts[i]) || typeErr
+		} else {
+			s.Skip()
 		}
-		typeErr = !s.int64(dst) || typeErr
 	}
 	return typeErr
 }
 
-// candidates reads Gemini's candidates the first time the key comes (its
-// elements are then all new), for whether one has a finishReason.
-func (s *scanner) candidates(u *Usage) (typeErr bool) {
-	switch s.peek() {
-	case 'n':
-		s.skip()
-		u.Finished = false
+// candidates reads Gemini's candidates, for whether one has a
+// finishReason.
+func candidates(s *jsonscan.Scanner, u *Usage) (typeErr bool) {
+	switch s.Next() {
+	case jsonscan.Null:
+		s.Skip()
 		return false
-	case '[':
+	case jsonscan.Array:
 	default:
-		s.skip()
+		s.Skip()
 		return true
 	}
-	finished := false
-	for more := s.open('['); more; more = s.next(']') {
-		switch s.peek() {
-		case 'n':
-			s.skip()
+	for a := s.Array(); a.Next(); {
+		switch s.Next() {
+		case jsonscan.Null:
+			s.Skip()
 			continue
-		case '{':
+		case jsonscan.Object:
 		default:
-			s.skip()
+			s.Skip()
 			typeErr = true
 			continue
 		}
-		var reason span
-		for more := s.open('{'); more; more = s.next('}') {
-			if string(s.member()) != "FINISHREASON" {
-				s.skip()
+		for m := s.Object(finishNames); m.Next(); {
+			if m.Name() != 0 {
+				s.Skip()
 				continue
 			}
-			switch s.peek() {
-			case '"':
-				s.str(&reason)
-			case 'n':
-				s.skip() // null leaves a string as it was
+			switch s.Next() {
+			case jsonscan.String:
+				v, _ := s.Str()
+				u.Finished = u.Finished || v.Len() > len(`""`)
+			case jsonscan.Null:
+				s.Skip() // null leaves a string as it was
 			default:
-				s.skip()
+				s.Skip()
 				typeErr = true
 			}
 		}
-		finished = finished || reason.hi-reason.lo > len(`""`)
 	}
-	u.Finished = finished
 	return typeErr
 }
 
-// int64 reads an int64 field: null leaves it as it was (true), a number
-// that is an integer in range sets it (true), anything else is a type
-// error (false).
-func (s *scanner) int64(dst *int64) bool {
-	if s.peek() == 'n' {
-		s.skip()
+// int64Field reads an int64 field: null leaves it as it was (true), a
+// number that is an integer in range sets it (true), anything else is a
+// type error (false).
+func int64Field(s *jsonscan.Scanner, dst *int64) bool {
+	if s.Next() == jsonscan.Null {
+		s.Skip()
 		return true
 	}
-	v := s.skip()
-	if !v.set() || s.bad {
-		return true // not JSON: the document is invalid anyway
+	n, ok := s.Int()
+	if ok {
+		*dst = n
 	}
-	b := s.b[v.lo:v.hi]
-	neg := b[0] == '-'
-	if neg {
-		b = b[1:]
-	}
-	var n uint64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return false // a string, a literal, an object, a fraction or an exponent
-		}
-		if n > (1<<63)/10 {
-			return false
-		}
-		n = n*10 + uint64(c-'0')
-	}
-	switch {
-	case neg && n <= 1<<63:
-		*dst = int64(-n)
-	case !neg && n < 1<<63:
-		*dst = int64(n)
-	default:
-		return false
-	}
-	return true
+	return ok || s.Err() != nil // a document not JSON is invalid anyway
 }

@@ -252,7 +252,7 @@ func (a *Analyzer) line(b []byte) lineResult {
 	if b[0] != '{' {
 		return lineMalformed
 	}
-	rec := &a.rec // not a local: decode's fallback would move it to the heap
+	rec := &a.rec
 	*rec = record{}
 	if err := a.dec.decode(b, rec); err != nil {
 		return lineMalformed

@@ -117,7 +117,7 @@ func TestCapsGiven(t *testing.T) {
 
 // TestCapsMalformed checks that the new keys follow the decoder's rules:
 // a wrong type, or a negative or absurd cap, makes a line malformed, and a
-// reason of any sort does not.
+// reason of any sort does not (but given twice, as any field).
 func TestCapsMalformed(t *testing.T) {
 	for _, line := range []string{
 		`{"succeeded":true,"run":5}`,
@@ -131,6 +131,7 @@ func TestCapsMalformed(t *testing.T) {
 		`{"succeeded":true,"run_cap_usd":1e999}`,
 		`{"msg":"rebound.call","succeeded":true,"cost":-1}`,
 		`{"msg":"rebound.call","succeeded":true,"input_tokens":"12"}`,
+		`{"succeeded":false,"reason":"refused by the guard","reason":"canceled","run":"r"}`, // readers differ on which counts
 	} {
 		if r := analyzeLines(t, Options{}, line); r.Malformed != 1 || r.Runs != nil || r.Tenants != nil {
 			t.Errorf("%s: malformed %d, runs %v, tenants %v", line, r.Malformed, r.Runs, r.Tenants)
@@ -140,7 +141,6 @@ func TestCapsMalformed(t *testing.T) {
 		`{"msg":"rebound.call","succeeded":false,"reason":5,"run":"r"}`,
 		`{"succeeded":false,"reason":{"why":"refused by the guard"},"run":"r"}`,
 		`{"succeeded":false,"reason":null,"run":"r","run_cap_usd":0}`,
-		`{"succeeded":false,"reason":"refused by the guard","reason":"canceled","run":"r"}`,
 		`{"succeeded":false,"run":"r","run_cap_usd":null,"tenant":null}`,
 	} {
 		r := analyzeLines(t, Options{}, line)

@@ -1,30 +1,25 @@
 package analyze
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/rebound-go/rebound/internal/jsonscan"
 )
 
-// Decoding. encoding/json's Unmarshal reads a line at some 80 MB/s; the
-// scanner here reads the same lines four to five times faster by looking
+// Decoding. encoding/json's Unmarshal reads a line at some 80 MB/s; a
+// jsonscan Scanner reads the same lines several times faster by looking
 // only at the top-level keys a record has and validating the rest without
-// decoding it. Whatever it is unsure of (an escaped or non-ASCII key, a key
-// that matches a known one only case-insensitively, an escaped or invalid
-// UTF-8 string value it needs) it hands to Unmarshal, so that it accepts and
-// decodes exactly what Unmarshal does: FuzzDecode checks that.
+// decoding it. Keys are read by jsonscan's rules: a field given twice, or
+// spelled another way ("Status", "ſtatus"), makes the line malformed, as
+// a line readers would read differently is; otherwise a line decodes as
+// encoding/json's Unmarshal into record decodes it: FuzzDecode checks
+// that.
 
 var (
 	errSyntax = errors.New("invalid JSON")
 	errType   = errors.New("wrong type")
-	// errFallback asks for json.Unmarshal.
-	errFallback = errors.New("fall back to encoding/json")
 )
-
-// maxDepth is encoding/json's nesting limit.
-const maxDepth = 10000
 
 // decoder decodes lines into records, interning short strings.
 type decoder struct {
@@ -32,20 +27,12 @@ type decoder struct {
 	// names of runs and tenants, so that a log of a million runs does not
 	// crowd the error codes out.
 	strs, keys map[string]string
+	s          jsonscan.Scanner
+	text       []byte // a string's text, unescaped
 }
 
 // maxInterned bounds the strings a decoder interns in each of its maps.
 const maxInterned = 4096
-
-// decode decodes one line, which starts with '{', into rec, which is zero.
-func (d *decoder) decode(b []byte, rec *record) error {
-	err := d.scan(b, rec)
-	if err == errFallback {
-		*rec = record{}
-		return json.Unmarshal(b, rec)
-	}
-	return err
-}
 
 // field is a key of record.
 type field uint8
@@ -81,117 +68,45 @@ var fieldNames = [...]string{
 	fCostUSD: "cost_usd", fOutcome: "outcome",
 }
 
-// fieldsByLen lists the fields by the length of their names: a key is
-// compared with the few names as long as it, faster than a map's hash.
-var fieldsByLen = func() (by [16][]field) {
-	for f := fMsg; f <= fLast; f++ {
-		by[len(fieldNames[f])] = append(by[len(fieldNames[f])], f)
-	}
-	return by
-}()
+// recordNames are the fields' names: the name of index i is field i+1's.
+var recordNames = jsonscan.NewNames(fieldNames[1:]...)
 
-// lookup returns the field key names, or errFallback if key matches one
-// only as encoding/json would, case-insensitively.
-func lookup(key []byte) (field, error) {
-	if len(key) < len(fieldsByLen) {
-		for _, f := range fieldsByLen[len(key)] {
-			if string(key) == fieldNames[f] {
-				return f, nil
-			}
-		}
-	}
-	upper := false
-	for _, c := range key {
-		if c >= utf8.RuneSelf {
-			return fNone, errFallback // may fold to a known key
-		}
-		upper = upper || 'A' <= c && c <= 'Z'
-	}
-	if !upper {
-		return fNone, nil // known names are lower case: only a capital folds to one
-	}
-	for f := fMsg; f <= fLast; f++ {
-		if len(key) == len(fieldNames[f]) && bytes.EqualFold(key, []byte(fieldNames[f])) {
-			return fNone, errFallback
-		}
-	}
-	return fNone, nil
-}
-
-// scan decodes b into rec, or returns errFallback.
-func (d *decoder) scan(b []byte, rec *record) error {
-	i := skipSpace(b, 0)
-	if i == len(b) || b[i] != '{' {
+// decode decodes one line into rec, which is zero.
+func (d *decoder) decode(b []byte, rec *record) error {
+	s := &d.s
+	s.Reset(b)
+	if s.Next() != jsonscan.Object {
 		return errSyntax
 	}
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		i++
-	} else {
-		for {
-			if i == len(b) || b[i] != '"' {
-				return errSyntax
-			}
-			end, flags, err := scanString(b, i)
-			if err != nil {
-				return err
-			}
-			if flags != 0 {
-				return errFallback
-			}
-			f, err := lookup(b[i+1 : end-1])
-			if err != nil {
-				return err
-			}
-			i = skipSpace(b, end)
-			if i == len(b) || b[i] != ':' {
-				return errSyntax
-			}
-			i = skipSpace(b, i+1)
-			start := i
-			if i, err = skipValue(b, i, 1); err != nil {
-				return err
-			}
-			if f != fNone {
-				if err := d.set(rec, f, b[start:i]); err != nil {
-					return err
-				}
-			}
-			i = skipSpace(b, i)
-			if i == len(b) {
-				return errSyntax
-			}
-			if b[i] == '}' {
-				i++
-				break
-			}
-			if b[i] != ',' {
-				return errSyntax
-			}
-			i = skipSpace(b, i+1)
+	for m := s.Object(recordNames); m.Next(); {
+		f := field(m.Name() + 1) // Other, -1, is fNone
+		v := s.Skip()
+		if f == fNone || !v.Set() {
+			continue
+		}
+		if err := d.set(rec, f, v); err != nil {
+			return err
 		}
 	}
-	if skipSpace(b, i) != len(b) {
+	if !s.End() {
 		return errSyntax
 	}
 	return nil
 }
 
-// set stores the valid JSON value v in rec's field f.
-func (d *decoder) set(rec *record, f field, v []byte) error {
+// set stores the valid JSON value at v in rec's field f.
+func (d *decoder) set(rec *record, f field, at jsonscan.Span) error {
+	v := d.s.Bytes(at)
 	if string(v) == "null" {
 		return nil // as encoding/json: null leaves a field alone
 	}
 	switch f {
 	case fMsg, fErrorType, fErrorCode, fKind, fRun, fTenant, fOutcome:
-		return d.setString(rec, f, v)
+		return d.setString(rec, f, at)
 	case fReason:
-		if v[0] == '"' {
-			if _, flags, _ := scanString(v, 0); flags&strEscaped != 0 {
-				return errFallback // may spell refusedReason
-			}
-		}
-		rec.Refused = string(v) == refusedJSON
+		// A reason is no key whose type can make a line malformed: any
+		// other value than the refusal's is read past.
+		rec.Refused = v[0] == '"' && string(d.s.Text(d.text[:0], at)) == refusedReason
 	case fSucceeded, fRetried:
 		return setBool(rec, f, v)
 	case fAttempts, fStatus, fInputTokens, fOutputTokens:
@@ -202,16 +117,16 @@ func (d *decoder) set(rec *record, f field, v []byte) error {
 	return nil
 }
 
-// setString stores v, a string, in rec's string field f.
-func (d *decoder) setString(rec *record, f field, v []byte) error {
-	if v[0] != '"' {
+// setString stores the string at v in rec's string field f.
+func (d *decoder) setString(rec *record, f field, v jsonscan.Span) error {
+	if d.s.Bytes(v)[0] != '"' {
 		return errType
 	}
-	if _, flags, _ := scanString(v, 0); flags&strEscaped != 0 ||
-		flags&strHigh != 0 && !utf8.Valid(v) {
-		return errFallback
+	b := d.s.Text(d.text[:0], v)
+	if cap(b) > cap(d.text) && cap(b) <= 1<<16 {
+		d.text = b[:0] // keep a buffer grown for an escaped string, unless huge
 	}
-	switch b := v[1 : len(v)-1]; f {
+	switch f {
 	case fMsg:
 		rec.Msg = intern(&d.strs, b)
 	case fErrorType:
@@ -251,7 +166,7 @@ func setBool(rec *record, f field, v []byte) error {
 
 // setInt stores v, a whole number, in rec's integer field f.
 func setInt(rec *record, f field, v []byte) error {
-	n, ok := parseInt(v)
+	n, ok := jsonscan.ParseInt(v)
 	if !ok {
 		return errType
 	}
@@ -306,38 +221,20 @@ func intern(m *map[string]string, b []byte) string {
 	return s
 }
 
+// refusedReason is the reason a rebound.call gives when the context's
+// Guard, a spend cap, refused an attempt (rebound.StopRefused).
+const refusedReason = "refused by the guard"
+
+// refusal is a "reason" that tells whether it is refusedReason.
+type refusal bool
+
 // optBool is a JSON boolean that remembers whether it was present.
 type optBool struct{ set, v bool }
-
-func (o *optBool) UnmarshalJSON(b []byte) error {
-	switch string(b) {
-	case "true":
-		*o = optBool{true, true}
-	case "false":
-		*o = optBool{true, false}
-	case "null":
-	default:
-		return errType
-	}
-	return nil
-}
 
 // optInt is a JSON integer that remembers whether it was present.
 type optInt struct {
 	set bool
 	v   int64
-}
-
-func (o *optInt) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		return nil
-	}
-	v, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil {
-		return errType
-	}
-	*o = optInt{true, v}
-	return nil
 }
 
 // optFloat is a JSON number that remembers whether it was present.
@@ -346,38 +243,14 @@ type optFloat struct {
 	v   float64
 }
 
-func (o *optFloat) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		return nil
+// skipSpace returns the index of the first byte at or after i that is
+// not JSON white space.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
 	}
-	if len(b) > 0 && b[0] == '"' {
-		return errType
-	}
-	v, err := strconv.ParseFloat(string(b), 64)
-	if err != nil {
-		return errType
-	}
-	*o = optFloat{true, v}
-	return nil
+	return i
 }
 
-// refusedReason is the reason a rebound.call gives when the context's
-// Guard, a spend cap, refused an attempt (rebound.StopRefused).
-const refusedReason = "refused by the guard"
-
-// refusedJSON is refusedReason as JSON without escapes.
-const refusedJSON = `"` + refusedReason + `"`
-
-// refusal is a "reason" that tells whether it is refusedReason. Any other
-// value, of any type, is read past, as the reason was before caps: a
-// reason is no key whose type can make a line malformed.
-type refusal bool
-
-func (r *refusal) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		return nil // as encoding/json: null leaves a field alone
-	}
-	var reason string
-	*r = b[0] == '"' && json.Unmarshal(b, &reason) == nil && reason == refusedReason
-	return nil
-}
+// isSpace reports whether c is JSON white space.
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
