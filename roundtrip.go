@@ -61,7 +61,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if !e.loop.sideEffects { // a continuation is a request more
 				more = t.continuer(req, body, key)
 			}
-			t.handStream(r.ok, r.stream, e.handOver(), more, scrub.Of(req))
+			t.handStream(r.ok, r.stream, e.handOver(), more, req)
 			ok = r.ok
 		case r.ok != nil:
 			ok = r.ok
@@ -309,12 +309,15 @@ func (b *streamBody) Ended(e relay.End) {
 	}
 }
 
-// handStream hands s, an event stream looked into, to the caller as the body
-// of resp, holding l; more continues it if it is cut (nil: never).
-func (t *Transport) handStream(resp *http.Response, s *lookedInto, l lease, more *relay.Continuer, secrets scrub.Secrets) {
+// handStream hands s, an event stream looked into, to the caller of req
+// as the body of resp, holding l; more continues it if it is cut (nil:
+// never). A caller that marked req's context (rebound proxy) has an error
+// event after content handed on before the stream's end.
+func (t *Transport) handStream(resp *http.Response, s *lookedInto, l lease, more *relay.Continuer, req *http.Request) {
 	b := &streamBody{held: l}
 	b.Start(relay.Handover{Head: s.head, Body: resp.Body, Encoded: s.encoded, Cancel: s.cancel, Report: b,
-		Guards: t.guards(), More: more, Secrets: secrets, Errors: &streamErrors})
+		Guards: t.guards(), More: more, Secrets: scrub.Of(req), Errors: &streamErrors,
+		HandOnError: relay.HandsOnErrorEvents(req.Context())})
 	resp.Body = b
 }
 

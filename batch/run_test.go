@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -244,6 +247,51 @@ func TestPermanentFailuresStayFailed(t *testing.T) {
 			t.Errorf("with RetryFailed the run sent %v; want req-1 alone", got)
 		}
 	})
+}
+
+// unreachable is a Base whose every dial fails with err, as net/http's
+// own transport sees a host that does not resolve or does not answer; no
+// name is looked up and no connection made.
+func unreachable(err error) *http.Transport {
+	return &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) { return nil, err }}
+}
+
+// TestAHostThatCannotBeReachedIsCured: a request whose host does not
+// resolve (what net.Dialer returns when the name is not found, which the
+// verdict for one call holds permanent) or refuses the connection fails
+// after the run's ordinary attempts, recorded as Failed, and the next run,
+// which reaches the host, sends it again.
+func TestAHostThatCannotBeReachedIsCured(t *testing.T) {
+	notFound := &net.DNSError{Err: "no such host", Name: "api.openai.com", IsNotFound: true}
+	for _, c := range []struct {
+		name     string
+		err      error
+		attempts int // of each request: the call's verdict is kept
+	}{
+		{"no such host", &net.OpError{Op: "dial", Net: "tcp", Err: notFound}, 1},
+		{"no such host, unwrapped", notFound, 1},
+		{"connection refused", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f, m := input(t, 4), &memoryStore{}
+				base := unreachable(c.err)
+				defer base.CloseIdleConnections()
+				first := run(t, &batch.Runner{BaseURL: "https://api.openai.com", Base: base, Policy: quick(3)}, f, m)
+				if first.Failed != 4 || first.FailedPermanent != 0 || first.Attempts != 4*c.attempts {
+					t.Fatalf("first run: %+v; want 4 failed after %d attempts each, none permanently", first, c.attempts)
+				}
+				if o := m.recorded[0]; o.State != batch.Failed || o.ErrorCode != "transient" || !strings.Contains(o.ErrorMessage, c.err.Error()) {
+					t.Errorf("recorded %+v; want failed, transient, with the dial's error", o)
+				}
+				up := &served{h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"ok":true}`)) })}
+				second := run(t, &batch.Runner{BaseURL: "https://api.openai.com", Base: up}, f, m)
+				if got := up.take(); second.Succeeded != 4 || len(got) != 4 {
+					t.Errorf("the next run: %+v, sent %v; want all 4 sent and answered", second, got)
+				}
+			})
+		})
+	}
 }
 
 // TestFailuresKeepNoSecret: a server that echoes the key in its error body

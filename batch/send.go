@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/internal/relay"
 	"github.com/rebound-go/rebound/internal/scrub"
 	"github.com/rebound-go/rebound/ratelimit"
 )
@@ -136,6 +137,13 @@ func (s *state) send(ctx context.Context, c Claim) Outcome {
 // failed completes o for a request that failed with err: Failed when a
 // later run may cure it, FailedPermanent when none will, Pending when the
 // run was stopped first. Its message keeps none of the request's secrets.
+//
+// A request that could not reach its host (its name did not resolve, no
+// connection could be made) is Failed, code transient, whatever the
+// verdict for the call: an unknown host is permanent for one call, which
+// should not retry a mistyped name in a tight loop, but a batch whose
+// machine lost its name service for a moment would otherwise be lost
+// whole, every request recorded as never to be sent again.
 func (s *state) failed(ctx context.Context, o Outcome, err error, secrets scrub.Secrets) Outcome {
 	if ctx.Err() != nil {
 		return Outcome{ID: o.ID, State: Pending, Attempts: o.Attempts}
@@ -148,15 +156,23 @@ func (s *state) failed(ctx context.Context, o Outcome, err error, secrets scrub.
 		v = s.runner.Policy.Classify(err)
 	}
 	o.State = Failed
-	if v.Kind == rebound.KindPermanent || v.Kind == rebound.KindContextOverflow {
+	o.ErrorMessage = secrets.String(err.Error())
+	switch {
+	case o.StatusCode >= 300 && o.StatusCode < 400:
+		o.State, v.Kind = FailedPermanent, rebound.KindPermanent
+	case o.StatusCode == 0 && relay.Unconnected(err):
+		v.Kind = rebound.KindTransient
+		if gu != nil { // the call's own verdict, which this one overrides, left unsaid
+			n := "attempts"
+			if gu.Attempts == 1 {
+				n = "attempt"
+			}
+			o.ErrorMessage = secrets.String(fmt.Sprintf("could not reach the host (%d %s): %v", gu.Attempts, n, gu.Err))
+		}
+	case v.Kind == rebound.KindPermanent || v.Kind == rebound.KindContextOverflow:
 		o.State = FailedPermanent
-	}
-	if o.StatusCode >= 300 && o.StatusCode < 400 {
-		o.State = FailedPermanent
-		v.Kind = rebound.KindPermanent
 	}
 	o.ErrorCode = v.Kind.String()
-	o.ErrorMessage = secrets.String(err.Error())
 	return o
 }
 

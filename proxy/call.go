@@ -9,6 +9,7 @@ import (
 
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/cost"
+	"github.com/rebound-go/rebound/internal/relay"
 	"github.com/rebound-go/rebound/internal/scrub"
 )
 
@@ -43,7 +44,7 @@ type call struct {
 	stream     bool     // the answer is a stream
 
 	outcome string // why the proxy answered itself
-	aborted bool   // the response broke off as the upstream's did
+	aborted bool   // the response broke off as the upstream's did, or ended on its error event
 	err     error
 
 	mu       sync.Mutex // guards the fields below: the events may come from a stream's reader
@@ -66,16 +67,23 @@ func (c *call) within(parent context.Context) context.Context {
 	return &c.ctx
 }
 
-// callCtx is a context carrying a *call, held in the call itself:
-// context.WithValue would take an allocation of its own.
+// callCtx is a context carrying a *call, and the mark that has a
+// stream's error event after content handed on (relay.HandOnErrorKey),
+// held in the call itself: context.WithValue would take an allocation of
+// its own.
 type callCtx struct {
 	context.Context
 	c *call
 }
 
 func (x *callCtx) Value(key any) any {
-	if key == (callKey{}) {
+	switch key {
+	case callKey{}:
 		return x.c
+	case relay.HandOnErrorKey{}:
+		// The client's SDK raises the provider's error from a stream's
+		// error event after content, which it must then have.
+		return true
 	}
 	return x.Context.Value(key)
 }

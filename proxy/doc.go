@@ -45,7 +45,9 @@
 // uncompressed. Event streams are looked into up to their first content,
 // so that one that fails before it is retried where the client sees
 // nothing; after it, the bytes go to the client as they come, flushed at
-// once, and a stream that breaks reaches the client broken as it broke.
+// once, and a stream that breaks reaches the client broken as it broke;
+// one the provider ends with its error event reaches it with that event,
+// then ends cleanly, so that the client's SDK raises the provider's error.
 //
 // Only model calls are retried whatever came of an attempt: the paths
 // rebound.ProviderSideEffects knows (chat completions, completions,

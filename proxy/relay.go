@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/internal/relay"
 	"github.com/rebound-go/rebound/internal/sse"
 )
@@ -43,7 +44,10 @@ import (
 //     from them, as from the header.
 //   - An answer that breaks mid-body breaks the client's too
 //     (http.ErrAbortHandler), under a server; a failure before any answer
-//     is gatewayError's.
+//     is gatewayError's. A stream the provider ends with its error event
+//     after content ends with that event, as the provider sent it but for
+//     the credentials in it, and then cleanly: the client's SDK raises
+//     the provider's own error.
 //   - Informational answers (1xx) are not passed on: the proxy has read
 //     the whole body before it sends anything, so the client's 100
 //     Continue came from this server already, and an upstream's 103 Early
@@ -111,6 +115,16 @@ func (p *Proxy) relay(w http.ResponseWriter, out *http.Request, c *call) {
 	}
 	if err := p.copyAnswer(w, rc, res.Body, flush, length); err != nil {
 		res.Body.Close()
+		if endedOnErrorEvent(err) {
+			// The provider's error event has gone on (the mark of
+			// callCtx): the stream ends after it, cleanly, so that the
+			// client reads it whole. A client whose connection broke
+			// would lose what it had not parsed yet (a fetch stream that
+			// errors drops the chunks it holds), and the event says the
+			// answer is not whole.
+			c.aborted = true
+			return
+		}
 		if out.Context().Value(http.ServerContextKey) == nil {
 			// Not under an http.Server, nothing would recover the
 			// panic: the answer is left cut short.
@@ -137,6 +151,14 @@ func (p *Proxy) relay(w http.ResponseWriter, out *http.Request, c *call) {
 }
 
 var errUnaskedSwitch = errors.New("the upstream switched protocols unasked")
+
+// endedOnErrorEvent reports whether err, from reading a stream the
+// Transport handed over, says that the stream ended on the provider's
+// error event after content, which it handed on before err.
+func endedOnErrorEvent(err error) bool {
+	var ie *rebound.IncompleteStreamError
+	return errors.As(err, &ie) && ie.Reason == rebound.IncompleteErrorEvent
+}
 
 // copyAnswer copies body to w through a pooled buffer, flushing after
 // each write if flush. An answer of known length (length ≥ 0) is flushed

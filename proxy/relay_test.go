@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rebound-go/rebound/chaos"
 	"github.com/rebound-go/rebound/proxy"
 )
 
@@ -261,6 +262,66 @@ func TestBrokenAnswerBreaksTheClients(t *testing.T) {
 	for _, l := range lines {
 		if l["broken"] != true {
 			t.Errorf("%s: broken %v; want true", l["path"], l["broken"])
+		}
+	}
+}
+
+// TestAnErrorEventAfterContentReachesTheClient: a stream that the
+// provider ends with its in-band error event after content (nothing can
+// be retried) reaches the client with that event, byte for byte as the
+// provider sent it, and then ends, in every dialect: the client's SDK
+// raises the provider's own error, rather than a dropped connection. The
+// chaos server in text mode cuts each stream so; the same request sent
+// to it directly shows what the provider sent. The access line still
+// says the answer broke.
+func TestAnErrorEventAfterContentReachesTheClient(t *testing.T) {
+	srv, err := chaos.New(chaos.Config{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := httptest.NewServer(srv)
+	defer up.Close()
+	var logs syncBuffer
+	front := frontOf(t, up.URL, &logs)
+	user := `"messages":[{"role":"user","content":"Say something."}]`
+	cases := []struct{ profile, path, body string }{
+		{chaos.ProfilePlain, "/v1/generate", `{"stream":true,` + user + `}`},
+		{chaos.ProfileOpenAI, "/v1/chat/completions", `{"model":"gpt-x","stream":true,` + user + `}`},
+		{chaos.ProfileOpenAI, "/v1/responses", `{"model":"gpt-x","stream":true,"input":"Say something."}`},
+		{chaos.ProfileAnthropic, "/v1/messages", `{"model":"claude-x","stream":true,"max_tokens":1024,` + user + `}`},
+		{chaos.ProfileGemini, "/v1beta/models/gemini-x:streamGenerateContent?alt=sse", `{"contents":[{"role":"user","parts":[{"text":"Say something."}]}]}`},
+	}
+	post := func(base, path, body, profile string) (string, error) {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(chaos.HeaderMode, chaos.ModeText)
+		req.Header.Set(chaos.HeaderProfile, profile)
+		req.Header.Set(chaos.HeaderCutAt, "20")
+		req.Header.Set(chaos.HeaderCutHow, "error")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return string(b), err
+	}
+	for _, c := range cases {
+		direct, err := post(up.URL, c.path, c.body, c.profile)
+		events := strings.SplitAfter(strings.TrimSuffix(direct, "\n\n"), "\n\n")
+		event := events[len(events)-1] + "\n\n" // what the provider ended with
+		if err != nil || len(events) < 3 || !strings.Contains(event, "error") {
+			t.Fatalf("%s: the chaos server sent %q, %v; want content, then an error event", c.path, direct, err)
+		}
+		got, err := post(front.URL, c.path, c.body, c.profile)
+		if err != nil || !strings.HasSuffix(got, "\n\n"+event) || strings.Count(got, event) != 1 {
+			t.Errorf("%s: through the proxy the client read %q, %v; want it to end cleanly with the provider's %q", c.path, got, err, event)
+		}
+	}
+	front.Close() // the access lines are written
+	for _, l := range accessLines(t, logs.String()) {
+		if l["broken"] != true || l["stream"] != true {
+			t.Errorf("%s: broken %v, stream %v; want both true", l["path"], l["broken"], l["stream"])
 		}
 	}
 }

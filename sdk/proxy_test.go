@@ -6,10 +6,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/rebound-go/rebound/chaos"
 	"github.com/rebound-go/rebound/proxy"
@@ -122,6 +124,48 @@ func TestSDKsThroughProxyUnderChaos(t *testing.T) {
 					t.Errorf("%d of 200 calls answered through the proxy; want at least 185", ok)
 				}
 			})
+		})
+	}
+}
+
+// TestSDKsRaiseTheProvidersStreamErrorThroughProxy: a stream the provider
+// ends with its in-band error event after content reaches each official
+// SDK through rebound proxy (over loopback, under an http.Server) with that
+// event, and the SDK raises the provider's own message, after the text
+// that came before it; never a dropped connection.
+func TestSDKsRaiseTheProvidersStreamErrorThroughProxy(t *testing.T) {
+	messages := map[string]string{
+		"OpenAI":    "The server had an error while processing your request.",
+		"Anthropic": "Overloaded",
+	}
+	for _, s := range streamers {
+		t.Run(s.name, func(t *testing.T) {
+			srv, err := chaos.New(chaos.Config{Seed: 1, Profile: s.profile})
+			if err != nil {
+				t.Fatal(err)
+			}
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				r.Header.Set(chaos.HeaderMode, chaos.ModeText)
+				r.Header.Set(chaos.HeaderCutAt, "20")
+				r.Header.Set(chaos.HeaderCutHow, "error")
+				srv.ServeHTTP(w, r)
+			}))
+			defer up.Close()
+			p, err := proxy.New(proxy.Options{Upstream: up.URL, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			front := httptest.NewServer(p)
+			defer front.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			text, err := s.stream(ctx, front.URL, &http.Client{})
+			if err == nil || !strings.Contains(err.Error(), messages[s.name]) || text == "" {
+				t.Errorf("text %q, error %v; want some text, then the provider's %q", text, err, messages[s.name])
+			}
+			if st := srv.Stats(); st.Requests != 1 {
+				t.Errorf("%d requests upstream; want 1: content had come, nothing is retried", st.Requests)
+			}
 		})
 	}
 }

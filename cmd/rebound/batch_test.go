@@ -262,6 +262,7 @@ func TestBatchBadInput(t *testing.T) {
 		{[]string{bad, "--out", "x", "--base-url", "http://h/?key=k"}, "--base-url"},
 		{[]string{bad, "--out", "x", "--policy", write("p.json", `{"max_attempts": -1}`)}, "--policy"},
 		{[]string{bad, "--out", "x", "--rpm", "NaN"}, "--rpm"},
+		{[]string{bad, "--out", "x", "--base-url", hs.URL, "--api-key-env", "REBOUND_TEST_UNSET_KEY"}, "--api-key-env REBOUND_TEST_UNSET_KEY: the variable is not set"},
 	} {
 		code, stdout, stderr := runCmd(append([]string{"batch"}, c.args...)...)
 		if code != 2 || stdout != "" || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {
@@ -270,6 +271,84 @@ func TestBatchBadInput(t *testing.T) {
 	}
 	if up.requests() != 1 {
 		t.Errorf("bad usage sent %d requests", up.requests()-1)
+	}
+}
+
+// TestBatchRefusesToSendToAProviderWithoutAKey: with its key's variable
+// unset, a batch for a provider's own API stops at once, in one line with
+// exit 2, whichever the dialect and however the URL is spelled; one for
+// a server of the user's own (a local model) is sent without a key, and
+// says so once.
+func TestBatchRefusesToSendToAProviderWithoutAKey(t *testing.T) {
+	for _, v := range []string{"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"} {
+		t.Setenv(v, "")
+	}
+	up := &upstream{h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" {
+			w.WriteHeader(400)
+		}
+		w.Write([]byte(`{"ok":true}`))
+	})}
+	hs := httptest.NewServer(up)
+	defer hs.Close()
+	dir := t.TempDir()
+	in, out := writeInput(t, dir, 3), filepath.Join(dir, "out.jsonl")
+	code, _, stderr := runCmd("batch", in, "--out", out, "--base-url", hs.URL)
+	if code != 0 || up.requests() != 3 || strings.Count(stderr, "OPENAI_API_KEY is not set") != 1 || !strings.Contains(stderr, "without a key") {
+		t.Fatalf("to a local server: exit %d, %d requests, stderr %q; want all 3 answered, and no key said once", code, up.requests(), stderr)
+	}
+	// The journal now has nothing left to send: should the refusal fail,
+	// the runs below reach no provider.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "OPENAI_API_KEY is not set"},
+		{[]string{"--base-url", "https://api.openai.com/v1"}, "OPENAI_API_KEY is not set"},
+		{[]string{"--base-url", "https://API.OpenAI.com.:443/v1/"}, "OPENAI_API_KEY is not set"},
+		{[]string{"--dialect", "anthropic"}, "ANTHROPIC_API_KEY is not set"},
+		{[]string{"--dialect", "gemini"}, "GEMINI_API_KEY is not set"},
+		{[]string{"--dialect", "anthropic", "--base-url", "https://api.openai.com"}, "ANTHROPIC_API_KEY is not set"},
+	} {
+		code, stdout, stderr := runCmd(append([]string{"batch", in, "--out", out}, c.args...)...)
+		if code != 2 || stdout != "" || !strings.HasPrefix(stderr, "rebound batch: "+c.want) || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("batch %q: exit %d, stdout %q, stderr %q; want 2 and one line: %s", c.args, code, stdout, stderr, c.want)
+		}
+	}
+	if up.requests() != 3 {
+		t.Errorf("%d requests after the refusals", up.requests())
+	}
+}
+
+// TestBatchSaysHowToSendPermanentFailuresAgain: a run that ends with
+// requests failed permanently, sent by it or by an earlier run, says how
+// to send them again; that run sends them.
+func TestBatchSaysHowToSendPermanentFailuresAgain(t *testing.T) {
+	var fixed atomic.Bool
+	up := &upstream{h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if body, _ := io.ReadAll(r.Body); !fixed.Load() && bytes.Contains(body, []byte(`"req-1"`)) {
+			w.WriteHeader(400)
+			w.Write([]byte(`{"error":{"message":"bad","type":"invalid_request_error"}}`))
+			return
+		}
+		w.Write([]byte(`{"ok":true}`))
+	})}
+	hs := httptest.NewServer(up)
+	defer hs.Close()
+	dir := t.TempDir()
+	in, out := writeInput(t, dir, 3), filepath.Join(dir, "out.jsonl")
+	args := []string{"batch", in, "--out", out, "--base-url", hs.URL}
+	const hint = "1 failed permanently; run the same command with --retry-failed to send them again"
+	for _, run := range []string{"the first run", "the next"} {
+		code, stdout, stderr := runCmd(args...)
+		if code != 1 || !strings.Contains(stdout, hint) {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want 1 and %q", run, code, stdout, stderr, hint)
+		}
+	}
+	fixed.Store(true)
+	code, stdout, stderr := runCmd(append(args, "--retry-failed")...)
+	if code != 0 || !strings.Contains(stdout, "this run: 1 sent") || strings.Contains(stdout, "--retry-failed") {
+		t.Errorf("with --retry-failed: exit %d, stdout %q, stderr %q; want the one sent, and answered", code, stdout, stderr)
 	}
 }
 

@@ -144,7 +144,7 @@ func (b *Stream) resume(ended error) bool {
 	// error event held back) is dropped.
 	b.tr.Rewind(b.base)
 	b.hi = b.lo
-	b.errAt, b.lastEnd = -1, b.base
+	b.errAt, b.errEnd, b.lastEnd = -1, -1, b.base
 	id, created := b.tr.ChatID()
 	s := &splice{r: next, dialect: b.tr.Dialect(), trim: trim, id: id, created: created, open: -1, notText: b.errs.Incomplete(NotText, 0, 0, nil)}
 	if n, open := b.tr.Blocks(); open {

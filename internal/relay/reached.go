@@ -43,14 +43,22 @@ func Trace(req *http.Request) (*http.Request, *Sent) {
 // it on before sending it again itself, on a connection it then failed to
 // make), and either net/http asked for one (a dial, a TLS handshake or a
 // proxy's tunnel failed, or the attempt's time ran out first) or err is a
-// failure to connect, from a Base that does not trace.
+// failure to connect (Unconnected), from a Base that does not trace.
 func (s *Sent) Unreached(err error) bool {
 	if s.got.Load() {
 		return false
 	}
-	if s.asked.Load() {
-		return true
-	}
-	var op *net.OpError
-	return errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect")
+	return s.asked.Load() || Unconnected(err)
+}
+
+// Unconnected reports whether err is a failure to connect: the host's
+// name did not resolve, or no connection to it (or to the proxy on the
+// way) could be made. A request that failed so never left; a later try
+// may get through, once the network or its name service is back.
+func Unconnected(err error) bool {
+	var (
+		op  *net.OpError
+		dns *net.DNSError
+	)
+	return errors.As(err, &dns) || errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect")
 }

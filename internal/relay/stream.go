@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"sync"
@@ -48,6 +49,24 @@ type Handover struct {
 	Secrets scrub.Secrets
 	// Errors makes the errors the reader sees.
 	Errors *Errors
+	// HandOnError hands on an error event after content before the
+	// error that ends the stream, as the provider sent it but for the
+	// credentials in it (see HandsOnErrorEvents).
+	HandOnError bool
+}
+
+// HandOnErrorKey is the context key of the mark by which a caller that
+// passes a stream on to a client of its own (rebound proxy) asks that an
+// error event after content reach it: the client's SDK raises the
+// provider's own error from it. A Go caller reads that error from the
+// stream's end instead, and does not see the event. The mark's value is
+// true.
+type HandOnErrorKey struct{}
+
+// HandsOnErrorEvents reports whether ctx carries the HandOnErrorKey mark.
+func HandsOnErrorEvents(ctx context.Context) bool {
+	on, _ := ctx.Value(HandOnErrorKey{}).(bool)
+	return on
 }
 
 // Reporter is told how a stream handed over ended.
@@ -73,8 +92,9 @@ type Guards struct {
 //
 // A stream whose dialect the tracker recognised is handed over whole
 // events at a time, and ends honestly: with its end marker then io.EOF, or
-// with an error Errors.Incomplete makes. Any other stream passes through
-// as it comes.
+// with an error Errors.Incomplete makes (after the error event that ended
+// it, with Handover.HandOnError). Any other stream passes through as it
+// comes.
 type Stream struct {
 	src    io.Reader // passed through: the look ahead's bytes, then body; tracked: body
 	body   io.ReadCloser
@@ -87,11 +107,15 @@ type Stream struct {
 	tr   *sse.Tracker // nil: passed through as it comes
 	w    *watch       // the guards after content; nil when tr is
 	more *Continuer   // continues a text answer cut after content; nil: none
-	// An error event after content is never handed on: the stream ends
-	// before it, where errAt says (a stream offset; -1: none), with an
-	// error that carries it, or a continuation takes over from there.
-	errAt, lastEnd int64
-	secrets        scrub.Secrets
+	// An error event after content is held back: the stream ends before
+	// it, where errAt says (a stream offset; -1: none), with an error
+	// that carries it, or a continuation takes over from there. With
+	// handOn the event, which ends at errEnd, goes before that error:
+	// held is what is left of it to give.
+	errAt, errEnd, lastEnd int64
+	handOn                 bool
+	held                   []byte
+	secrets                scrub.Secrets
 
 	// Close may come from another goroutine while Read continues the
 	// stream on a new body.
@@ -117,7 +141,7 @@ func (b *Stream) Start(h Handover) {
 		b.src = io.MultiReader(bytes.NewReader(read), h.Body)
 		return
 	}
-	b.more, b.secrets = h.More, h.Secrets
+	b.more, b.secrets, b.handOn = h.More, h.Secrets, h.HandOnError
 	if b.tr = h.Head.Tracker; b.tr != nil {
 		for _, e := range h.Head.Events {
 			b.sawEvent(e.End, e.Kind)
@@ -166,6 +190,11 @@ func (b *Stream) Read(p []byte) (int, error) {
 			return n, nil
 		}
 		if b.ended != nil {
+			if len(b.held) > 0 {
+				n := copy(p, b.held)
+				b.held = b.held[n:]
+				return n, nil
+			}
 			return 0, b.ended
 		}
 		if b.err != nil {
@@ -173,6 +202,9 @@ func (b *Stream) Read(p []byte) (int, error) {
 			if b.ended != io.EOF && b.resume(b.ended) {
 				b.ended, b.err = nil, nil
 				continue
+			}
+			if b.handOn && b.errAt >= 0 {
+				b.holdErrorEvent()
 			}
 			if b.ended == io.EOF {
 				b.finish(Whole)
@@ -244,14 +276,26 @@ func (b *Stream) end(err error) error {
 }
 
 // sawEvent is the tracker's Each. It makes b hold back an error event
-// after content: the stream ends before it, with an error that carries
-// it, or a continuation takes over from there (the caller must not see an
-// error in the middle of an answer that goes on).
+// after content: the stream ends before it (or, handing it on, with it),
+// with an error that carries it, or a continuation takes over from there
+// (the caller must not see an error in the middle of an answer that goes
+// on).
 func (b *Stream) sawEvent(end int64, k sse.Kind) {
 	if k == sse.Error && b.errAt < 0 {
-		b.errAt = b.lastEnd
+		b.errAt, b.errEnd = b.lastEnd, end
 	}
 	b.lastEnd = end
+}
+
+// holdErrorEvent makes the error event held back, scrubbed, the bytes
+// Read gives before the stream's end. Every event before it has been
+// given: the store begins with it.
+func (b *Stream) holdErrorEvent() {
+	end := b.lo + int(b.errEnd-b.errAt)
+	if end < b.hi && b.store[end-1] == '\r' && b.store[end] == '\n' {
+		end++ // the tracker ends an event at its blank line's CR; its LF came with it
+	}
+	b.held = b.secrets.Bytes(b.store[b.lo:end])
 }
 
 // incomplete is the error of a stream handed over that ended before its

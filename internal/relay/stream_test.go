@@ -81,3 +81,44 @@ func TestStreamReadsOnInTheLookAheadsBufferAsTheStreamCame(t *testing.T) {
 		}
 	}
 }
+
+// An error event after content, marked to be handed on, reaches the
+// caller as the provider framed it (CRLF lines, an id, a comment, data
+// over two lines), whatever the sizes of the reads, but for a credential
+// in it; then the stream ends with the error that carries it, and
+// nothing after it is given. Unmarked, the event is held back.
+func TestStreamHandsOnAnErrorEventAfterContentWhenAsked(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	const (
+		content = `data: {"choices":[{"index":0,"delta":{"content":"Hel"}}]}` + "\n\n"
+		event   = "id: 7\r\n: the provider's own comment\r\ndata: {\"error\":{\"message\":\"The server had an error\",\r\ndata: \"key\":\"sk-proj-abcdefghijklmnopqrstuvwxyz0123456789\"}}\r\n\r\n"
+		after   = `data: {"choices":[{"index":0,"delta":{"content":"lo"}}]}` + "\n\ndata: [DONE]\n\n"
+	)
+	want := strings.Replace(event, "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789", scrub.Redacted, 1)
+	for round := range 20 {
+		for _, handOn := range []bool{true, false} {
+			body := &chunks{b: []byte(content + event + after), max: 1 + rng.IntN(40), rng: rng}
+			head, err := sse.Peek(body, 1<<20, 1<<10)
+			if err != nil {
+				t.Fatalf("round %d: look ahead: %v", round, err)
+			}
+			var told ends
+			var s Stream
+			s.Start(Handover{Head: head, Body: body, Cancel: func() {}, Report: &told, Errors: &testErrors, HandOnError: handOn})
+			got, err := io.ReadAll(&s)
+			s.Close()
+			wantRead := content
+			if handOn {
+				wantRead += want
+			}
+			if string(got) != wantRead || err == nil || !strings.Contains(err.Error(), "The server had an error") {
+				t.Fatalf("round %d, handed on %v: read %q, %v; want %q and the event's error", round, handOn, got, err, wantRead)
+			}
+			if len(told) != 1 || told[0] != Broken {
+				t.Fatalf("round %d: told %+v, want one end, broken", round, told)
+			}
+		}
+	}
+}

@@ -50,10 +50,12 @@ type Config struct {
 
 	dialect dialect        // Dialect's
 	policy  rebound.Policy // PolicyFile's, capped at MaxAttempts
+	keyEnv  string         // the variable holding the key: KeyEnv, or the dialect's
+	key     string         // its value; empty for a server of the user's that takes none
 }
 
-// Check fills in c's defaults and returns the first thing wrong with it,
-// in one line: the command's usage is wrong.
+// Check fills in c's defaults, reads the key, and returns the first thing
+// wrong with it, in one line: the command's usage is wrong.
 func (c *Config) Check() error {
 	d, ok := dialects[c.Dialect]
 	if !ok {
@@ -96,7 +98,42 @@ func (c *Config) Check() error {
 	if c.MaxAttempts > 0 {
 		capAttempts(&c.policy, c.MaxAttempts)
 	}
+	return c.checkKey()
+}
+
+// checkKey reads the key from its variable. A variable named by
+// --api-key-env must hold one; the dialect's own may be unset only when
+// the requests go to a server of the user's (a local model may take no
+// key): a provider's own API would refuse every request, and the batch
+// would be recorded as failed, permanently, one request at a time.
+func (c *Config) checkKey() error {
+	c.keyEnv = c.KeyEnv
+	if c.keyEnv == "" {
+		c.keyEnv = c.dialect.keyEnv
+	}
+	if c.key = os.Getenv(c.keyEnv); c.key != "" {
+		return nil
+	}
+	u, _ := url.Parse(c.BaseURL) // checked above
+	switch {
+	case c.KeyEnv != "":
+		return fmt.Errorf("--api-key-env %s: the variable is not set", c.KeyEnv)
+	case providerHost(u.Hostname()):
+		return fmt.Errorf("%s is not set, and %s refuses a request without a key (set it, or name the key's variable with --api-key-env)", c.keyEnv, u.Hostname())
+	}
 	return nil
+}
+
+// providerHost reports whether host is the API of one of the dialects'
+// providers, however it is spelled.
+func providerHost(host string) bool {
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	for _, d := range dialects {
+		if u, _ := url.Parse(d.baseURL); u.Hostname() == host {
+			return true
+		}
+	}
+	return false
 }
 
 // dialect is how a provider takes its key, and where it is by default.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -162,14 +161,6 @@ func (s *session) prepare(ctx context.Context) error {
 // newRunner makes the run's batch.Runner: the key, the policy, the limits.
 func (s *session) newRunner(ctx context.Context) (*batch.Runner, error) {
 	c := s.c
-	keyEnv := c.KeyEnv
-	if keyEnv == "" {
-		keyEnv = c.dialect.keyEnv
-	}
-	key := os.Getenv(keyEnv)
-	if key == "" && c.KeyEnv != "" {
-		return nil, fmt.Errorf("--api-key-env %s: the variable is not set", c.KeyEnv)
-	}
 	r := &batch.Runner{
 		BaseURL:     c.BaseURL,
 		Concurrency: c.Concurrency,
@@ -177,8 +168,8 @@ func (s *session) newRunner(ctx context.Context) (*batch.Runner, error) {
 		Options:     batch.Options{RetryFailed: c.RetryFailed},
 		Unrecorded:  s.unrecorded,
 	}
-	if key != "" {
-		r.Header = c.dialect.header(key)
+	if c.key != "" {
+		r.Header = c.dialect.header(c.key)
 	}
 	limiter, err := s.limiter(ctx)
 	if err != nil {
@@ -239,8 +230,13 @@ func (s *session) limiter(ctx context.Context) (ratelimit.Pacer, error) {
 	return reboundredis.NewLimiter(store, u.Host, limits), nil
 }
 
-// run sends the batch, its progress shown on stderr.
+// run sends the batch, its progress shown on stderr, said to go without
+// a key if it does (a run that stops before it sends says only why).
 func (s *session) run(ctx context.Context) (batch.Summary, error) {
+	if s.c.key == "" {
+		u, _ := url.Parse(s.c.BaseURL)
+		fmt.Fprintf(s.stderr, "rebound batch: %s is not set; the requests go to %s without a key\n", s.c.keyEnv, u.Host)
+	}
 	prog := newProgressPrinter(s.stderr, s.c.Terminal, s.waits)
 	s.runner.Progress = prog.set
 	stopProgress := prog.start()
@@ -321,5 +317,8 @@ func (res *Result) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "wrote %d lines to %s and %d to %s\n", written.Succeeded, r.Output, written.Failed, r.Errors)
 	if c.Failed > 0 || c.Pending+c.InFlight > 0 {
 		fmt.Fprintln(w, "run the same command again to send what failed or was not answered")
+	}
+	if c.FailedPermanent > 0 {
+		fmt.Fprintf(w, "%d failed permanently; run the same command with --retry-failed to send them again\n", c.FailedPermanent)
 	}
 }

@@ -30,8 +30,11 @@ request is sent by one of them at a time, under a lease that a dead worker
 loses.
 
 The key is read from the environment: OPENAI_API_KEY, ANTHROPIC_API_KEY or
-GEMINI_API_KEY by --dialect, or the variable --api-key-env names; none is
-sent when it is unset. Malformed input lines are reported with their line
+GEMINI_API_KEY by --dialect, or the variable --api-key-env names, which must
+be set. With the dialect's variable unset, a batch for a provider's own API
+is refused; one for a --base-url of your own is sent without a key. A
+request that could not reach its host (a name that did not resolve, a
+connection refused) is sent again by the next run. Malformed input lines are reported with their line
 numbers and skipped (--strict: nothing is sent); a custom_id used twice, or a
 journal made from another input, stops the run before anything is sent.
 
