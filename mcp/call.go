@@ -59,15 +59,21 @@ func (e *callError) Unwrap() error { return e.err }
 
 // startCall takes a client's request and answers it later.
 func (s *session) startCall(req *jsonrpc.Request) error {
-	tool, token := requestFacts(req.Params)
+	tool, token, err := requestFacts(req.Params)
 	c := &call{s: s, req: req, key: idKey(req.ID.Raw()), tool: tool, start: time.Now(), alivec: make(chan struct{}, 1)}
 	s.mu.Lock()
 	if s.ctx.Err() != nil {
 		s.mu.Unlock()
 		return errors.New("reboundmcp: connection closed")
 	}
-	if _, dup := s.calls[c.key]; dup {
+	_, dup := s.calls[c.key]
+	if dup || err != nil {
 		answer := errorResponse(req.ID, &callError{code: jsonrpc.CodeInvalidRequest, msg: fmt.Sprintf("reboundmcp: request ID %v is already in flight", req.ID.Raw())})
+		if err != nil {
+			// Refused, not guessed: the server might run another tool
+			// than the one the rules would judge.
+			answer = errorResponse(req.ID, &callError{code: jsonrpc.CodeInvalidRequest, msg: "reboundmcp: invalid request: its params are read differently by different readers: " + err.Error()})
+		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -429,15 +435,16 @@ func (c *call) remember(resp *jsonrpc.Response) string {
 			delete(s.state.subs, p.URI)
 		}
 	case "tools/list":
-		// The client's own listing says the same as rebound's.
-		var page struct {
-			Tools []json.RawMessage `json:"tools"`
-		}
+		// The client's own listing says the same as rebound's, its list
+		// found by its exact key, as the client finds it.
+		var page map[string]json.RawMessage
+		var tools []json.RawMessage
 		json.Unmarshal(resp.Result, &page)
+		json.Unmarshal(page["tools"], &tools)
 		if s.state.tools == nil {
 			s.state.tools = map[string]*mcp.ToolAnnotations{}
 		}
-		maps.Copy(s.state.tools, annotations(page.Tools))
+		maps.Copy(s.state.tools, annotations(tools))
 	case "tools/call":
 		var r struct {
 			IsError bool `json:"isError"`

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/rebound-go/rebound/internal/jsonscan"
 )
 
 // maxDepth is the nesting the SDK's JSON package refuses beyond.
@@ -19,27 +20,45 @@ var (
 	errNoMethodID = errors.New("a message with neither a method nor an ID")
 )
 
+// messageNames are the members of a JSON-RPC message, and errorNames
+// those of its error.
+var (
+	messageNames = jsonscan.NewNames("jsonrpc", "id", "method", "params", "result", "error")
+	errorNames   = jsonscan.NewNames("code", "message", "data")
+)
+
 // decodeMessage returns what jsonrpc.DecodeMessage returns for data, the
 // SDK's own types built the SDK's way, at a fraction of its cost: the
 // SDK's JSON package makes a decoder with a 64 KB buffer for every
-// message. Its rules are the SDK's, as FuzzDecodeMessageMatchesTheSDKs
-// checks: keys match case-sensitively (encoding/json's case-insensitive
-// matching is bypassed by reading the object's members here), the last
-// of a repeated key wins, what follows the first JSON value is ignored,
-// and nesting deeper than 1000 is refused anywhere in data.
+// message. Its keys are read by jsonscan's rules: a member given twice, or
+// spelled another way ("ID", "jſonrpc"), is refused (an error wrapping
+// jsonscan.ErrDuplicateKey or ErrKeySpelling), where the SDK would take
+// the last of them and another reader the first; otherwise it decodes as
+// the SDK does, as FuzzDecodeMessageMatchesTheSDKs checks: what follows
+// the first JSON value is ignored, and nesting deeper than 1000 is
+// refused anywhere in data.
 func decodeMessage(data []byte) (jsonrpc.Message, error) {
 	if tooDeep(data) {
 		return nil, errTooDeep
 	}
-	obj, err := firstObject(data)
-	if err != nil {
-		return nil, err
+	var s jsonscan.Scanner
+	s.MaxDepth = maxDepth
+	s.Reset(data)
+	if s.Next() != jsonscan.Object {
+		return nil, errNotObject
 	}
 	var w wire
-	for m := (members{b: obj}); m.next(); {
-		if err := w.set(m.key(), m.value); err != nil {
+	for m := s.Object(messageNames); m.Next(); {
+		v := s.Skip()
+		if m.Name() == jsonscan.Other || !v.Set() {
+			continue
+		}
+		if err := w.set(m.Name(), s.Bytes(v)); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.Err(); err != nil {
+		return nil, fmt.Errorf("not a JSON-RPC message: %w", err)
 	}
 	if w.version != "2.0" {
 		return nil, fmt.Errorf(`invalid message version tag %q; expected "2.0"`, w.version)
@@ -70,26 +89,25 @@ type wire struct {
 	err                    *jsonrpc.Error
 }
 
-// set reads the member key: value into w as encoding/json would, the
-// last of a repeated key winning; keys the SDK does not know are
-// ignored.
-func (w *wire) set(key, value []byte) (err error) {
-	switch string(key) {
-	case "jsonrpc":
+// set reads the member of messageNames' index i, of the valid JSON value
+// value, into w as encoding/json would.
+func (w *wire) set(i int, value []byte) (err error) {
+	switch i {
+	case 0: // jsonrpc
 		if string(value) == `"2.0"` {
 			w.version = "2.0"
 			return nil
 		}
 		w.version, err = stringValue(value, w.version)
-	case "id":
+	case 1: // id
 		w.id, err = idValue(value)
-	case "method":
+	case 2: // method
 		w.method = bytes.Clone(value)
-	case "params":
+	case 3: // params
 		w.params = bytes.Clone(value)
-	case "result":
+	case 4: // result
 		w.result = bytes.Clone(value)
-	case "error":
+	case 5: // error
 		err = decodeWireError(value, &w.err)
 	}
 	return err
@@ -143,7 +161,7 @@ func idValue(value []byte) (jsonrpc.ID, error) {
 }
 
 // decodeWireError reads an "error" member into *to as encoding/json
-// would into a *jsonrpc.Error, its keys matched case-sensitively.
+// would into a *jsonrpc.Error, its members read by jsonscan's rules.
 func decodeWireError(value []byte, to **jsonrpc.Error) error {
 	switch value[0] {
 	case 'n':
@@ -153,27 +171,28 @@ func decodeWireError(value []byte, to **jsonrpc.Error) error {
 	default:
 		return fmt.Errorf("an error member that is not an object: %.20s", value)
 	}
-	if *to == nil {
-		*to = &jsonrpc.Error{}
-	}
-	e := *to
-	for m := (members{b: value}); m.next(); {
+	e := &jsonrpc.Error{}
+	*to = e
+	var s jsonscan.Scanner
+	s.Reset(value)
+	for m := s.Object(errorNames); m.Next(); {
+		v := s.Skip()
 		var into any
-		switch string(m.key()) {
-		case "code":
+		switch m.Name() {
+		case 0:
 			into = &e.Code
-		case "message":
+		case 1:
 			into = &e.Message
-		case "data":
+		case 2:
 			into = &e.Data
 		default:
 			continue
 		}
-		if err := json.Unmarshal(m.value, into); err != nil {
+		if err := json.Unmarshal(s.Bytes(v), into); err != nil {
 			return err
 		}
 	}
-	return nil
+	return s.Err()
 }
 
 // tooDeep says whether data nests objects and arrays deeper than
@@ -207,108 +226,4 @@ func tooDeep(data []byte) bool {
 		}
 	}
 	return false
-}
-
-// firstObject returns the JSON object data starts with, checked valid;
-// what follows it is ignored.
-func firstObject(data []byte) ([]byte, error) {
-	data = bytes.TrimLeft(data, " \t\r\n")
-	if len(data) == 0 || data[0] != '{' {
-		return nil, errNotObject
-	}
-	obj := data[:skipValue(data, 0)]
-	if !json.Valid(obj) {
-		return nil, fmt.Errorf("not a JSON object: %.40q", obj)
-	}
-	return obj, nil
-}
-
-// members walks the members of a valid JSON object b.
-type members struct {
-	b     []byte
-	i     int
-	k     []byte // the key, quoted
-	value []byte
-}
-
-// next moves to the next member, and says whether there is one.
-func (m *members) next() bool {
-	if m.i == 0 {
-		m.i = 1 // past '{'
-	}
-	m.i = skipSpace(m.b, m.i)
-	if m.b[m.i] == ',' {
-		m.i = skipSpace(m.b, m.i+1)
-	}
-	if m.b[m.i] == '}' {
-		return false
-	}
-	end := skipString(m.b, m.i)
-	m.k = m.b[m.i:end]
-	m.i = skipSpace(m.b, end)
-	m.i = skipSpace(m.b, m.i+1) // past ':'
-	end = skipValue(m.b, m.i)
-	m.value = m.b[m.i:end]
-	m.i = end
-	return true
-}
-
-// key returns the member's key, unquoted.
-func (m *members) key() []byte {
-	if bytes.IndexByte(m.k, '\\') < 0 {
-		return m.k[1 : len(m.k)-1]
-	}
-	var s string
-	_ = json.Unmarshal(m.k, &s) // valid: checked with the object
-	return []byte(s)
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index after the string that starts at b[i].
-func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return len(b)
-}
-
-// skipValue returns the index after the JSON value that starts at b[i],
-// or, for what is not valid JSON, some index json.Valid then refuses.
-func skipValue(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for i < len(b) {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return len(b)
-	}
-	for i < len(b) && bytes.IndexByte([]byte(",}] \t\r\n"), b[i]) < 0 {
-		i++
-	}
-	return i
 }

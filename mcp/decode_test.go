@@ -2,11 +2,15 @@ package reboundmcp
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/rebound-go/rebound/internal/jsonscan"
+	"github.com/rebound-go/rebound/internal/jsonscan/jsonscantest"
 )
 
 // decodeSeeds are messages of every kind, and the odd inputs on which a
@@ -78,8 +82,26 @@ var decodeSeeds = []string{
 	`{"jsonrpc":"2.0","id":1,"method":"x"}` + strings.Repeat("[", 1001),
 }
 
+// messagePaths are the names decodeMessage decides by.
+var messagePaths = jsonscantest.Paths{
+	"":      {"jsonrpc", "id", "method", "params", "result", "error"},
+	"error": {"code", "message", "data"},
+}
+
+// keyFault reports whether the first JSON value of data gives a member of
+// a message twice, or spells one another way.
+func keyFault(data []byte) bool {
+	var first json.RawMessage
+	if json.NewDecoder(bytes.NewReader(data)).Decode(&first) != nil {
+		return false
+	}
+	return jsonscantest.KeyFault(first, messagePaths)
+}
+
 // FuzzDecodeMessageMatchesTheSDKs checks that decodeMessage succeeds and
-// fails where jsonrpc.DecodeMessage does, and returns what it returns.
+// fails where jsonrpc.DecodeMessage does, and returns what it returns;
+// but a message that gives a member twice, or spells one another way,
+// which the SDK reads, it refuses.
 func FuzzDecodeMessageMatchesTheSDKs(f *testing.F) {
 	for _, s := range decodeSeeds {
 		f.Add([]byte(s))
@@ -87,6 +109,16 @@ func FuzzDecodeMessageMatchesTheSDKs(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		want, wantErr := jsonrpc.DecodeMessage(bytes.Clone(data))
 		got, gotErr := decodeMessage(bytes.Clone(data))
+		fault := keyFault(data)
+		if errors.Is(gotErr, jsonscan.ErrDuplicateKey) || errors.Is(gotErr, jsonscan.ErrKeySpelling) {
+			if !fault && wantErr == nil { // invalid further on, it is refused either way
+				t.Fatalf("%q: refused for a key (%v), which has no fault", data, gotErr)
+			}
+			return
+		}
+		if fault && gotErr == nil {
+			t.Fatalf("%q: a key given twice or spelled another way, read as %#v", data, got)
+		}
 		if (wantErr == nil) != (gotErr == nil) {
 			t.Fatalf("%q: the SDK's error %v, ours %v", data, wantErr, gotErr)
 		}

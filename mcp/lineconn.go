@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/rebound-go/rebound/internal/jsonscan"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -261,11 +262,20 @@ func (c *lineConn) answerInBatch(resp *jsonrpc.Response) error {
 // its ID unknown, null.
 const parseError = `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error: the line is not a JSON-RPC message"}}` + "\n"
 
-// answerParseError tells the peer a line it sent could not be read.
-func (c *lineConn) answerParseError() error {
+// invalidRequest is its answer to a message that gives a member twice or
+// spells one another way: which is meant is not guessed.
+const invalidRequest = `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request: a member given twice, or spelled another way"}}` + "\n"
+
+// answerParseError tells the peer a line it sent could not be read, for
+// why.
+func (c *lineConn) answerParseError(why error) error {
+	answer := parseError
+	if errors.Is(why, jsonscan.ErrDuplicateKey) || errors.Is(why, jsonscan.ErrKeySpelling) {
+		answer = invalidRequest
+	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_, err := io.WriteString(c.w, parseError)
+	_, err := io.WriteString(c.w, answer)
 	return err
 }
 

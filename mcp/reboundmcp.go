@@ -221,7 +221,7 @@ func Serve(ctx context.Context, client mcp.Connection, t *Transport) error {
 			if t.o.Logger != nil {
 				t.o.Logger.Warn("mcp.parse_error", "server", t.o.Name, "error", bad.Error())
 			}
-			err = lines.answerParseError()
+			err = lines.answerParseError(bad)
 		} else if err == nil {
 			err = up.Write(ctx, msg)
 		}

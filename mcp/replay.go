@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rebound-go/rebound/internal/jsonscan"
 )
 
 // replayState is what a restart gives a new server so that the client's
@@ -206,22 +207,61 @@ func (s *session) withMeta(params map[string]any) map[string]any {
 	return params
 }
 
-// annotations reads each listed tool's annotations; a tool listed without
-// any gets an empty set (side-effecting, unless overridden).
+// The names a listed tool is read by, and its annotations'.
+var (
+	toolNames       = jsonscan.NewNames("name", "annotations")
+	annotationNames = jsonscan.NewNames("readOnlyHint", "idempotentHint")
+)
+
+// annotations returns the annotations of the tools items list, by name,
+// read by jsonscan's rules: a tool that gives a name twice, or spells one
+// another way ("Name", "ReadOnlyHint"), or whose hints are not booleans,
+// is left out, and so is sent again as a tool nothing is known of.
 func annotations(items []json.RawMessage) map[string]*mcp.ToolAnnotations {
 	tools := make(map[string]*mcp.ToolAnnotations, len(items))
+	var s jsonscan.Scanner
 	for _, it := range items {
-		var t struct {
-			Name        string               `json:"name"`
-			Annotations *mcp.ToolAnnotations `json:"annotations"`
-		}
-		if json.Unmarshal(it, &t) != nil || t.Name == "" {
+		s.Reset(it)
+		if s.Next() != jsonscan.Object {
 			continue
 		}
-		if t.Annotations == nil {
-			t.Annotations = &mcp.ToolAnnotations{}
+		var name string
+		a, ok := &mcp.ToolAnnotations{}, true
+		for m := s.Object(toolNames); m.Next(); {
+			switch {
+			case m.Name() == 0:
+				v, isString := s.Str()
+				ok = ok && isString
+				if isString {
+					name = string(s.Text(nil, v))
+				}
+			case m.Name() == 1 && s.Next() == jsonscan.Object:
+				for h := s.Object(annotationNames); h.Next(); {
+					switch k := s.Next(); {
+					case h.Name() == jsonscan.Other || k == jsonscan.Null:
+						s.Skip()
+					case k == jsonscan.True || k == jsonscan.False:
+						if h.Name() == 0 {
+							a.ReadOnlyHint = k == jsonscan.True
+						} else {
+							a.IdempotentHint = k == jsonscan.True
+						}
+						s.Skip()
+					default:
+						s.Skip()
+						ok = false
+					}
+				}
+			case m.Name() == 1 && s.Next() != jsonscan.Null:
+				s.Skip()
+				ok = false
+			default:
+				s.Skip()
+			}
 		}
-		tools[t.Name] = t.Annotations
+		if s.End() && ok && name != "" {
+			tools[name] = a
+		}
 	}
 	return tools
 }

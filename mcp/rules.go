@@ -9,6 +9,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rebound-go/rebound/internal/jsonscan"
 )
 
 // resendable lists the requests that are read-only by the spec, or state
@@ -111,17 +112,47 @@ func mayHaveRunMessage(server, method, tool string, lost bool) string {
 	return fmt.Sprintf("reboundmcp: MCP server %s %s while %s ran: the request may have taken effect, and was not sent again", server, what, method)
 }
 
+// The names of a request's params that the rules decide by, and of its
+// _meta.
+var (
+	paramsNames = jsonscan.NewNames("name", "_meta")
+	metaNames   = jsonscan.NewNames("progressToken")
+)
+
 // requestFacts reads what the rules need from a client request's params:
-// the tool of a tools/call and the progress token.
-func requestFacts(params json.RawMessage) (tool string, progressToken any) {
-	var p struct {
-		Name string `json:"name"`
-		Meta struct {
-			ProgressToken any `json:"progressToken"`
-		} `json:"_meta"`
+// the tool of a tools/call and the progress token. They are read by
+// jsonscan's rules: params that give one twice, or spell one another way
+// ({"name":"create","Name":"safe"}), are an error, since the server may
+// run another tool than the one judged. Params that are not JSON, or a
+// name or a _meta of another type, say nothing: the server cannot read
+// them either, and will say so.
+func requestFacts(params json.RawMessage) (tool string, progressToken any, err error) {
+	var s jsonscan.Scanner
+	s.Reset(params)
+	if s.Next() != jsonscan.Object {
+		return "", nil, nil
 	}
-	json.Unmarshal(params, &p) // a request the server cannot read either; it will say so
-	return p.Name, p.Meta.ProgressToken
+	for m := s.Object(paramsNames); m.Next(); {
+		switch {
+		case m.Name() == 0:
+			if v, ok := s.Str(); ok {
+				tool = string(s.Text(nil, v))
+			}
+		case m.Name() == 1 && s.Next() == jsonscan.Object:
+			for mm := s.Object(metaNames); mm.Next(); {
+				v := s.Skip()
+				if mm.Name() == 0 && v.Set() {
+					json.Unmarshal(s.Bytes(v), &progressToken)
+				}
+			}
+		default:
+			s.Skip()
+		}
+	}
+	if err := s.Err(); errors.Is(err, jsonscan.ErrDuplicateKey) || errors.Is(err, jsonscan.ErrKeySpelling) {
+		return "", nil, err
+	}
+	return tool, progressToken, nil
 }
 
 // idKey is a map key for a JSON-RPC ID or progress token: 1 and "1"

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/rebound-go/rebound/internal/frontdoor"
 	"io"
 	"log/slog"
 	"net/http"
@@ -163,7 +164,7 @@ func TestReadBodySizes(t *testing.T) {
 			if declared {
 				req.ContentLength = int64(size)
 			}
-			h, err := readBody(req, http.NewResponseController(httptest.NewRecorder()), mem, limit, time.Minute)
+			h, err := readBody(req, frontdoor.NewBodyReader(req.Body, http.NewResponseController(httptest.NewRecorder()), time.Now().Add(time.Minute), req.ContentLength), mem, limit)
 			switch {
 			case size > limit:
 				if err != errTooLarge || mem.inUse() != 0 {

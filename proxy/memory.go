@@ -285,12 +285,13 @@ func (r *partsReader) Close() error { return nil }
 // has come; then into one buffer of that length, the body's own. Without
 // a declared length, the chunks are joined at the end. Past mem's bound a
 // read waits BodyMemoryWait at most, then fails with errBodyMemory.
-func readBody(r *http.Request, rc *http.ResponseController, mem *bodyMemory, limit int64, timeout time.Duration) (*heldBody, error) {
+// The body is read through reader, the request's body bounded in time.
+func readBody(r *http.Request, reader frontdoor.BodyReader, mem *bodyMemory, limit int64) (*heldBody, error) {
 	h := &heldBody{mem: mem, start: -1, end: -1}
 	if r.Body == nil || r.Body == http.NoBody {
 		return h, nil
 	}
-	h.reader = frontdoor.NewBodyReader(r.Body, rc, time.Now().Add(timeout), r.ContentLength)
+	h.reader = reader
 	body := &h.reader
 	declared := r.ContentLength
 	if declared > limit {

@@ -11,11 +11,19 @@ import (
 
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/cost"
+	"github.com/rebound-go/rebound/internal/frontdoor"
 	"github.com/rebound-go/rebound/ratelimit"
 )
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// A body is bounded from the first: net/http reads what is left of
+	// one before it sends any answer, a refusal's too, and would wait for
+	// ever for one that does not come.
+	bodyReader := frontdoor.NewBodyReader(r.Body, http.NewResponseController(w), time.Now().Add(p.bodyTimeout), r.ContentLength)
+	if r.Body != nil && r.Body != http.NoBody {
+		bodyReader.Push()
+	}
 	why, answered := p.door.Enter(w, r)
 	if why != "" {
 		writeError(w, dialectOfPath(r.URL.Path), http.StatusForbidden, why)
@@ -82,7 +90,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.outcome = "upgrade"
 		return
 	}
-	body, err := readBody(r, http.NewResponseController(w), p.memory, p.maxBody, p.bodyTimeout)
+	body, err := readBody(r, bodyReader, p.memory, p.maxBody)
 	switch {
 	case errors.Is(err, errBodyMemory):
 		sw.Header().Set("Retry-After", "1")

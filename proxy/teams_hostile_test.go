@@ -195,6 +195,7 @@ func TestTenantModelListHoldsHoweverTheModelIsNamed(t *testing.T) {
 		{"/openai/deployments/big/chat/completions", "application/json", `{"model":"m","messages":[]}`},
 		{"/v1beta/tunedModels/big-tuned:generateContent", "application/json", `{"contents":[]}`},
 		{"/v1beta/models/big:generateContent", "application/json", `{"contents":[]}`},
+		{"/model/big/converse", "application/json", `{"messages":[]}`},
 		{"/v1/messages/batches", "application/json", `{"requests":[{"custom_id":"a","params":{"model":"m","max_tokens":1,"messages":[]}},{"custom_id":"b","params":{"model":"big","max_tokens":1,"messages":[]}}]}`},
 		{"/v1/messages/batches", "application/json", `{"requests":[{"custom_id":"a","params":{"max_tokens":1,"messages":[]}}]}`},
 		{"/v1/batches", "application/json", `{"input_file_id":"file-1","endpoint":"/v1/chat/completions","completion_window":"24h"}`},
@@ -226,7 +227,7 @@ func TestTenantModelListHoldsHoweverTheModelIsNamed(t *testing.T) {
 			t.Errorf("%s %s %.50q: %d %s, want 200", r.method, r.path, r.body, resp.StatusCode, body)
 		}
 	}
-	for _, r := range refused[8:10] {
+	for _, r := range refused[9:11] {
 		if resp, body := do(t, "POST", front.URL+r.path, r.body, "Content-Type", r.contentType, "Authorization", "Bearer tok-open-42aa"); resp.StatusCode != 200 {
 			t.Errorf("POST %s for a tenant that allows unseen models: %d %s, want 200", r.path, resp.StatusCode, body)
 		}

@@ -23,12 +23,21 @@ func geminiPath(path string) (at int, name, method string, called bool) {
 
 // PathModel returns the model a request's path names, whatever the
 // provider's dialect: Gemini's and Vertex AI's ".../models/NAME:verb"
-// and ".../tunedModels/NAME:verb", Azure OpenAI's ".../deployments/NAME/...";
-// "" if it names none. Where a path names a model, the provider serves
-// that one, whatever the body says.
+// and ".../tunedModels/NAME:verb", Azure OpenAI's ".../deployments/NAME/...",
+// Bedrock's "/model/NAME/converse" (and invoke, and their streams; NAME
+// may hold slashes, an ARN's); "" if it names none. Where a path names a
+// model, the provider serves that one, whatever the body says.
 func PathModel(path string) string {
 	if name := GeminiModel(path); name != "" {
 		return name
+	}
+	if rest, ok := strings.CutPrefix(path, "/model/"); ok {
+		if i := strings.LastIndexByte(rest, '/'); i > 0 {
+			switch rest[i+1:] {
+			case "converse", "converse-stream", "invoke", "invoke-with-response-stream":
+				return rest[:i]
+			}
+		}
 	}
 	if i := strings.Index(path, geminiTunedModelAt); i >= 0 {
 		name, _, _ := strings.Cut(path[i+len(geminiTunedModelAt):], ":")
