@@ -11,8 +11,8 @@ import (
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
-	"github.com/rebound-go/rebound/internal/jsonscan"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rebound-go/rebound/internal/jsonscan"
 )
 
 // maxLine bounds one message, as the SDK's mcp.DefaultMaxLineLength does.
