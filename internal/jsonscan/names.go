@@ -284,21 +284,17 @@ func (m *Members) Name() int { return m.name }
 // Key is where the current member's key lies, with its quotes.
 func (m *Members) Key() Span { return m.key }
 
-// Has reports whether the object has given the name of index i so far.
-func (m *Members) Has(i int) bool { return m.seen&(1<<i) != 0 }
-
 // Elements reads an array's elements, in order. Take each element (with
 // a Scanner method) before the next call of Next.
 type Elements struct {
 	s     *Scanner
-	n     int
 	state uint8 // as Members'
 }
 
 // Array starts reading the array ahead. If the value ahead is not an
 // array the scanner fails: check Next first.
 func (s *Scanner) Array() Elements {
-	e := Elements{s: s, n: -1}
+	e := Elements{s: s}
 	if s.Next() != Array {
 		if s.err == nil {
 			s.fail("expected an array")
@@ -337,9 +333,6 @@ func (e *Elements) Next() bool {
 		s.i++
 	}
 	e.state = 1
-	e.n++
 	return true
 }
 
-// Index is the current element's index.
-func (e *Elements) Index() int { return e.n }
