@@ -335,4 +335,3 @@ func (e *Elements) Next() bool {
 	e.state = 1
 	return true
 }
-
