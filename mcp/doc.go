@@ -132,5 +132,8 @@
 // server's whole process group gets SIGTERM, then SIGKILL, so that no
 // grandchild outlives it; an HTTP session ends with the spec's DELETE, so
 // that a server that holds one session at a time takes the next
-// initialize.
+// initialize. On Linux a stdio server also gets SIGKILL from the kernel
+// when the program ends, however it ends (a parent-death signal), so that
+// one that does not exit when its stdin closes is not left running after
+// a SIGKILL or the OOM killer; elsewhere it sees its stdin close.
 package reboundmcp
