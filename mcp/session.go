@@ -97,8 +97,9 @@ func (s *session) Read(ctx context.Context) (jsonrpc.Message, error) {
 }
 
 // Write takes a message from the client: a request is answered later, by
-// Read; a notification or an answer to the server's request goes to the
-// server that is up, if one is.
+// Read; a notification goes to the server that is up, if one is, and an
+// answer to the server's request to the start that asked, if it still
+// runs (ask.go).
 func (s *session) Write(ctx context.Context, msg jsonrpc.Message) error {
 	if s.ctx.Err() != nil {
 		return mcp.ErrConnectionClosed
