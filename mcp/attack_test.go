@@ -289,3 +289,153 @@ func TestClientCancellingANumberedCallStopsIt(t *testing.T) {
 		}
 	})
 }
+
+// readFor returns the messages rebound has for the client, read until
+// none comes for a virtual second.
+func readFor(t *testing.T, conn mcp.Connection) []jsonrpc.Message {
+	t.Helper()
+	var msgs []jsonrpc.Message
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		msg, err := conn.Read(ctx)
+		cancel()
+		if err != nil {
+			return msgs
+		}
+		msgs = append(msgs, msg)
+	}
+}
+
+// onWire is msgs as they go on the wire, for failure messages.
+func onWire(msgs ...jsonrpc.Message) string {
+	var lines []string
+	for _, m := range msgs {
+		data, _ := jsonrpc.EncodeMessage(m)
+		lines = append(lines, string(data))
+	}
+	return "[" + strings.Join(lines, " ") + "]"
+}
+
+// initializeScripted passes the client's initialize to sc and its answer
+// back, so that a restart replays it.
+func initializeScripted(t *testing.T, conn mcp.Connection, sc *script) {
+	t.Helper()
+	rawRequest(t, conn, 1, "initialize", `{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"c","version":"1"}}`)
+	answerInitialize(t, sc)
+	readResponse(t, conn)
+}
+
+// answerInitialize answers the initialize sc is sent next.
+func answerInitialize(t *testing.T, sc *script) {
+	t.Helper()
+	req := sc.next(t)
+	if req["method"] != "initialize" {
+		t.Fatalf("the server got %v, want initialize", req)
+	}
+	sc.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%v,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`, req["id"]))
+}
+
+func elicit(question string) string {
+	return `{"jsonrpc":"2.0","id":0,"method":"elicitation/create","params":{"message":"` + question + `","requestedSchema":{"type":"object","properties":{}}}}`
+}
+
+// TestAnswerToADeadServersRequestIsDropped: a server asks the client
+// (elicitation, id 0) and dies; its restart asks its own question under
+// the same id 0. The client is told the first question is void
+// (notifications/cancelled, under the ID it was asked with), the two
+// questions reach it under IDs of their own, and its answer to the
+// first never reaches the new server, which gets only the answer to its
+// own question.
+func TestAnswerToADeadServersRequestIsDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newScripted()
+		conn, _ := New(s.upstream(), Options{}).Connect(t.Context())
+		defer conn.Close()
+		first := <-s.starts
+		initializeScripted(t, conn, first)
+		first.send(elicit("delete repo scratch?"))
+		msgs := readFor(t, conn)
+		scratch, ok := msgs[0].(*jsonrpc.Request)
+		if len(msgs) != 1 || !ok || !strings.Contains(string(scratch.Params), "scratch") {
+			t.Fatalf("the client got %s, want the first question", onWire(msgs...))
+		}
+		first.conn.Close() // the server dies with its question open
+		second := <-s.starts
+		answerInitialize(t, second)
+		second.send(elicit("delete repo production?"))
+		msgs = readFor(t, conn)
+		var cancelled, production *jsonrpc.Request
+		for _, m := range msgs { // in either order: they concern different requests
+			switch r, _ := m.(*jsonrpc.Request); {
+			case r != nil && r.Method == "notifications/cancelled":
+				cancelled = r
+			case r != nil && strings.Contains(string(r.Params), "production"):
+				production = r
+			}
+		}
+		if len(msgs) != 2 || cancelled == nil || production == nil {
+			t.Fatalf("after the restart the client got %s; want the first question cancelled, and the second", onWire(msgs...))
+		}
+		var p struct {
+			RequestID any `json:"requestId"`
+		}
+		json.Unmarshal(cancelled.Params, &p)
+		if idKey(p.RequestID) != idKey(scratch.ID.Raw()) {
+			t.Fatalf("the client got %s; want notifications/cancelled of request %v", onWire(cancelled), scratch.ID.Raw())
+		}
+		if production.ID == scratch.ID {
+			t.Fatalf("both questions reached the client as request %v: its answers cannot be told apart", scratch.ID.Raw())
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { // the user accepts the first question, then declines the second
+			conn.Write(t.Context(), &jsonrpc.Response{ID: scratch.ID, Result: json.RawMessage(`{"action":"accept","content":{}}`)})
+			conn.Write(t.Context(), &jsonrpc.Response{ID: production.ID, Result: json.RawMessage(`{"action":"decline"}`)})
+		})
+		got := second.next(t)
+		if got["id"] != 0.0 || fmt.Sprint(got["result"]) != "map[action:decline]" {
+			t.Fatalf("the new server got %v; want only the answer to its own question, declined", got)
+		}
+		wg.Wait()
+	})
+}
+
+// TestServerCancellingItsRequestReachesTheClientUnderItsID: a server that
+// cancels its own request to the client names it by its own ID; the
+// client is told under the ID it was asked with, and its late answer is
+// dropped.
+func TestServerCancellingItsRequestReachesTheClientUnderItsID(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newScripted()
+		conn, _ := New(s.upstream(), Options{}).Connect(t.Context())
+		defer conn.Close()
+		sc := <-s.starts
+		initializeScripted(t, conn, sc)
+		sc.send(elicit("delete repo scratch?"))
+		sc.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":0,"reason":"timed out"}}`)
+		sc.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":41}}`) // never asked
+		msgs := readFor(t, conn)
+		if len(msgs) != 2 {
+			t.Fatalf("the client got %s; want the question and its cancellation", onWire(msgs...))
+		}
+		asked := msgs[0].(*jsonrpc.Request)
+		cancelled := msgs[1].(*jsonrpc.Request)
+		var p struct {
+			RequestID any    `json:"requestId"`
+			Reason    string `json:"reason"`
+		}
+		json.Unmarshal(cancelled.Params, &p)
+		if cancelled.Method != "notifications/cancelled" || idKey(p.RequestID) != idKey(asked.ID.Raw()) || p.Reason != "timed out" {
+			t.Fatalf("the client got %v %s; want the cancellation of request %v", cancelled.Method, cancelled.Params, asked.ID.Raw())
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			conn.Write(t.Context(), &jsonrpc.Response{ID: asked.ID, Result: json.RawMessage(`{"action":"accept","content":{}}`)})
+			ping, _ := jsonrpc.MakeID(float64(2))
+			conn.Write(t.Context(), &jsonrpc.Request{ID: ping, Method: "ping", Params: json.RawMessage("{}")})
+		})
+		if got := sc.next(t); got["method"] != "ping" {
+			t.Fatalf("the server got %v; want the ping, the late answer dropped", got)
+		}
+		wg.Wait()
+	})
+}

@@ -48,6 +48,14 @@
 // side-effecting, so it sends one again only when it provably never
 // reached the server.
 //
+// The server's own requests to the client (sampling, elicitation,
+// roots, ping) reach the client under IDs of rebound's, never used twice
+// in a session, and the client's answer goes back under the server's ID
+// to the start that asked: a restarted server, numbering its requests
+// afresh, never takes an answer meant for its dead predecessor. When a
+// start ends, the client is sent notifications/cancelled for each request
+// it left open, and a late answer to one is dropped.
+//
 // After every start, and whenever the server says
 // notifications/tools/list_changed, rebound lists the server's tools
 // itself, all pages, under request IDs the client never sees, and keeps
@@ -131,5 +139,8 @@
 // server's whole process group gets SIGTERM, then SIGKILL, so that no
 // grandchild outlives it; an HTTP session ends with the spec's DELETE, so
 // that a server that holds one session at a time takes the next
-// initialize.
+// initialize. On Linux a stdio server also gets SIGKILL from the kernel
+// when the program ends, however it ends (a parent-death signal), so that
+// one that does not exit when its stdin closes is not left running after
+// a SIGKILL or the OOM killer; elsewhere it sees its stdin close.
 package reboundmcp

@@ -27,6 +27,8 @@ type generation struct {
 	lost    bool // the server lost the session (rather than died)
 
 	served atomic.Bool // it answered a request of the client's
+
+	asked map[jsonrpc.ID]int64 // its requests to the client, open, by its ID: the client's ID; under s.mu
 }
 
 func newGeneration(s *session, conn mcp.Connection, n int) *generation {
@@ -44,8 +46,9 @@ type waiter struct {
 
 // end marks the generation dead, lost says whether for its session, and
 // closes its connection (a stdio child's group is killed, an HTTP session
-// DELETEd). The calls whose first attempt awaited it are told. It is safe
-// to call more than once.
+// DELETEd). The calls whose first attempt awaited it are told, and the
+// client that its requests to it are void. It is safe to call more than
+// once.
 func (g *generation) end(lost bool) {
 	g.mu.Lock()
 	select {
@@ -68,6 +71,7 @@ func (g *generation) end(lost bool) {
 	for _, c := range cut {
 		c.firstCut(g)
 	}
+	g.s.abandonAsked(g)
 }
 
 // hadSession says whether the generation is an HTTP session the server

@@ -95,18 +95,13 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 			continue // a blank line says nothing
 		}
 		msgs, err := c.decode(line)
-		for err != nil && incomplete(line) { // a value that spans lines, as the SDK's JSON decoder reads it
-			more, lerr := c.line()
-			if lerr != nil {
-				return nil, lerr
+		switch {
+		case err == nil:
+		case incomplete(line):
+			if msgs, err = c.decodeSpread(line); err != nil {
+				return nil, err
 			}
-			if len(line)+len(more) > maxLine {
-				return nil, &lineError{fmt.Errorf("a message longer than %d bytes", maxLine)}
-			}
-			line = append(append(bytes.Clone(line), '\n'), more...)
-			msgs, err = c.decode(line)
-		}
-		if err != nil {
+		default:
 			return nil, &lineError{err}
 		}
 		c.queue = msgs[1:]
@@ -126,23 +121,86 @@ func (c *lineConn) decode(line []byte) ([]jsonrpc.Message, error) {
 	return []jsonrpc.Message{msg}, nil
 }
 
+// decodeSpread reads a value that begins with first and goes on over the
+// lines after it, as the SDK's JSON decoder reads one: a json.Decoder
+// scans each line once, going on from where the line before left it.
+// (Decoding all the lines again with each line added was quadratic in
+// the lines: a notification pretty-printed over 20 000 lines took
+// seconds, and held up what came after it.) A value longer than maxLine
+// is refused, its lines so far skipped. An error is a *lineError, or the
+// stream's.
+func (c *lineConn) decodeSpread(first []byte) ([]jsonrpc.Message, error) {
+	f := &lineFeed{c: c, line: first, newline: true, size: len(first) + 1}
+	var raw json.RawMessage
+	err := json.NewDecoder(f).Decode(&raw)
+	switch {
+	case f.err != nil:
+		return nil, f.err // the stream's, or a line's or the value's length
+	case err != nil:
+		return nil, &lineError{err}
+	}
+	msgs, err := c.decode(raw)
+	if err != nil {
+		return nil, &lineError{err}
+	}
+	return msgs, nil
+}
+
+// A lineFeed gives a json.Decoder the lines of one value, each with its
+// newline (tokens on two lines are two tokens), for at most maxLine bytes
+// of lines.
+type lineFeed struct {
+	c       *lineConn
+	line    []byte // what is left to give of the line read last
+	newline bool   // its newline is still to give
+	size    int    // the lines' bytes so far, newlines counted
+	err     error  // why the lines stopped
+}
+
+func (f *lineFeed) Read(p []byte) (int, error) {
+	for len(f.line) == 0 && !f.newline {
+		line, err := f.c.line()
+		if err == nil && f.size+len(line)+1 > maxLine {
+			err = &lineError{errTooLong}
+		}
+		if err != nil {
+			f.err = err
+			return 0, err
+		}
+		f.line, f.newline, f.size = line, true, f.size+len(line)+1
+	}
+	n := copy(p, f.line) // before the next line() reuses the reader's buffer
+	f.line = f.line[n:]
+	if len(f.line) == 0 && n < len(p) && f.newline {
+		p[n] = '\n'
+		n++
+		f.newline = false
+	}
+	return n, nil
+}
+
+// errTooLong is a message over maxLine, on one line or many.
+var errTooLong = fmt.Errorf("a message longer than %d bytes", maxLine)
+
 // line returns the next line, trimmed of white space: valid until the
 // next call. A line longer than maxLine is skipped and reported.
 func (c *lineConn) line() ([]byte, error) {
 	part, err := c.r.ReadSlice('\n')
 	if err == bufio.ErrBufferFull {
 		long := bytes.Clone(part)
-		for err == bufio.ErrBufferFull {
-			if len(long) > maxLine {
-				return nil, c.skipLong(err)
-			}
+		for err == bufio.ErrBufferFull && len(long) <= maxLine {
 			part, err = c.r.ReadSlice('\n')
 			long = append(long, part...)
+		}
+		if err == bufio.ErrBufferFull {
+			return nil, c.skipLong(err)
 		}
 		part = long
 	}
 	part = bytes.TrimSpace(part)
 	switch {
+	case len(part) > maxLine:
+		return nil, &lineError{errTooLong}
 	case err == io.EOF && len(part) > 0:
 		return part, nil // the last line, without its newline; the next read ends
 	case err != nil:
@@ -168,7 +226,7 @@ func (c *lineConn) skipLong(err error) error {
 	if err != nil && err != bufio.ErrBufferFull {
 		return err
 	}
-	return &lineError{fmt.Errorf("a message longer than %d bytes", maxLine)}
+	return &lineError{errTooLong}
 }
 
 // readBatch reads a batch; its requests are answered in one array.

@@ -41,9 +41,10 @@ type Upstream struct {
 // are copied for each start, and cmd itself is never started. Each child
 // runs in a process group of its own, which is killed whole (SIGTERM, then
 // SIGKILL) when the server is replaced or the Transport closed, so that no
-// grandchild outlives it. A server that stops reading its input, so that
-// a write to it does not finish within Options.IdleTimeout, is killed as
-// if it had crashed.
+// grandchild outlives it; on Linux the child also gets SIGKILL when the
+// program ends, however it ends. A server that stops reading its input,
+// so that a write to it does not finish within Options.IdleTimeout, is
+// killed as if it had crashed.
 func Command(cmd *exec.Cmd) Upstream {
 	tmpl := *cmd
 	return Upstream{name: filepath.Base(cmd.Path), inline: true, dial: func(ctx context.Context, o *Options) (mcp.Connection, error) {

@@ -35,6 +35,9 @@ type session struct {
 	answered chan struct{}    // closed when open falls to 0; nil when none waits
 	state    replayState
 
+	asked     map[int64]asked // the server's requests to the client, by the ID the client knows (ask.go)
+	lastAsked int64           // the last such ID given
+
 	idleWatch    *time.Timer // sweepIdle's, for first attempts without a goroutine
 	idleWatching bool        // idleWatch is set
 }
@@ -94,8 +97,9 @@ func (s *session) Read(ctx context.Context) (jsonrpc.Message, error) {
 }
 
 // Write takes a message from the client: a request is answered later, by
-// Read; a notification or an answer to the server's request goes to the
-// server that is up, if one is.
+// Read; a notification goes to the server that is up, if one is, and an
+// answer to the server's request to the start that asked, if it still
+// runs (ask.go).
 func (s *session) Write(ctx context.Context, msg jsonrpc.Message) error {
 	if s.ctx.Err() != nil {
 		return mcp.ErrConnectionClosed
@@ -107,11 +111,7 @@ func (s *session) Write(ctx context.Context, msg jsonrpc.Message) error {
 		}
 		s.fromClientNotification(ctx, msg)
 	case *jsonrpc.Response:
-		if g := s.sup.current(); g != nil {
-			if err := g.conn.Write(ctx, msg); err != nil {
-				s.logDebug("mcp.answer_lost", "error", err.Error())
-			}
-		}
+		s.answerServer(ctx, msg)
 	}
 	return nil
 }
@@ -184,10 +184,21 @@ func (s *session) fromClientNotification(ctx context.Context, msg *jsonrpc.Reque
 }
 
 // fromServer passes a server's request or notification to the client,
-// noting progress and list changes on the way. It returns false once the
+// noting progress and list changes on the way, and naming the server's
+// requests as the client knows them (ask.go). It returns false once the
 // session has closed.
 func (s *session) fromServer(ctx context.Context, g *generation, msg *jsonrpc.Request) bool {
+	if msg.IsCall() {
+		if msg = s.askClient(g, msg); msg == nil {
+			return true
+		}
+		return s.toClient(msg)
+	}
 	switch msg.Method {
+	case "notifications/cancelled":
+		if msg = s.serverCancelled(g, msg); msg == nil {
+			return true
+		}
 	case "notifications/progress":
 		var p struct {
 			ProgressToken any `json:"progressToken"`

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -36,6 +37,7 @@ func startChild(_ context.Context, tmpl *exec.Cmd, writeTimeout time.Duration) (
 	cmd.Args = tmpl.Args
 	cmd.Env, cmd.Dir, cmd.Stderr = tmpl.Env, tmpl.Dir, tmpl.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	dieWithParent(cmd.SysProcAttr)
 	// Stderr that is not a file is copied by a goroutine of exec's, which
 	// Wait would wait for as long as a grandchild holds the pipe: the
 	// group is killed only once Wait returns.
@@ -51,7 +53,10 @@ func startChild(_ context.Context, tmpl *exec.Cmd, writeTimeout time.Duration) (
 		return nil, err
 	}
 	cmd.Stdin, cmd.Stdout = inR, outW
-	err = cmd.Start()
+	c := &child{cmd: cmd, exited: make(chan struct{}), stdin: inW, writeTimeout: writeTimeout}
+	started := make(chan error)
+	go c.run(started)
+	err = <-started
 	inR.Close()
 	outW.Close()
 	if err != nil {
@@ -59,17 +64,31 @@ func startChild(_ context.Context, tmpl *exec.Cmd, writeTimeout time.Duration) (
 		outR.Close()
 		return nil, err
 	}
-	c := &child{cmd: cmd, exited: make(chan struct{}), stdin: inW, writeTimeout: writeTimeout}
 	// The pipes are polled by the runtime: closing outR ends a Read.
 	c.Connection = NewLineConn(outR, inW)
-	go func() {
-		cmd.Wait()
-		// The leader is gone: whatever it left in its group goes too, so
-		// that the pipe ends and the next start owns the server alone.
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		close(c.exited)
-	}()
 	return c, nil
+}
+
+// run starts the child, says on started whether it could, and waits for
+// it, all on one OS thread, held for as long as the child lives. Linux
+// sends the parent-death signal (dieWithParent) when the thread that
+// started the child ends, not the process; and a thread of Go's ends
+// when a goroutine locked to it exits, which any goroutine of the
+// program may do, including the one that asked for this start. A thread
+// locked here ends only once the child has been waited for.
+func (c *child) run(started chan<- error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	err := c.cmd.Start()
+	started <- err
+	if err != nil {
+		return
+	}
+	c.cmd.Wait()
+	// The leader is gone: whatever it left in its group goes too, so
+	// that the pipe ends and the next start owns the server alone.
+	syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+	close(c.exited)
 }
 
 // Read reads the next message from the server; once the child has exited

@@ -29,6 +29,8 @@ func TestMCPBadFlags(t *testing.T) {
 		{[]string{"--bogus", "--", "true"}, "flag provided but not defined: -bogus"},
 		{[]string{"--down-wait", "soon", "--", "true"}, `invalid value "soon" for flag -down-wait`},
 		{[]string{"--down-wait", "-1s", "--", "true"}, "--down-wait -1s is negative"},
+		{[]string{"--idle-timeout", "1ns", "--", "true"}, "--idle-timeout 1ns: want 0 (none) or at least 100ms"},
+		{[]string{"--down-wait", "50ms", "--", "true"}, "--down-wait 50ms: want 0 (none) or at least 100ms"},
 		{[]string{"--restart-min", "0", "--", "true"}, "--restart-min 0"},
 		{[]string{"--restart-min", "3s", "--restart-max", "1s", "--", "true"}, "--restart-min 3s is over --restart-max 1s"},
 		{[]string{"--crash-limit", "0", "--", "true"}, "--crash-limit 0"},

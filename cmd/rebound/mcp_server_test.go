@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -43,11 +44,14 @@ func note(mark, line string) {
 // the server's first start exits while the call runs, a later one answers
 // its pid) and "env" (read-only: the value of the environment variable
 // its argument "name" names, as servers that echo their environment do).
+// With a second argument "linger", it does not exit when its stdin
+// closes, as some servers do not.
 func runTestMCPServer(args []string) {
 	mark := ""
 	if len(args) > 0 {
 		mark = args[0]
 	}
+	linger := len(args) > 1 && args[1] == "linger"
 	note(mark, strconv.Itoa(os.Getpid()))
 	s := mcp.NewServer(&mcp.Implementation{Name: "rebound-test", Version: "1"}, nil)
 	object := json.RawMessage(`{"type":"object"}`)
@@ -87,5 +91,8 @@ func runTestMCPServer(args []string) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: os.Getenv(args.Name)}}}, nil
 		})
 	s.Run(context.Background(), &mcp.StdioTransport{})
+	if linger {
+		time.Sleep(time.Hour)
+	}
 	os.Exit(0)
 }

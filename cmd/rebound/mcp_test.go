@@ -373,6 +373,20 @@ func TestMCPSecondSignalLeavesNoOrphan(t *testing.T) {
 	}
 }
 
+// TestMCPKilledLeavesNoServer: "rebound mcp" killed with SIGKILL (as
+// the OOM killer kills) can end nothing itself; its server, one that does
+// not exit when its stdin closes, is ended by the kernel, not left
+// running for ever.
+func TestMCPKilledLeavesNoServer(t *testing.T) {
+	s := startRaw(t, mcpProcess(t, "--", os.Args[0], mcpServerArg, "", "linger"))
+	server := s.callInt("pid")
+	t.Cleanup(func() { syscall.Kill(server, syscall.SIGKILL) })
+	s.cmd.Process.Kill() // reaped at cleanup: the server holds its stderr's pipe while it lives
+	if !waitExit(t, server, 10*time.Second) {
+		t.Errorf("the server %d outlived the killed rebound mcp", server)
+	}
+}
+
 // TestMCPSIGHUPLeavesNoOrphan: SIGHUP (the terminal rebound runs in
 // closed) stops the command as SIGTERM does: the server's group, in a
 // process group of its own, gets no SIGHUP from the terminal, and must

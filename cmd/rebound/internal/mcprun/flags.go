@@ -37,8 +37,8 @@ func DefineFlags(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&c.Upstream, "upstream", "", "front the streamable HTTP MCP server at this `URL` (instead of -- COMMAND)")
 	fs.StringVar(&c.Addr, "addr", "", "serve streamable HTTP at http://`host:port`/mcp instead of stdio (port 0 picks a free port); a non-loopback address needs tokens")
 	fs.StringVar(&o.Name, "name", "", "the server's `name` in logs (default: the command's base name, or the URL's host)")
-	fs.DurationVar(&o.DownWait, "down-wait", 10*time.Second, "how long a call waits for a server that is down before it fails (0: fail at once)")
-	fs.DurationVar(&o.IdleTimeout, "idle-timeout", 60*time.Second, "cancel a call with no result and no progress for this long (0: never)")
+	fs.DurationVar(&o.DownWait, "down-wait", 10*time.Second, "how long a call waits for a server that is down before it fails (0: fail at once; else at least 100ms)")
+	fs.DurationVar(&o.IdleTimeout, "idle-timeout", 60*time.Second, "cancel a call with no result and no progress for this long (0: never; else at least 100ms)")
 	fs.DurationVar(&o.RestartMin, "restart-min", 100*time.Millisecond, "first wait between restarts after the immediate one; doubles up to --restart-max")
 	fs.DurationVar(&o.RestartMax, "restart-max", 2*time.Second, "longest wait between restarts")
 	fs.DurationVar(&o.HealthyAfter, "healthy-after", 10*time.Second, "running this long resets the restart backoff")
@@ -188,24 +188,32 @@ func checkUpstream(s string) error {
 	return nil
 }
 
-// checkDurations refuses negative durations and restart bounds out of
-// order.
+// leastWait is the shortest --down-wait and --idle-timeout but 0 (none):
+// a call, and a restart's replay, which the idle timeout bounds, take
+// longer than a few milliseconds, and less would fail every one of them.
+const leastWait = 100 * time.Millisecond
+
+// checkDurations refuses negative durations, waits under leastWait and
+// restart bounds out of order.
 func checkDurations(o *reboundmcp.Options, c *Config) error {
 	for _, d := range []struct {
 		name     string
 		v        time.Duration
 		positive bool
+		least    time.Duration // but 0
 	}{
-		{"down-wait", o.DownWait, false}, {"idle-timeout", o.IdleTimeout, false},
-		{"restart-min", o.RestartMin, true}, {"restart-max", o.RestartMax, true}, {"healthy-after", o.HealthyAfter, true},
-		{"crash-window", o.CrashWindow, true}, {"crash-cooldown", o.CrashCooldown, true},
-		{"session-timeout", c.SessionTimeout, false}, {"drain-timeout", c.Drain, false},
+		{"down-wait", o.DownWait, false, leastWait}, {"idle-timeout", o.IdleTimeout, false, leastWait},
+		{"restart-min", o.RestartMin, true, 0}, {"restart-max", o.RestartMax, true, 0}, {"healthy-after", o.HealthyAfter, true, 0},
+		{"crash-window", o.CrashWindow, true, 0}, {"crash-cooldown", o.CrashCooldown, true, 0},
+		{"session-timeout", c.SessionTimeout, false, 0}, {"drain-timeout", c.Drain, false, 0},
 	} {
 		switch {
 		case d.v < 0:
 			return fmt.Errorf("--%s %v is negative", d.name, d.v)
 		case d.positive && d.v == 0:
 			return fmt.Errorf("--%s 0: want a positive duration", d.name)
+		case d.v > 0 && d.v < d.least:
+			return fmt.Errorf("--%s %v: want 0 (none) or at least %v", d.name, d.v, d.least)
 		}
 	}
 	if o.RestartMin > o.RestartMax {

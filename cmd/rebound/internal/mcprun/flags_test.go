@@ -1,10 +1,13 @@
 package mcprun
 
 import (
+	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	reboundmcp "github.com/rebound-go/rebound/mcp"
 )
@@ -72,5 +75,38 @@ func TestUpstreamRefusedWithoutQuotingIt(t *testing.T) {
 	}
 	if err := checkUpstream("https://tok_USER@host:8443/api/s/PATHSECRET/mcp?key=SECRET"); err != nil {
 		t.Errorf("a good URL: %v", err)
+	}
+}
+
+// TestWaitsUnder100msAreRefusedAndZeroMeansNone: --idle-timeout and
+// --down-wait under 100 ms, but not 0, are refused in one line (a
+// nanosecond's idle timeout failed every replay, and so every restart);
+// 0 keeps its meaning, none (the library's negative), and 100 ms is taken.
+func TestWaitsUnder100msAreRefusedAndZeroMeansNone(t *testing.T) {
+	config := func(args ...string) (Config, error) {
+		fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		f := DefineFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return f.Config(fs, []string{"true"}, true)
+	}
+	for _, name := range []string{"idle-timeout", "down-wait"} {
+		for _, v := range []string{"1ns", "99ms"} {
+			_, err := config("--"+name, v)
+			want := "--" + name + " " + v + ": want 0 (none) or at least 100ms"
+			if err == nil || err.Error() != want {
+				t.Errorf("--%s %s: %v; want %q", name, v, err, want)
+			}
+		}
+	}
+	c, err := config("--idle-timeout", "0", "--down-wait", "0")
+	if err != nil || c.Options.IdleTimeout >= 0 || c.Options.DownWait >= 0 {
+		t.Errorf("0: %v, idle %v, down-wait %v; want none (negative) for both", err, c.Options.IdleTimeout, c.Options.DownWait)
+	}
+	c, err = config("--idle-timeout", "100ms", "--down-wait", "100ms")
+	if err != nil || c.Options.IdleTimeout != 100*time.Millisecond || c.Options.DownWait != 100*time.Millisecond {
+		t.Errorf("100ms: %v, idle %v, down-wait %v", err, c.Options.IdleTimeout, c.Options.DownWait)
 	}
 }
