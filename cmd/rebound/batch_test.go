@@ -428,8 +428,8 @@ func (a *arrivals) after(k int) <-chan struct{} {
 // that sends them again reports as resent.
 func TestBatchSurvivesSIGKILL(t *testing.T) {
 	const (
-		items       = 3000
-		kills       = 22
+		items       = 1200
+		kills       = 8
 		concurrency = 16
 	)
 	seed := testSeed(t)
