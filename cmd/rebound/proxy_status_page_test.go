@@ -303,12 +303,16 @@ type statusPage struct {
 }
 
 // openStatusPage opens url's /ui in the Chromium at browserPath, in a
-// window of 1280 by height pixels; the browser closes when t ends.
+// window of 1280 by height pixels, with a profile, home and temporary
+// folder of t's (chromium.Home); the browser closes when t ends, before
+// they are removed.
 func openStatusPage(t *testing.T, browserPath, url string, height int) *statusPage {
 	p := &statusPage{t: t}
+	env, profile := chromium.Home(t)
 	alloc, cancelAlloc := chromedp.NewExecAllocator(t.Context(),
 		append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browserPath), chromedp.NoSandbox,
-			chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, height))...)
+			chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, height),
+			chromedp.UserDataDir(profile), chromedp.Env(env...))...)
 	t.Cleanup(cancelAlloc)
 	browser, cancelBrowser := chromedp.NewContext(alloc, chromedp.WithListener(func(ev any) {
 		if e, ok := ev.(*network.EventRequestWillBeSent); ok {
