@@ -52,6 +52,7 @@ const readPage = `JSON.stringify([...document.querySelectorAll("#upstreams tbody
 // kind and the last failures, and no key or prompt; and its figures move
 // while the load runs, without a reload.
 func TestStatusPageInChromiumUnderLoad(t *testing.T) {
+	t.Parallel()
 	browserPath := chromium.Need(t)
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
@@ -79,7 +80,7 @@ func TestStatusPageInChromiumUnderLoad(t *testing.T) {
 	backup := newUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		io.WriteString(w, `{"choices":[{"message":{"content":"ok"}}]}`)
 	})
-	t.Setenv("TEST_UI_KEY", upstreamKey)
+	setenv(t, "TEST_UI_KEY", upstreamKey)
 	config := filepath.Join(t.TempDir(), "proxy.json")
 	os.WriteFile(config, []byte(`{"upstreams":{"flaky":{"url":"`+flaky.URL+`","key_env":"TEST_UI_KEY"},"backup":{"url":"`+backup.URL+`"}},
 		"routes":[{"name":"chat","upstream":"flaky","fallbacks":[{"upstream":"backup"}]}],
