@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -218,10 +219,17 @@ func usesAbove(t *testing.T, fset *token.FileSet, files []*ast.File) []string {
 }
 
 // exportData maps the import path of each package the root imports, at
-// any depth, to the file of its export data.
+// any depth, to the file of its export data: that of this test binary's
+// build (with -race under the race detector), which the go command has
+// in its cache already; from another build it would compile the
+// standard library again, a minute of a cold run.
 func exportData(t *testing.T) map[string]string {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-export", "-deps", "-f", "{{.ImportPath}}={{.Export}}", ".").Output()
+	args := []string{"list", "-export", "-deps", "-f", "{{.ImportPath}}={{.Export}}", "."}
+	if info, ok := debug.ReadBuildInfo(); ok && slices.Contains(info.Settings, debug.BuildSetting{Key: "-race", Value: "true"}) {
+		args = slices.Insert(args, 1, "-race")
+	}
+	out, err := exec.Command("go", args...).Output()
 	if err != nil {
 		t.Fatalf("go list -export: %v", err)
 	}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"github.com/rebound-go/rebound/internal/frontdoor"
 	"io"
 	"log/slog"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/memnet"
 )
 
 // upstreamFunc is an in-memory upstream.
@@ -74,6 +77,56 @@ func TestBodyReservedAsItArrives(t *testing.T) {
 		synctest.Wait()
 		if rec.Code != 200 || p.memory.inUse() != 0 {
 			t.Errorf("status %d, %d bytes reserved", rec.Code, p.memory.inUse())
+		}
+	})
+}
+
+// TestStalledBodyLosesItsConnection: a client that sends its headers and
+// then its body a byte at a time, each 9 s after the last, keeps its
+// connection; once it sends nothing more, it gets a 408 and loses the
+// connection BodyStall to BodyStall and bodyStallSlack after its last
+// byte, never sooner, rather than holding a connection, a goroutine and
+// up to MaxBody of memory for ever. The upstream never hears of it.
+func TestStalledBodyLosesItsConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reached := false
+		p, err := New(Options{Upstream: "http://upstream.test", Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+			Base: upstreamFunc(func(r *http.Request) (*http.Response, error) {
+				reached = true
+				return answer(r, "application/json", strings.NewReader(`{}`)), nil
+			})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, stop := memnet.Serve(p)
+		defer stop()
+		conn, err := tr.DialContext(t.Context(), "tcp", "127.0.0.1:80")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n{")
+		for range 4 {
+			time.Sleep(9 * time.Second)
+			if _, err := io.WriteString(conn, " "); err != nil {
+				t.Fatalf("a body that sends a byte every 9 s lost its connection: %v", err)
+			}
+		}
+		last := time.Now()
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("no answer to a stalled body: %v", err)
+		}
+		resp.Body.Close()
+		silence := time.Since(last)
+		if resp.StatusCode != http.StatusRequestTimeout || silence < BodyStall || silence > BodyStall+BodyStall/10 {
+			t.Errorf("after %v of silence: %s; want a 408 after %v to %v", silence, resp.Status, BodyStall, BodyStall+BodyStall/10)
+		}
+		if _, err := conn.Read(make([]byte, 1)); err != io.EOF {
+			t.Errorf("the connection was kept after the 408: %v", err)
+		}
+		if reached {
+			t.Error("the upstream heard of a body that never came")
 		}
 	})
 }

@@ -186,7 +186,7 @@ func TestMain(m *testing.M) {
 // runChildren runs n children of role with args, all starting a second
 // from now, and returns each one's standard output lines. It fails the
 // test if a child fails or runs past timeout.
-func runChildren(t *testing.T, n int, role string, timeout time.Duration, args ...string) [][]string {
+func runChildren(t testing.TB, n int, role string, timeout time.Duration, args ...string) [][]string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	defer cancel()

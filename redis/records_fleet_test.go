@@ -27,8 +27,8 @@ import (
 // across the fleet, often at the same moment.
 const (
 	fleetProcesses = 4
-	fleetCalls     = 2500
-	fleetIDs       = 1000
+	fleetCalls     = 1000
+	fleetIDs       = 400
 	fleetWorkers   = 16
 	fleetSeed      = 13
 	// fleetAttempt bounds an attempt of a tool call. A lost reply that is
@@ -192,8 +192,8 @@ func recordsChild(args []string) error {
 	return json.NewEncoder(os.Stdout).Encode(total)
 }
 
-// TestRecordsAcrossProcesses: 4 processes make 2 500 tool calls each,
-// drawn from 1 000 calls, against an upstream that performs an action for
+// TestRecordsAcrossProcesses: 4 processes make 1 000 tool calls each,
+// drawn from 400 calls, against an upstream that performs an action for
 // each request and loses 20% of the replies (after the action, or by a
 // dropped connection). No call's action is performed twice.
 //

@@ -104,6 +104,7 @@ func runWorkers(t *testing.T, n int, halfway <-chan struct{}, args ...string) []
 // and each writes an output with every custom_id exactly once. Nothing is
 // sent twice but what the killed worker had in flight.
 func TestBatchWorkersShareAPostgresJournal(t *testing.T) {
+	t.Parallel()
 	const (
 		items       = 900
 		concurrency = 8

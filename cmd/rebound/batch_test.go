@@ -506,9 +506,10 @@ func (a *arrivals) after(k int) <-chan struct{} {
 // request is sent again beyond those in flight at a kill, which the run
 // that sends them again reports as resent.
 func TestBatchSurvivesSIGKILL(t *testing.T) {
+	t.Parallel()
 	const (
-		items       = 3000
-		kills       = 22
+		items       = 1200
+		kills       = 8
 		concurrency = 16
 	)
 	seed := testSeed(t)

@@ -36,6 +36,7 @@ func runBenchJSON(t *testing.T, seed string) bench.Report {
 // TestBenchMeetsTheSeed runs the main job over loopback, twice with the
 // same seed, and checks every row against the 429 article's figures.
 func TestBenchMeetsTheSeed(t *testing.T) {
+	t.Parallel()
 	reports := make([]bench.Report, 2)
 	t.Run("runs", func(t *testing.T) {
 		for i := range reports {

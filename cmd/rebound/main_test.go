@@ -4,9 +4,24 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 )
+
+// setenv sets the environment variable name to value until t ends, as
+// t.Setenv does, in a test that runs in parallel with others, which
+// t.Setenv refuses: the environment is the process's, so name must be
+// t's alone (named for the test, or made for the run). One already set
+// fails the test.
+func setenv(t testing.TB, name, value string) {
+	t.Helper()
+	if _, ok := os.LookupEnv(name); ok {
+		t.Fatalf("%s is set already: a variable of a test that runs in parallel must be its own", name)
+	}
+	os.Setenv(name, value)
+	t.Cleanup(func() { os.Unsetenv(name) })
+}
 
 func runCmd(args ...string) (code int, stdout, stderr string) {
 	var out, errOut bytes.Buffer

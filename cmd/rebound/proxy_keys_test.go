@@ -82,7 +82,7 @@ func (p keyPool) config(t *testing.T, chaosURL string) string {
 
 func (p keyPool) setenv(t *testing.T) {
 	for v, value := range p.values {
-		t.Setenv(v, value)
+		setenv(t, v, value)
 	}
 }
 
@@ -173,6 +173,7 @@ func chaosForKeys(t *testing.T) string {
 }
 
 func TestProxyKeyPoolCarriesNearlyThreeKeysWorthWithoutA429(t *testing.T) {
+	t.Parallel()
 	pool := newKeyPool(t, 3, 0)
 	pool.setenv(t)
 	chaosURL := chaosForKeys(t)
@@ -195,6 +196,7 @@ func TestProxyKeyPoolCarriesNearlyThreeKeysWorthWithoutA429(t *testing.T) {
 }
 
 func TestProxyKeyPoolWithAKeyOutOfQuotaCarriesWhatTheOthersHold(t *testing.T) {
+	t.Parallel()
 	pool := newKeyPool(t, 2, 1)
 	pool.setenv(t)
 	chaosURL := chaosForKeys(t)
@@ -260,6 +262,7 @@ func startProxyProcess(t *testing.T, env []string, args ...string) string {
 }
 
 func TestProxyKeyPoolLimitsHoldAcrossTwoProcessesOnRedis(t *testing.T) {
+	t.Parallel()
 	const redisURL = "redis://127.0.0.1:6379/0?protocol=2"
 	pool := newKeyPool(t, 3, 0)
 	opt, err := redis.ParseURL(redisURL)

@@ -17,6 +17,7 @@ import (
 // one of them "other", and the real model's series keeps its name rather
 // than falling into OpenTelemetry's overflow series.
 func TestProxyMetricsBoundedUnderMadeUpModels(t *testing.T) {
+	t.Parallel()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		if !strings.Contains(string(b), `"gpt-x"`) {

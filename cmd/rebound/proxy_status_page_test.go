@@ -52,6 +52,7 @@ const readPage = `JSON.stringify([...document.querySelectorAll("#upstreams tbody
 // kind and the last failures, and no key or prompt; and its figures move
 // while the load runs, without a reload.
 func TestStatusPageInChromiumUnderLoad(t *testing.T) {
+	t.Parallel()
 	browserPath := chromium.Need(t)
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
@@ -79,7 +80,7 @@ func TestStatusPageInChromiumUnderLoad(t *testing.T) {
 	backup := newUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		io.WriteString(w, `{"choices":[{"message":{"content":"ok"}}]}`)
 	})
-	t.Setenv("TEST_UI_KEY", upstreamKey)
+	setenv(t, "TEST_UI_KEY", upstreamKey)
 	config := filepath.Join(t.TempDir(), "proxy.json")
 	os.WriteFile(config, []byte(`{"upstreams":{"flaky":{"url":"`+flaky.URL+`","key_env":"TEST_UI_KEY"},"backup":{"url":"`+backup.URL+`"}},
 		"routes":[{"name":"chat","upstream":"flaky","fallbacks":[{"upstream":"backup"}]}],
@@ -303,12 +304,16 @@ type statusPage struct {
 }
 
 // openStatusPage opens url's /ui in the Chromium at browserPath, in a
-// window of 1280 by height pixels; the browser closes when t ends.
+// window of 1280 by height pixels, with a profile, home and temporary
+// folder of t's (chromium.Home); the browser closes when t ends, before
+// they are removed.
 func openStatusPage(t *testing.T, browserPath, url string, height int) *statusPage {
 	p := &statusPage{t: t}
+	env, profile := chromium.Home(t)
 	alloc, cancelAlloc := chromedp.NewExecAllocator(t.Context(),
 		append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browserPath), chromedp.NoSandbox,
-			chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, height))...)
+			chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, height),
+			chromedp.UserDataDir(profile), chromedp.Env(env...))...)
 	t.Cleanup(cancelAlloc)
 	browser, cancelBrowser := chromedp.NewContext(alloc, chromedp.WithListener(func(ev any) {
 		if e, ok := ev.(*network.EventRequestWillBeSent); ok {

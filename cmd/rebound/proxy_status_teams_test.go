@@ -58,6 +58,7 @@ const readTeamsPage = `JSON.stringify({
 // prompt is in the page, its JSON, /metrics or the log. With REBOUND_UI_SCREENSHOT set it writes the
 // screenshot of the docs, under the load.
 func TestStatusPageShowsTenantsAndAKeyPoolOfARealRun(t *testing.T) {
+	t.Parallel()
 	browserPath := chromium.Need(t)
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
@@ -68,12 +69,12 @@ func TestStatusPageShowsTenantsAndAKeyPoolOfARealRun(t *testing.T) {
 	tokens := map[string]string{"capped": secret("tok-ui-capped"), "team": secret("tok-ui-team")}
 	const prompt = "a prompt of the team that stays private"
 	for v, value := range keys {
-		t.Setenv(v, value)
+		setenv(t, v, value)
 	}
-	t.Setenv("UI_CAPPED_TOKENS", tokens["capped"])
-	t.Setenv("UI_TEAM_TOKENS", tokens["team"])
+	setenv(t, "UI_CAPPED_TOKENS", tokens["capped"])
+	setenv(t, "UI_TEAM_TOKENS", tokens["team"])
 	admin := secret("adm-ui")
-	t.Setenv("UI_ADMIN_TOKEN", admin)
+	setenv(t, "UI_ADMIN_TOKEN", admin)
 
 	chaosURL, _ := startChaos(t, "--mode", "ok", "--profile", "openai", "--key-rpm", "40", "--key-window", "2s",
 		"--key-quota-exhausted", deadPrefix)

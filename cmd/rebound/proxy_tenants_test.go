@@ -32,22 +32,28 @@ const (
 	tenantPricePerTok = 100 / 1e6
 )
 
+// tenantsConfigs numbers the calls of tenantsConfig, so that each sets
+// variables of its own.
+var tenantsConfigs atomic.Int64
+
 // tenantsConfig writes the config of the scenarios, in front of the
 // chaos server at url, and sets the tenants' token variables.
 func tenantsConfig(t *testing.T, url string) string {
-	t.Setenv("TEST_TENANTS_UPSTREAM_KEY", "sk-chaos-upstream")
-	t.Setenv("TEST_TENANTS_CAPPED", "tok-capped-secret")
-	t.Setenv("TEST_TENANTS_FREE", "tok-free-secret")
-	t.Setenv("TEST_TENANTS_PACED", "tok-paced-secret")
+	// Variables of the test's own: the tests that use them run in parallel.
+	v := fmt.Sprintf("TEST_TENANTS_%d_", tenantsConfigs.Add(1))
+	setenv(t, v+"UPSTREAM_KEY", "sk-chaos-upstream")
+	setenv(t, v+"CAPPED", "tok-capped-secret")
+	setenv(t, v+"FREE", "tok-free-secret")
+	setenv(t, v+"PACED", "tok-paced-secret")
 	cfg := fmt.Sprintf(`{
-	"upstreams": {"chaos": {"url": %q, "key_env": "TEST_TENANTS_UPSTREAM_KEY"}},
+	"upstreams": {"chaos": {"url": %[1]q, "key_env": "%[3]sUPSTREAM_KEY"}},
 	"prices": {
 		"capped-model": {"input_per_million": 100, "output_per_million": 100},
 		"free-model": {"input_per_million": 100, "output_per_million": 100}},
 	"tenants": {
-		"capped": {"tokens_env": "TEST_TENANTS_CAPPED", "spend_cap_usd": %g, "period": "day", "models": ["capped-model"]},
-		"free": {"tokens_env": "TEST_TENANTS_FREE"},
-		"paced": {"tokens_env": "TEST_TENANTS_PACED", "requests_per_minute": 6}}}`, url, tenantCapUSD)
+		"capped": {"tokens_env": "%[3]sCAPPED", "spend_cap_usd": %[2]g, "period": "day", "models": ["capped-model"]},
+		"free": {"tokens_env": "%[3]sFREE"},
+		"paced": {"tokens_env": "%[3]sPACED", "requests_per_minute": 6}}}`, url, tenantCapUSD, v)
 	file := filepath.Join(t.TempDir(), "proxy.json")
 	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -122,6 +128,7 @@ func runSDK(t *testing.T, script, url, tenant, token string, calls, retries int)
 // each refusal once, and the other tenant answers as well as it did
 // alone.
 func TestTenantCapHoldsForTheOpenAINodeSDK(t *testing.T) {
+	t.Parallel()
 	up, upURL := chaosUpstream(t)
 	url, logs, stop := startProxy(t, "--config", tenantsConfig(t, upURL))
 	script := filepath.Join(t.TempDir(), "sdk.js")
@@ -218,6 +225,7 @@ func TestTenantCapHoldsForTheOpenAINodeSDK(t *testing.T) {
 // processes sharing Redis hold a tenant, hammering both, to one spend cap,
 // and another to one requests_per_minute.
 func TestTenantCapAndLimitHoldAcrossTwoProxiesOnRedis(t *testing.T) {
+	t.Parallel()
 	up, upURL := chaosUpstream(t)
 	config := tenantsConfig(t, upURL)
 	prefix := fmt.Sprintf("rebound-test-tenants-%d:", time.Now().UnixNano())

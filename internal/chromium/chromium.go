@@ -14,7 +14,9 @@
 // Need is what tests call: it fails the test with one line when there is
 // no browser and none could be installed (a test that needs a real
 // browser must not pass without one), and skips it, saying why, only when
-// SkipEnv=1 asks for that.
+// SkipEnv=1 asks for that. Home gives the browser a test runs folders of
+// the test's own, so that it leaves nothing in the home or temporary
+// folder.
 package chromium
 
 import (
@@ -123,10 +125,44 @@ func lastLine(out string) string {
 	return strings.TrimSpace(lines[len(lines)-1])
 }
 
-// TB is the part of testing.TB that Need uses.
+// Home returns the environment of a browser run by t, to add to its own,
+// and a folder for its profile (--user-data-dir), so that it leaves
+// nothing in the home or temporary folder: Chromium writes its crash
+// reports' settings under the home's .config and GLib's under .cache,
+// whatever its profile, and makes a folder in the temporary folder for
+// its profile's lock, which a browser killed at the test's end never
+// removes. The home and XDG folders and the profile are in t.TempDir();
+// the temporary folder is one of the system's, short-named because the
+// lock is a Unix socket, whose path may not pass 107 bytes. Both go when
+// t ends, after the cleanups t registers later (the browser's end).
+func Home(t TB) (env []string, profile string) {
+	t.Helper()
+	dir := t.TempDir()
+	tmp, err := os.MkdirTemp("", "chromium")
+	if err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(tmp); err != nil {
+			t.Errorf("chromium: removing its temporary folder: %v", err)
+		}
+	})
+	return []string{
+		"HOME=" + dir,
+		"XDG_CONFIG_HOME=" + filepath.Join(dir, ".config"),
+		"XDG_CACHE_HOME=" + filepath.Join(dir, ".cache"),
+		"XDG_DATA_HOME=" + filepath.Join(dir, ".local", "share"),
+		"TMPDIR=" + tmp,
+	}, filepath.Join(dir, "profile")
+}
+
+// TB is the part of testing.TB that Need and Home use.
 type TB interface {
 	Helper()
 	Context() context.Context
+	TempDir() string
+	Cleanup(func())
+	Errorf(format string, args ...any)
 	Fatalf(format string, args ...any)
 	Skipf(format string, args ...any)
 }

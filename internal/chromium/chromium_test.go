@@ -1,16 +1,20 @@
 package chromium
 
 import (
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
 )
 
 // TestNeedFindsABrowserThatRuns: Need returns a Chromium (installed if it
-// was missing) that starts and says its version.
+// was missing) that starts, in Home's folders, and says its version.
 func TestNeedFindsABrowserThatRuns(t *testing.T) {
 	path := Need(t)
-	out, err := exec.CommandContext(t.Context(), path, "--headless", "--no-sandbox", "--version").CombinedOutput()
+	cmd := exec.CommandContext(t.Context(), path, "--headless", "--no-sandbox", "--version")
+	env, _ := Home(t)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "Chromium") {
 		t.Fatalf("%s --version: %v: %s", path, err, out)
 	}

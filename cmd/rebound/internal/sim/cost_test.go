@@ -13,14 +13,17 @@ import (
 	"github.com/rebound-go/rebound/cost"
 )
 
-// TestCostScenario runs the default month and checks what the issue asks
-// of the recommended setup that this workload allows: a wasted share of at
-// most 5%, a success rate at least naive's, and the cost per successful
-// task in the $340 article's order, naive > backoff > classified > rebound.
+// TestCostScenario runs five days of the default workload and checks what
+// the issue asks of the recommended setup that this workload allows: a
+// wasted share of at most 5%, a success rate at least naive's, and the cost
+// per successful task in the $340 article's order, naive > backoff >
+// classified > rebound. Every day is drawn alike, so five hold the
+// month's shares (the month, in BENCHMARKS.md, is rebound bench
+// --scenario cost); seeds 1 to 5 all meet the bars with five days.
 func TestCostScenario(t *testing.T) {
 	const seed = 1
 	start := time.Now()
-	r, err := RunCost(context.Background(), seed, CostWorkload{}, nil)
+	r, err := RunCost(context.Background(), seed, CostWorkload{Days: 5}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,17 +13,26 @@ import (
 // TestOverload runs every cell and checks the bars: rebound
 // recovers no slower than none (and within 5 s of the trigger's end) and
 // succeeds at least as often, with an amplification of at most 1.2; retry3
-// is metastable in at least one cell.
+// is metastable in at least one cell. The bars ask nothing of budget, and
+// of retry3 only one cell: each (strategy, cell) has a generator of its own
+// (TestOverloadNarrowed), so none and rebound run in every cell, and retry3
+// in the shortest trigger's, with the figures of the full run (rebound sim
+// --scenario overload) in a third of its time.
 func TestOverload(t *testing.T) {
 	const seed = 1
 	start := time.Now()
-	r, err := RunOverload(context.Background(), seed, OverloadConfig{})
+	r, err := RunOverload(context.Background(), seed, OverloadConfig{Strategies: []string{OverloadNone, OverloadRebound}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shortest := OverloadCell{Fraction: 0.5, Duration: 5 * time.Second}
+	r3, err := RunOverload(context.Background(), seed, OverloadConfig{Strategies: []string{OverloadRetry3}, Cells: []OverloadCell{shortest}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("seed %d, %v", seed, time.Since(start))
 	by := map[[3]any]OverloadResult{}
-	for _, x := range r.Results {
+	for _, x := range append(r.Results, r3.Results...) {
 		t.Logf("f=%.1f Δt=%2.0fs %-8s goodput %6.2f/s  amplification %5.2f  success %6.2f%%  recovered %-5v in %4.0f s",
 			x.TriggerFraction, x.TriggerS, x.Strategy, x.Goodput, x.Amplification, 100*x.SuccessRate, x.Recovered, x.RecoveryS)
 		by[[3]any{x.Strategy, x.TriggerFraction, x.TriggerS}] = x
@@ -31,7 +40,10 @@ func TestOverload(t *testing.T) {
 	metastable := false
 	for _, c := range DefaultOverloadCells() {
 		f, d := c.Fraction, c.Duration.Seconds()
-		none, rb, r3 := by[[3]any{OverloadNone, f, d}], by[[3]any{OverloadRebound, f, d}], by[[3]any{OverloadRetry3, f, d}]
+		none, rb := by[[3]any{OverloadNone, f, d}], by[[3]any{OverloadRebound, f, d}]
+		if none.Strategy == "" || rb.Strategy == "" {
+			t.Fatalf("f=%v Δt=%v: no result for none or rebound", f, d)
+		}
 		// The aim: back at full goodput within 5 s of the trigger's end.
 		if !rb.Recovered || rb.RecoveryS > 5 || (none.Recovered && rb.RecoveryS > none.RecoveryS) {
 			t.Errorf("f=%v Δt=%v: rebound recovered %v in %v s, none %v in %v s", f, d, rb.Recovered, rb.RecoveryS, none.Recovered, none.RecoveryS)
@@ -42,15 +54,17 @@ func TestOverload(t *testing.T) {
 		if rb.Amplification > 1.2 {
 			t.Errorf("f=%v Δt=%v: rebound amplification %.2f", f, d, rb.Amplification)
 		}
-		metastable = metastable || !r3.Recovered
+		if r3, ok := by[[3]any{OverloadRetry3, f, d}]; ok {
+			metastable = metastable || !r3.Recovered
+		}
 	}
 	if !metastable {
-		t.Error("retry3 recovered in every cell: the model shows no metastability")
+		t.Error("retry3 recovered: the model shows no metastability")
 	}
 }
 
 func TestOverloadIsDeterministic(t *testing.T) {
-	cells := []OverloadCell{{Fraction: 0.5, Duration: 5 * time.Second}}
+	cells := []OverloadCell{{Fraction: 0.5, Duration: time.Second}}
 	a, err := RunOverload(context.Background(), 3, OverloadConfig{Cells: cells})
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +87,7 @@ func TestOverloadIsDeterministic(t *testing.T) {
 // TestOverloadNarrowed runs one strategy alone and wants its figures as in
 // the run of them all: each (strategy, cell) has its own generator.
 func TestOverloadNarrowed(t *testing.T) {
-	cells := []OverloadCell{{Fraction: 0.5, Duration: 5 * time.Second}}
+	cells := []OverloadCell{{Fraction: 0.5, Duration: time.Second}}
 	all, err := RunOverload(context.Background(), 1, OverloadConfig{Cells: cells})
 	if err != nil {
 		t.Fatal(err)
