@@ -176,8 +176,13 @@ func (p *Proxy) logCall(c *call, status int) {
 	if c.stream {
 		attrs = append(attrs, slog.Bool("stream", true))
 	}
-	if c.usage != (cost.Usage{}) {
-		attrs = append(attrs, slog.Int64("input_tokens", c.usage.InputTokens), slog.Int64("output_tokens", c.usage.OutputTokens))
+	if u := c.usage; u != (cost.Usage{}) {
+		// input_tokens counts every input token, of which those read from
+		// the provider's cache, and those written into it, are told apart.
+		attrs = append(attrs, slog.Int64("input_tokens", u.InputAll()), slog.Int64("output_tokens", u.OutputTokens))
+		if u.CacheReadTokens > 0 || u.CacheWriteTokens+u.CacheWrite1hTokens > 0 {
+			attrs = append(attrs, slog.Int64("cache_read_tokens", u.CacheReadTokens), slog.Int64("cache_write_tokens", u.CacheWriteTokens+u.CacheWrite1hTokens))
+		}
 	}
 	p.settleCall(c, status)
 	c.tenantAttrs(func(key string, v any) { attrs = append(attrs, slog.Any(key, v)) })

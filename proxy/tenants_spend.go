@@ -135,7 +135,7 @@ func (p *Proxy) settleCall(c *call, status int) {
 		t.failed.Add(1)
 	}
 	if corr, ok := t.pacer.(interface{ Correct(estimated, actual int) }); ok && c.usage != (cost.Usage{}) && c.estimate > 0 {
-		corr.Correct(c.estimate, int(min(c.usage.InputTokens+c.usage.OutputTokens, math.MaxInt32)))
+		corr.Correct(c.estimate, int(min(c.usage.InputAll()+c.usage.OutputTokens, math.MaxInt32)))
 	}
 }
 

@@ -262,7 +262,10 @@ func TestTenantConfigErrorsNameTheKey(t *testing.T) {
 		{`{"a":{"tokens_env":"A","requests_per_minute":-1}}`, `{}`, "tenants.a.requests_per_minute: -1 is negative"},
 		{`{"a":{"tokens_env":"A","tokens_per_minute":-1}}`, `{}`, "tenants.a.tokens_per_minute: -1 is negative"},
 		{`{"a":{"tokens_env":"A","models":[""]}}`, `{}`, "tenants.a.models[0]: empty"},
-		{`{}`, `{"m":{"input_per_million":-1}}`, "prices.m: a price per million tokens is negative"},
+		{`{}`, `{"m":{"input_per_million":-1}}`, "prices.m: input_per_million is -1: a price per million tokens is from 0 to"},
+		{`{}`, `{"m":{"cache_read_per_million":-0.5}}`, "prices.m: cache_read_per_million is -0.5"},
+		{`{}`, `{"m":{"cache_write_1h_per_million":1e7}}`, "prices.m: cache_write_1h_per_million is 1e+07"},
+		{`{}`, `{"m":{"cache_write_per_million":"1"}}`, "cache_write_per_million"},
 		{`{}`, `{"m":{"max_output_tokens":-1}}`, "prices.m: a token count is negative"},
 		{`{"a":{"tokens_env":"A","spend_caps_usd":1}}`, `{}`, `unknown field "spend_caps_usd"`},
 	} {
