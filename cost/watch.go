@@ -157,4 +157,3 @@ func (b *usageBody) readObject(doc []byte) {
 	b.found = true
 	b.final = b.final || r.Final
 }
-
