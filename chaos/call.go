@@ -258,7 +258,7 @@ type request struct {
 
 	// The tools offered, part of a prompt's cached prefix.
 	Tools      json.RawMessage `json:"tools"`      // OpenAI, Anthropic, Gemini
-	ToolConfig json.RawMessage `json:"toolConfig"` // Bedrock
+	ToolConfig json.RawMessage `json:"toolConfig"` // Bedrock's tools, Gemini's way of calling them
 
 	asks asks // its output caps, answers, thinking budget and kept context
 	size int  // the bytes of the body read

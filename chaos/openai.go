@@ -225,7 +225,7 @@ var azure = &profile{
 	quotas:    quotas{requestsLeft: 79, tokensLeft: 79983},
 	exhausted: quotas{},
 	success:   func(w http.ResponseWriter, r *http.Request, c *call) { openAI.success(w, r, c) },
-	dialect:   func(path string) *usage.Dialect { return openAI.dialect(path) },
+	dialect:   openAI.dialect,
 }
 
 // The local profile: an OpenAI-compatible server on the agent's own
