@@ -163,7 +163,10 @@
 // is something to say: "stream":true for a streamed answer,
 // input_tokens and output_tokens as the answer reported them (an OpenAI
 // stream reports none unless the client asks, with
-// stream_options.include_usage), tenant (its name, never a token) and
+// stream_options.include_usage; input_tokens is every input token, and
+// cache_read_tokens and cache_write_tokens, when either is not zero, the
+// parts of it read from the provider's prompt cache and written into
+// it), tenant (its name, never a token) and
 // tenant_cap_usd, cost_usd (what the attempts cost, when priced),
 // upstreams_tried, skipped (upstreams cooling down), outcome (why the
 // proxy answered itself; tenant_spend_cap, tenant_rate_limit and

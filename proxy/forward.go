@@ -119,6 +119,7 @@ func (p *Proxy) send(ctx context.Context, r request, t target, policy rebound.Po
 			p.models.learn(model)
 		}
 		c.stream = sse.IsStream(resp.Header) || geminiStream(r.out.URL.Path)
+		c.target = rebound.TargetFrom(ctx)
 		cost.WatchUsage(resp, c.tokens) // the access log's tokens, as the client reads
 	}
 	return resp, err

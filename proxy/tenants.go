@@ -219,10 +219,11 @@ type tenantTally struct {
 	requests, answered, failed atomic.Int64
 	refused                    [numRefusals]atomic.Int64
 
-	mu          sync.Mutex // guards the spend below
+	mu          sync.Mutex // guards the spend and tokens below
 	periodStart time.Time  // of spent
 	spent       float64    // what this process settled in the current period
 	spentTotal  float64    // what this process settled since it started
+	tokens      tokenTally // what the answers reported since the process started
 }
 
 // newTenants returns the tenants of o's config, with the door's tokens;
