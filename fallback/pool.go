@@ -18,8 +18,10 @@ const (
 // arrange sets the order in which d tries the targets for req: the
 // targets of each Pool, in the places they hold in Targets, by their
 // Headroom (most first), those cooling down last; members of equal
-// headroom take turns. It also settles the last resort. Without a pool
-// the order is that of Targets, and nothing is allocated.
+// headroom take turns. A pool whose members have an Affinity orders them
+// for a request of a conversation as arrangeAffine does. It also settles
+// the last resort. Without a pool the order is that of Targets, and
+// nothing is allocated.
 func (d *chainCall[Req, Resp]) arrange(req Req) {
 	targets := d.c.Targets
 	d.lastTarget = len(targets) - 1
@@ -36,6 +38,8 @@ func (d *chainCall[Req, Resp]) arrange(req Req) {
 		placesBuf  [smallPool]int
 		members    = membersBuf[:0]
 		places     = placesBuf[:0]
+		conv       string
+		asked      bool // conv is the call's: the Chain's Conversation is asked once
 	)
 	for i, t := range targets {
 		if t.Pool == "" || slices.ContainsFunc(targets[:i], func(u Target[Req, Resp]) bool { return u.Pool == t.Pool }) {
@@ -51,6 +55,18 @@ func (d *chainCall[Req, Resp]) arrange(req Req) {
 				r.headroom = h()
 			}
 			members, places = append(members, r), append(places, j)
+		}
+		if d.c.Conversation != nil && affine(targets, t.Pool) {
+			if !asked {
+				conv, asked = d.c.Conversation(req), true
+			}
+			if conv != "" {
+				d.arrangeAffine(members, conv, req)
+				for k, m := range members {
+					d.order[places[k]] = m.i
+				}
+				continue
+			}
 		}
 		// Members of equal headroom (none known, say: a provider that
 		// sends no rate-limit headers) take turns at going first: the
@@ -95,6 +111,12 @@ type ranked struct {
 	i        int
 	cooling  bool
 	headroom float64
+	// For a request of a conversation (arrangeAffine): the member's
+	// rendezvous weight, whether it can take the request at once, and
+	// its tier.
+	weight uint64
+	ready  bool
+	tier   int
 }
 
 // at returns the target tried in place pos.
