@@ -36,14 +36,23 @@ type keptBreaker struct {
 func (k *keptBreaker) Allow() (rebound.Permit, error) {
 	permit, err := k.b.Allow()
 	k.refusing.Store(err != nil)
-	var until int64
-	if oe := (*breaker.OpenError)(nil); err != nil && errors.As(err, &oe) && !oe.Until.IsZero() {
-		until = oe.Until.UnixNano()
-	}
-	if until != 0 || k.openUntil.Load() != 0 {
+	if until := openUntil(err); until != 0 || k.openUntil.Load() != 0 {
 		k.openUntil.Store(until)
 	}
 	return permit, err
+}
+
+// openUntil returns when the open spell a breaker's refusal err tells of
+// ends, in Unix ns; 0 for none.
+func openUntil(err error) int64 {
+	if err == nil {
+		return 0 // and nothing escapes for a call allowed
+	}
+	var oe *breaker.OpenError
+	if errors.As(err, &oe) && !oe.Until.IsZero() {
+		return oe.Until.UnixNano()
+	}
+	return 0
 }
 
 // open reports whether b refuses calls at now, as its latest refusal

@@ -88,3 +88,20 @@ func TestConversationOfABodyThatDoesNotSayClearlyIsNone(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkConversationOf: naming the conversation of a turn of an agent's
+// chat (as BenchmarkProxyKeyPool's), from the start of its prompt.
+func BenchmarkConversationOf(b *testing.B) {
+	system := strings.Repeat("You are a careful coding agent. ", 128)
+	tool := `{"type":"function","function":{"name":"read_file","description":"` + strings.Repeat("Reads a file. ", 12) + `","parameters":{"type":"object","properties":{"path":{"type":"string"}}}}}`
+	body := []byte(`{"model":"gpt-x","tools":[` + strings.Repeat(tool+",", 7) + tool + `],"messages":[{"role":"system","content":"` + system + `"},` +
+		`{"role":"user","content":"Fix the failing test in main_test.go"},{"role":"assistant","content":"Reading it."},` +
+		`{"role":"user","content":"Go on"},{"role":"assistant","content":"Done."},{"role":"user","content":"Now run it"}]}`)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if conversationOf(body) == "" {
+			b.Fatal("no conversation")
+		}
+	}
+}

@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -341,5 +343,156 @@ func TestKeyPoolDoesNotKeepARequestThatNamesItsConversationTwice(t *testing.T) {
 	}
 	if len(up.hits) != 1 {
 		t.Errorf("hits %v, want all on one key for a conversation named once", up.hits)
+	}
+}
+
+// cachingProvider is a test double of a provider's prompt cache, kept per
+// key as providers keep it per organization: each key remembers the
+// prefixes of the messages it was sent (at message granularity, from
+// minCached tokens, a token being 4 bytes of a message's JSON, with no
+// time to live: the runs below are short), and reads from its cache the
+// longest prefix of a request it has seen. It answers as OpenAI does,
+// the cached tokens in usage.prompt_tokens_details, and announces each
+// key's requests left in the current minute, so that the pool knows its
+// headroom. It stands in for the chaos server's --prompt-cache.
+type cachingProvider struct {
+	mu       sync.Mutex
+	prefixes map[string]map[uint64]bool // by key: the hashes of the prefixes seen
+	window   map[string][]time.Time     // by key: the requests of the last minute
+	tally    map[string]*cacheTally
+}
+
+// cacheTally is what a key was sent, and read from its cache.
+type cacheTally struct{ requests, input, cached int }
+
+const (
+	minCached    = 1024 // tokens: a shorter prefix is not cached
+	keyPerMinute = 1000
+)
+
+func newCachingProvider() *cachingProvider {
+	return &cachingProvider{prefixes: map[string]map[uint64]bool{}, window: map[string][]time.Time{}, tally: map[string]*cacheTally{}}
+}
+
+func (c *cachingProvider) RoundTrip(r *http.Request) (*http.Response, error) {
+	key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+	var body struct{ Messages []json.RawMessage }
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		return nil, err
+	}
+	r.Body.Close()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	seen := c.prefixes[key]
+	if seen == nil {
+		seen = map[uint64]bool{}
+		c.prefixes[key] = seen
+	}
+	h, tokens, cached := fnv.New64a(), 0, 0
+	for _, m := range body.Messages {
+		h.Write(m)
+		tokens += len(m) / 4
+		if tokens >= minCached {
+			if seen[h.Sum64()] {
+				cached = tokens
+			}
+			seen[h.Sum64()] = true
+		}
+	}
+	t := c.tally[key]
+	if t == nil {
+		t = &cacheTally{}
+		c.tally[key] = t
+	}
+	t.requests, t.input, t.cached = t.requests+1, t.input+tokens, t.cached+cached
+	now := time.Now()
+	recent := c.window[key][:0]
+	for _, at := range c.window[key] {
+		if now.Sub(at) < time.Minute {
+			recent = append(recent, at)
+		}
+	}
+	c.window[key] = append(recent, now)
+	hdr := http.Header{"Content-Type": {"application/json"},
+		"X-Ratelimit-Limit-Requests":     {strconv.Itoa(keyPerMinute)},
+		"X-Ratelimit-Remaining-Requests": {strconv.Itoa(max(keyPerMinute-len(c.window[key]), 0))},
+		"X-Ratelimit-Reset-Requests":     {time.Minute.String()}}
+	answer := fmt.Sprintf(`{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],`+
+		`"usage":{"prompt_tokens":%d,"completion_tokens":1,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}}`, tokens, tokens+1, cached)
+	return &http.Response{StatusCode: 200, Header: hdr, Body: io.NopCloser(strings.NewReader(answer)), Request: r}, nil
+}
+
+// cachedShare returns the share of the input read from the cache, over
+// every key, and the most requests one key took.
+func (c *cachingProvider) cachedShare() (share float64, most, requests int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	input, cached := 0, 0
+	for _, t := range c.tally {
+		input, cached, requests = input+t.input, cached+t.cached, requests+t.requests
+		most = max(most, t.requests)
+	}
+	return float64(cached) / float64(input), most, requests
+}
+
+// agentsWork sends, through p, the turns of conversations agents'
+// chats, interleaved as seed orders them, one every 100 ms: a system
+// prompt of some 2 000 tokens that every chat shares, a first message of
+// its own, and each turn the agent's answer and the next message.
+func agentsWork(t *testing.T, p *Proxy, seed uint64, conversations, turns int) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, 0))
+	system := `{"role":"system","content":` + strconv.Quote(strings.Repeat("You are a careful coding agent; read before you write. ", 150)) + `}`
+	next := make([]int, conversations) // the turn each chat is at
+	left := conversations * turns
+	for left > 0 {
+		c := r.IntN(conversations)
+		if next[c] == turns {
+			continue
+		}
+		next[c]++
+		left--
+		msgs := []string{system, `{"role":"user","content":` + strconv.Quote(fmt.Sprintf("Task %d: %s", c, strings.Repeat("fix the tests. ", 50))) + `}`}
+		for i := 1; i < next[c]; i++ {
+			msgs = append(msgs, `{"role":"assistant","content":`+strconv.Quote(fmt.Sprintf("Step %d of task %d: %s", i, c, strings.Repeat("edited a file. ", 80)))+`}`,
+				`{"role":"user","content":`+strconv.Quote(strings.Repeat("go on. ", 30))+`}`)
+		}
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, httptest.NewRequest("POST", "http://127.0.0.1/v1/chat/completions",
+			strings.NewReader(`{"model":"m","messages":[`+strings.Join(msgs, ",")+`]}`)))
+		if rec.Code != 200 {
+			t.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestKeyPoolOfThreeKeepsThePromptCacheNearlyAsWarmAsOneKey(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	const conversations, turns = 150, 8
+	run := func(keysEnv, more string) (share float64, most, requests int) {
+		var result [3]int
+		synctest.Test(t, func(t *testing.T) {
+			up := newCachingProvider()
+			p := affinityProxy(t, up, keysEnv, more, Options{})
+			agentsWork(t, p, seed, conversations, turns)
+			share, result[0], result[1] = up.cachedShare()
+		})
+		return share, result[0], result[1]
+	}
+	one, _, _ := run(`["K1"]`, ``)
+	three, most, requests := run(`["K1","K2","K3"]`, ``)
+	none, _, _ := run(`["K1","K2","K3"]`, `,"affinity":"none"`)
+	t.Logf("input read from the cache: one key %.3f; three keys %.3f, the busiest taking %d of %d requests; three keys by headroom alone %.3f",
+		one, three, most, requests, none)
+	if three < 0.9*one {
+		t.Errorf("three keys read %.3f of their input from the cache, under 90%% of one key's %.3f", three, one)
+	}
+	if most > requests/2 {
+		t.Errorf("a key took %d of %d requests, more than half", most, requests)
+	}
+	if none >= 0.9*one {
+		t.Errorf("by headroom alone three keys read %.3f, not under 90%% of one key's %.3f: the measure tells nothing apart", none, one)
 	}
 }
