@@ -112,19 +112,17 @@ func affinityName(u UpstreamConfig, up *upstream) string {
 
 // ready reports whether t can take c's request at once: the breaker of
 // its key and model is not open, a slot of its limit on requests in
-// flight is free, and its pace holds nothing back (for a pacer that
-// does not say, it has headroom left).
+// flight is free, what its headers announced is not spent, and its pace
+// (for a pacer that says) holds nothing back.
 func (p *Proxy) ready(t target, c *call) bool {
 	if b, ok := p.breakers.kept.Load(p.models.key(t.up.name, t.modelFor(c))); ok && b.open(time.Now()) {
 		return false
 	}
-	if !t.up.adaptive.Free() {
+	if !t.up.adaptive.Free() || t.up.headroom() <= 0 {
 		return false
 	}
-	if r, ok := t.up.pacer.(interface{ Ready(tokens int) bool }); ok {
-		return r.Ready(1) // what the upstream's Transport charges a request
-	}
-	return t.up.headroom() > 0
+	r, ok := t.up.pacer.(interface{ Ready(tokens int) bool })
+	return !ok || r.Ready(1) // 1: what the upstream's Transport charges a request
 }
 
 // pool names t's pool in a route's chain: its upstream's keys asked for
