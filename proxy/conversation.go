@@ -94,8 +94,9 @@ func conversationOf(body []byte) string {
 	if !s.End() {
 		return "" // among others, a name given twice or spelled another way
 	}
+	var buf [64]byte // a name's text, if it has escapes
 	for _, n := range [...]int{convPromptCacheKey, convUser, convSafetyIdentifier} {
-		switch name, refused := clientName(body, at[n]); {
+		switch name, refused := clientName(&s, at[n], buf[:0]); {
 		case refused:
 			return ""
 		case name != nil:
@@ -113,7 +114,7 @@ func conversationOf(body []byte) string {
 		if s.Err() != nil {
 			return ""
 		}
-		switch name, refused := clientName(body[v.Lo:v.Hi], id); {
+		switch name, refused := clientName(&s, id, buf[:0]); {
 		case refused:
 			return ""
 		case name != nil:
@@ -131,20 +132,25 @@ func named(name []byte) string {
 	return strconv.FormatUint(uint64(h), 16)
 }
 
-// clientName returns the text of the name whose value lies at v in b: nil
-// for none (no value, null, ""), refused for a value that is not a string.
-func clientName(b []byte, v jsonscan.Span) (name []byte, refused bool) {
-	switch {
-	case !v.Set() || b[v.Lo] == 'n':
+// clientName returns the text of the name whose value lies at v, in the
+// document s read: nil for none (no value, null, ""), refused for a value
+// that is not a string. A name with escapes is appended to dst; one
+// without is not copied.
+func clientName(s *jsonscan.Scanner, v jsonscan.Span, dst []byte) (name []byte, refused bool) {
+	if !v.Set() {
 		return nil, false
-	case b[v.Lo] != '"':
+	}
+	switch s.Bytes(v)[0] {
+	case 'n':
+		return nil, false
+	case '"':
+	default:
 		return nil, true
 	}
-	text, _ := jsonscan.AppendText(nil, b[v.Lo:v.Hi])
-	if len(text) == 0 {
-		return nil, false
+	if text := s.Text(dst, v); len(text) > 0 {
+		return text, false
 	}
-	return text, false
+	return nil, false
 }
 
 // promptStart returns the name of the conversation whose prompt's start

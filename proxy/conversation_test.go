@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -104,4 +106,33 @@ func BenchmarkConversationOf(b *testing.B) {
 			b.Fatal("no conversation")
 		}
 	}
+}
+
+// FuzzConversationOf: any body is read without a panic, and white space
+// between tokens never changes the conversation a body names (down to
+// canonDepth, past which values are hashed as written).
+func FuzzConversationOf(f *testing.F) {
+	for _, seed := range []string{
+		`{"prompt_cache_key":"a","messages":[{"role":"user","content":"hi"}]}`,
+		`{"system":[{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"tools":[{"name":"t"}]}`,
+		`{"messages":[{"role":"system","content":"s"},{"role":"developer","content":"d"},{"role":"user","content":"u"}]}`,
+		`{"instructions":"i","input":"hello"}`,
+		`{"systemInstruction":{"parts":[{"text":"s"}]},"contents":[{"parts":[{"text":"hi"}]}]}`,
+		`{"metadata":{"user_id":"u\u00e9"},"messages":[]}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		name := conversationOf(body)
+		if bytes.Count(body, []byte("{"))+bytes.Count(body, []byte("[")) > canonDepth || !json.Valid(body) {
+			return
+		}
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, body); err != nil {
+			return
+		}
+		if again := conversationOf(compact.Bytes()); again != name {
+			t.Errorf("%q names %q, compacted %q", body, name, again)
+		}
+	})
 }
