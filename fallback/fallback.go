@@ -16,7 +16,9 @@
 //   - its retries are spent;
 //   - it is rate-limited and another target of its Pool (another key of
 //     the same provider, say) is still to be tried: at once, the pool's
-//     targets tried by their headroom.
+//     targets tried by their headroom, or, for a request of a
+//     conversation (Chain.Conversation), first the one that holds the
+//     provider's prompt cache of it while it can take the request.
 //
 // A context overflow first calls the Compact hook, which returns a smaller
 // request, and tries the same target once more; if that overflows too, the
