@@ -56,35 +56,15 @@ func (d *chainCall[Req, Resp]) arrange(req Req) {
 			}
 			members, places = append(members, r), append(places, j)
 		}
-		if d.c.Conversation != nil && affine(targets, t.Pool) {
-			if !asked {
-				conv, asked = d.c.Conversation(req), true
-			}
-			if conv != "" {
-				d.arrangeAffine(members, conv, req)
-				for k, m := range members {
-					d.order[places[k]] = m.i
-				}
-				continue
-			}
+		byConversation := d.c.Conversation != nil && affine(targets, t.Pool)
+		if byConversation && !asked {
+			conv, asked = d.c.Conversation(req), true
 		}
-		// Members of equal headroom (none known, say: a provider that
-		// sends no rate-limit headers) take turns at going first: the
-		// members are rotated by the call's turn (three reversals)
-		// before the stable sort.
-		turn := int(d.c.turn.Add(1) % uint64(len(members)))
-		slices.Reverse(members[:turn])
-		slices.Reverse(members[turn:])
-		slices.Reverse(members)
-		slices.SortStableFunc(members, func(a, b ranked) int {
-			if a.cooling != b.cooling {
-				if a.cooling {
-					return 1
-				}
-				return -1
-			}
-			return cmp.Compare(b.headroom, a.headroom)
-		})
+		if byConversation && conv != "" {
+			d.arrangeAffine(members, conv, req)
+		} else {
+			d.arrangeByHeadroom(members)
+		}
 		for k, m := range members {
 			d.order[places[k]] = m.i
 		}
@@ -100,6 +80,27 @@ func (d *chainCall[Req, Resp]) arrange(req Req) {
 			break
 		}
 	}
+}
+
+// arrangeByHeadroom sorts members, a pool's, by headroom, most first,
+// those cooling down last. Members of equal headroom (none known, say: a
+// provider that sends no rate-limit headers) take turns at going first:
+// the members are rotated by the call's turn (three reversals) before
+// the stable sort.
+func (d *chainCall[Req, Resp]) arrangeByHeadroom(members []ranked) {
+	turn := int(d.c.turn.Add(1) % uint64(len(members)))
+	slices.Reverse(members[:turn])
+	slices.Reverse(members[turn:])
+	slices.Reverse(members)
+	slices.SortStableFunc(members, func(a, b ranked) int {
+		if a.cooling != b.cooling {
+			if a.cooling {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Compare(b.headroom, a.headroom)
+	})
 }
 
 // smallPool is the number of targets a call arranges without allocating
