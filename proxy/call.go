@@ -26,6 +26,7 @@ type call struct {
 	// unseenModel says the request may run a model it does not name.
 	batchModels []string
 	unseenModel bool
+	jsonBody    bool // the body was read as JSON (readModels)
 	dialect     string
 	route       string
 	rt          *route

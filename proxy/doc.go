@@ -107,6 +107,18 @@
 // last, and a rate-limited answer on one moves on to the next at once;
 // the last key tried waits for the server's hint as a lone key would.
 //
+// A provider keeps its prompt cache per key, so a pool keeps each
+// conversation on one key (fallback.Chain.Conversation), unless its
+// config says "affinity": "none": the conversation is named by the
+// client (prompt_cache_key, user, safety_identifier, metadata.user_id)
+// or by a hash of the start of its prompt (the system prompt, the tools,
+// the first user message; conversation.go says what exactly), its key is
+// chosen by rendezvous hashing over a hash of each key's value, the same
+// on every replica, and it stays there while that key can take it at
+// once and has half the headroom of the best key. A request of no
+// conversation, or of one its body does not name clearly, goes by
+// headroom.
+//
 // Browsers: a proxy that holds a key and asks no token is what a local
 // developer server with credentials is, and does what they do. Without
 // client tokens it answers only requests for a loopback Host (localhost,
