@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/usage"
 )
 
 // The anthropic profile.
@@ -57,6 +59,7 @@ var anthropic = &profile{
 		content := []any{object{"type": "text", "text": c.deliver()}}
 		writeJSON(w, http.StatusOK, anthropicMessage(c, model, content, c.finish("end_turn", "max_tokens"), c.outputTokens()))
 	},
+	dialect: func(string) *usage.Dialect { return &usage.Anthropic },
 }
 
 type anthropicError struct {
@@ -84,11 +87,6 @@ func anthropicMessage(c *call, model string, content []any, stopReason string, o
 		"content":       content,
 		"stop_reason":   nullable(stopReason),
 		"stop_sequence": nil,
-		"usage": object{
-			"input_tokens":                c.input,
-			"output_tokens":               output,
-			"cache_creation_input_tokens": 0,
-			"cache_read_input_tokens":     0,
-		},
+		"usage":         c.usageObject(&usage.Anthropic, output, false),
 	}
 }

@@ -1,6 +1,10 @@
 package chaos
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/rebound-go/rebound/internal/usage"
+)
 
 // The bedrock profile: the Bedrock runtime's Converse API. Errors name
 // their type in the x-amzn-ErrorType header and say only
@@ -29,11 +33,15 @@ var bedrock = &profile{
 	},
 	idHeader: "x-amzn-RequestId",
 	success: func(w http.ResponseWriter, r *http.Request, c *call) {
+		text, out := c.deliver(), c.outputTokens()
+		u := c.usageObject(&usage.Bedrock, out, true)
+		u["totalTokens"] = c.input + out
 		writeJSON(w, http.StatusOK, object{
-			"output":     object{"message": object{"role": "assistant", "content": []object{{"text": c.deliver()}}}},
+			"output":     object{"message": object{"role": "assistant", "content": []object{{"text": text}}}},
 			"stopReason": c.finish("end_turn", "max_tokens"),
-			"usage":      object{"inputTokens": c.input, "outputTokens": c.outputTokens(), "totalTokens": c.input + c.outputTokens()},
+			"usage":      u,
 			"metrics":    object{"latencyMs": 1},
 		})
 	},
+	dialect: func(string) *usage.Dialect { return &usage.Bedrock },
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound/internal/provider"
+	"github.com/rebound-go/rebound/internal/usage"
 )
 
 // A rejection is a request the server cannot act on: it names an unknown
@@ -40,6 +41,11 @@ type call struct {
 	thoughts int       // the thought tokens a success is billed beyond its answers (Gemini's thinking budget)
 	apiKey   string    // the key the request carries, "" for none
 	quotas   *quotas   // what the answer announces of its key's limits; nil: the profile's defaults
+	// dialect is the one c's usage is reported in, nil for none (plain);
+	// cacheRead and cacheWrite are the input tokens of c billed as read
+	// from the prompt cache and written into it (see useCache).
+	dialect               *usage.Dialect
+	cacheRead, cacheWrite int
 	// delivered is how many bytes of answer text have gone to the client:
 	// the whole text of an answer, or the pieces a stream sent.
 	delivered int
@@ -65,6 +71,9 @@ func (s *Server) newCall(r *http.Request) (*call, *rejection) {
 		return c, &rejection{"chaos_unknown_profile", name, unknownProfileError(name).Error()}
 	}
 	c.profile = p
+	if p.dialect != nil {
+		c.dialect = p.dialect(r.URL.Path)
+	}
 	if p == gemini {
 		c.tally.model = provider.GeminiModel(r.URL.Path)
 	}
@@ -144,6 +153,7 @@ func (c *call) answer(w http.ResponseWriter, r *http.Request) {
 		if maxTokens, ok := c.req.outputCap(); ok {
 			c.out.limit(maxTokens)
 		}
+		c.useCache()
 		p.success(w, r, c)
 		return
 	}
@@ -245,6 +255,10 @@ type request struct {
 	System            json.RawMessage `json:"system"`            // Anthropic: a string or text blocks
 	Instructions      json.RawMessage `json:"instructions"`      // the Responses API
 	SystemInstruction json.RawMessage `json:"systemInstruction"` // Gemini: a Content
+
+	// The tools offered, part of a prompt's cached prefix.
+	Tools      json.RawMessage `json:"tools"`      // OpenAI, Anthropic, Gemini
+	ToolConfig json.RawMessage `json:"toolConfig"` // Bedrock's tools, Gemini's way of calling them
 
 	asks asks // its output caps, answers, thinking budget and kept context
 	size int  // the bytes of the body read

@@ -155,6 +155,18 @@ type Config struct {
 	// giving it away. Empty prefixes are not allowed. The default (none)
 	// means every key has quota.
 	KeysOutOfQuota []string
+
+	// PromptCache makes the server cache prompts as providers do (see
+	// Prompt cache): per API key and model, the prefixes of at least
+	// MinCacheTokens it has seen, whole messages at a time, reported as
+	// read from the cache and written into it in each dialect's own
+	// fields. The default (false) caches nothing: every input token is
+	// read afresh.
+	PromptCache bool
+	// CacheTTL is how long a cached prefix lives after it was last
+	// written or read. It must not be negative, nor set without
+	// PromptCache; the default (0) is DefaultCacheTTL, five minutes.
+	CacheTTL time.Duration
 }
 
 // Server is a fault-injecting [http.Handler]. Create one with [New]. It is
@@ -164,8 +176,9 @@ type Server struct {
 	retryAfter int64  // RetryAfter in whole seconds, rounded up
 
 	// mu guards next, requests, byStatus, streams, actions, duplicates,
-	// keys, keyOrder, continuations, inputTokens, outputTokens, tallies
-	// and keyWindows.
+	// keys, keyOrder, continuations, inputTokens, outputTokens,
+	// cacheRead, cacheWrite, tallies and keyWindows. The prompt cache has
+	// a lock of its own.
 	mu         sync.Mutex
 	next       uint64              // sequence number of the next request
 	requests   int                 // requests served since the last Reset
@@ -183,6 +196,9 @@ type Server struct {
 	tallies      map[tallyID]*Tally // as in Stats.Tallies
 
 	keyWindows map[string]*keyWindow // each API key's use of its limits, by KeyLabel
+
+	cacheRead, cacheWrite int          // as in Stats.CacheReadTokens, CacheWriteTokens
+	cache                 *promptCache // nil without Config.PromptCache
 }
 
 // MaxRetryAfter is the longest Config.RetryAfter: a year, the longest wait
@@ -193,7 +209,8 @@ const MaxRetryAfter = 365 * 24 * time.Hour
 
 // New returns a server for cfg, or an error if cfg names an unknown mode or
 // profile, has a FailRate outside [0, 1] or NaN, a negative duration, a
-// RetryAfter beyond MaxRetryAfter or a negative CutAfter.
+// RetryAfter beyond MaxRetryAfter, a negative CutAfter, or a CacheTTL
+// without PromptCache.
 func New(cfg Config) (*Server, error) {
 	if cfg.Mode == "" {
 		cfg.Mode = ModeRandom
@@ -222,6 +239,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("chaos: negative key window %v", cfg.KeyWindow)
 	case slices.Contains(cfg.KeysOutOfQuota, ""):
 		return nil, errors.New("chaos: an empty prefix of a key out of quota would match every key")
+	case cfg.CacheTTL < 0:
+		return nil, fmt.Errorf("chaos: negative cache TTL %v", cfg.CacheTTL)
+	case cfg.CacheTTL > 0 && !cfg.PromptCache:
+		return nil, fmt.Errorf("chaos: a cache TTL of %v without PromptCache, which keeps no cache", cfg.CacheTTL)
+	}
+	if cfg.PromptCache && cfg.CacheTTL == 0 {
+		cfg.CacheTTL = DefaultCacheTTL
 	}
 	if cfg.KeyWindow == 0 {
 		cfg.KeyWindow = DefaultKeyWindow
@@ -235,14 +259,18 @@ func New(cfg Config) (*Server, error) {
 	if cfg.SlowDelay == 0 {
 		cfg.SlowDelay = time.Second
 	}
-	return &Server{
+	s := &Server{
 		cfg:        cfg,
 		retryAfter: int64((cfg.RetryAfter + time.Second - 1) / time.Second),
 		byStatus:   make(map[string]int),
 		keys:       make(map[[32]byte]uint64),
 		tallies:    make(map[tallyID]*Tally),
 		keyWindows: make(map[string]*keyWindow),
-	}, nil
+	}
+	if cfg.PromptCache {
+		s.cache = newPromptCache(cfg.CacheTTL)
+	}
+	return s, nil
 }
 
 func knownMode(mode string) bool {

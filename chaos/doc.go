@@ -272,22 +272,82 @@
 // output_tokens in message_delta; Gemini's usageMetadata (promptTokenCount,
 // candidatesTokenCount, totalTokenCount), in a stream on the last response;
 // Bedrock's usage (inputTokens, outputTokens, totalTokens). The plain
-// profile reports none.
+// profile reports none. Each also reports the tokens read from the
+// provider's prompt cache, and written into it, in its own fields: zero,
+// unless the server keeps a prompt cache (see Prompt cache).
 //
-// The server counts what it billed in [Stats], in all and by tally. A
-// request counted as 200 is billed its input tokens and the output tokens
-// of the answer text it sent: the whole answer, or, in a stream, the pieces
-// sent before the stream was cut or its client went away, although a cut
-// stream reports no usage. A plain success outside text mode and a reply
-// of lost-reply mode carry no answer text, and a slow request whose client
-// leaves before its answer is sent none: they are billed their input
-// tokens only. A failure, a dropped connection and a rejected request are
-// billed nothing. A request is tallied under its [HeaderTally] header (""
-// if it has none) and its model: the body's "model", or in the gemini
-// profile the model in the path, "" if none. The server keeps at most
-// [MaxTallies] distinct pairs of them, and neither may be longer than
-// [MaxTallyKey] bytes; requests beyond those bounds are tallied together
-// under the key [TallyOverflow] and the model "".
+// The server counts what it billed in [Stats], in all and by tally, its
+// input tokens by how they were billed: read afresh, read from the prompt
+// cache, written into it. A request counted as 200 is billed its input
+// tokens and the output tokens of the answer text it sent: the whole
+// answer, or, in a stream, the pieces sent before the stream was cut or
+// its client went away, although a cut stream reports no usage. A plain
+// success outside text mode and a reply of lost-reply mode carry no answer
+// text, and a slow request whose client leaves before its answer is sent
+// none: they are billed their input tokens only. A failure, a dropped
+// connection and a rejected request are billed nothing. A request is
+// tallied under its [HeaderTally] header ("" if it has none) and its
+// model: the body's "model", or in the gemini profile the model in the
+// path, "" if none. The server keeps at most [MaxTallies] distinct pairs
+// of them, and neither may be longer than [MaxTallyKey] bytes; requests
+// beyond those bounds are tallied together under the key [TallyOverflow]
+// and the model "".
+//
+// # Prompt cache
+//
+// With [Config.PromptCache] the server caches prompts as providers do, so
+// that a test sees what retries, fallbacks and key rotation do to an
+// agent's bill. The rule, kept simple:
+//
+//   - A prompt is cut into prefixes at its messages: the system prompt
+//     and tools (Anthropic's "system", the Responses API's
+//     "instructions", Gemini's "systemInstruction"; "tools", Bedrock's
+//     "toolConfig"), then the conversation up to each of its messages
+//     (an OpenAI chat's system message is its first). A prefix's tokens
+//     are counted as input tokens are (see Token usage); parts other
+//     than text neither count nor tell two prefixes apart, nor does
+//     anything else in the body.
+//   - The cache is kept per API key (read as under Per-key limits;
+//     requests without one share a cache) and model (the one a request
+//     is tallied under). A request never reads what another key, or
+//     another model, wrote.
+//   - A request reads the longest of its prefixes that the cache holds
+//     and that is at least [MinCacheTokens] (1024) long, and writes every
+//     one of its prefixes that long: it is billed the read prefix's
+//     tokens as read and the rest of its prompt as written. A prompt
+//     under 1024 tokens is never cached.
+//   - A prefix lives [Config.CacheTTL] after it was last written or read
+//     (read, it is written again), on the server's clock, so in virtual
+//     time in a testing/synctest bubble. The cache holds at most
+//     [MaxCacheEntries] prefixes of all keys and models, forgetting the
+//     least recently used first, and [Server.Reset] empties it.
+//   - Only a success reads and writes it: a failure, a rejected request
+//     and lost-reply mode's replies touch nothing; a stream cut midway
+//     has read and written as its whole answer would. The plain profile,
+//     which reports no usage, caches nothing, and the context a
+//     [HeaderContextTokens] header adds is billed as input read afresh.
+//
+// Each dialect reports the counts in its own fields, those of the usage
+// table the rest of rebound reads them by:
+//
+//   - chat completions (openai, azure, local):
+//     prompt_tokens_details.cached_tokens, part of prompt_tokens; the
+//     Responses API: input_tokens_details.cached_tokens, part of
+//     input_tokens;
+//   - anthropic: cache_read_input_tokens and cache_creation_input_tokens,
+//     apart from input_tokens, every write a five-minute one in
+//     cache_creation (ephemeral_5m_input_tokens; ephemeral_1h_input_tokens
+//     is 0), whatever the TTL; in a stream, in message_start;
+//   - gemini: usageMetadata.cachedContentTokenCount, part of
+//     promptTokenCount, left out while 0;
+//   - bedrock: cacheReadInputTokens and cacheWriteInputTokens, apart from
+//     inputTokens, left out while 0.
+//
+// OpenAI and Gemini report no cache write and bill none: what a request
+// writes is reported, and billed, as input there. [Stats] counts the
+// tokens read and written apart from the input read afresh, in all and by
+// tally, as the answers reported them, so that a test can price the
+// provider's bill and compare it with what a client settled.
 //
 // # Lost replies
 //

@@ -1,6 +1,7 @@
 package chaos_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -66,4 +67,43 @@ func ExampleConfig_profile() {
 	// Output:
 	// 529 Retry-After: 30
 	// {"type":"error","error":{"type":"overloaded_error","message":"Overloaded","details":null},"request_id":"req_chaos_0"}
+}
+
+// With a prompt cache, a prompt sent again through the same key is read
+// from the cache; through another key it is written anew. The prompt is
+// 4800 bytes of system prompt and 400 of message: 1300 tokens.
+func ExampleConfig_promptCache() {
+	s, err := chaos.New(chaos.Config{Profile: chaos.ProfileAnthropic, Mode: chaos.ModeOK, PromptCache: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+
+	body := `{"model":"claude-x","max_tokens":64,"system":"` + strings.Repeat("s", 4800) +
+		`","messages":[{"role":"user","content":"` + strings.Repeat("u", 400) + `"}]}`
+	for _, key := range []string{"sk-one", "sk-one", "sk-two"} {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/messages", strings.NewReader(body))
+		req.Header.Set("X-Api-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		var m struct {
+			Usage struct {
+				Read    int `json:"cache_read_input_tokens"`
+				Written int `json:"cache_creation_input_tokens"`
+			}
+		}
+		json.NewDecoder(resp.Body).Decode(&m)
+		resp.Body.Close()
+		fmt.Printf("%s: %d read, %d written\n", key, m.Usage.Read, m.Usage.Written)
+	}
+	st := s.Stats()
+	fmt.Println("billed:", st.InputTokens, "in,", st.CacheReadTokens, "read,", st.CacheWriteTokens, "written")
+	// Output:
+	// sk-one: 0 read, 1300 written
+	// sk-one: 1300 read, 0 written
+	// sk-two: 0 read, 1300 written
+	// billed: 0 in, 1300 read, 2600 written
 }

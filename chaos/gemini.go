@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/rebound-go/rebound/internal/provider"
+	"github.com/rebound-go/rebound/internal/usage"
 )
 
 // The gemini profile.
@@ -54,6 +55,7 @@ var gemini = &profile{
 		}
 		writeJSON(w, http.StatusOK, geminiResponse(c, model, c.deliver(), true))
 	},
+	dialect: func(string) *usage.Dialect { return &usage.Gemini },
 }
 
 type geminiError struct {
@@ -89,15 +91,12 @@ func geminiResponse(c *call, model, text string, last bool) object {
 	}
 	if last {
 		out := c.outputTokens()
-		usage := object{
-			"promptTokenCount":     c.input,
-			"candidatesTokenCount": out - c.thoughts,
-			"totalTokenCount":      c.input + out,
-		}
+		u := c.usageObject(&usage.Gemini, out-c.thoughts, true)
 		if c.thoughts > 0 {
-			usage["thoughtsTokenCount"] = c.thoughts
+			u[usage.Gemini.Output[1]] = c.thoughts // thoughtsTokenCount
 		}
-		resp["usageMetadata"] = usage
+		u["totalTokenCount"] = c.input + out
+		resp["usageMetadata"] = u
 	}
 	return resp
 }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/usage"
 )
 
 // The openai profile: OpenAI's Chat Completions and Responses APIs. The
@@ -64,6 +66,12 @@ var openAI = &profile{
 			writeJSON(w, http.StatusOK, openAIChat(c, model))
 		}
 	},
+	dialect: func(path string) *usage.Dialect {
+		if strings.HasSuffix(path, "/responses") {
+			return &usage.OpenAIResponses
+		}
+		return &usage.OpenAIChat
+	},
 }
 
 type openAIError struct {
@@ -102,13 +110,10 @@ func openAIChat(c *call, model string) object {
 
 func openAIChatUsage(c *call) object {
 	out := c.outputTokens()
-	return object{
-		"prompt_tokens":             c.input,
-		"completion_tokens":         out,
-		"total_tokens":              c.input + out,
-		"prompt_tokens_details":     object{"cached_tokens": 0},
-		"completion_tokens_details": object{"reasoning_tokens": 0},
-	}
+	u := c.usageObject(&usage.OpenAIChat, out, false)
+	u["total_tokens"] = c.input + out
+	u["completion_tokens_details"] = object{"reasoning_tokens": 0}
+	return u
 }
 
 // responseStatus returns the status of c's finished Responses API
@@ -121,16 +126,13 @@ func (c *call) responseStatus() string {
 // output; a finished one, completed or incomplete, reports its usage and,
 // if incomplete, that the output cap was reached.
 func openAIResponse(c *call, model, status string, output []any) object {
-	var usage, incomplete any
+	var used, incomplete any
 	if status != "in_progress" {
 		out := c.outputTokens()
-		usage = object{
-			"input_tokens":          c.input,
-			"input_tokens_details":  object{"cached_tokens": 0},
-			"output_tokens":         out,
-			"output_tokens_details": object{"reasoning_tokens": 0},
-			"total_tokens":          c.input + out,
-		}
+		u := c.usageObject(&usage.OpenAIResponses, out, false)
+		u["output_tokens_details"] = object{"reasoning_tokens": 0}
+		u["total_tokens"] = c.input + out
+		used = u
 	}
 	if status == "incomplete" {
 		incomplete = object{"reason": "max_output_tokens"}
@@ -151,7 +153,7 @@ func openAIResponse(c *call, model, status string, output []any) object {
 		"tool_choice":         "auto",
 		"tools":               []any{},
 		"top_p":               1,
-		"usage":               usage,
+		"usage":               used,
 	}
 }
 
@@ -223,6 +225,7 @@ var azure = &profile{
 	quotas:    quotas{requestsLeft: 79, tokensLeft: 79983},
 	exhausted: quotas{},
 	success:   func(w http.ResponseWriter, r *http.Request, c *call) { openAI.success(w, r, c) },
+	dialect:   openAI.dialect,
 }
 
 // The local profile: an OpenAI-compatible server on the agent's own
@@ -263,4 +266,6 @@ var local = &profile{
 		}
 		writeJSON(w, http.StatusOK, openAIChat(c, model))
 	},
+	// It answers the Responses API's path with a chat completion too.
+	dialect: func(string) *usage.Dialect { return &usage.OpenAIChat },
 }

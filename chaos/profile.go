@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/usage"
 )
 
 // A profile is the wire format of one provider: how it words each fault,
@@ -33,6 +35,9 @@ type profile struct {
 	quotas, exhausted quotas
 	// success answers c with a success.
 	success func(w http.ResponseWriter, r *http.Request, c *call)
+	// dialect returns the dialect a success to a request for path
+	// reports its usage in; nil for a profile that reports none.
+	dialect func(path string) *usage.Dialect
 }
 
 // quotas are the rate limits a profile's headers announce. A limit of

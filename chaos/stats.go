@@ -47,14 +47,20 @@ type Stats struct {
 	Continuations int `json:"continuations,omitempty"`
 
 	// InputTokens and OutputTokens are the tokens the server billed, in
-	// all (see Token usage).
-	InputTokens  int `json:"input_tokens"`
-	OutputTokens int `json:"output_tokens"`
+	// all (see Token usage); InputTokens those of input read afresh.
+	// CacheReadTokens and CacheWriteTokens are the input tokens it billed
+	// as read from its prompt cache and written into it (see Prompt
+	// cache), apart from InputTokens; they are left out of the JSON while
+	// zero, as they are without Config.PromptCache.
+	InputTokens      int `json:"input_tokens"`
+	CacheReadTokens  int `json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens int `json:"cache_write_tokens,omitempty"`
+	OutputTokens     int `json:"output_tokens"`
 	// Tallies counts requests and billed tokens by tally key (the
 	// HeaderTally header, "" for none), then by model (the body's "model";
 	// in the gemini profile the one in the path; "" for none). Every
 	// request counted in Requests is counted in exactly one tally, so the
-	// tallies add up to Requests, InputTokens and OutputTokens (unless
+	// tallies add up to Requests and the tokens (unless
 	// the server was reset while a request was being answered). It is
 	// never nil; see Token usage for its bounds.
 	Tallies map[string]map[string]Tally `json:"tallies"`
@@ -85,6 +91,8 @@ func (s *Server) Stats() Stats {
 		Duplicates:       s.duplicates,
 		Continuations:    s.continuations,
 		InputTokens:      s.inputTokens,
+		CacheReadTokens:  s.cacheRead,
+		CacheWriteTokens: s.cacheWrite,
 		OutputTokens:     s.outputTokens,
 		Tallies:          make(map[string]map[string]Tally),
 		Keys:             s.keyStats(),
@@ -104,8 +112,9 @@ func (s *Server) Stats() Stats {
 }
 
 // Reset zeroes the counts, sets the sequence number of the next request
-// back to 0, so that the outcomes of a seeded run repeat, and forgets every
-// idempotency key, so that the next action is number 1 again.
+// back to 0, so that the outcomes of a seeded run repeat, forgets every
+// idempotency key, so that the next action is number 1 again, and empties
+// the prompt cache.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -119,7 +128,11 @@ func (s *Server) Reset() {
 	s.keyOrder = nil
 	s.continuations = 0
 	s.inputTokens = 0
+	s.cacheRead, s.cacheWrite = 0, 0
 	s.outputTokens = 0
 	clear(s.tallies)
 	clear(s.keyWindows)
+	if s.cache != nil {
+		s.cache.clear()
+	}
 }

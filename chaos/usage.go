@@ -18,15 +18,24 @@ func tokens(n int) int {
 // ceil(body bytes / 4) never counts fewer. (Invalid UTF-8 in a JSON string
 // decodes to U+FFFD, three bytes for one.)
 func (req request) inputTokens() int {
-	n := len(contentText(req.System)) + len(contentText(req.Instructions))
-	for _, tn := range req.turns() {
+	system, turns := req.prompt()
+	n := len(system)
+	for _, tn := range turns {
 		n += len(tn.text)
 	}
+	return tokens(min(n, req.size))
+}
+
+// prompt returns the text of req's prompt that the tokenizer counts: the
+// system's (Anthropic's system, the Responses API's instructions,
+// Gemini's systemInstruction), and the conversation's.
+func (req request) prompt() (system string, turns []turn) {
+	system = contentText(req.System) + contentText(req.Instructions)
 	var sys geminiContent
 	if json.Unmarshal(req.SystemInstruction, &sys) == nil {
-		n += len(sys.text())
+		system += sys.text()
 	}
-	return tokens(min(n, req.size))
+	return system, req.turns()
 }
 
 // maxAnswers is the most answers a request is given: OpenAI's bound on
@@ -240,11 +249,17 @@ const (
 )
 
 // A Tally counts the requests of one tally key and model and what the server
-// billed them (see Token usage).
+// billed them (see Token usage), by how a provider bills them: input read
+// afresh, read from the prompt cache and written into it (left out of the
+// JSON while zero), and output. At prices p of the cost package, the bill
+// is p.Of(cost.Usage{InputTokens: in, CacheReadTokens: read,
+// CacheWriteTokens: write, OutputTokens: out}).
 type Tally struct {
-	Requests     int `json:"requests"`
-	InputTokens  int `json:"input_tokens"`
-	OutputTokens int `json:"output_tokens"`
+	Requests         int `json:"requests"`
+	InputTokens      int `json:"input_tokens"`
+	CacheReadTokens  int `json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens int `json:"cache_write_tokens,omitempty"`
+	OutputTokens     int `json:"output_tokens"`
 }
 
 // A tallyID names a tally: the request's HeaderTally and model.
@@ -271,18 +286,22 @@ func tallyOf(tallies map[tallyID]*Tally, id tallyID) *Tally {
 }
 
 // bill adds what c was billed to the totals and to c's tally: for a request
-// counted as 200, its input tokens and the tokens of the answer text it
-// sent; nothing for any other.
+// counted as 200, its input tokens, by how they were billed, and the
+// tokens of the answer text it sent; nothing for any other.
 func (s *Server) bill(c *call) {
 	if c.fault != faultNone {
 		return
 	}
-	in, out := c.input, c.answers*tokens(c.delivered)+c.thoughts
+	in, out := c.input-c.cacheRead-c.cacheWrite, c.answers*tokens(c.delivered)+c.thoughts
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inputTokens += in
+	s.cacheRead += c.cacheRead
+	s.cacheWrite += c.cacheWrite
 	s.outputTokens += out
 	t := tallyOf(s.tallies, c.tally)
 	t.InputTokens += in
+	t.CacheReadTokens += c.cacheRead
+	t.CacheWriteTokens += c.cacheWrite
 	t.OutputTokens += out
 }

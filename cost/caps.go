@@ -144,14 +144,18 @@ func (h *limitHold) Settle(usd float64) {
 //     "count"), for each prompt of a list of them (a legacy completion's
 //     "prompt": ["…", "…"]); and its input, a token for every 4 bytes of the body,
 //     2000 more for each image it refers to, and Price.MaxInputTokens
-//     more when it refers to context the provider keeps (see Price). A
+//     more when it refers to context the provider keeps (see Price), all
+//     of it at the dearest price input may be billed at (a cache write,
+//     where the dialect's provider bills one: Anthropic's, Bedrock's,
+//     any other than OpenAI's and Gemini's). A
 //     field the estimate does not know can raise it, never lower it. A
 //     body it cannot read (sent once, unbuffered; over 64 MiB; encoded
 //     other than in gzip or deflate) is refused with ErrUnreadBody. A
 //     request that names no model and has no body (a list of models)
 //     costs nothing. It settles with the usage the response reports (in the
-//     body; for a stream, its final usage event), cache tokens counted
-//     as input; with its reservation when none came (a stream cut short,
+//     body; for a stream, its final usage event), each kind of token at
+//     its price (input read afresh, read from the provider's cache,
+//     written into it, output); with its reservation when none came (a stream cut short,
 //     or an OpenAI stream without stream_options.include_usage, a body
 //     left unread) or when the request may have been sent and no answer
 //     came (a timeout); with nothing for a failed response (status 400
@@ -222,7 +226,7 @@ func (s *spender) Admit(ctx context.Context, req *http.Request) (context.Context
 		return ctx, func(*http.Response, error) {}, nil // the enclosing attempt's
 	}
 	var (
-		most  Usage
+		need  float64
 		price Price
 	)
 	if req != nil {
@@ -245,8 +249,8 @@ func (s *spender) Admit(ctx context.Context, req *http.Request) (context.Context
 			if !ok {
 				return ctx, nil, fmt.Errorf("%w: %q (%s %s)", ErrNoPrice, m, req.Method, req.URL.Path)
 			}
-			if u := r.most(p); i == 0 || p.Of(u) > price.Of(most) {
-				most, price = u, p
+			if c := r.cost(p); i == 0 || c > need {
+				need, price = c, p
 			}
 		}
 	} else {
@@ -258,9 +262,8 @@ func (s *spender) Admit(ctx context.Context, req *http.Request) (context.Context
 		if !ok {
 			return ctx, nil, fmt.Errorf("%w: %q", ErrNoPrice, e.target)
 		}
-		most, price = e.usage, p
+		need, price = p.Of(e.usage), p
 	}
-	need := price.Of(most)
 	holds := make([]Hold, 0, len(s.caps))
 	for _, c := range s.caps {
 		h, err := c.Reserve(ctx, need)

@@ -11,6 +11,8 @@
 package cost
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"sync"
 )
@@ -18,10 +20,31 @@ import (
 // Price is what a target charges, in US dollars per million tokens, and,
 // for spend caps, what its requests may use when they do not say. Its
 // JSON form (rebound proxy's "prices") has snake_case keys:
-// {"input_per_million": 0.15, "output_per_million": 0.6}.
+// {"input_per_million": 3, "output_per_million": 15,
+// "cache_read_per_million": 0.3, "cache_write_per_million": 3.75}.
+//
+// A provider bills input it has cached apart from input read afresh
+// (Usage): Anthropic a cache read at a tenth of the input price and a
+// write at 1.25 times it (twice it for an hour's), OpenAI and Gemini a
+// read at a half to a tenth, and no write. A cache price left zero is
+// never below what a provider charges, so that a cap holds before the
+// operator fills it in: a read at the input price, a write at twice it.
 type Price struct {
-	InputPerMillion  float64 `json:"input_per_million"`
+	// InputPerMillion is the price of input read afresh.
+	InputPerMillion float64 `json:"input_per_million"`
+	// OutputPerMillion is the price of output, thoughts included.
 	OutputPerMillion float64 `json:"output_per_million"`
+	// CacheReadPerMillion is the price of input read from the provider's
+	// prompt cache. Zero means InputPerMillion.
+	CacheReadPerMillion float64 `json:"cache_read_per_million"`
+	// CacheWritePerMillion is the price of input written into the cache
+	// (for five minutes, Anthropic's default). Zero means twice
+	// InputPerMillion.
+	CacheWritePerMillion float64 `json:"cache_write_per_million"`
+	// CacheWrite1hPerMillion is the price of input written into the cache
+	// for an hour. Zero means twice InputPerMillion, or
+	// CacheWritePerMillion if that is more.
+	CacheWrite1hPerMillion float64 `json:"cache_write_1h_per_million"`
 	// MaxOutputTokens is what a request that names no output cap of its
 	// own is held at, for each answer it asks for (a provider's default
 	// is the model's maximum: set it to that, 100 000 for OpenAI's
@@ -59,9 +82,59 @@ func (p Price) maxInput(d dialect) int64 {
 	return d.window()
 }
 
+// cacheRead, cacheWrite and cacheWrite1h are p's cache prices, their
+// defaults filled in.
+func (p Price) cacheRead() float64 { return cmp.Or(p.CacheReadPerMillion, p.InputPerMillion) }
+
+func (p Price) cacheWrite() float64 { return cmp.Or(p.CacheWritePerMillion, 2*p.InputPerMillion) }
+
+func (p Price) cacheWrite1h() float64 {
+	return cmp.Or(p.CacheWrite1hPerMillion, max(2*p.InputPerMillion, p.cacheWrite()))
+}
+
+// dearestInput is the most p charges a token of input in dialect d: a
+// dialect whose provider bills no cache write (OpenAI's, Gemini's) is
+// held at its input or read price, any other at the dearest of all.
+func (p Price) dearestInput(d dialect) float64 {
+	most := max(p.InputPerMillion, p.cacheRead())
+	if d != dialectOpenAI && d != dialectGemini {
+		most = max(most, p.cacheWrite(), p.cacheWrite1h())
+	}
+	return most
+}
+
 // Of returns the price of u.
 func (p Price) Of(u Usage) float64 {
-	return (float64(u.InputTokens)*p.InputPerMillion + float64(u.OutputTokens)*p.OutputPerMillion) / 1e6
+	return (float64(u.InputTokens)*p.InputPerMillion +
+		float64(u.CacheReadTokens)*p.cacheRead() +
+		float64(u.CacheWriteTokens)*p.cacheWrite() +
+		float64(u.CacheWrite1hTokens)*p.cacheWrite1h() +
+		float64(u.OutputTokens)*p.OutputPerMillion) / 1e6
+}
+
+// MaxPerMillion is the most any price per million tokens may be: what a
+// price table checked with Validate keeps to.
+const MaxPerMillion = 1e6
+
+// Validate reports a price that is negative, not a number, or above
+// MaxPerMillion, or a token count that is negative, in one line.
+func (p Price) Validate() error {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{
+		{"input_per_million", p.InputPerMillion}, {"output_per_million", p.OutputPerMillion},
+		{"cache_read_per_million", p.CacheReadPerMillion}, {"cache_write_per_million", p.CacheWritePerMillion},
+		{"cache_write_1h_per_million", p.CacheWrite1hPerMillion},
+	} {
+		if !(f.v >= 0 && f.v <= MaxPerMillion) {
+			return fmt.Errorf("%s is %v: a price per million tokens is from 0 to %g US dollars", f.name, f.v, float64(MaxPerMillion))
+		}
+	}
+	if p.MaxOutputTokens < 0 || p.MaxInputTokens < 0 {
+		return errors.New("a token count is negative")
+	}
+	return nil
 }
 
 // Table prices targets by name.

@@ -178,3 +178,11 @@ func (r request) most(p Price) Usage {
 	}
 	return u
 }
+
+// most is what r may cost at p: its input at the dearest price input may
+// be billed at in its dialect (a cache write, where the provider bills
+// one), its output at the output price.
+func (r request) cost(p Price) float64 {
+	u := r.most(p)
+	return (float64(u.InputTokens)*p.dearestInput(r.dialect) + float64(u.OutputTokens)*p.OutputPerMillion) / 1e6
+}

@@ -5,9 +5,24 @@ import (
 	"sync/atomic"
 )
 
-// Usage is what one attempt consumed, as the provider reported it.
+// Usage is what one attempt consumed, as the provider reported it, by
+// how it is billed.
 type Usage struct {
-	InputTokens, OutputTokens int64
+	// InputTokens is the input read afresh: neither read from the
+	// provider's prompt cache nor written into it.
+	InputTokens int64
+	// OutputTokens is the output, thoughts included.
+	OutputTokens int64
+	// CacheReadTokens is the input read from the cache;
+	// CacheWriteTokens that written into it (for five minutes, or for as
+	// long as the provider keeps it when it does not say),
+	// CacheWrite1hTokens for an hour.
+	CacheReadTokens, CacheWriteTokens, CacheWrite1hTokens int64
+}
+
+// InputAll is every input token, however billed.
+func (u Usage) InputAll() int64 {
+	return u.InputTokens + u.CacheReadTokens + u.CacheWriteTokens + u.CacheWrite1hTokens
 }
 
 // Recorder collects the usage reported during one attempt; it is safe for
@@ -15,13 +30,14 @@ type Usage struct {
 // cost can be counted attempt by attempt, failures included; so do spend
 // caps (WithCaps).
 type Recorder struct {
-	input, output atomic.Int64
-	outer         *Recorder // the recorder of the context it was given in, which hears the same reports
+	input, output, read, write, write1h atomic.Int64
+	outer                               *Recorder // the recorder of the context it was given in, which hears the same reports
 }
 
 // Usage returns the total reported so far.
 func (r *Recorder) Usage() Usage {
-	return Usage{InputTokens: r.input.Load(), OutputTokens: r.output.Load()}
+	return Usage{InputTokens: r.input.Load(), OutputTokens: r.output.Load(),
+		CacheReadTokens: r.read.Load(), CacheWriteTokens: r.write.Load(), CacheWrite1hTokens: r.write1h.Load()}
 }
 
 type recorderKey struct{}
@@ -42,5 +58,8 @@ func Report(ctx context.Context, u Usage) {
 	for ; r != nil; r = r.outer {
 		r.input.Add(u.InputTokens)
 		r.output.Add(u.OutputTokens)
+		r.read.Add(u.CacheReadTokens)
+		r.write.Add(u.CacheWriteTokens)
+		r.write1h.Add(u.CacheWrite1hTokens)
 	}
 }

@@ -4,19 +4,21 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"math"
 	"net/http"
 	"sync"
 
 	"github.com/rebound-go/rebound/internal/sse"
+	"github.com/rebound-go/rebound/internal/usage"
 )
 
 // WatchUsage replaces resp.Body with one that reads the token usage the
 // response reports as the caller reads it (a JSON body, or an event
-// stream's usage events, in the dialects rebound.Transport speaks: OpenAI's
-// Chat Completions and Responses, Anthropic's Messages, Gemini), and calls
-// done once, when the body ends or is closed, with the largest counts seen
-// (cache tokens are input) and whether they are final: a whole body's, or
+// stream's usage events, in the dialects of internal/usage's table:
+// OpenAI's Chat Completions and Responses, Anthropic's Messages, Gemini,
+// Bedrock's Converse), and calls done once, when the body ends or is
+// closed, with the largest counts seen of each kind (input read afresh,
+// read from the cache, written into it, output) and whether they are
+// final: a whole body's, or
 // a stream's final usage event (OpenAI's usage chunk, Anthropic's
 // message_delta, response.completed, a finished Gemini chunk). A stream
 // cut short, or read only in part, has no final count. WithCaps settles an
@@ -118,10 +120,10 @@ func (b *usageBody) end() {
 }
 
 // read takes the usage a JSON document (a body, an event's data, or an
-// array of Gemini's chunks) reports, in any of the dialects. Counts are cumulative in every dialect
-// (Anthropic's message_delta, Gemini's chunks), so the largest seen is
-// the attempt's; cache tokens are input. A document with a count that is
-// negative, or too large to add up, says nothing.
+// array of Gemini's chunks) reports, in any of the dialects. Counts are
+// cumulative in every dialect (Anthropic's message_delta, Gemini's
+// chunks), so the largest of each kind seen is the attempt's. A document
+// whose usage cannot be told (internal/usage's Read) says nothing.
 func (b *usageBody) read(doc []byte) {
 	if !bytes.Contains(doc, usageKey) {
 		return // most of a stream's events: not worth decoding
@@ -142,48 +144,16 @@ func (b *usageBody) read(doc []byte) {
 
 // readObject is read for one JSON document that is not an array.
 func (b *usageBody) readObject(doc []byte) {
-	d, how := sse.ReadUsage(doc)
-	if how == sse.UsageInvalid {
+	r, ok := usage.Read(doc)
+	if !ok {
 		return
 	}
-	var in, out [9]int64 // room for every count the dialects give
-	nIn, nOut := 0, 0
-	for _, c := range [...]struct {
-		set    bool
-		counts *sse.UsageCounts
-	}{{d.HasTop, &d.Top}, {d.HasMessage, &d.Message}, {d.HasResponse, &d.Response}} {
-		if c.set {
-			nIn += copy(in[nIn:], []int64{c.counts.PromptTokens, c.counts.InputTokens, c.counts.CacheCreationInputTokens, c.counts.CacheReadInputTokens})
-			nOut += copy(out[nOut:], []int64{c.counts.CompletionTokens, c.counts.OutputTokens})
-		}
-	}
-	if d.HasMetadata {
-		m := d.Metadata
-		nIn += copy(in[nIn:], []int64{m.PromptTokenCount})
-		nOut += copy(out[nOut:], []int64{m.CandidatesTokenCount, m.ThoughtsTokenCount})
-	}
-	if nIn == 0 {
-		return
-	}
-	sumIn, okIn := sum(in[:nIn])
-	sumOut, okOut := sum(out[:nOut])
-	if !okIn || !okOut {
-		return
-	}
-	b.usage.InputTokens = max(b.usage.InputTokens, sumIn)
-	b.usage.OutputTokens = max(b.usage.OutputTokens, sumOut)
+	u := &b.usage
+	u.InputTokens = max(u.InputTokens, r.Input)
+	u.CacheReadTokens = max(u.CacheReadTokens, r.CacheRead)
+	u.CacheWriteTokens = max(u.CacheWriteTokens, r.CacheWrite)
+	u.CacheWrite1hTokens = max(u.CacheWrite1hTokens, r.CacheWrite1h)
+	u.OutputTokens = max(u.OutputTokens, r.Output)
 	b.found = true
-	b.final = b.final || d.HasTop || d.HasResponse || d.HasMetadata && d.Finished
-}
-
-// sum adds counts, false if one is negative or the sum would not fit.
-func sum(counts []int64) (int64, bool) {
-	var total int64
-	for _, n := range counts {
-		if n < 0 || total > math.MaxInt64/2-n {
-			return 0, false
-		}
-		total += n
-	}
-	return total, true
+	b.final = b.final || r.Final
 }

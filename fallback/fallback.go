@@ -16,7 +16,9 @@
 //   - its retries are spent;
 //   - it is rate-limited and another target of its Pool (another key of
 //     the same provider, say) is still to be tried: at once, the pool's
-//     targets tried by their headroom.
+//     targets tried by their headroom, or, for a request of a
+//     conversation (Chain.Conversation), first the one that holds the
+//     provider's prompt cache of it while it can take the request.
 //
 // A context overflow first calls the Compact hook, which returns a smaller
 // request, and tries the same target once more; if that overflows too, the
@@ -101,7 +103,8 @@ type Target[Req, Resp any] struct {
 	// Pool, if set, names a pool of interchangeable targets with limits
 	// of their own (the keys of one provider account, say). The chain
 	// tries the targets of a pool, in the places they hold in Targets, in
-	// order of their Headroom, most first, those cooling down last; and a
+	// order of their Headroom, most first, those cooling down last (or,
+	// for a request of a conversation, as Chain.Conversation says); and a
 	// rate-limited answer on one moves on at once to the next of its
 	// pool that is not cooling down, without waiting for the server's
 	// hint, since another key's limits are likelier to have room than
@@ -115,6 +118,21 @@ type Target[Req, Resp any] struct {
 	// once a call. Nil means 1. Members of equal headroom (those that
 	// know nothing of their limits, say) take turns at going first.
 	Headroom func() float64
+	// Affinity, for a target in a Pool, is its name to the pool's
+	// conversation affinity (see Chain.Conversation): the same on every
+	// replica that has the target and another for each member, such as a
+	// hash of the key it holds (never the key itself: keep it as secret
+	// as a log line), and not its place in Targets, which another
+	// replica may order otherwise. A pool keeps conversations on their
+	// members only when every member has one; empty (the default) in
+	// any member means the pool goes by Headroom alone.
+	Affinity string
+	// Ready, for a target in a Pool that keeps conversations, reports
+	// whether it can take req now without waiting: its breaker lets
+	// calls through, a slot of its limit on requests in flight is free,
+	// its pace holds nothing back. It is asked once a call. Nil means
+	// ready.
+	Ready func(req Req) bool
 	// Estimate, for spend caps (cost.WithCaps), says what one attempt of
 	// req on this target may use, priced under Name: each attempt
 	// reserves it before it is made, and a target whose attempt would
@@ -157,6 +175,22 @@ type Chain[Req, Resp any] struct {
 	// provider's 429, say) then tells the caller more than ErrNoTarget.
 	// False means the last target follows the rules of the others.
 	LastResort bool
+	// Conversation, if set, names the conversation req belongs to, for
+	// the pools whose members have an Affinity; "" means none. A
+	// provider keeps its prompt cache per key or account, so a pool
+	// keeps the requests of one conversation on one member while it can:
+	// the members are ranked for each conversation by rendezvous hashing
+	// (the weight of a member is a hash of the conversation's name and
+	// the member's Affinity), and a request goes to the first of them
+	// that is not cooling down, is Ready, and has at least half the
+	// Headroom of the best member that is both; the members that are not
+	// come after, by headroom, those cooling down last. So replicas with
+	// no state shared send a conversation to the same member, different
+	// conversations spread over the members, and a conversation leaves
+	// its member only while it runs low, cools down or cannot take the
+	// request at once, and comes back when it can. A request of no
+	// conversation goes by Headroom alone. Nil means none.
+	Conversation func(req Req) string
 	// Discard, if set, is given each value a Run returned with its
 	// failure that the Result does not carry (the zero value included),
 	// to let go of it: an HTTP response's body to close, say.

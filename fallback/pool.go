@@ -18,8 +18,10 @@ const (
 // arrange sets the order in which d tries the targets for req: the
 // targets of each Pool, in the places they hold in Targets, by their
 // Headroom (most first), those cooling down last; members of equal
-// headroom take turns. It also settles the last resort. Without a pool
-// the order is that of Targets, and nothing is allocated.
+// headroom take turns. A pool whose members have an Affinity orders them
+// for a request of a conversation as arrangeAffine does. It also settles
+// the last resort. Without a pool the order is that of Targets, and
+// nothing is allocated.
 func (d *chainCall[Req, Resp]) arrange(req Req) {
 	targets := d.c.Targets
 	d.lastTarget = len(targets) - 1
@@ -36,6 +38,8 @@ func (d *chainCall[Req, Resp]) arrange(req Req) {
 		placesBuf  [smallPool]int
 		members    = membersBuf[:0]
 		places     = placesBuf[:0]
+		conv       string
+		asked      bool // conv is the call's: the Chain's Conversation is asked once
 	)
 	for i, t := range targets {
 		if t.Pool == "" || slices.ContainsFunc(targets[:i], func(u Target[Req, Resp]) bool { return u.Pool == t.Pool }) {
@@ -52,23 +56,15 @@ func (d *chainCall[Req, Resp]) arrange(req Req) {
 			}
 			members, places = append(members, r), append(places, j)
 		}
-		// Members of equal headroom (none known, say: a provider that
-		// sends no rate-limit headers) take turns at going first: the
-		// members are rotated by the call's turn (three reversals)
-		// before the stable sort.
-		turn := int(d.c.turn.Add(1) % uint64(len(members)))
-		slices.Reverse(members[:turn])
-		slices.Reverse(members[turn:])
-		slices.Reverse(members)
-		slices.SortStableFunc(members, func(a, b ranked) int {
-			if a.cooling != b.cooling {
-				if a.cooling {
-					return 1
-				}
-				return -1
-			}
-			return cmp.Compare(b.headroom, a.headroom)
-		})
+		byConversation := d.c.Conversation != nil && affine(targets, t.Pool)
+		if byConversation && !asked {
+			conv, asked = d.c.Conversation(req), true
+		}
+		if byConversation && conv != "" {
+			d.arrangeAffine(members, conv, req)
+		} else {
+			d.arrangeByHeadroom(members)
+		}
 		for k, m := range members {
 			d.order[places[k]] = m.i
 		}
@@ -86,6 +82,27 @@ func (d *chainCall[Req, Resp]) arrange(req Req) {
 	}
 }
 
+// arrangeByHeadroom sorts members, a pool's, by headroom, most first,
+// those cooling down last. Members of equal headroom (none known, say: a
+// provider that sends no rate-limit headers) take turns at going first:
+// the members are rotated by the call's turn (three reversals) before
+// the stable sort.
+func (d *chainCall[Req, Resp]) arrangeByHeadroom(members []ranked) {
+	turn := int(d.c.turn.Add(1) % uint64(len(members)))
+	slices.Reverse(members[:turn])
+	slices.Reverse(members[turn:])
+	slices.Reverse(members)
+	slices.SortStableFunc(members, func(a, b ranked) int {
+		if a.cooling != b.cooling {
+			if a.cooling {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Compare(b.headroom, a.headroom)
+	})
+}
+
 // smallPool is the number of targets a call arranges without allocating
 // for them.
 const smallPool = 4
@@ -95,6 +112,12 @@ type ranked struct {
 	i        int
 	cooling  bool
 	headroom float64
+	// For a request of a conversation (arrangeAffine): the member's
+	// rendezvous weight, whether it can take the request at once, and
+	// its tier.
+	weight uint64
+	ready  bool
+	tier   int
 }
 
 // at returns the target tried in place pos.

@@ -37,6 +37,7 @@ const (
 	keyProviderCode = attribute.Key("rebound.error.code")
 	keyBreakerName  = attribute.Key("rebound.breaker.name")
 	keyBreakerState = attribute.Key("rebound.breaker.state")
+	keyTokenType    = attribute.Key("gen_ai.token.type")
 )
 
 const codeError = codes.Error
@@ -63,6 +64,23 @@ func init() {
 	}
 }
 
+// Token types, the values of gen_ai.token.type: the GenAI conventions
+// define input and output; cache_read and cache_write are rebound's, in
+// their spelling, for the parts of the input read from the provider's
+// prompt cache and written into it.
+const (
+	tokenInput uint8 = iota
+	tokenOutput
+	tokenCacheRead
+	tokenCacheWrite
+	tokenTypes
+)
+
+var tokenTypeValues = [tokenTypes]attribute.KeyValue{
+	keyTokenType.String("input"), keyTokenType.String("output"),
+	keyTokenType.String("cache_read"), keyTokenType.String("cache_write"),
+}
+
 // kindIndex returns k's index in kindValues; the last entry stands for
 // every kind rebound does not name.
 func kindIndex(k rebound.Kind) int { return min(int(k), len(kindValues)-1) }
@@ -84,6 +102,7 @@ const (
 	instCalls                 // a: 0 success, 1 failure
 	instBudget
 	instHedges
+	instTokens // a: token type
 )
 
 type setKey struct {
@@ -103,7 +122,8 @@ const (
 	slotBudget  = slotCalls + 2
 	slotGiveUps = slotBudget + 1
 	slotHedges  = slotGiveUps + (maxReason+1)*(kinds+1)
-	slots       = slotHedges + 1
+	slotTokens  = slotHedges + 1
+	slots       = slotTokens + int(tokenTypes)
 )
 
 // slot returns the slot of an instrument's attribute values, or -1.
@@ -123,6 +143,8 @@ func slot(inst, a, b uint8) int {
 		return slotBudget
 	case inst == instHedges:
 		return slotHedges
+	case inst == instTokens && a < tokenTypes:
+		return slotTokens + int(a)
 	case inst == instGiveUps && a <= maxReason:
 		return slotGiveUps + int(a)*(kinds+1) + int(b)
 	}
@@ -190,6 +212,8 @@ func buildSet(k setKey) attribute.Set {
 		}
 	case instRetries, instWaits:
 		kv = append(kv, kindValues[kindIndex(rebound.Kind(k.a))])
+	case instTokens:
+		kv = append(kv, tokenTypeValues[min(k.a, tokenTypes-1)])
 	case instGiveUps:
 		kv = append(kv, reasonValues[k.a])
 		if k.b > 0 {

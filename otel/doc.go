@@ -83,6 +83,7 @@
 //	rebound.limiter.delay           histogram s          rebound.target
 //	rebound.cost.usd                counter   {USD}      rebound.target
 //	rebound.cost.wasted.usd         counter   {USD}      rebound.target
+//	rebound.tokens                  counter   {token}    rebound.target, gen_ai.token.type
 //
 // Through OpenTelemetry's Prometheus exporter they read as
 // rebound_attempts_total, rebound_call_duration_seconds_bucket,
@@ -99,9 +100,26 @@
 // rebound.EventRestart events of a supervised server (reboundmcp's). Both
 // kinds of event belong to no call: they are counted, and make no span,
 // since the call that a crash cut short learns of it as its attempt's
-// error. The limiter and cost
-// instruments are fed by hand: RecordLimiterDelay, RecordCost and
-// RecordTask.
+// error. The limiter, cost and token
+// instruments are fed by hand: RecordLimiterDelay, RecordCost,
+// RecordUsage and RecordTask, since rebound's events carry no usage
+// (rebound proxy calls RecordUsage with the tokens of each answer, under
+// the target of the attempt that gave it).
+//
+// rebound.tokens counts the tokens providers reported by
+// gen_ai.token.type, the GenAI conventions' attribute: "input" and
+// "output" are its values, input counting every input token, those read
+// from the provider's prompt cache or written into it included, as its
+// gen_ai.usage.input_tokens does; "cache_read" and "cache_write" are
+// rebound's own values, which the conventions do not define, for the
+// parts of the input read from the cache and written into it (their
+// usage attributes call them gen_ai.usage.cache_read.input_tokens and
+// gen_ai.usage.cache_creation.input_tokens). The cache types are parts of
+// input, not added to it: the share of input read from the cache is
+// cache_read over input. It is a counter rather than the conventions'
+// gen_ai.client.token.usage histogram, which an instrumented client under
+// Transport.Base records per request, with attributes rebound does not
+// know.
 //
 // # What is never recorded
 //

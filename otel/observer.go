@@ -53,6 +53,7 @@ type Observer struct {
 	limiterDelay   metric.Float64Histogram
 	cost           metric.Float64Counter
 	wasted         metric.Float64Counter
+	tokens         metric.Int64Counter
 
 	targets lru.Map[string, *targetAttrs] // the targets measured most recently
 }
@@ -124,6 +125,9 @@ func New(cfg Config) *Observer {
 	check(err)
 	o.wasted, err = m.Float64Counter("rebound.cost.wasted.usd", metric.WithUnit("{USD}"),
 		metric.WithDescription("What attempts that produced nothing cost, in US dollars."))
+	check(err)
+	o.tokens, err = m.Int64Counter("rebound.tokens", metric.WithUnit("{token}"),
+		metric.WithDescription("Tokens the provider reported, by type: input (cached included), output, and of the input cache_read and cache_write."))
 	check(err)
 	if len(errs) > 0 {
 		otel.Handle(errors.Join(errs...))

@@ -446,6 +446,41 @@ func TestCostAndLimiter(t *testing.T) {
 	}
 }
 
+// TestTokensByType: RecordUsage and RecordTask count tokens by target
+// and gen_ai.token.type: input (every input token, cached included, as the
+// GenAI conventions' gen_ai.usage.input_tokens), output, and of the input
+// cache_read and cache_write (five-minute and one-hour writes together);
+// a type with no tokens adds nothing, nor does a negative count.
+func TestTokensByType(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	h.obs.RecordUsage(ctx, "claude", cost.Usage{InputTokens: 10, CacheReadTokens: 90000, CacheWriteTokens: 1500, CacheWrite1hTokens: 500, OutputTokens: 200})
+	h.obs.RecordUsage(ctx, "claude", cost.Usage{InputTokens: 5, OutputTokens: 7})
+	h.obs.RecordUsage(ctx, "claude", cost.Usage{InputTokens: -3, CacheReadTokens: -3, OutputTokens: -3})
+	h.obs.RecordTask(ctx, cost.Table{}, cost.Task{Succeeded: true, Attempts: []cost.Attempt{
+		{Target: "gpt", Usage: cost.Usage{InputTokens: 2010, CacheReadTokens: 90000, OutputTokens: 100}, Answered: true},
+	}})
+	ms := h.metrics(t)
+	for _, c := range []struct {
+		target, typ string
+		want        float64
+	}{
+		{"claude", "input", 10 + 90000 + 2000 + 5}, {"claude", "output", 207}, {"claude", "cache_read", 90000}, {"claude", "cache_write", 2000},
+		{"gpt", "input", 92010}, {"gpt", "output", 100}, {"gpt", "cache_read", 90000},
+	} {
+		p := mustValue(t, ms, "rebound.tokens", attribute.String("rebound.target", c.target), attribute.String("gen_ai.token.type", c.typ))
+		if p.value != c.want {
+			t.Errorf("%s %s tokens: %v, want %v", c.target, c.typ, p.value, c.want)
+		}
+	}
+	if p, ok := value(ms, "rebound.tokens", attribute.String("rebound.target", "gpt"), attribute.String("gen_ai.token.type", "cache_write")); ok {
+		t.Errorf("gpt wrote nothing into the cache, and has a series of cache writes: %+v", p)
+	}
+	if m := ms["rebound.tokens"]; m.Unit != "{token}" {
+		t.Errorf("unit %q", m.Unit)
+	}
+}
+
 // Unsampled calls make no spans and are still counted.
 func TestUnsampled(t *testing.T) {
 	reader, spans := sdkmetric.NewManualReader(), tracetest.NewInMemoryExporter()

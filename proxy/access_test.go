@@ -2,17 +2,20 @@ package proxy_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/breaker"
+	"github.com/rebound-go/rebound/cost"
 	"github.com/rebound-go/rebound/proxy"
 )
 
@@ -158,5 +161,48 @@ func TestAccessLogStreams(t *testing.T) {
 			t.Errorf("request %d: stream %v (field present %v), tokens %v/%v; want stream %v, tokens %v/%v",
 				i+1, stream, marked, in, out, want.stream, want.in, want.out)
 		}
+	}
+}
+
+// usageObserver is an Observer that notes the usage it is told of, by
+// target.
+type usageObserver struct {
+	mu    sync.Mutex
+	usage map[string]cost.Usage
+}
+
+func (*usageObserver) Observe(rebound.Event) {}
+
+func (o *usageObserver) RecordUsage(_ context.Context, target string, u cost.Usage) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.usage == nil {
+		o.usage = map[string]cost.Usage{}
+	}
+	o.usage[target] = u
+}
+
+// TestObserverHearsTheUsageOfTheAttemptThatAnswered: an Observer with a
+// RecordUsage method is told each answer's tokens, the cache's apart,
+// under the target of the upstream that answered, here a fallback.
+func TestObserverHearsTheUsageOfTheAttemptThatAnswered(t *testing.T) {
+	down, _ := recordingUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(http.StatusServiceUnavailable) })
+	up, _ := recordingUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices":[],"usage":{"prompt_tokens":1000,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":900}}}`)
+	})
+	obs := &usageObserver{}
+	js := `{"upstreams":{"down":{"url":"` + down.URL + `"},"up":{"url":"` + up.URL + `"}},
+		"routes":[{"upstream":"down","fallbacks":[{"upstream":"up","model":"m"}],"policy":{"max_attempts":1}}]}`
+	front, _ := serveProxy(t, proxy.Options{Config: config(t, js, nil), Observer: obs})
+	if resp, body := do(t, "POST", front.URL+"/v1/chat/completions", `{"model":"m"}`); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	front.Close() // the access line, and the usage with it, is written
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	want := cost.Usage{InputTokens: 100, CacheReadTokens: 900, OutputTokens: 7}
+	if len(obs.usage) != 1 || obs.usage["up:m"] != want {
+		t.Errorf("the observer was told %+v, want %+v under up:m", obs.usage, want)
 	}
 }

@@ -34,11 +34,41 @@ func BenchmarkProxy(b *testing.B) {
 	benchServe(b, cannedUpstream{}, `{"model":"gpt-x","messages":[{"role":"user","content":"hello"}]}`, canned)
 }
 
+// BenchmarkProxyKeyPool: as BenchmarkProxy, to a pool of three keys, for
+// a turn of an agent's chat (a system prompt of 4 kB, tools of 2 kB, six
+// messages): what keeping its conversation on its key costs (the body
+// read a second time, the start of its prompt hashed, each key asked
+// whether it can take the request), beside "affinity": "none".
+func BenchmarkProxyKeyPool(b *testing.B) {
+	system := strings.Repeat("You are a careful coding agent. ", 128)
+	tool := `{"type":"function","function":{"name":"read_file","description":"` + strings.Repeat("Reads a file. ", 12) + `","parameters":{"type":"object","properties":{"path":{"type":"string"}}}}}`
+	body := `{"model":"gpt-x","tools":[` + strings.Repeat(tool+",", 7) + tool + `],"messages":[{"role":"system","content":"` + system + `"},` +
+		`{"role":"user","content":"Fix the failing test in main_test.go"},{"role":"assistant","content":"Reading it."},` +
+		`{"role":"user","content":"Go on"},{"role":"assistant","content":"Done."},{"role":"user","content":"Now run it"}]}`
+	for _, affinity := range []string{"", "none"} {
+		b.Run("affinity="+affinity, func(b *testing.B) {
+			env := map[string]string{"K1": "sk-1", "K2": "sk-2", "K3": "sk-3"}
+			cfg, err := proxy.ParseConfig([]byte(`{"upstreams":{"pool":{"url":"http://upstream.test","keys_env":["K1","K2","K3"],"affinity":"`+affinity+`"}}}`),
+				func(k string) string { return env[k] })
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchServeWith(b, proxy.Options{Config: cfg, Getenv: func(k string) string { return env[k] }}, cannedUpstream{}, body, canned)
+		})
+	}
+}
+
 // benchServe serves body through a proxy in front of upstream, and checks
 // that each answer is want.
 func benchServe(b *testing.B, upstream http.RoundTripper, body, want string) {
-	p, err := proxy.New(proxy.Options{Upstream: "http://upstream.test", Base: upstream,
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	benchServeWith(b, proxy.Options{Upstream: "http://upstream.test"}, upstream, body, want)
+}
+
+// benchServeWith serves body through a proxy made of o in front of upstream, and
+// checks that each answer is want.
+func benchServeWith(b *testing.B, o proxy.Options, upstream http.RoundTripper, body, want string) {
+	o.Base, o.Logger = upstream, slog.New(slog.NewJSONHandler(io.Discard, nil))
+	p, err := proxy.New(o)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,9 +1,12 @@
 package proxy
 
 import (
+	"errors"
 	"sync/atomic"
+	"time"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/breaker"
 	"github.com/rebound-go/rebound/internal/lru"
 )
 
@@ -24,16 +27,38 @@ type breakers struct {
 // keptBreaker is a breaker and what the proxy saw of it: it is the
 // rebound.Breaker of the calls, and notes whether it refuses them.
 type keptBreaker struct {
-	b        rebound.Breaker
-	refusing atomic.Bool // its latest Allow refused: open, as far as calls saw
+	b         rebound.Breaker
+	refusing  atomic.Bool  // its latest Allow refused: open, as far as calls saw
+	openUntil atomic.Int64 // Unix ns: the end of the open spell its latest refusal told of; 0 for none
 }
 
-// Allow asks b, and notes whether it refused.
+// Allow asks b, and notes whether it refused, and until when.
 func (k *keptBreaker) Allow() (rebound.Permit, error) {
 	permit, err := k.b.Allow()
 	k.refusing.Store(err != nil)
+	if until := openUntil(err); until != 0 || k.openUntil.Load() != 0 {
+		k.openUntil.Store(until)
+	}
 	return permit, err
 }
+
+// openUntil returns when the open spell a breaker's refusal err tells of
+// ends, in Unix ns; 0 for none.
+func openUntil(err error) int64 {
+	if err == nil {
+		return 0 // and nothing escapes for a call allowed
+	}
+	var oe *breaker.OpenError
+	if errors.As(err, &oe) && !oe.Until.IsZero() {
+		return oe.Until.UnixNano()
+	}
+	return 0
+}
+
+// open reports whether b refuses calls at now, as its latest refusal
+// said: one that said no end (a half-open breaker's, its probes taken)
+// is asked again.
+func (k *keptBreaker) open(now time.Time) bool { return now.UnixNano() < k.openUntil.Load() }
 
 // Done tells b.
 func (k *keptBreaker) Done(p rebound.Permit, o rebound.Outcome) { k.b.Done(p, o) }

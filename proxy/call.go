@@ -26,6 +26,7 @@ type call struct {
 	// unseenModel says the request may run a model it does not name.
 	batchModels []string
 	unseenModel bool
+	jsonBody    bool // the body was read as JSON (readModels)
 	dialect     string
 	route       string
 	rt          *route
@@ -53,6 +54,7 @@ type call struct {
 	kinds    []string
 	next     rebound.Observer // the Observer of the upstream being called
 	row      *statusRow       // the status page's row of the upstream and key being called
+	target   string           // the target of the attempt that answered, as its events name it
 	usage    cost.Usage       // what the answer reported it used, once read; zero: nothing reported
 	costUSD  float64          // what the attempts cost, when priced
 	priced   bool
@@ -176,8 +178,17 @@ func (p *Proxy) logCall(c *call, status int) {
 	if c.stream {
 		attrs = append(attrs, slog.Bool("stream", true))
 	}
-	if c.usage != (cost.Usage{}) {
-		attrs = append(attrs, slog.Int64("input_tokens", c.usage.InputTokens), slog.Int64("output_tokens", c.usage.OutputTokens))
+	if u := c.usage; u != (cost.Usage{}) {
+		// input_tokens counts every input token, of which those read from
+		// the provider's cache, and those written into it, are told apart.
+		attrs = append(attrs, slog.Int64("input_tokens", u.InputAll()), slog.Int64("output_tokens", u.OutputTokens))
+		if u.CacheReadTokens > 0 || u.CacheWriteTokens+u.CacheWrite1hTokens > 0 {
+			attrs = append(attrs, slog.Int64("cache_read_tokens", u.CacheReadTokens), slog.Int64("cache_write_tokens", u.CacheWriteTokens+u.CacheWrite1hTokens))
+		}
+		// The key that answered (c.row: usage is watched only on an
+		// answer, which ends the chain) and the Observer count them too.
+		c.row.answered(u)
+		p.recordUsage(c.target, u)
 	}
 	p.settleCall(c, status)
 	c.tenantAttrs(func(key string, v any) { attrs = append(attrs, slog.Any(key, v)) })

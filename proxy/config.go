@@ -21,6 +21,10 @@ const (
 	DialectGemini    = "gemini"
 )
 
+// AffinityNone is the UpstreamConfig.Affinity of a pool that keeps no
+// conversation on a key: every request goes by headroom.
+const AffinityNone = "none"
+
 // FileConfig is the JSON of a --config file. Keys are snake_case; a key
 // the proxy does not know is an error, so a misspelt one is not silently
 // ignored.
@@ -77,6 +81,14 @@ type UpstreamConfig struct {
 	// in the package doc). A key is named by its variable, never its
 	// value. Empty (the default) means one key, KeyEnv's.
 	KeysEnv []string `json:"keys_env"`
+	// Affinity says how a pool of keys (KeysEnv) chooses the key of a
+	// request: empty (the default) keeps each conversation on one key,
+	// the one that holds the provider's prompt cache of it, while that
+	// key has headroom and can take it (see Key pools in the package
+	// doc); AffinityNone sends every request to the key with the most
+	// headroom. Any other value is an error. It changes nothing for an
+	// upstream of one key.
+	Affinity string `json:"affinity"`
 	// RequestsPerMinute and TokensPerMinute are the upstream's limits
 	// (each key's, in a pool), if known; zero means learnt from the
 	// rate-limit headers only.

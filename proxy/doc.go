@@ -107,6 +107,18 @@
 // last, and a rate-limited answer on one moves on to the next at once;
 // the last key tried waits for the server's hint as a lone key would.
 //
+// A provider keeps its prompt cache per key, so a pool keeps each
+// conversation on one key (fallback.Chain.Conversation), unless its
+// config says "affinity": "none": the conversation is named by the
+// client (prompt_cache_key, user, safety_identifier, metadata.user_id)
+// or by a hash of the start of its prompt (the system prompt, the tools,
+// the first user message; conversation.go says what exactly), its key is
+// chosen by rendezvous hashing over a hash of each key's value, the same
+// on every replica, and it stays there while that key can take it at
+// once and has half the headroom of the best key. A request of no
+// conversation, or of one its body does not name clearly, goes by
+// headroom.
+//
 // Browsers: a proxy that holds a key and asks no token is what a local
 // developer server with credentials is, and does what they do. Without
 // client tokens it answers only requests for a loopback Host (localhost,
@@ -163,7 +175,10 @@
 // is something to say: "stream":true for a streamed answer,
 // input_tokens and output_tokens as the answer reported them (an OpenAI
 // stream reports none unless the client asks, with
-// stream_options.include_usage), tenant (its name, never a token) and
+// stream_options.include_usage; input_tokens is every input token, and
+// cache_read_tokens and cache_write_tokens, when either is not zero, the
+// parts of it read from the provider's prompt cache and written into
+// it), tenant (its name, never a token) and
 // tenant_cap_usd, cost_usd (what the attempts cost, when priced),
 // upstreams_tried, skipped (upstreams cooling down), outcome (why the
 // proxy answered itself; tenant_spend_cap, tenant_rate_limit and

@@ -65,12 +65,13 @@ type request struct {
 // last resort, so that its own answer reaches the client.
 func (p *Proxy) newChain(rt *route) *fallback.Chain[request, *http.Response] {
 	ch := &fallback.Chain[request, *http.Response]{Cooldowns: p.cooldowns, QuotaCooldown: DefaultQuotaCooldown,
-		LastResort: true, Discard: discard}
+		LastResort: true, Discard: discard, Conversation: conversationOfCall}
 	for _, t := range rt.targets {
 		policy := rt.policy
 		policy.Budget, policy.Observer = t.up.budget, p.observer
 		ch.Targets = append(ch.Targets, fallback.Target[request, *http.Response]{
 			Name: t.up.name, Policy: policy, Pool: t.pool(), Headroom: t.up.headroom,
+			Affinity: t.affinity, Ready: func(r request) bool { return p.ready(t, r.c) },
 			Key: func(r request) string { return p.models.key(t.up.name, t.modelFor(r.c)) },
 			Run: func(ctx context.Context, r request, policy rebound.Policy) (*http.Response, error) {
 				return p.send(ctx, r, t, policy)
@@ -78,6 +79,16 @@ func (p *Proxy) newChain(rt *route) *fallback.Chain[request, *http.Response] {
 		})
 	}
 	return ch
+}
+
+// conversationOfCall names the conversation of r for its route's pools,
+// from its body as sent as JSON (conversationOf); "" for none. The chain
+// asks it only of a request to a pool that keeps conversations.
+func conversationOfCall(r request) string {
+	if !r.c.jsonBody {
+		return ""
+	}
+	return conversationOf(r.c.body.b)
 }
 
 // send makes the attempts of r on target t, through rebound.Transport
@@ -119,6 +130,7 @@ func (p *Proxy) send(ctx context.Context, r request, t target, policy rebound.Po
 			p.models.learn(model)
 		}
 		c.stream = sse.IsStream(resp.Header) || geminiStream(r.out.URL.Path)
+		c.target = rebound.TargetFrom(ctx)
 		cost.WatchUsage(resp, c.tokens) // the access log's tokens, as the client reads
 	}
 	return resp, err

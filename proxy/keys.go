@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -24,6 +26,9 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // poolKeys returns the keys of upstream u, at where in the config, from
 // its keys_env; nil for an upstream of one key (key_env, or none).
 func poolKeys(where string, u UpstreamConfig, getenv func(string) string) ([]poolKey, error) {
+	if u.Affinity != "" && u.Affinity != AffinityNone {
+		return nil, configErr(where+".affinity", "%q is not %q (leave it out to keep conversations on their keys, the default)", u.Affinity, AffinityNone)
+	}
 	if u.KeysEnv == nil {
 		return nil, nil
 	}
@@ -89,6 +94,35 @@ func (m upstreamMaker) makePool(name, rawURL, dialect string, keys []poolKey, li
 		pool = append(pool, up)
 	}
 	return pool, nil
+}
+
+// affinityName returns how up, a key of the upstream configured as u, is
+// known to the conversation affinity of its pool (fallback.Target.
+// Affinity): the first 16 hex digits of the SHA-256 of a label and the
+// key's value, the same on every replica whatever variable holds the key
+// and wherever keys_env lists it; "" for an upstream of one key, or of a
+// pool whose affinity is AffinityNone. It is never shown.
+func affinityName(u UpstreamConfig, up *upstream) string {
+	if up.pool == "" || u.Affinity == AffinityNone {
+		return ""
+	}
+	sum := sha256.Sum256([]byte("rebound key affinity\x00" + up.key))
+	return hex.EncodeToString(sum[:8])
+}
+
+// ready reports whether t can take c's request at once: the breaker of
+// its key and model is not open, a slot of its limit on requests in
+// flight is free, what its headers announced is not spent, and its pace
+// (for a pacer that says) holds nothing back.
+func (p *Proxy) ready(t target, c *call) bool {
+	if b, ok := p.breakers.kept.Load(p.models.key(t.up.name, t.modelFor(c))); ok && b.open(time.Now()) {
+		return false
+	}
+	if !t.up.adaptive.Free() || t.up.headroom() <= 0 {
+		return false
+	}
+	r, ok := t.up.pacer.(interface{ Ready(tokens int) bool })
+	return !ok || r.Ready(1) // 1: what the upstream's Transport charges a request
 }
 
 // pool names t's pool in a route's chain: its upstream's keys asked for

@@ -54,6 +54,8 @@ type models struct {
 	// (a POST the providers answer by running one) naming none, or a
 	// batch with a request that names none.
 	unseen bool
+	// json says the body was read as JSON, and is strict JSON.
+	json bool
 }
 
 // readModels reads the models of a request by method to path with
@@ -81,6 +83,7 @@ func readModels(method, path string, header http.Header, h *heldBody) (models, e
 			if err := m.readJSON(path, h); err != nil {
 				return m, err
 			}
+			m.json = true
 		}
 	}
 	if len(m.model) > MaxModel {

@@ -127,7 +127,11 @@ type Options struct {
 	// breakers' keys. Nil means in-memory ones.
 	Cooldowns fallback.Cooldowns
 	// Observer hears every call's events (metrics); their Target is the
-	// breaker's key, so a made-up model adds no series. Nil means none.
+	// breaker's key, so a made-up model adds no series. One with a method
+	// RecordUsage(ctx context.Context, target string, u cost.Usage), as
+	// reboundotel.Observer has, is also told the tokens of each answer,
+	// under the target of the attempt that gave it, since events carry
+	// none. Nil means none.
 	Observer rebound.Observer
 	// TenantCap makes the spend cap of a tenant of the config: usd for
 	// each period ("day" or "month", UTC), named by the tenant, as its

@@ -16,15 +16,16 @@ import (
 
 // upstream is one provider endpoint and its shared state.
 type upstream struct {
-	name    string
-	base    *url.URL
-	dialect string // "" for one not configured: by the request's path
-	key     string
-	send    http.RoundTripper // the pacing transport under rebound.Transport
-	sendNow http.RoundTripper // send, for a request that waited for a slot in vain already: a slot free at once, or none
-	budget  *rebound.RetryBudget
-	pacer   ratelimit.Pacer // send's, which says the key's headroom
-	limits  ratelimit.Config
+	name     string
+	base     *url.URL
+	dialect  string // "" for one not configured: by the request's path
+	key      string
+	send     http.RoundTripper // the pacing transport under rebound.Transport
+	sendNow  http.RoundTripper // send, for a request that waited for a slot in vain already: a slot free at once, or none
+	budget   *rebound.RetryBudget
+	pacer    ratelimit.Pacer     // send's, which says the key's headroom
+	adaptive *ratelimit.Adaptive // send's limit on requests in flight
+	limits   ratelimit.Config
 
 	// pool is the configured upstream's name for a key of its pool
 	// (keys.go), "" for an upstream of one key; keyVar is the variable
@@ -49,6 +50,9 @@ type route struct {
 type target struct {
 	up    *upstream
 	model string
+	// affinity is how the key is known to its pool's conversation
+	// affinity (affinityName); "" for none.
+	affinity string
 }
 
 // upstreamMaker makes the upstreams of a Proxy.
@@ -74,7 +78,7 @@ func (m upstreamMaker) make(name, rawURL, dialect, key string, limits ratelimit.
 	}
 	adaptive := ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{})
 	return &upstream{
-		name: name, base: base, dialect: dialect, key: key, pacer: pacer, limits: limits,
+		name: name, base: base, dialect: dialect, key: key, pacer: pacer, adaptive: adaptive, limits: limits,
 		send:    &ratelimit.Transport{Base: m.send, Limiter: pacer, Adaptive: adaptive, MaxWait: m.maxQueueWait, MaxPaceWait: m.maxQueueWait},
 		sendNow: &ratelimit.Transport{Base: m.send, Limiter: pacer, Adaptive: adaptive, MaxWait: noQueueWait, MaxPaceWait: noQueueWait},
 		budget:  &rebound.RetryBudget{},
@@ -174,7 +178,7 @@ func (p *Proxy) configRoutes(c *FileConfig, policy rebound.Policy, ups upstreamM
 			return nil, configErr(fmt.Sprintf("routes[%d].upstream", i), "unknown upstream %q", rc.Upstream)
 		}
 		for _, k := range up {
-			r.targets = append(r.targets, target{up: k})
+			r.targets = append(r.targets, target{up: k, affinity: affinityName(c.Upstreams[rc.Upstream], k)})
 		}
 		for j, f := range rc.Fallbacks {
 			fu, ok := byName[f.Upstream]
@@ -182,7 +186,7 @@ func (p *Proxy) configRoutes(c *FileConfig, policy rebound.Policy, ups upstreamM
 				return nil, configErr(fmt.Sprintf("routes[%d].fallbacks[%d].upstream", i, j), "unknown upstream %q", f.Upstream)
 			}
 			for _, k := range fu {
-				r.targets = append(r.targets, target{up: k, model: f.Model})
+				r.targets = append(r.targets, target{up: k, model: f.Model, affinity: affinityName(c.Upstreams[f.Upstream], k)})
 			}
 		}
 		p.routes = append(p.routes, r)

@@ -119,7 +119,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(sw, dialect, http.StatusBadRequest, err.Error())
 		return
 	}
-	c.model, c.batchModels, c.unseenModel = ms.model, ms.batch, ms.unseen
+	c.model, c.batchModels, c.unseenModel, c.jsonBody = ms.model, ms.batch, ms.unseen, ms.json
 	rt := p.match(r.URL.Path, c.model)
 	if rt == nil {
 		writeJSON(sw, http.StatusNotFound, `{"error":{"message":"no route for this path and model","type":"not_found","code":404}}`)

@@ -70,7 +70,8 @@ type statusBucket struct {
 	attempts       int64
 	failed         [numKinds]int64 // failed attempts by the kind of their verdict
 	latency        [latencySlots]uint32
-	latencies      int64 // calls in latency
+	latencies      int64      // calls in latency
+	tokens         tokenTally // of the answers the key gave
 }
 
 // failureRecord is a failed attempt, as the page lists it: never a header,
@@ -185,6 +186,7 @@ type rowFigures struct {
 	inFlight, calls, retried, attempts int64
 	failed                             [numKinds]int64
 	p50, p99                           time.Duration // 0 without calls
+	tokens                             tokenTally
 }
 
 // figures adds up r's buckets of the window that ends at now.
@@ -209,6 +211,7 @@ func (r *statusRow) figures(now time.Time) rowFigures {
 			latency[j] += int64(c)
 		}
 		n += b.latencies
+		f.tokens.merge(b.tokens)
 	}
 	r.mu.Unlock()
 	f.p50, f.p99 = quantile(latency[:], n, 0.5), quantile(latency[:], n, 0.99)

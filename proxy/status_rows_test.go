@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"math"
 	"testing"
 	"time"
+
+	"github.com/rebound-go/rebound/cost"
 )
 
 // TestLatencySlotsBoundEachLatencyWithin19Percent: a latency falls in a
@@ -55,5 +58,30 @@ func TestSplitTargetNamesUpstreamAndKey(t *testing.T) {
 		if up, key := splitTarget(target); up != want[0] || key != want[1] {
 			t.Errorf("%q: %q %q, want %q", target, up, key, want)
 		}
+	}
+}
+
+// TestTokenTallyNeverWrapsNorGoesNegative: counts an upstream made up,
+// however large or negative, leave every sum between 0 and
+// math.MaxInt64 and the share read from the cache between 0 and 1.
+func TestTokenTallyNeverWrapsNorGoesNegative(t *testing.T) {
+	var tally tokenTally
+	huge := cost.Usage{InputTokens: math.MaxInt64 / 2, CacheReadTokens: math.MaxInt64 / 2, CacheWriteTokens: math.MaxInt64 / 2,
+		CacheWrite1hTokens: math.MaxInt64 / 2, OutputTokens: math.MaxInt64 / 2}
+	for range 3 {
+		tally.add(huge)
+		tally.add(cost.Usage{InputTokens: -5, CacheReadTokens: -7, OutputTokens: math.MinInt64})
+		tally.merge(tally)
+	}
+	if tally.input != math.MaxInt64 || tally.cacheRead != math.MaxInt64 || tally.cacheWrite != math.MaxInt64 || tally.output != math.MaxInt64 {
+		t.Errorf("sums %+v, want each at math.MaxInt64", tally)
+	}
+	if j := tally.json(); j.CacheReadShare == nil || *j.CacheReadShare != 1 {
+		t.Errorf("share %v, want 1", j.CacheReadShare)
+	}
+	var negative tokenTally
+	negative.add(cost.Usage{InputTokens: -10, CacheReadTokens: -10})
+	if negative != (tokenTally{}) || negative.json().CacheReadShare != nil {
+		t.Errorf("negative counts counted: %+v", negative)
 	}
 }

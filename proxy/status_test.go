@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -338,4 +339,127 @@ func TestStatusShowsTheWorstBreakerOfAnUpstream(t *testing.T) {
 		s.Upstreams[1].Upstream != "b" || s.Upstreams[1].Breaker != "closed" || s.Upstreams[1].Calls != 0 {
 		t.Errorf("%s", raw)
 	}
+}
+
+// TestStatusShowsTheShareOfInputReadFromTheCache: each key of a pool, and
+// each tenant, shows the tokens its answers reported (every input token,
+// those read from the provider's cache and written into it, the output)
+// and the share of its input read from the cache: a key's over the last
+// five minutes, as its other figures, a tenant's since the process
+// started, as its requests; null where no input was seen. /metrics counts
+// each tenant's tokens by type.
+func TestStatusShowsTheShareOfInputReadFromTheCache(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// K1's answers read most of their input from the cache, K2's none
+		// of it; an answer without usage counts nothing.
+		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			body := `{"choices":[],"usage":{"prompt_tokens":1000,"completion_tokens":10}}`
+			switch {
+			case r.Header.Get("Authorization") == "Bearer sk-k1":
+				body = `{"choices":[],"usage":{"prompt_tokens":92010,"completion_tokens":10,"prompt_tokens_details":{"cached_tokens":90000}}}`
+			case strings.Contains(r.URL.Path, "/v1/embeddings"):
+				body = `{"data":[]}`
+			}
+			return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}},
+				Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
+		})
+		env := map[string]string{"K1": "sk-k1", "K2": "sk-k2", "A": "tok-a", "B": "tok-b"}
+		cfg, err := proxy.ParseConfig([]byte(`{"upstreams":{"pool":{"url":"http://provider.test","keys_env":["K1","K2"]}},
+			"tenants":{"a":{"tokens_env":"A"},"b":{"tokens_env":"B"}}}`), func(k string) string { return env[k] })
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := proxy.New(proxy.Options{Config: cfg, Getenv: func(k string) string { return env[k] }, Base: base, AdminToken: adminToken,
+			Metrics: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		send := func(path string) {
+			r := httptest.NewRequest("POST", "http://localhost"+path, strings.NewReader(`{"model":"m"}`))
+			r.Header.Set("Authorization", "Bearer tok-a")
+			w := httptest.NewRecorder()
+			if p.ServeHTTP(w, r); w.Code != 200 {
+				t.Fatalf("%s: %d %s", path, w.Code, w.Body)
+			}
+		}
+		for range 6 {
+			send("/v1/chat/completions")
+		}
+		send("/v1/embeddings")
+		type tokens struct {
+			Input      int64    `json:"input_tokens"`
+			CacheRead  int64    `json:"cache_read_tokens"`
+			CacheWrite int64    `json:"cache_write_tokens"`
+			Output     int64    `json:"output_tokens"`
+			Share      *float64 `json:"cache_read_share"`
+		}
+		read := func() (keys map[string]tokens, tenants map[string]tokens, raw string) {
+			_, raw = readStatus(t, p)
+			var s struct {
+				Upstreams []struct {
+					Key string
+					tokens
+				}
+				Tenants []struct {
+					Name string
+					tokens
+				}
+			}
+			if err := json.Unmarshal([]byte(raw), &s); err != nil {
+				t.Fatal(err)
+			}
+			keys, tenants = map[string]tokens{}, map[string]tokens{}
+			for _, u := range s.Upstreams {
+				keys[u.Key] = u.tokens
+			}
+			for _, tn := range s.Tenants {
+				tenants[tn.Name] = tn.tokens
+			}
+			return keys, tenants, raw
+		}
+		keys, tenants, raw := read()
+		k1, k2 := keys["K1"], keys["K2"]
+		// Which key took which call is the pool's to say: the figures
+		// follow from the calls each key had.
+		n1, n2 := k1.Input/92010, k2.Input/1000
+		if n1+n2 != 6 || n1 == 0 || k1.Input != n1*92010 || k1.CacheRead != n1*90000 || k1.Output != n1*10 || k1.CacheWrite != 0 ||
+			k2.Input != n2*1000 || k2.CacheRead != 0 || k2.Output != n2*10 {
+			t.Fatalf("keys' tokens after 6 calls: K1 %+v, K2 %+v\n%s", k1, k2, raw)
+		}
+		if k1.Share == nil || *k1.Share != 90000.0/92010 {
+			t.Errorf("K1's share read from the cache %v, want %v", k1.Share, 90000.0/92010)
+		}
+		if (n2 == 0) != (k2.Share == nil) || n2 > 0 && *k2.Share != 0 {
+			t.Errorf("K2 (%d calls): share read from the cache %v, want 0, or null without a call", n2, k2.Share)
+		}
+		a := tenants["a"]
+		wantA := tokens{Input: n1*92010 + n2*1000, CacheRead: n1 * 90000, Output: 60}
+		if a.Input != wantA.Input || a.CacheRead != wantA.CacheRead || a.Output != wantA.Output || a.CacheWrite != 0 ||
+			a.Share == nil || *a.Share != float64(wantA.CacheRead)/float64(wantA.Input) {
+			t.Errorf("tenant a: %+v, want %+v and a share of %v", a, wantA, float64(wantA.CacheRead)/float64(wantA.Input))
+		}
+		if b := tenants["b"]; b.Input != 0 || b.Share != nil {
+			t.Errorf("tenant b, without a request: %+v, want no tokens and a null share", b)
+		}
+		if !strings.Contains(raw, `"cache_read_share":null`) {
+			t.Errorf("a share not known is not null: %s", raw)
+		}
+		r := httptest.NewRequest("GET", "http://localhost/metrics", nil)
+		r.Header.Set("Authorization", "Bearer "+adminToken)
+		page := inMemory(p, r).Body.String()
+		for typ, n := range map[string]int64{"input": wantA.Input, "output": 60, "cache_read": wantA.CacheRead, "cache_write": 0} {
+			if want := fmt.Sprintf("rebound_proxy_tenant_tokens_total{tenant=\"a\",type=%q} %d\n", typ, n); !strings.Contains(page, want) {
+				t.Errorf("/metrics lacks %s%s", want, page)
+			}
+		}
+
+		time.Sleep(6 * time.Minute)
+		keys, tenants, raw = read()
+		if k1 := keys["K1"]; k1.Input != 0 || k1.CacheRead != 0 || k1.Output != 0 || k1.Share != nil {
+			t.Errorf("6 minutes on, K1's calls should have left the window: %s", raw)
+		}
+		if a := tenants["a"]; a.Input != wantA.Input || a.Share == nil {
+			t.Errorf("6 minutes on, tenant a's tokens since the start should stay: %s", raw)
+		}
+	})
 }

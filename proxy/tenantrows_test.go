@@ -53,7 +53,7 @@ func TestTenantRowsShowSpendAgainstTheCapUntilThePeriodTurns(t *testing.T) {
 		midnight := time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)
 		want := []tenantRow{
 			{Name: "a", CapUSD: 2.5, Period: PeriodDay, Resets: midnight, Requests: 1, Refused: 1},
-			{Name: "b", SpentUSD: 2, Requests: 1},
+			{Name: "b", SpentUSD: 2, Requests: 1, Tokens: tokenTally{input: 1, output: 1}},
 		}
 		if len(rows) != 2 || rows[0] != want[0] || rows[1] != want[1] {
 			t.Fatalf("rows %+v, want %+v", rows, want)

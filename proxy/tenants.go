@@ -39,7 +39,6 @@ const TenantMaxWait = time.Second
 const (
 	maxTenantUSD   = 1e9 // a spend cap, in US dollars
 	maxTenantRate  = 1e9 // requests or tokens a minute
-	maxMillionUSD  = 1e6 // a price per million tokens
 	maxTenantName  = 64
 	tenantNameRule = "letters, digits, '.', '_' or '-', at most 64"
 )
@@ -105,11 +104,9 @@ func checkTenants(c *FileConfig, getenv func(string) string) error {
 		switch {
 		case model == "":
 			return configErr("prices", "a model name is empty")
-		case !(p.InputPerMillion >= 0 && p.InputPerMillion <= maxMillionUSD),
-			!(p.OutputPerMillion >= 0 && p.OutputPerMillion <= maxMillionUSD):
-			return configErr(where, "a price per million tokens is negative or above $%g", float64(maxMillionUSD))
-		case p.MaxOutputTokens < 0 || p.MaxInputTokens < 0:
-			return configErr(where, "a token count is negative")
+		}
+		if err := p.Validate(); err != nil {
+			return configErr(where, "%v", err)
 		}
 	}
 	owner := map[string]string{} // token -> tenant
@@ -222,10 +219,11 @@ type tenantTally struct {
 	requests, answered, failed atomic.Int64
 	refused                    [numRefusals]atomic.Int64
 
-	mu          sync.Mutex // guards the spend below
+	mu          sync.Mutex // guards the spend and tokens below
 	periodStart time.Time  // of spent
 	spent       float64    // what this process settled in the current period
 	spentTotal  float64    // what this process settled since it started
+	tokens      tokenTally // what the answers reported since the process started
 }
 
 // newTenants returns the tenants of o's config, with the door's tokens;

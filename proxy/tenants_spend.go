@@ -107,8 +107,9 @@ func (t *tenant) rollPeriod(now time.Time) {
 	}
 }
 
-// settleCall counts c, answered with status, to its tenant, and prices it
-// from the usage its answer reported when no cap did. c.mu is held.
+// settleCall counts c, answered with status, and the tokens its answer
+// reported, to its tenant, and prices it from that usage when no cap did.
+// c.mu is held.
 func (p *Proxy) settleCall(c *call, status int) {
 	if p.tenants == nil {
 		return
@@ -126,6 +127,9 @@ func (p *Proxy) settleCall(c *call, status int) {
 		return
 	}
 	t.requests.Add(1)
+	if c.usage != (cost.Usage{}) {
+		t.addTokens(c.usage)
+	}
 	switch {
 	case c.refusal > 0:
 		t.refused[c.refusal-1].Add(1)
@@ -135,7 +139,7 @@ func (p *Proxy) settleCall(c *call, status int) {
 		t.failed.Add(1)
 	}
 	if corr, ok := t.pacer.(interface{ Correct(estimated, actual int) }); ok && c.usage != (cost.Usage{}) && c.estimate > 0 {
-		corr.Correct(c.estimate, int(min(c.usage.InputTokens+c.usage.OutputTokens, math.MaxInt32)))
+		corr.Correct(c.estimate, int(min(c.usage.InputAll()+c.usage.OutputTokens, math.MaxInt32)))
 	}
 }
 

@@ -16,6 +16,7 @@ type tenantRow struct {
 	Period            string  // "day", "month"; "" uncapped
 	Resets            time.Time
 	Requests, Refused int64
+	Tokens            tokenTally // since the process started
 }
 
 // spendReader is a cap that knows the current period's settled spend of
@@ -46,7 +47,7 @@ func (p *Proxy) tenantRows(ctx context.Context) []tenantRow {
 		}
 		t.mu.Lock()
 		t.rollPeriod(now)
-		row.SpentUSD = t.spent
+		row.SpentUSD, row.Tokens = t.spent, t.tokens
 		t.mu.Unlock()
 		if sr, ok := t.cap.(spendReader); ok {
 			// An error leaves the cap's local view, still its best figure.
@@ -59,7 +60,8 @@ func (p *Proxy) tenantRows(ctx context.Context) []tenantRow {
 }
 
 // serveMetrics serves /metrics: Options.Metrics' series, then the
-// tenants' (requests by outcome, spend, refusals by reason), labelled
+// tenants' (requests by outcome, spend, tokens by type, refusals by
+// reason), labelled
 // by the tenant's name alone. The request is passed on asking for plain
 // text, so that the tenants' series can follow.
 func (p *Proxy) serveMetrics(w http.ResponseWriter, r *http.Request) {
@@ -91,6 +93,18 @@ func (p *Proxy) serveMetrics(w http.ResponseWriter, r *http.Request) {
 		spent := t.spentTotal
 		t.mu.Unlock()
 		fmt.Fprintf(&b, "rebound_proxy_tenant_spend_usd_total{tenant=%q} %s\n", t.name, strconv.FormatFloat(spent, 'g', -1, 64))
+	}
+	b.WriteString("# HELP rebound_proxy_tenant_tokens_total The tokens the answers to each tenant's requests reported, as settled by this process, by type: input (every input token, as the access log's input_tokens), output, and of the input, cache_read (read from the provider's prompt cache) and cache_write (written into it).\n# TYPE rebound_proxy_tenant_tokens_total counter\n")
+	for _, t := range p.tenants.list {
+		t.mu.Lock()
+		n := t.tokens
+		t.mu.Unlock()
+		for _, typ := range []struct {
+			name string
+			n    int64
+		}{{"input", n.input}, {"output", n.output}, {"cache_read", n.cacheRead}, {"cache_write", n.cacheWrite}} {
+			fmt.Fprintf(&b, "rebound_proxy_tenant_tokens_total{tenant=%q,type=%q} %d\n", t.name, typ.name, typ.n)
+		}
 	}
 	b.WriteString("# HELP rebound_proxy_tenant_refusals_total Requests of each tenant refused before they were sent, by reason: spend_cap, rate_limit, model.\n# TYPE rebound_proxy_tenant_refusals_total counter\n")
 	for _, t := range p.tenants.list {

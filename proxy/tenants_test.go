@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -262,7 +263,10 @@ func TestTenantConfigErrorsNameTheKey(t *testing.T) {
 		{`{"a":{"tokens_env":"A","requests_per_minute":-1}}`, `{}`, "tenants.a.requests_per_minute: -1 is negative"},
 		{`{"a":{"tokens_env":"A","tokens_per_minute":-1}}`, `{}`, "tenants.a.tokens_per_minute: -1 is negative"},
 		{`{"a":{"tokens_env":"A","models":[""]}}`, `{}`, "tenants.a.models[0]: empty"},
-		{`{}`, `{"m":{"input_per_million":-1}}`, "prices.m: a price per million tokens is negative"},
+		{`{}`, `{"m":{"input_per_million":-1}}`, "prices.m: input_per_million is -1: a price per million tokens is from 0 to"},
+		{`{}`, `{"m":{"cache_read_per_million":-0.5}}`, "prices.m: cache_read_per_million is -0.5"},
+		{`{}`, `{"m":{"cache_write_1h_per_million":1e7}}`, "prices.m: cache_write_1h_per_million is 1e+07"},
+		{`{}`, `{"m":{"cache_write_per_million":"1"}}`, "cache_write_per_million"},
 		{`{}`, `{"m":{"max_output_tokens":-1}}`, "prices.m: a token count is negative"},
 		{`{"a":{"tokens_env":"A","spend_caps_usd":1}}`, `{}`, `unknown field "spend_caps_usd"`},
 	} {
@@ -362,5 +366,163 @@ func TestTenantCostIsPricedAtTheModelThatAnswered(t *testing.T) {
 	front.Close()
 	if l := accessLines(t, logs.String())[0]; l["cost_usd"] != 1000*1/1e6 || l["upstream"] != "up" {
 		t.Errorf("line %v: want cost_usd $0.001, cheap's price", l)
+	}
+}
+
+// cacheUpstream answers as providers do when most of the input came from
+// their prompt cache: an Anthropic message on /v1/messages (10 tokens read
+// afresh, 1 500 written to the cache for five minutes and 500 for an
+// hour, 90 000 read from it) and an OpenAI chat completion elsewhere
+// (92 010 prompt tokens, 90 000 of them cached), each as a stream when
+// asked for one; 200 output tokens each.
+func cacheUpstream(t *testing.T) *httptest.Server {
+	const (
+		anthropicUsage = `{"input_tokens":10,"cache_creation_input_tokens":2000,"cache_read_input_tokens":90000,"cache_creation":{"ephemeral_5m_input_tokens":1500,"ephemeral_1h_input_tokens":500},"output_tokens":%d}`
+		openaiUsage    = `{"prompt_tokens":92010,"completion_tokens":200,"total_tokens":92210,"prompt_tokens_details":{"cached_tokens":90000}}`
+	)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		stream := strings.Contains(string(b), `"stream":true`)
+		switch {
+		case r.URL.Path == "/v1/messages" && stream:
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprintf(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"m\",\"usage\":"+anthropicUsage+"}}\n\n", 1)
+			io.WriteString(w, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\n")
+			io.WriteString(w, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":200}}\n\n")
+			io.WriteString(w, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+		case r.URL.Path == "/v1/messages":
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"id":"msg","type":"message","role":"assistant","content":[{"type":"text","text":"ok"}],"usage":`+anthropicUsage+`}`, 200)
+		case stream:
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n")
+			io.WriteString(w, "data: {\"choices\":[],\"usage\":"+openaiUsage+"}\n\ndata: [DONE]\n\n")
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"id":"c","choices":[{"message":{"role":"assistant","content":"ok"}}],"usage":`+openaiUsage+`}`)
+		}
+	}))
+	t.Cleanup(up.Close)
+	return up
+}
+
+// TestTenantSpendWithCachedTokensIsTheBillEverywhere: a capped and an
+// uncapped tenant, each sending Anthropic and OpenAI requests, plain and
+// streamed, whose answers report most of their input read from the
+// provider's cache and some written into it: every access line carries
+// the input (all of it), the tokens read from and written into the cache
+// and the request's cost, which is the provider's bill at the configured
+// prices; each tenant's spend in /metrics and on /ui/status is the sum of
+// its lines'.
+func TestTenantSpendWithCachedTokensIsTheBillEverywhere(t *testing.T) {
+	const (
+		in, out, read, write, write1h = 3.0, 15.0, 0.3, 3.75, 6.0 // US dollars per million tokens
+	)
+	// What each provider bills an answer, from the counts cacheUpstream
+	// reports.
+	anthropicBill := (10*in + 90000*read + 1500*write + 500*write1h + 200*out) / 1e6
+	openaiBill := ((92010-90000)*in + 90000*read + 200*out) / 1e6
+	up := cacheUpstream(t)
+	js := fmt.Sprintf(`{"upstreams":{"u":{"url":%q,"key_env":"UP_KEY"}},
+		"prices":{"m":{"input_per_million":%g,"output_per_million":%g,"cache_read_per_million":%g,"cache_write_per_million":%g,"cache_write_1h_per_million":%g}},
+		"tenants":{"capped":{"tokens_env":"CAPPED_TOKS","spend_cap_usd":100,"models":["m"]},"free":{"tokens_env":"FREE_TOKS"}}}`,
+		up.URL, in, out, read, write, write1h)
+	var logs bytes.Buffer
+	p, err := proxy.New(proxy.Options{Config: config(t, js, tenantEnv), Getenv: mapEnv(tenantEnv), AdminToken: adminToken,
+		Metrics: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// In memory, so that each request's access line is written, and its
+	// spend settled, before the next request is sent.
+	serve := func(method, path, body string, header ...string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(method, "http://localhost"+path, strings.NewReader(body))
+		for i := 0; i+1 < len(header); i += 2 {
+			r.Header.Set(header[i], header[i+1])
+		}
+		return inMemory(p, r)
+	}
+	type request struct {
+		path, body string
+		stream     bool
+		bill       float64
+		input      float64 // every input token
+		read       float64
+		write      float64
+	}
+	requests := []request{
+		{"/v1/messages", `{"model":"m","max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`, false, anthropicBill, 92010, 90000, 2000},
+		{"/v1/messages", `{"model":"m","max_tokens":1000,"stream":true,"messages":[{"role":"user","content":"hi"}]}`, true, anthropicBill, 92010, 90000, 2000},
+		{"/v1/chat/completions", `{"model":"m","max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`, false, openaiBill, 92010, 90000, 0},
+		{"/v1/chat/completions", `{"model":"m","max_tokens":1000,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`, true, openaiBill, 92010, 90000, 0},
+	}
+	var want []request
+	for _, tok := range []string{"tok-capped-1", "tok-free"} {
+		for _, r := range requests {
+			if w := serve("POST", r.path, r.body, "Authorization", "Bearer "+tok); w.Code != 200 {
+				t.Fatalf("%s %s: %d %s", tok, r.path, w.Code, w.Body)
+			}
+			want = append(want, r)
+		}
+	}
+	near := func(got, want float64) bool { return math.Abs(got-want) <= 1e-9*want }
+	spent := map[string]float64{}
+	lines := accessLines(t, logs.String())
+	if len(lines) != len(want) {
+		t.Fatalf("%d access lines, want %d:\n%s", len(lines), len(want), logs.String())
+	}
+	for i, l := range lines {
+		w := want[i]
+		cost, _ := l["cost_usd"].(float64)
+		if !near(cost, w.bill) || l["input_tokens"] != w.input || l["output_tokens"] != 200.0 || l["cache_read_tokens"] != w.read {
+			t.Errorf("line %d (%s, %v): cost_usd %v, want the bill %v; tokens in %v out %v cache read %v, want %v 200 %v",
+				i+1, l["tenant"], l["path"], l["cost_usd"], w.bill, l["input_tokens"], l["output_tokens"], l["cache_read_tokens"], w.input, w.read)
+		}
+		if stream, _ := l["stream"].(bool); stream != w.stream {
+			t.Errorf("line %d (%s, %v): stream %v, want %v", i+1, l["tenant"], l["path"], stream, w.stream)
+		}
+		if got, _ := l["cache_write_tokens"].(float64); got != w.write {
+			t.Errorf("line %d (%s, %v): cache_write_tokens %v, want %v", i+1, l["tenant"], l["path"], l["cache_write_tokens"], w.write)
+		}
+		spent[l["tenant"].(string)] += cost
+	}
+	bill := 2 * (anthropicBill + openaiBill)
+	page := serve("GET", "/metrics", "", "Authorization", "Bearer "+adminToken).Body.String()
+	_, js = readStatus(t, p)
+	var st struct {
+		Tenants []struct {
+			Name     string
+			SpentUSD float64 `json:"spent_usd"`
+		}
+	}
+	if err := json.Unmarshal([]byte(js), &st); err != nil {
+		t.Fatalf("/ui/status: %v %s", err, js)
+	}
+	for _, tenant := range []string{"capped", "free"} {
+		if !near(spent[tenant], bill) {
+			t.Errorf("%s: the access lines' cost_usd add up to %v, want the bill %v", tenant, spent[tenant], bill)
+		}
+		var m float64
+		series := fmt.Sprintf(`rebound_proxy_tenant_spend_usd_total{tenant=%q} `, tenant)
+		for line := range strings.Lines(page) {
+			if v, ok := strings.CutPrefix(line, series); ok {
+				fmt.Sscan(v, &m)
+			}
+		}
+		if !near(m, bill) {
+			t.Errorf("%s: /metrics' spend %v, want the bill %v:\n%s", tenant, m, bill, page)
+		}
+		found := false
+		for _, row := range st.Tenants {
+			if row.Name == tenant {
+				found = true
+				if !near(row.SpentUSD, bill) {
+					t.Errorf("%s: /ui/status's spent_usd %v, want the bill %v", tenant, row.SpentUSD, bill)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("/ui/status has no row of %s: %s", tenant, js)
+		}
 	}
 }

@@ -132,6 +132,9 @@ type upstreamJSON struct {
 	Failures         map[string]int64 `json:"failures"`
 	P50Ms            *float64         `json:"p50_ms"`
 	P99Ms            *float64         `json:"p99_ms"`
+	// The tokens of the answers the key gave over the window, and the
+	// share of their input read from the provider's cache.
+	tokensJSON
 }
 
 type tenantJSON struct {
@@ -142,6 +145,10 @@ type tenantJSON struct {
 	Resets   *time.Time `json:"resets"`
 	Requests int64      `json:"requests"`
 	Refused  int64      `json:"refused"`
+	// The tokens of the answers to the tenant's requests since the
+	// process started, and the share of their input read from the
+	// provider's cache.
+	tokensJSON
 }
 
 type failureJSON struct {
@@ -181,7 +188,7 @@ func (p *Proxy) status(ctx context.Context, now time.Time) statusJSON {
 		}
 	}
 	for _, t := range p.tenantRows(ctx) {
-		j := tenantJSON{Name: t.Name, SpentUSD: t.SpentUSD, Period: t.Period, Requests: t.Requests, Refused: t.Refused}
+		j := tenantJSON{Name: t.Name, SpentUSD: t.SpentUSD, Period: t.Period, Requests: t.Requests, Refused: t.Refused, tokensJSON: t.Tokens.json()}
 		if !t.Resets.IsZero() {
 			j.Resets = &t.Resets
 			j.CapUSD = &t.CapUSD
@@ -197,7 +204,7 @@ func (p *Proxy) status(ctx context.Context, now time.Time) statusJSON {
 // upstreamRow returns the JSON of an upstream's key with figures f.
 func upstreamRow(upstream, key string, f rowFigures) upstreamJSON {
 	u := upstreamJSON{Upstream: upstream, Key: key, InFlight: f.inFlight, Calls: f.calls, Attempts: f.attempts,
-		Failures: map[string]int64{}}
+		Failures: map[string]int64{}, tokensJSON: f.tokens.json()}
 	if f.calls > 0 {
 		u.RetryRate = float64(f.retried) / float64(f.calls)
 	}

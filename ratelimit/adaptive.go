@@ -159,11 +159,24 @@ func (a *Adaptive) Expected() time.Duration {
 func (a *Adaptive) TryAcquire() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.waiting.Len() == 0 && float64(a.inFlight) < a.limit {
+	if a.free() {
 		a.inFlight++
 		return true
 	}
 	return false
+}
+
+// Free reports whether a call would have a slot at once, as TryAcquire
+// would take it, and takes none.
+func (a *Adaptive) Free() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.free()
+}
+
+// free is Free. a.mu is held.
+func (a *Adaptive) free() bool {
+	return a.waiting.Len() == 0 && float64(a.inFlight) < a.limit
 }
 
 // Acquire waits for a slot, in its turn: first in, first out among calls

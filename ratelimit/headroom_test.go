@@ -68,3 +68,44 @@ func TestRequestThePaceWouldHoldPastMaxPaceWaitFailsAtOnceUnsent(t *testing.T) {
 		}
 	})
 }
+
+func TestReadySaysACallWouldGoAtOnceAndCountsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := ratelimit.New(ratelimit.Config{RequestsPerMinute: 60}) // a burst of one, then 59 a minute
+		for range 3 {
+			if !l.Ready(1) {
+				t.Fatal("not ready with the burst unspent")
+			}
+		}
+		if !l.Allow(1) {
+			t.Fatal("the burst was spent by asking whether it was ready")
+		}
+		if l.Ready(1) {
+			t.Error("ready with the burst spent, before the pace gives another call")
+		}
+		time.Sleep(2 * time.Second)
+		if !l.Ready(1) {
+			t.Error("not ready two seconds later")
+		}
+		l.Learn(http.Header{"X-Ratelimit-Limit-Requests": {"100"}, "X-Ratelimit-Remaining-Requests": {"0"}, "X-Ratelimit-Reset-Requests": {"1m0s"}})
+		if l.Ready(1) {
+			t.Error("ready with nothing left until the reset")
+		}
+	})
+}
+
+func TestAdaptiveFreeSaysACallWouldHaveASlotAtOnce(t *testing.T) {
+	a := ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{Initial: 2})
+	for i := range 2 {
+		if !a.Free() || !a.TryAcquire() {
+			t.Fatalf("slot %d not free", i+1)
+		}
+	}
+	if a.Free() {
+		t.Error("free with both slots taken")
+	}
+	a.Release(ratelimit.Neutral)
+	if !a.Free() {
+		t.Error("not free with a slot given back")
+	}
+}

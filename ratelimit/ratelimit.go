@@ -189,25 +189,37 @@ func (l *Limiter) Allow(tokens int) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	l.restoreIfDue(now)
 	// Both limits are checked before either is charged; l.mu keeps the
 	// check and the charge together.
-	if l.requests != nil && l.requests.TokensAt(now) < 1 {
+	if !l.ready(tokens, now) {
 		return false
 	}
-	n := 0
 	if l.tokens != nil && tokens > 0 {
-		n = min(tokens, l.tokens.Burst())
-		if l.tokens.TokensAt(now) < float64(n) {
-			return false
-		}
-		l.tokens.AllowN(now, n)
+		l.tokens.AllowN(now, min(tokens, l.tokens.Burst()))
 	}
 	if l.requests != nil {
 		l.requests.AllowN(now, 1)
 	}
 	l.announced.Sent(tokens, now)
 	return true
+}
+
+// Ready reports whether one call of tokens may go now, without waiting,
+// and counts nothing: a caller with several keys asks it to keep a call
+// on the key it prefers only while that key can take it at once.
+func (l *Limiter) Ready(tokens int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ready(tokens, l.now())
+}
+
+// ready is Ready at now. l.mu is held.
+func (l *Limiter) ready(tokens int, now time.Time) bool {
+	l.restoreIfDue(now)
+	if l.requests != nil && l.requests.TokensAt(now) < 1 {
+		return false
+	}
+	return l.tokens == nil || tokens <= 0 || l.tokens.TokensAt(now) >= float64(min(tokens, l.tokens.Burst()))
 }
 
 // Wait waits until one call of tokens may go, or returns ErrDeadline at

@@ -21,6 +21,8 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	var o analyze.Options
 	fs.Float64Var(&o.PriceIn, "price-in", 0, "US `dollars` per million input tokens, for calls that log tokens but no cost")
 	fs.Float64Var(&o.PriceOut, "price-out", 0, "US `dollars` per million output tokens")
+	cacheRead := fs.Float64("price-cache-read", 0, "US `dollars` per million input tokens read from the provider's cache (default: --price-in)")
+	cacheWrite := fs.Float64("price-cache-write", 0, "US `dollars` per million input tokens written into the provider's cache (default: --price-in)")
 	generate := fs.Int("generate", 0, "write `N` synthetic log lines to stdout instead of analysing")
 	seed := fs.Uint64("seed", 1, "seed of --generate")
 	runCap := fs.Float64("run-cap", 0, "the cap in US `dollars` of runs whose calls log none")
@@ -43,10 +45,18 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return analyzeGenerate(stdout, stderr, *generate, *seed)
 	case set["seed"]:
 		err = errors.New("--seed goes with --generate")
+	case (set["price-cache-read"] || set["price-cache-write"]) && !set["price-in"]:
+		err = errors.New("--price-cache-read and --price-cache-write go with --price-in")
 	case len(files) == 0:
 		err = errors.New("no files to read (- reads stdin)")
 	default:
 		o.Priced = set["price-in"] || set["price-out"]
+		if set["price-cache-read"] {
+			o.PriceCacheRead = cacheRead
+		}
+		if set["price-cache-write"] {
+			o.PriceCacheWrite = cacheWrite
+		}
 		err = analyzeCaps(&o, set, *runCap, *tenantCap)
 	}
 	if err != nil {
@@ -70,12 +80,15 @@ func analyzeGenerate(stdout, stderr io.Writer, n int, seed uint64) int {
 func analyzeCaps(o *analyze.Options, set map[string]bool, runCap, tenantCap float64) error {
 	for _, p := range []struct {
 		flag  string
-		price float64
-	}{{"--price-in", o.PriceIn}, {"--price-out", o.PriceOut}} {
+		price *float64 // nil: not given
+	}{{"--price-in", &o.PriceIn}, {"--price-out", &o.PriceOut}, {"--price-cache-read", o.PriceCacheRead}, {"--price-cache-write", o.PriceCacheWrite}} {
+		if p.price == nil {
+			continue
+		}
 		// NaN fails both comparisons; ±Inf the one it is beyond.
-		if !(p.price >= 0 && p.price <= analyze.MaxPrice) {
+		if !(*p.price >= 0 && *p.price <= analyze.MaxPrice) {
 			return fmt.Errorf("%s %v is not a price: want US dollars per million tokens, from 0 to %s",
-				p.flag, p.price, strconv.FormatFloat(analyze.MaxPrice, 'f', -1, 64))
+				p.flag, *p.price, strconv.FormatFloat(analyze.MaxPrice, 'f', -1, 64))
 		}
 	}
 	for _, c := range []struct {

@@ -155,6 +155,12 @@ func TestAnalyzeBadUsage(t *testing.T) {
 		{"--tenant-cap", "five", path},
 		{"--generate", "10", "--run-cap", "1"},
 		{"--generate", "10", "--tenant-cap", "1"},
+		{"--price-cache-read", "0.3", path},
+		{"--price-out", "15", "--price-cache-write", "3.75", path},
+		{"--price-in", "3", "--price-cache-read", "-1", path},
+		{"--price-in", "3", "--price-cache-write", "NaN", path},
+		{"--price-in", "3", "--price-cache-read", "1e7", path},
+		{"--generate", "10", "--price-cache-read", "1"},
 	} {
 		code, stdout, stderr := runAnalyzeCmd(t, args...)
 		if code != 2 || stdout != "" || !strings.HasPrefix(stderr, "rebound analyze: ") || strings.Count(stderr, "\n") != 1 {
@@ -403,5 +409,45 @@ func TestAnalyzeCapsHelp(t *testing.T) {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("no %q in --help", want)
 		}
+	}
+}
+
+// TestAnalyzeCachedShareAndSavings: on rebound proxy's access lines, the
+// table and --json say how much of the input was read from the cache and
+// what the cache saved at the prices given; the spend is the lines'
+// cost_usd.
+func TestAnalyzeCachedShareAndSavings(t *testing.T) {
+	path := writeLog(t, "proxy.jsonl", `{"msg":"request","status":200,"attempts":1,"input_tokens":92010,"output_tokens":200,"cache_read_tokens":90000,"cache_write_tokens":2000,"tenant":"acme","cost_usd":0.038655}
+{"msg":"request","status":200,"attempts":1,"input_tokens":92010,"output_tokens":200,"cache_read_tokens":90000,"tenant":"acme","cost_usd":0.03603}
+`)
+	prices := []string{"--price-in", "3", "--price-out", "15", "--price-cache-read", "0.3", "--price-cache-write", "3.75"}
+	code, stdout, stderr := runAnalyzeCmd(t, append(prices, path)...)
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	// Saved: 180 000 reads at $2.70 a million less, 2 000 writes at $0.75 more.
+	for _, want := range []string{
+		"cost $0.0747, wasted $0 (0.0%), $0.0373 per successful call",
+		"input 184020 tokens: 97.8% read from the cache, 1.1% written into it; the cache saved $0.4845",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("no %q in\n%s", want, stdout)
+		}
+	}
+	code, stdout, stderr = runAnalyzeCmd(t, append(prices, "--json", path)...)
+	var r analyze.Report
+	if err := json.Unmarshal([]byte(stdout), &r); code != 0 || err != nil {
+		t.Fatalf("exit %d %v: %s", code, err, stderr)
+	}
+	tot := r.Totals
+	if tot.InputTokens != 184020 || tot.CacheReadTokens != 180000 || tot.CacheWriteTokens != 2000 ||
+		tot.CacheReadShare == nil || *tot.CacheReadShare != 0.978155 || tot.CacheSavedUSD == nil || *tot.CacheSavedUSD != 0.4845 ||
+		tot.CostUSD == nil || *tot.CostUSD != 0.074685 {
+		t.Errorf("totals %+v", tot)
+	}
+	// Writes dearer than the reads save: the cache cost more.
+	_, stdout, _ = runAnalyzeCmd(t, "--price-in", "3", "--price-cache-write", "1000", path)
+	if !strings.Contains(stdout, "the cache cost $1.99 more than input read afresh") {
+		t.Errorf("writes at $1000 a million:\n%s", stdout)
 	}
 }

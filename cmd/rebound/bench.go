@@ -17,7 +17,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	seed := fs.Uint64("seed", 1, "seed of the chaos server's outcomes and of every jitter draw")
-	scenario := fs.String("scenario", "seed", "`seed` (the 429 article's experiments) or cost (a simulated month)")
+	scenario := fs.String("scenario", "seed", "`seed` (the 429 article's experiments), cost (a simulated month) or cache (conversations through a pool of keys of a provider that caches prompts)")
 	var w sim.CostWorkload
 	fs.IntVar(&w.Days, "days", 30, "cost: days of traffic")
 	fs.IntVar(&w.TasksPerDay, "tasks-per-day", 2000, "cost: tasks a day")
@@ -32,8 +32,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if code, done := parseFlags(fs, args, bench.Usage, stderr); done {
 		return code
 	}
-	if *scenario != "seed" && *scenario != "cost" {
-		fmt.Fprintf(stderr, "rebound bench: unknown scenario %q (want seed or cost)\n", *scenario)
+	if *scenario != "seed" && *scenario != "cost" && *scenario != "cache" {
+		fmt.Fprintf(stderr, "rebound bench: unknown scenario %q (want seed, cost or cache)\n", *scenario)
 		return 2
 	}
 	// The flags whose usage starts "cost: " are the cost scenario's.
@@ -49,6 +49,18 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if *scenario == "cost" {
 		return runCostBench(ctx, *seed, w, *asJSON, stdout, stderr)
+	}
+	if *scenario == "cache" {
+		r, err := bench.RunCache(ctx, *seed, stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "rebound bench: cache scenario stopped: %v\n", err)
+			return 1
+		}
+		if *asJSON {
+			return printJSON(stdout, stderr, r)
+		}
+		r.WriteTable(stdout)
+		return 0
 	}
 	report, err := bench.Run(ctx, *seed, stderr)
 	if err != nil {

@@ -31,12 +31,13 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	cutAfter := fs.Int("cut-after", 0, "`pieces` of text a breaking stream sends before it breaks, in stream-cut mode")
 	mf := chaosrun.DefineMCPFlags(fs)
 	kf := chaosrun.DefineKeyFlags(fs)
+	cf := chaosrun.DefineCacheFlags(fs)
 
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "rebound chaos: "+format+"\n", a...)
 		return 2
 	}
-	if code, done := parseFlags(fs, args, chaosrun.Usage+chaosrun.KeyUsage+chaosrun.MCPUsage+"\nflags:\n", withStdout(stderr, stdout)); done {
+	if code, done := parseFlags(fs, args, chaosrun.Usage+chaosrun.KeyUsage+chaosrun.CacheUsage+chaosrun.MCPUsage+"\nflags:\n", withStdout(stderr, stdout)); done {
 		return code
 	}
 	given := cliflag.Given(fs)
@@ -74,6 +75,9 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		CutAfter:         *cutAfter,
 	}
 	if err := kf.Set(&cfg); err != nil {
+		return usageErr("%v", err)
+	}
+	if err := cf.Set(&cfg, given); err != nil {
 		return usageErr("%v", err)
 	}
 	srv, err := chaos.New(cfg)

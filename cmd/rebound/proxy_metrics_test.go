@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestProxyMetricsBoundedUnderMadeUpModels: a client naming thousands of
@@ -96,4 +98,48 @@ func get(t *testing.T, url string) (*http.Response, string) {
 		t.Fatal(err)
 	}
 	return resp, string(b)
+}
+
+// TestProxyMetricsCountTokensByType: /metrics counts the tokens each
+// answer reported in rebound_tokens_total, by gen_ai_token_type: input
+// (all of it), output, and of the input cache_read and cache_write, as
+// the access line counts them.
+func TestProxyMetricsCountTokensByType(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"msg","type":"message","role":"assistant","content":[{"type":"text","text":"ok"}],
+			"usage":{"input_tokens":10,"cache_creation_input_tokens":2000,"cache_read_input_tokens":90000,"output_tokens":200}}`)
+	}))
+	t.Cleanup(up.Close)
+	url, logs, stop := startProxy(t, "--upstream", up.URL)
+	for range 2 {
+		if resp, body := post(t, url+"/v1/messages", `{"model":"claude-x","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`); resp.StatusCode != http.StatusOK {
+			t.Fatalf("%d %q", resp.StatusCode, body)
+		}
+	}
+	// An answer leaves before its tokens are counted, with its access
+	// line: /metrics is read again until it has them all, or for 10 s.
+	want := map[string]float64{"input": 2 * 92010, "output": 2 * 200, "cache_read": 2 * 90000, "cache_write": 2 * 2000}
+	var (
+		got     map[string]float64
+		metrics string
+	)
+	for deadline := time.Now().Add(10 * time.Second); !maps.Equal(got, want) && time.Now().Before(deadline); {
+		_, metrics = get(t, url+"/metrics")
+		got = map[string]float64{}
+		for _, m := range regexp.MustCompile(`(?m)^rebound_tokens_total\{([^}]*)\} (\S+)$`).FindAllStringSubmatch(metrics, -1) {
+			typ := regexp.MustCompile(`gen_ai_token_type="([^"]*)"`).FindStringSubmatch(m[1])
+			if typ == nil || !strings.Contains(m[1], `rebound_target="upstream:`) {
+				t.Fatalf("a series of tokens without its type or target: %s", m[0])
+			}
+			var v float64
+			fmt.Sscan(m[2], &v)
+			got[typ[1]] += v
+		}
+	}
+	stop()
+	if !maps.Equal(got, want) {
+		t.Errorf("rebound_tokens_total by type %v, want %v\n%s\n%s", got, want, metrics, logs)
+	}
 }

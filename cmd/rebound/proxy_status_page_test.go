@@ -33,6 +33,7 @@ const screenshotEnv = "REBOUND_UI_SCREENSHOT"
 type pageRow struct {
 	Upstream, Breaker, Failures string
 	InFlight, Calls, Attempts   int64
+	Cached                      string // the share of input read from the cache
 }
 
 // readPage is the script that reads the page's upstream rows.
@@ -43,14 +44,17 @@ const readPage = `JSON.stringify([...document.querySelectorAll("#upstreams tbody
 	InFlight: +tr.querySelector(".inflight").textContent,
 	Calls: +tr.querySelector(".calls").textContent,
 	Attempts: +tr.querySelector(".attempts").textContent,
+	Cached: tr.querySelector(".cached").textContent,
 })))`
 
 // TestStatusPageInChromiumUnderLoad: rebound proxy's status page, in a
 // real headless Chromium, while clients call through a flaky upstream:
 // every request the page makes goes to the proxy's own origin; it shows
 // the attempts of the run, which /metrics counts too, the failures by
-// kind and the last failures, and no key or prompt; and its figures move
-// while the load runs, without a reload.
+// kind and the last failures, the share of input read from the cache
+// (flaky's answers report 3 of 4 input tokens cached, backup's no usage),
+// and no key or prompt; and its figures move while the load runs,
+// without a reload.
 func TestStatusPageInChromiumUnderLoad(t *testing.T) {
 	t.Parallel()
 	browserPath := chromium.Need(t)
@@ -74,7 +78,7 @@ func TestStatusPageInChromiumUnderLoad(t *testing.T) {
 			w.WriteHeader(429)
 			io.WriteString(w, `{"error":{"type":"rate_limit_error","code":"rate_limit_exceeded","message":"slow down"}}`)
 		default:
-			io.WriteString(w, `{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`)
+			io.WriteString(w, `{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":4,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":3}}}`)
 		}
 	})
 	backup := newUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
@@ -157,8 +161,11 @@ func TestStatusPageInChromiumUnderLoad(t *testing.T) {
 		}
 	}
 	got := rows()["flaky"]
-	if got.Breaker != "closed" || !strings.Contains(got.Failures, "transient") || got.Calls == 0 || got.Calls > got.Attempts {
+	if got.Breaker != "closed" || !strings.Contains(got.Failures, "transient") || got.Calls == 0 || got.Calls > got.Attempts || got.Cached != "75.0%" {
 		t.Errorf("flaky's row: %+v", got)
+	}
+	if backup := rows()["backup"]; backup.Cached != "–" {
+		t.Errorf("backup's answers report no usage, and its row shows %q of its input read from the cache", backup.Cached)
 	}
 	text, err := chromedp.Run(step(5*time.Second), chromedp.Evaluate[string](`document.body.innerText`))
 	if err != nil {

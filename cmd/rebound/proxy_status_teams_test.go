@@ -184,7 +184,11 @@ func TestStatusPageShowsTenantsAndAKeyPoolOfARealRun(t *testing.T) {
 			checks = append(checks,
 				fmt.Sprintf(`+row('#tenants tr[data-tenant="%s"] .requests') === %d`, tenant, answered+failed+refused),
 				fmt.Sprintf(`+row('#tenants tr[data-tenant="%s"] .refused') === %d`, tenant, refused),
-				fmt.Sprintf(`row('#tenants tr[data-tenant="%s"] .spend').startsWith(%q)`, tenant, fmt.Sprintf("$%.4f", spent)))
+				fmt.Sprintf(`row('#tenants tr[data-tenant="%s"] .spend').startsWith(%q)`, tenant, fmt.Sprintf("$%.4f", spent)),
+				// The chaos server caches nothing: none of the input was
+				// read from a cache, which the page says of each tenant
+				// that had an answer.
+				fmt.Sprintf(`row('#tenants tr[data-tenant="%s"] .cached') === "0.0%%"`, tenant))
 		}
 		want = strings.Join(checks, " &&\n")
 		settled := `(() => { const row = sel => document.querySelector(sel)?.textContent; return ` + want + `; })()`

@@ -210,16 +210,25 @@ type Members struct {
 // (which may be nil: then every key is Other). If the value ahead is not
 // an object the scanner fails: check Next first.
 func (s *Scanner) Object(names *Names) Members {
-	m := Members{s: s, names: names, name: Other}
-	if s.Next() != Object {
-		if s.err == nil {
+	return Members{s: s, names: names, name: Other, state: s.enter(Object)}
+}
+
+// enter enters the container of kind k ahead, and returns the state of
+// its reader: 0, or 2 (done) if the value ahead is not one, or nests too
+// deep.
+func (s *Scanner) enter(k Kind) uint8 {
+	if s.Next() != k {
+		if s.err == nil && k == Object {
 			s.fail("expected an object")
+		} else if s.err == nil {
+			s.fail("expected an array")
 		}
-		m.state = 2
-		return m
+		return 2
 	}
-	s.push(true)
-	return m
+	if !s.push(k == Object) {
+		return 2
+	}
+	return 0
 }
 
 // Next reads up to the next member's value and reports whether there is
@@ -294,16 +303,7 @@ type Elements struct {
 // Array starts reading the array ahead. If the value ahead is not an
 // array the scanner fails: check Next first.
 func (s *Scanner) Array() Elements {
-	e := Elements{s: s}
-	if s.Next() != Array {
-		if s.err == nil {
-			s.fail("expected an array")
-		}
-		e.state = 2
-		return e
-	}
-	s.push(false)
-	return e
+	return Elements{s: s, state: s.enter(Array)}
 }
 
 // Next moves to the next element and reports whether there is one.

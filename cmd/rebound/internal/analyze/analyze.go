@@ -55,6 +55,11 @@ type Options struct {
 	// or NaN one as 0.
 	PriceIn, PriceOut float64
 	Priced            bool
+	// PriceCacheRead and PriceCacheWrite are US dollars per million input
+	// tokens read from the provider's prompt cache and written into it,
+	// with Priced; nil means PriceIn, so that the cache saves nothing
+	// unless its prices are given. New bounds them as it does PriceIn.
+	PriceCacheRead, PriceCacheWrite *float64
 	// MaxGroups bounds the distinct error groups kept; 0 means
 	// DefaultMaxGroups. Beyond it calls go to "other"; "ok" always has a
 	// row.
@@ -79,6 +84,8 @@ type Analyzer struct {
 	files []File
 	// runs and tenants are the calls' spend against their caps.
 	runs, tenants ledger
+	// cache is what the calls' tokens say of the provider's cache.
+	cache cacheTally
 	// long holds a line longer than the reader's buffer; reused.
 	long []byte
 	br   *bufio.Reader
@@ -95,6 +102,13 @@ func New(o Options) *Analyzer {
 		o.MaxKeys = DefaultMaxKeys
 	}
 	o.PriceIn, o.PriceOut = price(o.PriceIn), price(o.PriceOut)
+	for _, p := range []**float64{&o.PriceCacheRead, &o.PriceCacheWrite} {
+		v := o.PriceIn
+		if *p != nil {
+			v = price(**p)
+		}
+		*p = &v
+	}
 	a := &Analyzer{opts: o, groups: make(map[groupKey]*group), kinds: make(map[baseKey]rebound.Kind)}
 	a.runs.defaultCap, a.tenants.defaultCap = capFlag(o.RunCapUSD), capFlag(o.TenantCapUSD)
 	return a
@@ -218,6 +232,10 @@ type record struct {
 	// CostUSD and Outcome are rebound proxy's.
 	CostUSD optFloat `json:"cost_usd"`
 	Outcome string   `json:"outcome"`
+	// CacheReadTokens and CacheWriteTokens are parts of InputTokens: read
+	// from the provider's cache, and written into it.
+	CacheReadTokens  optInt `json:"cache_read_tokens"`
+	CacheWriteTokens optInt `json:"cache_write_tokens"`
 }
 
 // call is one call, checked and with its defaults filled in.
@@ -238,6 +256,13 @@ type call struct {
 	runCap, tenantCap optFloat
 	// refused: a cap refused an attempt, and the call gave up.
 	refused bool
+	// input, cacheRead and cacheWrite are the input tokens the call
+	// logged, and those of them read from the cache and written into it;
+	// tokened says it logged input_tokens. saved is what the cache saved
+	// it, known (savedKnown) with prices and tokens.
+	input, cacheRead, cacheWrite int64
+	tokened, savedKnown          bool
+	saved                        float64
 }
 
 // line adds one line to a's totals.
@@ -304,7 +329,9 @@ func (a *Analyzer) check(rec *record) (call, bool) {
 	switch {
 	case c.attempts < 0 || c.attempts > MaxAttempts,
 		rec.Status.v < 0 || rec.Status.v > 999,
-		rec.InputTokens.v < 0, rec.OutputTokens.v < 0,
+		rec.InputTokens.v < 0, rec.OutputTokens.v < 0, rec.CacheReadTokens.v < 0, rec.CacheWriteTokens.v < 0,
+		// The cache's counts are parts of the input.
+		rec.CacheReadTokens.v > rec.InputTokens.v, rec.CacheWriteTokens.v > rec.InputTokens.v-rec.CacheReadTokens.v,
 		!dollars(rec.Cost), !dollars(rec.RunCap), !dollars(rec.TenantCap), !dollars(rec.CostUSD):
 		return c, false
 	}
@@ -328,16 +355,27 @@ func (a *Analyzer) check(rec *record) (call, bool) {
 			break
 		}
 	}
+	c.input, c.cacheRead, c.cacheWrite, c.tokened = rec.InputTokens.v, rec.CacheReadTokens.v, rec.CacheWriteTokens.v, rec.InputTokens.set
 	n := float64(c.attempts)
+	// Every attempt pays for its input: what it read afresh at the input
+	// price, and what the cache held at the cache's prices.
+	o := &a.opts
+	fresh := c.input - c.cacheRead - c.cacheWrite
+	in := (float64(fresh)*o.PriceIn + float64(c.cacheRead)**o.PriceCacheRead + float64(c.cacheWrite)**o.PriceCacheWrite) / 1e6
+	if o.Priced && c.tokened {
+		// What the cache's tokens would have cost at the input price,
+		// less what they cost.
+		c.saved = (float64(c.cacheRead)*(o.PriceIn-*o.PriceCacheRead) + float64(c.cacheWrite)*(o.PriceIn-*o.PriceCacheWrite)) / 1e6 * n
+		c.savedKnown = true
+	}
 	switch {
 	case rec.Cost.set:
 		c.priced, c.cost = true, rec.Cost.v
 		c.retryFee = c.cost * (n - 1) / n
-	case a.opts.Priced && (rec.InputTokens.set || rec.OutputTokens.set):
-		in := float64(rec.InputTokens.v) * a.opts.PriceIn / 1e6
+	case o.Priced && (rec.InputTokens.set || rec.OutputTokens.set):
 		c.priced, c.cost, c.retryFee = true, in*n, in*(n-1)
 		if c.succeeded {
-			c.cost += float64(rec.OutputTokens.v) * a.opts.PriceOut / 1e6
+			c.cost += float64(rec.OutputTokens.v) * o.PriceOut / 1e6
 		}
 	}
 	c.wasted = c.cost

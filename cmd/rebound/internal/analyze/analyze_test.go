@@ -393,8 +393,9 @@ func TestReportJSON(t *testing.T) {
 	checkKeys(t, "report", top, "calls", "files", "lines", "malformed", "rows", "skipped", "totals")
 	var totals map[string]json.RawMessage
 	json.Unmarshal(top["totals"], &totals)
-	checkKeys(t, "totals", totals, "attempts", "calls", "calls_retried", "cost_per_success_usd", "cost_usd",
-		"futile_retries", "futile_retry_cost_usd", "priced_calls", "retries", "retry_cost_usd", "retry_rate",
+	checkKeys(t, "totals", totals, "attempts", "cache_read_share", "cache_read_tokens", "cache_saved_usd", "cache_write_tokens",
+		"calls", "calls_retried", "cost_per_success_usd", "cost_usd",
+		"futile_retries", "futile_retry_cost_usd", "input_tokens", "priced_calls", "retries", "retry_cost_usd", "retry_rate",
 		"succeeded", "succeeded_after_retry", "success_rate", "wasted_attempts", "wasted_usd")
 	var rows []map[string]json.RawMessage
 	json.Unmarshal(top["rows"], &rows)
@@ -549,3 +550,79 @@ func TestAbsurdPrices(t *testing.T) {
 		}
 	}
 }
+
+// TestCachedShareAndSavings: the totals carry the input tokens the calls
+// logged, those of them read from the provider's cache and written into
+// it, the share read from the cache, and, with prices, what the cache
+// saved: what that input would have cost at the input price, less what it
+// cost at the cache prices (a cache price not given is the input price:
+// nothing saved). A call that logs its cost costs that; its tokens still
+// count.
+func TestCachedShareAndSavings(t *testing.T) {
+	lines := []string{
+		// rebound proxy's lines: one with the cache's counts and its cost,
+		// one retried that read nothing from a cache
+		`{"msg":"request","status":200,"attempts":1,"input_tokens":92010,"output_tokens":200,"cache_read_tokens":90000,"cache_write_tokens":2000,"cost_usd":0.038655}`,
+		`{"msg":"request","status":200,"attempts":2,"input_tokens":1000,"output_tokens":10,"cost_usd":0.001}`,
+		// the simple schema, priced from its tokens
+		`{"succeeded":true,"input_tokens":5000,"output_tokens":100,"cache_read_tokens":4000}`,
+		// no tokens
+		`{"msg":"rebound.call","succeeded":true}`,
+	}
+	const in, out, read, write = 3.0, 15.0, 0.3, 3.75
+	r := analyzeLines(t, Options{Priced: true, PriceIn: in, PriceOut: out, PriceCacheRead: ptr(read), PriceCacheWrite: ptr(write)}, lines...)
+	tot := r.Totals
+	if tot.InputTokens != 98010 || tot.CacheReadTokens != 94000 || tot.CacheWriteTokens != 2000 ||
+		tot.CacheReadShare == nil || math.Abs(*tot.CacheReadShare-94000.0/98010) > 1e-6 {
+		t.Errorf("tokens: input %d, read %d, written %d, share %v; want 98010, 94000, 2000 and %v",
+			tot.InputTokens, tot.CacheReadTokens, tot.CacheWriteTokens, tot.CacheReadShare, 94000.0/98010)
+	}
+	spend := 0.038655 + 0.001 + (1000*in+4000*read+100*out)/1e6
+	saved := (90000*(in-read) + 2000*(in-write) + 4000*(in-read)) / 1e6
+	if !usdIs(tot.CostUSD, spend) || !usdIs(tot.CacheSavedUSD, saved) {
+		t.Errorf("spend %v, saved %v; want %v and %v", tot.CostUSD, tot.CacheSavedUSD, spend, saved)
+	}
+	// Only input and output prices: the cache is priced as input, and
+	// saved nothing.
+	r = analyzeLines(t, Options{Priced: true, PriceIn: in, PriceOut: out}, lines...)
+	if !usdIs(r.Totals.CacheSavedUSD, 0) || !usdIs(r.Totals.CostUSD, 0.038655+0.001+(5000*in+100*out)/1e6) {
+		t.Errorf("without cache prices: saved %v, spend %v", r.Totals.CacheSavedUSD, r.Totals.CostUSD)
+	}
+	// Without prices, the savings are not known; the share is.
+	r = analyzeLines(t, Options{}, lines...)
+	if r.Totals.CacheSavedUSD != nil || r.Totals.CacheReadShare == nil || !usdIs(r.Totals.CostUSD, 0.039655) {
+		t.Errorf("without prices: saved %v, share %v, spend %v", r.Totals.CacheSavedUSD, r.Totals.CacheReadShare, r.Totals.CostUSD)
+	}
+	// No input logged: no share.
+	r = analyzeLines(t, Options{}, lines[3])
+	if r.Totals.CacheReadShare != nil || r.Totals.InputTokens != 0 {
+		t.Errorf("no tokens: share %v, input %d", r.Totals.CacheReadShare, r.Totals.InputTokens)
+	}
+}
+
+// TestCacheCountsBeyondTheInputAreMalformed: the cache's counts are parts
+// of input_tokens; a line whose counts are negative, not whole numbers,
+// or add up to more than its input is malformed.
+func TestCacheCountsBeyondTheInputAreMalformed(t *testing.T) {
+	for _, line := range []string{
+		`{"succeeded":true,"input_tokens":10,"cache_read_tokens":11}`,
+		`{"succeeded":true,"input_tokens":10,"cache_write_tokens":11}`,
+		`{"succeeded":true,"input_tokens":10,"cache_read_tokens":6,"cache_write_tokens":5}`,
+		`{"succeeded":true,"cache_read_tokens":1}`,
+		`{"succeeded":true,"input_tokens":10,"cache_read_tokens":-1}`,
+		`{"msg":"request","status":200,"input_tokens":10,"cache_write_tokens":"5"}`,
+		`{"msg":"request","status":200,"input_tokens":10,"cache_read_tokens":1.5}`,
+		`{"succeeded":true,"input_tokens":9223372036854775807,"cache_read_tokens":9223372036854775807,"cache_write_tokens":1}`,
+	} {
+		if r := analyzeLines(t, Options{}, line); r.Malformed != 1 {
+			t.Errorf("%s: %d malformed, want 1", line, r.Malformed)
+		}
+	}
+	huge := `{"succeeded":true,"attempts":1000000,"input_tokens":9223372036854775807,"cache_read_tokens":9223372036854775806,"cache_write_tokens":1}`
+	r := analyzeLines(t, Options{Priced: true, PriceIn: MaxPrice, PriceCacheRead: ptr(0), PriceCacheWrite: ptr(MaxPrice)}, huge, huge)
+	if b, err := json.Marshal(r); err != nil || r.Malformed != 0 || r.Totals.InputTokens != math.MaxInt64 || *r.Totals.CacheReadShare > 1 {
+		t.Errorf("the largest counts: %v %s", err, b)
+	}
+}
+
+func ptr(v float64) *float64 { return &v }

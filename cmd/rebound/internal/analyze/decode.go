@@ -57,7 +57,9 @@ const (
 	fReason
 	fCostUSD
 	fOutcome
-	fLast = fOutcome
+	fCacheReadTokens
+	fCacheWriteTokens
+	fLast = fCacheWriteTokens
 )
 
 var fieldNames = [...]string{
@@ -66,6 +68,7 @@ var fieldNames = [...]string{
 	fInputTokens: "input_tokens", fOutputTokens: "output_tokens", fCost: "cost",
 	fRun: "run", fTenant: "tenant", fRunCap: "run_cap_usd", fTenantCap: "tenant_cap_usd", fReason: "reason",
 	fCostUSD: "cost_usd", fOutcome: "outcome",
+	fCacheReadTokens: "cache_read_tokens", fCacheWriteTokens: "cache_write_tokens",
 }
 
 // recordNames are the fields' names: the name of index i is field i+1's.
@@ -109,7 +112,7 @@ func (d *decoder) set(rec *record, f field, at jsonscan.Span) error {
 		rec.Refused = v[0] == '"' && string(d.s.Text(d.text[:0], at)) == refusedReason
 	case fSucceeded, fRetried:
 		return setBool(rec, f, v)
-	case fAttempts, fStatus, fInputTokens, fOutputTokens:
+	case fAttempts, fStatus, fInputTokens, fOutputTokens, fCacheReadTokens, fCacheWriteTokens:
 		return setInt(rec, f, v)
 	case fCost, fRunCap, fTenantCap, fCostUSD:
 		return setFloat(rec, f, v)
@@ -180,6 +183,10 @@ func setInt(rec *record, f field, v []byte) error {
 		rec.InputTokens = o
 	case fOutputTokens:
 		rec.OutputTokens = o
+	case fCacheReadTokens:
+		rec.CacheReadTokens = o
+	case fCacheWriteTokens:
+		rec.CacheWriteTokens = o
 	}
 	return nil
 }

@@ -94,6 +94,11 @@ var decodeCases = []string{
 	`{"succeeded":true,"tenant_cap_usd":-0.5}`,
 	`{"succeeded":true,"tenant_cap_usd":1e999}`,
 	"{\"succeeded\":true,\"output_to\u212aen\u017f\":-1}", // Kelvin sign and long s: 16 bytes that fold to output_tokens
+	`{"msg":"request","status":200,"input_tokens":92010,"output_tokens":200,"cache_read_tokens":90000,"cache_write_tokens":2000,"cost_usd":0.038655}`,
+	`{"succeeded":true,"cache_read_tokens":null,"cache_write_tokens":null}`,
+	`{"succeeded":true,"cache_read_tokens":"1","cache_write_tokens":1.5}`,
+	`{"succeeded":true,"cache_read_tokens":1,"Cache_Read_Tokens":2}`,
+	`{"succeeded":true,"cache_write_tokens":-9223372036854775808,"cache_read_tokens":9223372036854775808}`,
 }
 
 // How encoding/json decodes the fields of a record, for checkDecode.

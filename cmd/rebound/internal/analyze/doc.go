@@ -40,9 +40,10 @@
 // rebound proxy's access log: a record whose "msg" is "request" is one
 // request, with "status" (required; the call succeeded when it is from 1
 // to 399), "attempts" (0, a request refused before its first attempt,
-// counts as 1), "input_tokens", "output_tokens", "tenant",
-// "tenant_cap_usd", "cost_usd" (the cost, as "cost") and "outcome"
-// ("tenant_spend_cap" marks a request its tenant's spend cap refused).
+// counts as 1), "input_tokens", "output_tokens", "cache_read_tokens",
+// "cache_write_tokens", "tenant", "tenant_cap_usd", "cost_usd" (the cost,
+// as "cost") and "outcome" ("tenant_spend_cap" marks a request its
+// tenant's spend cap refused).
 //
 // The simple schema, for logs written by other tools: a record without
 // "msg" is one call, with
@@ -59,7 +60,11 @@
 //	                        context_length_exceeded
 //	"retried"       bool    whether the call was retried
 //	"attempts"      int     attempts made; absent: 2 if retried, else 1
-//	"input_tokens"  int     input tokens of one attempt
+//	"input_tokens"  int     input tokens of one attempt, all of them
+//	"cache_read_tokens", "cache_write_tokens"
+//	                int     the parts of input_tokens read from the
+//	                        provider's prompt cache and written into it
+//	                        (optional; rebound proxy logs them)
 //	"output_tokens" int     output tokens of the answer
 //	"cost"          number  what the call cost in US dollars, all attempts
 //	                        included (optional)
@@ -83,10 +88,10 @@
 //
 // A line that is not a JSON object, has a known key of the wrong type
 // ("reason" excepted: any value of it is read past but the refusal), a
-// negative count or more than MaxAttempts attempts, a cost or a cap that
-// is negative or above MaxCost, a rebound.call without "succeeded", or
-// more than
-// MaxLineBytes bytes is malformed: it is counted,
+// negative count or more than MaxAttempts attempts, cache counts that add
+// up to more than input_tokens, a cost or a cap that is negative or above
+// MaxCost, a rebound.call without "succeeded", or more than MaxLineBytes
+// bytes is malformed: it is counted,
 // the first few line numbers are kept, and reading goes on. A blank line,
 // and an object in none of the schemas, is skipped.
 //
@@ -97,7 +102,11 @@
 // 002's accounting: every attempt pays for its input tokens, and only an
 // answer's output tokens are paid for:
 //
-//	cost = input_tokens × attempts × PriceIn + (succeeded ? output_tokens × PriceOut : 0)
+//	cost = input × attempts + (succeeded ? output_tokens × PriceOut : 0)
+//	input = (input_tokens - cache_read_tokens - cache_write_tokens) × PriceIn
+//	      + cache_read_tokens × PriceCacheRead + cache_write_tokens × PriceCacheWrite
+//
+// where a cache price not given is PriceIn.
 //
 // Otherwise, as for rebound's own records, which log no tokens, the cost is
 // unknown, and dollar figures cover only the calls whose cost is known
@@ -107,6 +116,20 @@
 // Waste: every attempt of a call that never succeeded, and every attempt
 // but the last of one that did. A logged cost is split evenly across the
 // call's attempts.
+//
+// # The provider's cache
+//
+// An agent resends its conversation on every turn, and providers bill
+// the part of the input they have cached apart from the rest: a read from
+// the cache at a tenth to a half of the input price, a write into it at
+// up to twice it. The totals add up the input tokens the calls logged,
+// those read from the cache and those written into it, and the share
+// read from the cache; with prices, what the cache saved: what its tokens
+// would have cost at PriceIn, every attempt's, less what they cost at
+// the cache's prices (nothing, with the cache's prices not given; less
+// than nothing when writes cost more than reads saved). The spend is
+// the calls' cost as above: for rebound proxy's lines, their cost_usd,
+// which the proxy settled at its own prices, the cache's included.
 //
 // # Grouping
 //

@@ -78,6 +78,7 @@ func (a *Analyzer) add(c *call) {
 		g.wasted += c.wasted
 		g.retryFee += c.retryFee
 	}
+	a.cache.add(c)
 	if c.run != "" || c.tenant != "" {
 		a.runs.add(c.run, c, c.runCap, a.opts.MaxKeys)
 		a.tenants.add(c.tenant, c, c.tenantCap, a.opts.MaxKeys)
@@ -199,6 +200,59 @@ type Totals struct {
 	CostPerSuccessUSD  *float64 `json:"cost_per_success_usd"`
 	FutileRetries      int64    `json:"futile_retries"`
 	FutileRetryCostUSD *float64 `json:"futile_retry_cost_usd"`
+	// InputTokens is the input the calls logged (input_tokens, an
+	// attempt's each); CacheReadTokens and CacheWriteTokens are the parts
+	// of it read from the provider's prompt cache and written into it.
+	// They stop at the largest int64 rather than wrap.
+	InputTokens      int64 `json:"input_tokens"`
+	CacheReadTokens  int64 `json:"cache_read_tokens"`
+	CacheWriteTokens int64 `json:"cache_write_tokens"`
+	// CacheReadShare is CacheReadTokens / InputTokens; null without input.
+	CacheReadShare *float64 `json:"cache_read_share"`
+	// CacheSavedUSD is what the input read from and written into the
+	// cache would have cost at the input price, every attempt's, less what
+	// it cost at the cache's prices (Options.PriceCacheRead and
+	// PriceCacheWrite); negative when writes cost more than reads saved.
+	// Null without prices, or without a call that logs its input.
+	CacheSavedUSD *float64 `json:"cache_saved_usd"`
+}
+
+// cacheTally adds up what the calls' tokens say of the provider's cache.
+type cacheTally struct {
+	input, read, write int64 // at most math.MaxInt64
+	saved              float64
+	savedKnown         bool
+}
+
+// add counts c's tokens.
+func (ct *cacheTally) add(c *call) {
+	if !c.tokened {
+		return
+	}
+	ct.input, ct.read, ct.write = plus(ct.input, c.input), plus(ct.read, c.cacheRead), plus(ct.write, c.cacheWrite)
+	if c.savedKnown {
+		ct.saved, ct.savedKnown = ct.saved+c.saved, true
+	}
+}
+
+// plus returns a+b, both at least 0, at most math.MaxInt64.
+func plus(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// totals fills in t's figures of the cache.
+func (ct *cacheTally) totals(t *Totals) {
+	t.InputTokens, t.CacheReadTokens, t.CacheWriteTokens = ct.input, ct.read, ct.write
+	if ct.input > 0 {
+		share := min(rate(ct.read, ct.input), 1)
+		t.CacheReadShare = &share
+	}
+	if ct.savedKnown {
+		t.CacheSavedUSD = usd(ct.saved)
+	}
 }
 
 // Row is one group of calls.
@@ -276,6 +330,7 @@ func (a *Analyzer) Report() Report {
 	if futilePriced > 0 {
 		t.FutileRetryCostUSD = usd(futileFee)
 	}
+	a.cache.totals(t)
 	slices.SortFunc(r.Rows, func(x, y Row) int {
 		return cmp.Or(
 			cmp.Compare(deref(y.WastedUSD), deref(x.WastedUSD)),

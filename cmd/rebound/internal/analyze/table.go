@@ -122,6 +122,17 @@ func (r *Report) writeGroups(w io.Writer) {
 	} else {
 		fmt.Fprintln(w, "cost unknown: no call logs a cost, nor tokens to price with --price-in and --price-out")
 	}
+	if t.CacheReadShare != nil {
+		saved := ""
+		if t.CacheSavedUSD != nil {
+			saved = "; the cache saved " + formatUSD(t.CacheSavedUSD)
+			if more := -*t.CacheSavedUSD; more > 0 {
+				saved = "; the cache cost " + formatUSD(&more) + " more than input read afresh"
+			}
+		}
+		fmt.Fprintf(w, "input %d tokens: %.1f%% read from the cache, %.1f%% written into it%s\n",
+			t.InputTokens, 100**t.CacheReadShare, 100*rate(t.CacheWriteTokens, t.InputTokens), saved)
+	}
 	if t.FutileRetries == 0 {
 		return
 	}

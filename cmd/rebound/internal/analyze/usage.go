@@ -3,6 +3,7 @@ package analyze
 // Usage is the help of "rebound analyze": what it reads, what it
 // reports, and its flags (which the command appends).
 const Usage = `usage: rebound analyze [--json] [--price-in USD --price-out USD]
+                       [--price-cache-read USD] [--price-cache-write USD]
                        [--run-cap USD] [--tenant-cap USD] FILE...
        rebound analyze --generate N [--seed S]
 
@@ -23,9 +24,10 @@ Each line is a JSON object, in any of these schemas, mixed freely:
 
   rebound proxy's access log: records with "msg":"request", one per
   request ("status", required: answered under 400; "attempts",
-  "input_tokens", "output_tokens", "tenant", "tenant_cap_usd", and
-  "cost_usd", its cost); "outcome":"tenant_spend_cap" marks a request
-  its tenant's spend cap refused.
+  "input_tokens", "output_tokens", "cache_read_tokens",
+  "cache_write_tokens", "tenant", "tenant_cap_usd", and "cost_usd", its
+  cost); "outcome":"tenant_spend_cap" marks a request its tenant's spend
+  cap refused.
 
   the simple schema, for other tools' logs: one object per call, without
   "msg":
@@ -35,7 +37,10 @@ Each line is a JSON object, in any of these schemas, mixed freely:
     "error_type", "error_code"   strings, as the provider sent them
     "retried"        bool
     "attempts"       int; absent: 2 if retried, else 1
-    "input_tokens"   int, of one attempt
+    "input_tokens"   int, of one attempt, all of it
+    "cache_read_tokens", "cache_write_tokens"   ints, optional: the
+                     parts of input_tokens read from the provider's
+                     prompt cache and written into it
     "output_tokens"  int, of the answer
     "cost"           number, US dollars for the whole call (optional)
     "reason"         string, as rebound logs it (optional)
@@ -48,9 +53,18 @@ Each line is a JSON object, in any of these schemas, mixed freely:
   A call that gave up with "reason":"refused by the guard" was refused by
   a cap.
 
-A call's cost is its "cost"; else, with --price-in and --price-out, input
-tokens × attempts × price-in plus, if it succeeded, output tokens ×
-price-out; else unknown, and dollar figures cover only the calls priced.
+A call's cost is its "cost"; else, with --price-in and --price-out, its
+input × attempts plus, if it succeeded, output tokens × price-out; else
+unknown, and dollar figures cover only the calls priced. An attempt's
+input costs input tokens × price-in, but those read from the cache cost
+--price-cache-read and those written into it --price-cache-write (each
+price-in when not given).
+
+The input tokens the calls logged are added up, with those read from the
+cache and written into it, and the share read from the cache; with
+prices, so is what the cache saved: what its tokens would have cost at
+price-in, every attempt's, less what they cost at the cache's prices
+(nothing, unless the cache's prices are given).
 
 When calls name runs or tenants, a table of runs and one of tenants
 list, for each, its calls, those refused by a cap, its spend (the cost
@@ -80,7 +94,8 @@ logged or given, between 0 and 1000000000 dollars.
              calls_retried, retry_rate, succeeded_after_retry,
              wasted_attempts, priced_calls, cost_usd, wasted_usd,
              retry_cost_usd, cost_per_success_usd, futile_retries,
-             futile_retry_cost_usd}
+             futile_retry_cost_usd, input_tokens, cache_read_tokens,
+             cache_write_tokens, cache_read_share, cache_saved_usd}
   rows       [{group, status, error_type, error_code, kind, calls,
              attempts, retries, calls_retried, succeeded,
              succeeded_after_retry, success_rate, wasted_attempts,
@@ -101,8 +116,14 @@ than one attempt; retry_rate is calls_retried / calls; retry_cost_usd is
 what the attempts after each call's first cost; cost_per_success_usd is
 cost_usd over the priced calls that succeeded; futile_retries and
 futile_retry_cost_usd are the retries spent, and what they cost, on
-errors that can never succeed. Dollar fields are null when no call's cost
-is known; error_type, error_code and kind are left out when empty.
+errors that can never succeed. input_tokens counts the input the calls
+logged, of which cache_read_tokens were read from the provider's cache and
+cache_write_tokens written into it; cache_read_share is
+cache_read_tokens / input_tokens, null without input; cache_saved_usd is
+what the cache saved at the given prices, negative when its writes cost
+more than its reads saved, null without prices. Dollar fields are null
+when no call's cost is known; error_type, error_code and kind are left
+out when empty.
 refused counts the calls refused by a cap; spend_usd is the cost of the
 priced_calls; cap_usd is null when no cap is known; share_of_cap is
 spend_usd / cap_usd, null when either is unknown or the cap is 0;

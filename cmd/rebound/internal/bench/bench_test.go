@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -43,5 +44,33 @@ func TestTableSaysWhy(t *testing.T) {
 		if !strings.Contains(table, want) {
 			t.Errorf("the table does not say %q", want)
 		}
+	}
+}
+
+// TestCacheScenarioKeepsThePromptCacheWarmThroughAPool: agents'
+// conversations through rebound proxy's pool of three keys read from the
+// provider's cache at least 90% as large a share of their input as
+// through one key, no key takes more than half the requests, and each
+// success costs less than through the keys taken in turn.
+func TestCacheScenarioKeepsThePromptCacheWarmThroughAPool(t *testing.T) {
+	r, err := RunCache(t.Context(), 1, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	r.WriteTable(&b)
+	t.Log(b.String())
+	naive, pool, one := r.Rows[0], r.Rows[1], r.Rows[2]
+	if pool.CachedShare < 0.9*one.CachedShare {
+		t.Errorf("the pool read %.3f of its input from the cache, one key %.3f: want at least 90%% of it", pool.CachedShare, one.CachedShare)
+	}
+	if pool.BusiestKeyShare > 0.5 {
+		t.Errorf("the busiest key of the pool took %.2f of the requests, want at most half", pool.BusiestKeyShare)
+	}
+	if pool.CostPerSuccessUSD >= naive.CostPerSuccessUSD {
+		t.Errorf("rebound's cost per success $%.5f, the naive client's $%.5f: want less", pool.CostPerSuccessUSD, naive.CostPerSuccessUSD)
+	}
+	if pool.Succeeded != r.Conversations*r.Turns {
+		t.Errorf("rebound answered %d of %d turns", pool.Succeeded, r.Conversations*r.Turns)
 	}
 }

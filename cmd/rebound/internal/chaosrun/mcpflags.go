@@ -25,7 +25,7 @@ type MCPFlags struct {
 // The flags that belong to --mcp alone, and those --mcp refuses.
 var (
 	MCPOnly = []string{"crash-after", "crash-rate", "hang-rate", "error-rate", "progress", "lose-sessions-every", "count-file"}
-	llmOnly = []string{"mode", "fail-rate", "retry-after", "profile", "cut-after", "key-rpm", "key-tpm", "key-window", "key-quota-exhausted"}
+	llmOnly = []string{"mode", "fail-rate", "retry-after", "profile", "cut-after", "key-rpm", "key-tpm", "key-window", "key-quota-exhausted", "prompt-cache", "cache-ttl"}
 )
 
 // DefineMCPFlags defines the flags of --mcp on fs, the flag set of

@@ -51,7 +51,11 @@ learnt from its own rate-limit headers, its own quota cool-down and its own
 breaker (keyed UPSTREAM/K1:MODEL; named by the variable, never the key); a
 request goes to the key with the most headroom left, skips a key cooling
 down after its quota ran out (on every replica with --redis), and moves to
-the next key at once on a 429, waiting only on the last.
+the next key at once on a 429, waiting only on the last. The requests of
+one conversation (named by the client's prompt_cache_key, user or
+metadata.user_id, else by the start of its prompt) stay on one key, the
+one holding the provider's prompt cache of it, while it can take them;
+"affinity": "none" on the upstream sends each by headroom alone.
 
 Tenants (the config's "tenants"): each has its client tokens ("tokens_env":
 the variable holding them, comma-separated; --token-env's tokens are the
