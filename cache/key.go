@@ -164,10 +164,9 @@ var canonicals = sync.Pool{New: func() any { return new(canonical) }}
 // write writes the value ahead into the arena and returns where it is.
 func (c *canonical) write() (lo, hi int) {
 	s := &c.s
-	if len(c.arena) > c.limit {
+	if c.over {
 		// Each level copies what it holds: a document nested deep
 		// around a large value would be copied once a level.
-		c.over = true
 		s.Skip()
 		return 0, 0
 	}
@@ -186,6 +185,11 @@ func (c *canonical) write() (lo, hi int) {
 			c.members = append(c.members, mb)
 		}
 		members := c.members[base:]
+		if c.over {
+			clear(members)
+			c.members = c.members[:base]
+			return 0, 0
+		}
 		slices.SortFunc(members, func(a, b member) int { return bytes.Compare(a.text, b.text) })
 		lo = len(c.arena)
 		c.arena = append(c.arena, '{')
@@ -207,6 +211,7 @@ func (c *canonical) write() (lo, hi int) {
 		clear(members)
 		c.members = c.members[:base]
 		c.arena = append(c.arena, '}')
+		c.over = c.over || len(c.arena) > c.limit
 		return lo, len(c.arena)
 	case jsonscan.Array:
 		// Elements are written in order: each one's own writing lands
@@ -226,6 +231,9 @@ func (c *canonical) write() (lo, hi int) {
 				elems = append(elems, span{l, len(c.arena)})
 			}
 		}
+		if c.over {
+			return 0, 0
+		}
 		lo = len(c.arena)
 		c.arena = append(c.arena, '[')
 		for i, el := range elems {
@@ -235,6 +243,7 @@ func (c *canonical) write() (lo, hi int) {
 			c.arena = append(c.arena, c.arena[el.lo:el.hi]...)
 		}
 		c.arena = append(c.arena, ']')
+		c.over = c.over || len(c.arena) > c.limit
 		return lo, len(c.arena)
 	default:
 		lo = len(c.arena)
