@@ -134,8 +134,9 @@ func (p *Proxy) answer(out *http.Request, c *call) (*http.Response, error) {
 	if err != nil || !c.servedFromCache() {
 		return res, err
 	}
-	// A stored answer: its header as the client's store kept it, scrubbed
-	// again in case another process (sharing the store) kept it.
+	// A stored answer: its header was scrubbed before it was kept, and
+	// is again, since another process sharing the store may have kept
+	// it.
 	if err := p.scrubResponse(res); err != nil {
 		res.Body.Close()
 		return nil, err

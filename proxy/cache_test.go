@@ -305,8 +305,8 @@ func TestCacheNeverServesARequestWithSideEffects(t *testing.T) {
 // TestCacheAlwaysServesARepeatWithinTTLWithoutTheUpstream: with
 // "serve":"always", a request asked again within ttl reaches no upstream
 // and is marked hit, its saved_usd priced; past ttl it goes to the
-// upstream again; Cache-Control: no-cache from the client goes by the
-// cache.
+// upstream again; Cache-Control from the client is honoured: no-cache
+// serves nothing, no-store keeps nothing.
 func TestCacheAlwaysServesARepeatWithinTTLWithoutTheUpstream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newCacheBench(t, `{"upstreams":{"u":{"url":"http://upstream.test"}},
@@ -331,12 +331,18 @@ func TestCacheAlwaysServesARepeatWithinTTLWithoutTheUpstream(t *testing.T) {
 		if rec, line := b.send("/v1/chat/completions", asked, "Cache-Control", "no-cache"); rec.Header().Get("X-Rebound-Cache") != "" || line["cache"] != "stored" {
 			t.Errorf("no-cache: x-rebound-cache %q, cache %v; want the upstream's answer", rec.Header().Get("X-Rebound-Cache"), line["cache"])
 		}
+		other := askBody("not to be kept", false)
+		for range 2 {
+			if rec, line := b.send("/v1/chat/completions", other, "Cache-Control", "no-store"); rec.Header().Get("X-Rebound-Cache") != "" || line["cache"] != "miss" {
+				t.Errorf("no-store: x-rebound-cache %q, cache %v; want the upstream's answer, not kept", rec.Header().Get("X-Rebound-Cache"), line["cache"])
+			}
+		}
 		time.Sleep(11 * time.Minute)
 		if rec, _ := b.send("/v1/chat/completions", asked); rec.Header().Get("X-Rebound-Cache") != "" {
 			t.Errorf("past ttl: x-rebound-cache %q, want the upstream's answer", rec.Header().Get("X-Rebound-Cache"))
 		}
-		if _, hits := b.up.state(); hits != 3 {
-			t.Errorf("the upstream had %d requests, want 3", hits)
+		if _, hits := b.up.state(); hits != 5 {
+			t.Errorf("the upstream had %d requests, want 5", hits)
 		}
 	})
 }
