@@ -21,9 +21,8 @@ type Replay struct {
 	// Once says the body can be sent only once.
 	Once bool
 	// closed says the request's own body was already closed (after it
-	// was buffered into buf).
+	// was buffered).
 	closed bool
-	buf    []byte
 }
 
 // Replayable prepares req's body to be sent again: GetBody if the request
@@ -52,21 +51,19 @@ func Replayable(req *http.Request, limit int64) (Replay, error) {
 		}}, nil
 	}
 	req.Body.Close()
-	return Replay{closed: true, buf: buf, Get: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }}, nil
+	return Replay{closed: true, Get: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }}, nil
 }
 
-// Bytes returns the whole body (nil for none), when it can be sent again
-// and is at most limit bytes (a request's own GetBody is read for it);
-// false for a body sent once, longer than limit, or that GetBody fails to
-// give.
+// Bytes returns a copy of the whole body (nil for none), when it can be
+// sent again and is at most limit bytes; false for a body sent once,
+// longer than limit, or that Get fails to give. (A copy, read through Get,
+// so that a Replay costs nothing more to those that never ask.)
 func (b Replay) Bytes(limit int64) ([]byte, bool) {
 	switch {
 	case b.Once:
 		return nil, false
 	case b.Get == nil:
 		return nil, true
-	case b.closed:
-		return b.buf, true
 	case limit < 0:
 		return nil, false
 	}
