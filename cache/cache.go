@@ -135,12 +135,12 @@ func (c *Cache) Exchange(req *http.Request, body []byte, next func(*http.Request
 	k := callOf(ctx)
 	if sideEffects(req, body) {
 		k.note(Bypass)
-		return next(req)
+		return sent(next(req))
 	}
 	key, ok := Key(k.scope, req, body)
 	if !ok {
 		k.note(Bypass)
-		return next(req)
+		return sent(next(req))
 	}
 	noStore, noCache := directives(req.Header)
 	if c.cfg.Serve == Always && !noCache {
@@ -150,7 +150,7 @@ func (c *Cache) Exchange(req *http.Request, body []byte, next func(*http.Request
 			return resp, nil
 		}
 	}
-	resp, err := next(req)
+	resp, err := sent(next(req))
 	if Failed(req, resp, err) {
 		if !noCache {
 			if served, ok := c.serve(req, key, c.cfg.MaxStaleOrDefault(), "stale"); ok {
@@ -171,6 +171,15 @@ func (c *Cache) Exchange(req *http.Request, body []byte, next func(*http.Request
 	if err == nil && !noStore && resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		resp.Body = &keeper{c: c, k: k, key: key, ctx: ctx, resp: resp, body: resp.Body,
 			stream: sse.IsStream(resp.Header), limit: c.cfg.MaxBytesOrDefault() / 4}
+	}
+	return resp, err
+}
+
+// sent returns what next returned, the response without a Header of its
+// own: only a Cache says an answer came from one, never the server.
+func sent(resp *http.Response, err error) (*http.Response, error) {
+	if resp != nil {
+		resp.Header.Del(Header)
 	}
 	return resp, err
 }

@@ -335,6 +335,16 @@ func TestNothingIsKeptThatIsNotWholeOrMayNotBeKept(t *testing.T) {
 	})
 }
 
+func TestAServerCannotSayItsAnswerCameFromTheCache(t *testing.T) {
+	c, _ := cache.New(cache.Config{}, nil)
+	for _, body := range []string{ask, `not json`} {
+		u := &upstream{status: 200, body: `{}`, header: http.Header{cache.Header: {"stale"}}}
+		if resp, _, _ := exchange(t, c, u, cache.Scope{}, body); resp.Header.Get(cache.Header) != "" {
+			t.Errorf("a server's own %s: %q reached the caller", cache.Header, resp.Header.Get(cache.Header))
+		}
+	}
+}
+
 func TestAStreamIsKeptWholeOnceItEndedAndReplayedAsItCame(t *testing.T) {
 	stream := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n" +
 		"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n" +
