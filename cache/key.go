@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/rebound-go/rebound/internal/jsonscan"
 )
@@ -30,8 +30,8 @@ type Scope struct {
 var answerHeaders = []string{"Anthropic-Version", "Anthropic-Beta", "Openai-Beta"}
 
 // Key returns the key of req, sent with body, under scope, and whether it
-// can be cached at all: a body that is not JSON (empty is fine), or whose
-// objects repeat a key, cannot. The key is a hex SHA-256 of the scope and
+// can be cached at all: a body that is not JSON (empty is fine), whose
+// objects repeat a key, or that nests past 128 levels, cannot. The key is a hex SHA-256 of the scope and
 // of a canonical form of the request, so two requests that differ only in
 // the order of their JSON keys, their white space or the order of their
 // query share it, and it says nothing of what they hold.
@@ -61,17 +61,26 @@ func Key(scope Scope, req *http.Request, body []byte) (string, bool) {
 	}
 	h.Write(b)
 	if len(bytes.TrimSpace(body)) > 0 {
-		var c canonical
+		c := canonicals.Get().(*canonical)
+		defer canonicals.Put(c)
 		c.s.Reset(body)
-		c.s.Strict = true
-		out := c.value(make([]byte, 0, len(body)))
-		if !c.s.End() || c.dup {
+		c.s.Strict, c.s.MaxDepth, c.dup, c.over, c.arena = true, maxDepth, false, false, c.arena[:0]
+		c.limit = 4*len(body) + 4096
+		lo, hi := c.write()
+		if !c.s.End() || c.dup || c.over {
 			return "", false
 		}
-		h.Write(out)
+		h.Write(c.arena[lo:hi])
+		if cap(c.arena) > 4<<20 {
+			c.arena = nil // one huge document keeps nothing for ever
+		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), true
 }
+
+// maxDepth bounds how deep a body Key keys may nest: deeper than any
+// request a provider takes.
+const maxDepth = 128
 
 // appendField appends s and a line's end, the end escaped in s so that no
 // field runs into the next.
@@ -127,55 +136,118 @@ func Streamed(req *http.Request, body []byte) bool {
 
 var streamName = jsonscan.NewNames("stream")
 
-// canonical writes a JSON document with its objects' keys sorted by their
-// text and no white space; dup says an object repeated a key.
+// canonical writes a JSON document with its objects' members sorted by
+// their keys' text and no white space; dup says an object repeated a key.
+// Members are written with their keys as spelled and strings as they came:
+// two spellings of one request only miss each other, never meet. An
+// object's members that are objects or arrays are written first, each into
+// the arena, then the object itself after them, its members in order: the
+// arena and the members' stack are kept from one document to the next.
 type canonical struct {
-	s   jsonscan.Scanner
-	dup bool
-	key []byte
+	s       jsonscan.Scanner
+	dup     bool
+	over    bool // the arena passed limit: the document is not keyed
+	limit   int
+	arena   []byte
+	members []member // a stack: each object's members above its parent's
 }
 
+// member is one member of an object: its key's text and spelling, and its
+// value, in the source (a scalar) or at lo:hi in the arena.
 type member struct {
-	key   string
-	value []byte
+	text, raw, scalar []byte
+	lo, hi            int
 }
 
-func (c *canonical) value(dst []byte) []byte {
+var canonicals = sync.Pool{New: func() any { return new(canonical) }}
+
+// write writes the value ahead into the arena and returns where it is.
+func (c *canonical) write() (lo, hi int) {
 	s := &c.s
+	if c.over {
+		// Each level copies what it holds: a document nested deep
+		// around a large value would be copied once a level.
+		s.Skip()
+		return 0, 0
+	}
 	switch s.Next() {
 	case jsonscan.Object:
-		var members []member
+		base := len(c.members)
 		m := s.Object(nil)
 		for m.Next() {
-			key := string(s.Text(c.key[:0], m.Key()))
-			members = append(members, member{key: key, value: c.value(nil)})
+			mb := member{raw: s.Bytes(m.Key()), text: s.Text(nil, m.Key())}
+			switch s.Next() {
+			case jsonscan.Object, jsonscan.Array:
+				mb.lo, mb.hi = c.write()
+			default:
+				mb.scalar = s.Bytes(s.Skip())
+			}
+			c.members = append(c.members, mb)
 		}
-		slices.SortFunc(members, func(a, b member) int { return strings.Compare(a.key, b.key) })
-		dst = append(dst, '{')
+		members := c.members[base:]
+		if c.over {
+			clear(members)
+			c.members = c.members[:base]
+			return 0, 0
+		}
+		slices.SortFunc(members, func(a, b member) int { return bytes.Compare(a.text, b.text) })
+		lo = len(c.arena)
+		c.arena = append(c.arena, '{')
 		for i, mb := range members {
 			if i > 0 {
-				dst = append(dst, ',')
-				if members[i-1].key == mb.key {
+				c.arena = append(c.arena, ',')
+				if bytes.Equal(members[i-1].text, mb.text) {
 					c.dup = true
 				}
 			}
-			k, _ := json.Marshal(mb.key)
-			dst = append(dst, k...)
-			dst = append(dst, ':')
-			dst = append(dst, mb.value...)
-		}
-		return append(dst, '}')
-	case jsonscan.Array:
-		dst = append(dst, '[')
-		e := s.Array()
-		for i := 0; e.Next(); i++ {
-			if i > 0 {
-				dst = append(dst, ',')
+			c.arena = append(c.arena, mb.raw...)
+			c.arena = append(c.arena, ':')
+			if mb.scalar != nil {
+				c.arena = append(c.arena, mb.scalar...)
+			} else {
+				c.arena = append(c.arena, c.arena[mb.lo:mb.hi]...)
 			}
-			dst = c.value(dst)
 		}
-		return append(dst, ']')
+		clear(members)
+		c.members = c.members[:base]
+		c.arena = append(c.arena, '}')
+		c.over = c.over || len(c.arena) > c.limit
+		return lo, len(c.arena)
+	case jsonscan.Array:
+		// Elements are written in order: each one's own writing lands
+		// after the array's bytes so far, so they are gathered after.
+		type span struct{ lo, hi int }
+		var elems []span
+		e := s.Array()
+		for e.Next() {
+			switch s.Next() {
+			case jsonscan.Object, jsonscan.Array:
+				l, h := c.write()
+				elems = append(elems, span{l, h})
+			default:
+				v := s.Skip()
+				l := len(c.arena)
+				c.arena = append(c.arena, s.Bytes(v)...)
+				elems = append(elems, span{l, len(c.arena)})
+			}
+		}
+		if c.over {
+			return 0, 0
+		}
+		lo = len(c.arena)
+		c.arena = append(c.arena, '[')
+		for i, el := range elems {
+			if i > 0 {
+				c.arena = append(c.arena, ',')
+			}
+			c.arena = append(c.arena, c.arena[el.lo:el.hi]...)
+		}
+		c.arena = append(c.arena, ']')
+		c.over = c.over || len(c.arena) > c.limit
+		return lo, len(c.arena)
 	default:
-		return append(dst, s.Bytes(s.Skip())...)
+		lo = len(c.arena)
+		c.arena = append(c.arena, s.Bytes(s.Skip())...)
+		return lo, len(c.arena)
 	}
 }
