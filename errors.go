@@ -12,6 +12,7 @@ import (
 
 	"github.com/rebound-go/rebound/internal/relay"
 	"github.com/rebound-go/rebound/internal/scrub"
+	"github.com/rebound-go/rebound/internal/sse"
 )
 
 // HTTPError is an HTTP response that failed. Functions given to Do return
@@ -329,3 +330,42 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 
 func (e *redactedError) Unwrap() error { return e.err }
+
+// errFirstToken is the failure of an event stream whose first content
+// event took longer than the Transport's first-token bound. It is a stall,
+// and transient.
+var errFirstToken = fmt.Errorf("rebound: no content within the first-token timeout: %w", ErrStreamStalled)
+
+// lookFailure is the failure of a stream that failed before any content,
+// in rebound's terms: a *StreamError, errStreamEnded, a stall, or the read
+// error, with the request's secrets scrubbed out of it.
+func lookFailure(err error, secrets scrub.Secrets) error {
+	var ev *sse.ErrorEvent
+	switch {
+	case err == relay.ErrSilent:
+		return ErrStreamStalled
+	case err == relay.ErrLate:
+		return errFirstToken
+	case err == sse.ErrEnded:
+		return errStreamEnded
+	case errors.As(err, &ev):
+		return streamError(ev.Name, ev.Data, secrets)
+	}
+	return redactError(err, secrets)
+}
+
+// streamErrors makes the errors of a stream handed over: rebound's own.
+var streamErrors = relay.Errors{
+	Incomplete: func(r relay.Reason, events, text int, err error) error {
+		return &IncompleteStreamError{Reason: IncompleteReason(r), Events: events, Text: text, Err: err}
+	},
+	Reason: func(err error) (relay.Reason, error, bool) {
+		var ie *IncompleteStreamError
+		if !errors.As(err, &ie) {
+			return 0, nil, false
+		}
+		return relay.Reason(ie.Reason), ie.Err, true
+	},
+	Event:  streamError,
+	Redact: redactError,
+}

@@ -3,8 +3,8 @@ package rebound
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/rebound-go/rebound/internal/callctx"
@@ -16,7 +16,11 @@ import (
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
+	return t.roundTrip(req, t.Cache)
+}
+
+// roundTrip sends req as a call, through cache unless it is nil.
+func (t *Transport) roundTrip(req *http.Request, cache ResponseCache) (*http.Response, error) {
 	limit := t.MaxBufferedBody
 	if limit == 0 {
 		limit = relay.DefaultReplay
@@ -25,10 +29,28 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	sideEffects := t.sideEffects(req, body)
+	if cache != nil {
+		if b, ok := body.Bytes(limit); ok {
+			return t.cached(cache, req, body, b, sideEffects)
+		}
+	}
+	resp, _, err := t.call(req, body, sideEffects, nil)
+	return resp, err
+}
+
+// call makes req's attempts under the Policy, reporting to obs instead of
+// Policy.Observer if it is not nil. The *GiveUpError says why it gave up,
+// if it did, whether it returns the last failed response or that error.
+func (t *Transport) call(req *http.Request, body relay.Replay, sideEffects bool, obs Observer) (*http.Response, *GiveUpError, error) {
+	ctx := req.Context()
 	// What the attempts share, in one allocation: the policy, the latest
 	// failed attempt, and the request they make.
-	st := &roundTripState{p: t.Policy, t: t, ctx: ctx, req: req, body: body}
+	st := &roundTripState{p: t.Policy, t: t, ctx: ctx, req: req, body: body, sideEffects: sideEffects}
 	p := &st.p
+	if obs != nil {
+		p.Observer = obs
+	}
 	if p.Budget == nil && !t.DisableRetryBudget {
 		p.Budget = made(&t.budgets).Get(req.URL.Host, newRetryBudget)
 	}
@@ -39,8 +61,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		key = req.URL.Host
 	}
 	st.key = key
-	st.sideEffects = t.sideEffects(req, body)
-	e.loop.sideEffects = st.sideEffects
+	e.loop.sideEffects = sideEffects
 	if body.Once {
 		e.loop.once = StopUnreplayableBody
 	}
@@ -72,18 +93,75 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	})
 	switch {
 	case stopped == nil:
-		return ok, nil
+		return ok, nil, nil
 	case stopped.Attempts == 0:
 		body.Close(req) // never sent, yet a RoundTripper closes it
-		return nil, stopped
+		return nil, stopped, stopped
 	case e.inWait, stopped.Reason == StopRefused:
 		// A refused retry is the caller's to know of: the failure before
 		// it would hide the refusal (a spend cap reached).
 		last.discard()
-		return nil, stopped
+		return nil, stopped, stopped
 	}
-	return last.giveBack(stopped)
+	resp, err := last.giveBack(stopped)
+	return resp, stopped, err
 }
+
+// cached sends req, whose body is b, through cache: the call is next, and
+// an answer the cache served instead is reported to the call's observer.
+func (t *Transport) cached(cache ResponseCache, req *http.Request, body relay.Replay, b []byte, sideEffects bool) (*http.Response, error) {
+	ctx := req.Context()
+	obs, clock := t.Policy.Observer, callctx.ClockOf(ctx)
+	var start time.Time
+	if obs != nil {
+		if co, ok := obs.(CallObserver); ok {
+			// The call's one observer, for the cache's event as for the
+			// attempts', and never asked again by the engine.
+			obs = callObserver{co.ObserveCall(ctx)}
+		}
+		start = clock.Now()
+	}
+	if sideEffects && !callctx.SideEffects(ctx) {
+		req = req.WithContext(callctx.WithSideEffects(ctx))
+	}
+	var sent bool
+	var stopped *GiveUpError
+	resp, err := cache.Exchange(req, b, func(r *http.Request) (*http.Response, error) {
+		sent = true
+		resp, s, err := t.call(r, body, sideEffects, obs)
+		stopped = s
+		return resp, err
+	})
+	if !sent {
+		body.Close(req)
+	}
+	if obs == nil || err != nil || resp == nil {
+		return resp, err
+	}
+	e := Event{Target: callctx.Target(ctx), Elapsed: clock.Now().Sub(start)}
+	switch resp.Header.Get(cacheHeader) {
+	case "hit":
+		e.Type = EventCacheHit
+	case "stale":
+		e.Type = EventCacheStale
+		if stopped != nil {
+			e.Attempt, e.Err, e.Verdict, e.Reason, e.Waited = stopped.Attempts, stopped, stopped.Verdict, stopped.Reason, stopped.Waited
+		}
+	default:
+		return resp, err
+	}
+	if e.Target == "" {
+		e.Target = req.URL.Host
+	}
+	if age, err := strconv.ParseInt(resp.Header.Get("Age"), 10, 64); err == nil && age > 0 {
+		e.Age = time.Duration(age) * time.Second
+	}
+	obs.Observe(e)
+	return resp, nil
+}
+
+// callObserver is the observer of one call, which is not asked for another.
+type callObserver struct{ Observer }
 
 // roundTripState is what RoundTrip's attempts share with it, and what
 // they make: each is its attempt method, attempt n.
@@ -265,29 +343,6 @@ func (f *failedAttempt) giveBack(stopped *GiveUpError) (*http.Response, error) {
 // stream's first content came (see Transport).
 type contentWatcher interface{ ContentArrived() }
 
-// errFirstToken is the failure of an event stream whose first content
-// event took longer than the Transport's first-token bound. It is a stall,
-// and transient.
-var errFirstToken = fmt.Errorf("rebound: no content within the first-token timeout: %w", ErrStreamStalled)
-
-// lookFailure is the failure of a stream that failed before any content,
-// in rebound's terms: a *StreamError, errStreamEnded, a stall, or the read
-// error, with the request's secrets scrubbed out of it.
-func lookFailure(err error, secrets scrub.Secrets) error {
-	var ev *sse.ErrorEvent
-	switch {
-	case err == relay.ErrSilent:
-		return ErrStreamStalled
-	case err == relay.ErrLate:
-		return errFirstToken
-	case err == sse.ErrEnded:
-		return errStreamEnded
-	case errors.As(err, &ev):
-		return streamError(ev.Name, ev.Data, secrets)
-	}
-	return redactError(err, secrets)
-}
-
 // streamBody is an event stream handed to the caller (see relay.Stream),
 // and the breaker's permit it holds: handed back once, when the stream
 // ends, as a success at its end, a failure if it broke, nothing learned if
@@ -321,26 +376,11 @@ func (t *Transport) handStream(resp *http.Response, s *lookedInto, l lease, more
 	resp.Body = b
 }
 
-// streamErrors makes the errors of a stream handed over: rebound's own.
-var streamErrors = relay.Errors{
-	Incomplete: func(r relay.Reason, events, text int, err error) error {
-		return &IncompleteStreamError{Reason: IncompleteReason(r), Events: events, Text: text, Err: err}
-	},
-	Reason: func(err error) (relay.Reason, error, bool) {
-		var ie *IncompleteStreamError
-		if !errors.As(err, &ie) {
-			return 0, nil, false
-		}
-		return relay.Reason(ie.Reason), ie.Err, true
-	},
-	Event:  streamError,
-	Redact: redactError,
-}
-
 // continuer returns the continuer of req's stream, or nil when the
 // Transport makes none or req cannot be continued: an unreplayable body,
 // an API that has no continuation, a continuation's own request. Each
-// continuation is a RoundTrip of its own, reported as an EventContinue.
+// continuation is a round trip of its own (around any Cache), reported as
+// an EventContinue.
 func (t *Transport) continuer(req *http.Request, body relay.Replay, target string) *relay.Continuer {
 	d := continuation.DialectOf(req.URL.Path)
 	if t.Continuations <= 0 || body.Get == nil || body.Once || d == continuation.Unknown || relay.Continuing(req.Context()) {
@@ -351,6 +391,6 @@ func (t *Transport) continuer(req *http.Request, body relay.Replay, target strin
 			if obs := t.Policy.Observer; obs != nil {
 				obs.Observe(Event{Type: EventContinue, Target: target, Attempt: made, Err: cut})
 			}
-			return t.RoundTrip(creq)
+			return t.roundTrip(creq, nil)
 		}}
 }

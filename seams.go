@@ -122,10 +122,16 @@ const (
 	// probes after Wait, if it says, and Err is why it opened, if known.
 	// The breaker's owner reports it (breaker.Notify, reboundmcp).
 	EventBreaker
+	// EventCacheHit: Transport.Cache answered the call from what it kept,
+	// Age old, no provider asked.
+	EventCacheHit
+	// EventCacheStale: the call gave up (Attempt, Reason, Err say how),
+	// and Transport.Cache served an answer it kept, Age old, instead.
+	EventCacheStale
 )
 
 var eventNames = [...]string{EventAttempt: "attempt", EventRetry: "retry", EventGiveUp: "give_up", EventContinue: "continue", EventHedge: "hedge",
-	EventRestart: "restart", EventBreaker: "breaker"}
+	EventRestart: "restart", EventBreaker: "breaker", EventCacheHit: "cache_hit", EventCacheStale: "cache_stale"}
 
 func (t EventType) String() string { return enumString(eventNames[:], int(t), "event") }
 
@@ -159,6 +165,9 @@ type Event struct {
 	// State is the state a breaker entered (EventBreaker): "closed",
 	// "open" or "half-open", as breaker.State names them.
 	State string
+	// Age is how old an answer served from a cache is (EventCacheHit,
+	// EventCacheStale), to the second, by its Age header.
+	Age time.Duration
 }
 
 // CallObserver is an Observer that wants to know where each call starts:

@@ -9,7 +9,6 @@ import (
 	"github.com/rebound-go/rebound/internal/callctx"
 	"github.com/rebound-go/rebound/internal/firsttoken"
 	"github.com/rebound-go/rebound/internal/lru"
-	"github.com/rebound-go/rebound/internal/provider"
 	"github.com/rebound-go/rebound/internal/relay"
 )
 
@@ -212,12 +211,43 @@ type Transport struct {
 	// (one idle for its whole TTL holds nothing a fresh one does not).
 	DisableRetryBudget bool
 
+	// Cache, if set, answers requests asked again (package cache's Cache
+	// is one). Each request whose body the Transport can buffer (see
+	// MaxBufferedBody; a body it cannot goes around the Cache) goes
+	// through Cache.Exchange, which sends it on by the Transport's own
+	// round trip, retries, breaker and all, and may answer it from what
+	// it stored instead: at once, when it serves fresh answers, or in
+	// place of the failure the round trip gave up with. A request with
+	// side effects (SideEffects, or its context's mark) reaches the Cache
+	// marked WithSideEffects: its answer is never stored, nor served. An
+	// answer served says so: its header X-Rebound-Cache is "hit" or
+	// "stale" and its Age its age in seconds, and Policy.Observer (or a
+	// CallObserver's observer of the call) gets an EventCacheHit or
+	// EventCacheStale, so that a caller that must not act on an old
+	// answer can tell. A continuation goes around the Cache.
+	Cache ResponseCache
+
 	// Made on first use, so that a Transport made for each request (as
 	// a proxy's may be) costs nothing for what it does not use.
 	budgets     atomic.Pointer[lru.Map[string, *RetryBudget]] // per host
 	firstTokens atomic.Pointer[firsttoken.Times]              // per target or host, for FirstTokenAdaptive
 	randMu      sync.Mutex                                    // serialises draws from Policy.Rand
 }
+
+// ResponseCache answers requests asked again from the answers it keeps
+// (see Transport.Cache). Package cache's Cache is one; the interface lives
+// here so that rebound itself imports nothing.
+type ResponseCache interface {
+	// Exchange answers req, whose whole body is body (nil for none),
+	// by next (the Transport's own round trip) or from what it keeps,
+	// marking an answer it serves with the header X-Rebound-Cache, "hit"
+	// or "stale". A response of next's it does not return, it closes.
+	Exchange(req *http.Request, body []byte, next func(*http.Request) (*http.Response, error)) (*http.Response, error)
+}
+
+// cacheHeader is the response header by which a ResponseCache marks an
+// answer it served (package cache's Header).
+const cacheHeader = "X-Rebound-Cache"
 
 func (t *Transport) base() http.RoundTripper {
 	if t.Base == nil {
@@ -334,44 +364,6 @@ func (t *Transport) guards() relay.Guards {
 	}
 	return g
 }
-
-// ProviderSideEffects reports whether req may have side effects, by what
-// rebound knows of the providers' HTTP APIs. Set as Transport.SideEffects,
-// it keeps the requests that create something at a provider (a file, a
-// batch, a fine-tuning job, an upload, a vector store, an assistant, a
-// thread's message or run) from being made twice.
-//
-// A request has none when it is a GET, HEAD, OPTIONS or TRACE, or a POST
-// to a model call whose only product is its answer, known by the end of
-// its path:
-//
-//	OpenAI, and the servers that speak its API
-//	          …/chat/completions  …/completions  …/responses
-//	          …/responses/input_tokens  …/embeddings  …/moderations
-//	          …/audio/speech  …/audio/transcriptions  …/audio/translations
-//	          …/images/generations  …/images/edits  …/images/variations
-//	Anthropic …/v1/messages  …/v1/messages/count_tokens  …/v1/complete
-//	Gemini    …:generateContent  …:streamGenerateContent  …:countTokens
-//	          …:embedContent  …:batchEmbedContents
-//	Ollama    …/api/chat  …/api/generate  …/api/embed  …/api/embeddings
-//	rerankers …/rerank
-//
-// Any other request may: a path rebound does not know is taken to create
-// something, and so is a path it knows with any other method, or a
-// trailing slash. A model call has side effects too when it asks the
-// provider to act beyond answering: a Responses call that adds its turn to
-// a stored conversation ("conversation") or lets the provider call a
-// remote MCP server (a tool of type "mcp"), a Messages call with
-// "mcp_servers". For these, and only these, the body of a Responses or
-// Messages call is read, through GetBody (without one, a body that cannot
-// be read without being consumed is taken to have them), for the JSON
-// strings "conversation", "mcp" and "mcp_servers": a quoted name is found
-// only where it is a whole key or value, and one that is not what it
-// looks like costs a retry, never a duplicate. A stored or background
-// answer (Responses' and Chat Completions' "store", Responses'
-// "background") is still only the answer, paid for again on a retry as any
-// other answer is, and does not count.
-func ProviderSideEffects(req *http.Request) bool { return provider.SideEffects(req) }
 
 // made returns what p points to, made on first use.
 func made[T any](p *atomic.Pointer[T]) *T {

@@ -39,13 +39,21 @@
 // target tried or skipped, every attempt, every verdict, and the tokens
 // each attempt reported (cost.Report), from which package cost counts
 // spend and waste.
+//
+// The last step of a chain may be an answer given before: Chain.Stale,
+// asked once every target has failed for a failure of the providers, may
+// serve an answer it kept in place of the error, and the Result says so
+// (Result.Stale). For HTTP, package cache keeps the answers: a cache.Cache
+// around the whole chain (its Exchange given the chain's call as next), as
+// rebound proxy runs a route, or in a rebound.Transport for one target.
+// Not in the Transport of each target of a chain: the first target's old
+// answer would stand in for the fresh one the next target could give.
 package fallback
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -195,76 +203,19 @@ type Chain[Req, Resp any] struct {
 	// failure that the Result does not carry (the zero value included),
 	// to let go of it: an HTTP response's body to close, say.
 	Discard func(Resp)
+	// Stale, if set, is the chain's last step: asked once when every
+	// target has failed for a failure of the providers (they were
+	// down, overloaded, rate-limited past their retries, out of quota,
+	// open, without a slot: not a permanent error, a context overflow,
+	// a spend cap's refusal, the caller's cancellation, nor a call with
+	// side effects), with the chain's error; a value it returns with
+	// true (an answer kept from an earlier call, say) is the Result's,
+	// marked Stale, in place of the error. Nil means none.
+	Stale func(ctx context.Context, req Req, err error) (Resp, bool)
 
 	own  MemoryCooldowns // the cool-downs when Cooldowns is nil
 	turn atomic.Uint64   // counts pooled calls, so that equal members take turns
 }
-
-// Step is one entry of a Result's trail: an attempt on a target, or a
-// target skipped without one.
-type Step struct {
-	Target string
-	// Attempt is the attempt's number on this target, from 1; zero for a
-	// skipped target.
-	Attempt int
-	// Skipped says why the target was not tried, e.g. "breaker open".
-	Skipped string
-	// Err is the attempt's error; nil for the answer.
-	Err error
-	// Verdict is the classifier's verdict on Err.
-	Verdict rebound.Verdict
-	// Usage is what the attempt reported with cost.Report.
-	Usage cost.Usage
-	// Hedge marks an attempt started beside a slower one of the same
-	// call (the target's Policy.Hedge); it costs what it reported, won or
-	// lost.
-	Hedge bool
-	// Answered marks the attempt whose answer is the Result's.
-	Answered bool
-}
-
-// Result is what a Chain did with a request.
-type Result[Resp any] struct {
-	// Value is the answer. Without one, it is the value the last target
-	// tried returned with its failure, if it has a Run (a failed HTTP
-	// response, whole); else the zero value.
-	Value Resp
-	// Target is the name of the target that answered; empty if none.
-	Target string
-	// Trail is every step, in order.
-	Trail []Step
-}
-
-// Task returns the result as a cost.Task, for a cost.Ledger.
-func (r Result[Resp]) Task() cost.Task {
-	t := cost.Task{Succeeded: r.Target != ""}
-	for _, s := range r.Trail {
-		if s.Attempt == 0 {
-			continue
-		}
-		t.Attempts = append(t.Attempts, cost.Attempt{Target: s.Target, Usage: s.Usage, Answered: s.Answered})
-	}
-	return t
-}
-
-// ChainError is the error of a chain that got no answer. It wraps the last
-// target's error (a *rebound.GiveUpError, usually), or ErrNoTarget.
-type ChainError struct {
-	Trail []Step
-	Err   error
-}
-
-func (e *ChainError) Error() string {
-	var tried []string
-	for _, s := range e.Trail {
-		if len(tried) == 0 || tried[len(tried)-1] != s.Target {
-			tried = append(tried, s.Target)
-		}
-	}
-	return fmt.Sprintf("fallback: no answer from %s: %v", strings.Join(tried, ", "), e.Err)
-}
-
-func (e *ChainError) Unwrap() error { return e.Err }
 
 // Do sends req along the chain and returns the first answer, with the
 // trail of how it got there. Without an answer the error is a *ChainError.
@@ -327,7 +278,7 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Result[Resp], error
 			break
 		}
 	}
-	return d.failed(d.last)
+	return d.stale(req, d.last)
 }
 
 // chainCall is the state of one Chain.Do.

@@ -82,6 +82,11 @@ const maxErrorText = 200
 //   - "rebound.breaker" (Warn if it opened, Info otherwise): target's
 //     breaker changed state: target, state; for an opening, wait_ms (the
 //     cool-down, when the breaker says) and error (why, when known).
+//   - "rebound.cache" (Info for a hit, Warn for a stale answer): an answer
+//     served from rebound.Transport's Cache: target, served ("hit" or
+//     "stale"), age_s, elapsed_ms; for a stale one, served after the call
+//     gave up, also attempts, reason and error (the failure it stands in
+//     for).
 func Slog(logger *slog.Logger) rebound.Observer {
 	return rebound.ObserverFunc(func(e rebound.Event) {
 		ctx := context.Background()
@@ -118,6 +123,8 @@ func Slog(logger *slog.Logger) rebound.Observer {
 			logger.LogAttrs(ctx, slog.LevelWarn, "rebound.call", append(attrs, failure(e.Err)...)...)
 		case e.Type == rebound.EventRestart, e.Type == rebound.EventBreaker:
 			health(ctx, logger, e)
+		case e.Type == rebound.EventCacheHit, e.Type == rebound.EventCacheStale:
+			cached(ctx, logger, e)
 		}
 	})
 }
@@ -139,6 +146,19 @@ func health(ctx context.Context, logger *slog.Logger, e rebound.Event) {
 		}
 	}
 	logger.LogAttrs(ctx, level, "rebound.breaker", append(attrs, failure(e.Err)...)...)
+}
+
+// cached writes the record of an answer served from a cache.
+func cached(ctx context.Context, logger *slog.Logger, e rebound.Event) {
+	attrs := []slog.Attr{slog.String("target", e.Target), slog.String("served", "hit"),
+		slog.Int64("age_s", int64(e.Age/time.Second)), ms("elapsed_ms", e.Elapsed)}
+	if e.Type == rebound.EventCacheHit {
+		logger.LogAttrs(ctx, slog.LevelInfo, "rebound.cache", attrs...)
+		return
+	}
+	attrs[1] = slog.String("served", "stale")
+	attrs = append(attrs, slog.Int("attempts", e.Attempt), slog.String("reason", e.Reason.String()))
+	logger.LogAttrs(ctx, slog.LevelWarn, "rebound.cache", append(attrs, failure(e.Err)...)...)
 }
 
 func ms(key string, d time.Duration) slog.Attr {

@@ -128,6 +128,37 @@ func TestSlogRecordsRestartsAndBreakerChanges(t *testing.T) {
 	}
 }
 
+func TestSlogRecordsAnswersServedFromACache(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: noTime}))
+	obs := observe.Slog(logger)
+	obs.Observe(rebound.Event{Type: rebound.EventCacheHit, Target: "gpt-x", Age: 42 * time.Second, Elapsed: time.Millisecond})
+	gaveUp := &rebound.GiveUpError{Attempts: 3, Reason: rebound.StopAttempts, Err: &rebound.HTTPError{StatusCode: 503}}
+	obs.Observe(rebound.Event{Type: rebound.EventCacheStale, Target: "gpt-x", Age: time.Hour, Elapsed: 3 * time.Second,
+		Attempt: 3, Reason: rebound.StopAttempts, Err: gaveUp})
+	var got []string
+	for _, r := range records(t, &buf) {
+		got = append(got, fmt.Sprintf("%v %v %v served=%v age_s=%v elapsed_ms=%v attempts=%v reason=%v status=%v", r["level"], r["msg"], r["target"],
+			r["served"], r["age_s"], r["elapsed_ms"], r["attempts"], r["reason"], r["status"]))
+	}
+	want := []string{
+		"INFO rebound.cache gpt-x served=hit age_s=42 elapsed_ms=1 attempts=<nil> reason=<nil> status=<nil>",
+		"WARN rebound.cache gpt-x served=stale age_s=3600 elapsed_ms=3000 attempts=3 reason=attempts exhausted status=503",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("records\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestMonitorCountsNoAnswerFromACacheAsACall(t *testing.T) {
+	m := &observe.Monitor{}
+	m.Observe(rebound.Event{Type: rebound.EventCacheHit, Target: "gpt-x"})
+	m.Observe(rebound.Event{Type: rebound.EventCacheStale, Target: "gpt-x", Attempt: 3})
+	if rate, calls := m.Rate("gpt-x", time.Now()); calls != 0 {
+		t.Fatalf("rate %v over %d calls, want no call: the give-up before a stale answer is the call", rate, calls)
+	}
+}
+
 func TestMonitorCountsNoRestartOrBreakerChangeAsACall(t *testing.T) {
 	m := &observe.Monitor{}
 	m.Observe(rebound.Event{Type: rebound.EventRestart, Target: "mcp:memory", Attempt: 2})

@@ -38,6 +38,7 @@ const (
 	keyBreakerName  = attribute.Key("rebound.breaker.name")
 	keyBreakerState = attribute.Key("rebound.breaker.state")
 	keyTokenType    = attribute.Key("gen_ai.token.type")
+	keyCache        = attribute.Key("rebound.cache")
 )
 
 const codeError = codes.Error
@@ -45,6 +46,8 @@ const codeError = codes.Error
 var (
 	outcomeSuccess = keyOutcome.String("success")
 	outcomeFailure = keyOutcome.String("failure")
+	cacheHit       = keyCache.String("hit")
+	cacheStale     = keyCache.String("stale")
 )
 
 // kindValues holds rebound.verdict.kind for every Kind (see kindIndex);

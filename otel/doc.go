@@ -54,6 +54,12 @@
 // rebound.server_wait.duration; each hedge (rebound.Hedge) a
 // "rebound.hedge" event with the attempt it was started beside.
 //
+// A call that a rebound.Transport's Cache answered without an attempt (a
+// hit) ends its span with it, successful, with rebound.cache "hit" and no
+// attempt span; a stale answer, served once the call has given up, is
+// counted in rebound.cache.served, and the call's span shows the failure
+// it stands in for.
+//
 // Times come from the call's rebound.Clock, so a simulation's virtual time
 // gives consistent spans too.
 //
@@ -84,6 +90,7 @@
 //	rebound.cost.usd                counter   {USD}      rebound.target
 //	rebound.cost.wasted.usd         counter   {USD}      rebound.target
 //	rebound.tokens                  counter   {token}    rebound.target, gen_ai.token.type
+//	rebound.cache.served            counter   {answer}   rebound.target, rebound.cache ("hit" or "stale")
 //
 // Through OpenTelemetry's Prometheus exporter they read as
 // rebound_attempts_total, rebound_call_duration_seconds_bucket,

@@ -54,6 +54,7 @@ type Observer struct {
 	cost           metric.Float64Counter
 	wasted         metric.Float64Counter
 	tokens         metric.Int64Counter
+	cacheServed    metric.Int64Counter
 
 	targets lru.Map[string, *targetAttrs] // the targets measured most recently
 }
@@ -128,6 +129,9 @@ func New(cfg Config) *Observer {
 	check(err)
 	o.tokens, err = m.Int64Counter("rebound.tokens", metric.WithUnit("{token}"),
 		metric.WithDescription("Tokens the provider reported, by type: input (cached included), output, and of the input cache_read and cache_write."))
+	check(err)
+	o.cacheServed, err = m.Int64Counter("rebound.cache.served", metric.WithUnit("{answer}"),
+		metric.WithDescription("Answers served from a cache (rebound.Transport's Cache), by rebound.cache: hit or stale."))
 	check(err)
 	if len(errs) > 0 {
 		otel.Handle(errors.Join(errs...))
@@ -206,7 +210,17 @@ func (o *Observer) record(ctx context.Context, ta *targetAttrs, e rebound.Event)
 		o.giveUps.Add(ctx, 1, ta.measure(instGiveUps, uint8(e.Reason), verdictOf(e)).add...)
 		o.calls.Record(ctx, e.Elapsed.Seconds(), ta.measure(instCalls, 1, 0).rec...)
 		o.budgetLeft(ctx, ta, e)
+	case rebound.EventCacheHit, rebound.EventCacheStale:
+		o.cacheServed.Add(ctx, 1, metric.WithAttributes(keyTarget.String(e.Target), cacheValue(e)))
 	}
+}
+
+// cacheValue is rebound.cache for an answer served from a cache.
+func cacheValue(e rebound.Event) attribute.KeyValue {
+	if e.Type == rebound.EventCacheHit {
+		return cacheHit
+	}
+	return cacheStale
 }
 
 func (o *Observer) budgetLeft(ctx context.Context, ta *targetAttrs, e rebound.Event) {
@@ -264,6 +278,11 @@ func (c *call) at(elapsed time.Duration) time.Time { return c.start.Add(elapsed)
 // Observe implements rebound.Observer.
 func (c *call) Observe(e rebound.Event) {
 	if c.ended {
+		if e.Type == rebound.EventCacheStale || e.Type == rebound.EventCacheHit {
+			// Served after the call ended (a stale answer in place of
+			// its give-up): counted, the span shows the failure.
+			c.o.record(c.ctx, c.o.attrsOf(e.Target), e)
+		}
 		return
 	}
 	if e.Target != c.ta.target {
@@ -305,6 +324,11 @@ func (c *call) Observe(e rebound.Event) {
 		c.judged(e.Verdict.Kind, verdictOf(e) != 0)
 		c.o.record(c.ctx, c.ta, e)
 		c.end(e, e.Err)
+	case rebound.EventCacheHit, rebound.EventCacheStale:
+		// The answer came from the cache, no attempt made (or none
+		// reported): the call ends with it.
+		c.o.record(c.ctx, c.ta, e)
+		c.end(e, nil)
 	}
 }
 
@@ -367,6 +391,9 @@ func (c *call) end(e rebound.Event, err error) {
 	failed := e.Type == rebound.EventGiveUp
 	if !failed {
 		attrs = append(attrs, outcomeSuccess)
+		if e.Type == rebound.EventCacheHit || e.Type == rebound.EventCacheStale {
+			attrs = append(attrs, cacheValue(e))
+		}
 		c.span.SetAttributes(attrs...)
 		c.span.End(trace.WithTimestamp(c.at(e.Elapsed)))
 		return

@@ -58,6 +58,31 @@ func BenchmarkProxyKeyPool(b *testing.B) {
 	}
 }
 
+// BenchmarkProxyCacheLookup: as BenchmarkProxy, through a route whose
+// cache serves "always": every request but the first is a hit, answered
+// from the cache (its key hashed, the stored answer copied out) with no
+// upstream asked.
+func BenchmarkProxyCacheLookup(b *testing.B) {
+	benchCache(b, "always")
+}
+
+// BenchmarkProxyCacheStore: as BenchmarkProxy, through a route whose
+// cache serves "on_failure": every request is a miss that goes to the
+// upstream and keeps its answer (the key hashed, the body copied as the
+// client reads it, the entry stored).
+func BenchmarkProxyCacheStore(b *testing.B) {
+	benchCache(b, "on_failure")
+}
+
+func benchCache(b *testing.B, serve string) {
+	cfg, err := proxy.ParseConfig([]byte(`{"upstreams":{"u":{"url":"http://upstream.test"}},
+		"routes":[{"name":"chat","upstream":"u","cache":{"serve":"`+serve+`"}}]}`), func(string) string { return "" })
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchServeWith(b, proxy.Options{Config: cfg}, cannedUpstream{}, `{"model":"gpt-x","messages":[{"role":"user","content":"hello"}]}`, canned)
+}
+
 // benchServe serves body through a proxy in front of upstream, and checks
 // that each answer is want.
 func benchServe(b *testing.B, upstream http.RoundTripper, body, want string) {

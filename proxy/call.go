@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/cache"
 	"github.com/rebound-go/rebound/cost"
 	"github.com/rebound-go/rebound/internal/relay"
 	"github.com/rebound-go/rebound/internal/scrub"
@@ -58,6 +59,11 @@ type call struct {
 	usage    cost.Usage       // what the answer reported it used, once read; zero: nothing reported
 	costUSD  float64          // what the attempts cost, when priced
 	priced   bool
+
+	// cached is what the route's cache did (cache.Outcome), plus one;
+	// saved the usage of an answer it served.
+	cached cache.Outcome
+	saved  cost.Usage
 
 	ctx callCtx // the context the request is forwarded under (within)
 }
@@ -150,7 +156,8 @@ var noKinds any = []string{}
 // OpenAI stream without stream_options.include_usage), tenant (its name,
 // with tenants configured) and tenant_cap_usd (a capped tenant's cap),
 // cost_usd (what the attempts cost, as the tenant's cap settled them, or
-// priced from the tokens by the config's prices), upstreams_tried,
+// priced from the tokens by the config's prices), cache and saved_usd
+// (cacheAttrs), upstreams_tried,
 // skipped, outcome, broken and error when there is something to say. It
 // carries no header, body, key or prompt; an error is scrubbed of every
 // credential the proxy knows and of anything shaped like one.
@@ -192,6 +199,7 @@ func (p *Proxy) logCall(c *call, status int) {
 	}
 	p.settleCall(c, status)
 	c.tenantAttrs(func(key string, v any) { attrs = append(attrs, slog.Any(key, v)) })
+	attrs = p.cacheAttrs(c, attrs)
 	if c.tried > 1 {
 		attrs = append(attrs, slog.Int("upstreams_tried", c.tried))
 	}

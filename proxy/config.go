@@ -122,6 +122,10 @@ type RouteConfig struct {
 	// none: a request to any other path the provider may have acted on
 	// is sent once, unless the client sends an Idempotency-Key.
 	SafePaths []string `json:"safe_paths"`
+	// Cache keeps the route's answers, to serve when its upstreams fail
+	// or, by its Serve, at once (see CacheConfig). Nil (the default)
+	// keeps none.
+	Cache *CacheConfig `json:"cache"`
 }
 
 // FallbackConfig is another upstream of the route's dialect, and the model
@@ -209,6 +213,11 @@ func ParseConfig(data []byte, getenv func(string) string) (*FileConfig, error) {
 		}
 		if r.MaxBodyBytes < 0 {
 			return nil, configErr(where+".max_body_bytes", "negative")
+		}
+		if r.Cache != nil {
+			if _, err := r.Cache.config(where + ".cache"); err != nil {
+				return nil, err
+			}
 		}
 		for j, sp := range r.SafePaths {
 			if err := checkSafePath(sp, r.PathPrefix); err != nil {

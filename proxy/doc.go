@@ -179,7 +179,9 @@
 // cache_read_tokens and cache_write_tokens, when either is not zero, the
 // parts of it read from the provider's prompt cache and written into
 // it), tenant (its name, never a token) and
-// tenant_cap_usd, cost_usd (what the attempts cost, when priced),
+// tenant_cap_usd, cost_usd (what the attempts cost, when priced), cache
+// (hit, stale, miss or stored, for a route with a response cache) and
+// saved_usd (what an answer served from it would have cost),
 // upstreams_tried, skipped (upstreams cooling down), outcome (why the
 // proxy answered itself; tenant_spend_cap, tenant_rate_limit and
 // tenant_model for a tenant's refusals), broken and error.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/breaker"
+	"github.com/rebound-go/rebound/cache"
 	"github.com/rebound-go/rebound/cost"
 	"github.com/rebound-go/rebound/fallback"
 	"github.com/rebound-go/rebound/internal/frontdoor"
@@ -159,6 +160,11 @@ type Options struct {
 	// It is not a client token, and no client token opens them. Empty
 	// means they answer only requests from this machine.
 	AdminToken string
+	// CacheStore keeps the answers of every route that has a cache
+	// (RouteConfig.Cache), each route's apart: rebound proxy --redis
+	// makes a reboundredis store, shared by every replica. Nil means a
+	// cache.Memory for each route, bounded by its max_bytes.
+	CacheStore cache.Store
 	// Base sends each attempt. Nil means a transport of the proxy's own:
 	// http.DefaultTransport's settings, but keeping up to 256 idle
 	// connections to each upstream rather than 2, so that a busy proxy

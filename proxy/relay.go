@@ -58,23 +58,11 @@ import (
 // relay sends out, the client's request under the call's context, along
 // c's route, and writes the answer to w.
 func (p *Proxy) relay(w http.ResponseWriter, out *http.Request, c *call) {
-	res, err := p.forward(out, c)
+	res, err := p.answer(out, c)
 	// A stream goes on without the body: its memory goes back now, not
 	// when the answer ends.
 	c.body.release()
 	if err != nil {
-		p.gatewayError(w, out, err)
-		return
-	}
-	if res.StatusCode == http.StatusSwitchingProtocols {
-		// Nothing asked for it: an upgrade is refused before it is sent.
-		res.Body.Close()
-		p.gatewayError(w, out, errUnaskedSwitch)
-		return
-	}
-	dropHopByHop(res.Header)
-	if err := p.scrubResponse(res); err != nil {
-		res.Body.Close()
 		p.gatewayError(w, out, err)
 		return
 	}

@@ -51,6 +51,8 @@ func versionOf(c *FileConfig) string {
 //     spend so far this period, a request in flight counted at the most
 //     it could cost, so that a reload is no way to spend more); its rate
 //     limits' state when its limits are unchanged;
+//   - a route's response cache (its answers and figures), when its cache
+//     config is unchanged;
 //   - the status page's figures, and the body memory in use.
 //
 // An upstream, key or tenant that c removes goes (requests p is serving
@@ -102,6 +104,7 @@ func (p *Proxy) handOver(q *Proxy) {
 		q.breakers.kept.Get(h.key, func() *keptBreaker { return h.b })
 	}
 	p.handOverTenants(q)
+	p.handOverCaches(q)
 	if p.draining.Load() {
 		q.draining.Store(true)
 	}

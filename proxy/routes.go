@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/cache"
 	"github.com/rebound-go/rebound/fallback"
 	"github.com/rebound-go/rebound/ratelimit"
 )
@@ -44,6 +45,7 @@ type route struct {
 	policy     rebound.Policy
 	maxBody    int64
 	safe       map[string]bool // paths without side effects, besides the model calls
+	cache      *cache.Cache    // nil: none
 }
 
 // target is an upstream, and the model to ask it for ("": the request's).
@@ -172,6 +174,11 @@ func (p *Proxy) configRoutes(c *FileConfig, policy rebound.Policy, ups upstreamM
 		p.maxBody = max(p.maxBody, r.maxBody)
 		if r.policy, err = parsePolicy(fmt.Sprintf("routes[%d].policy", i), rc.Policy, def); err != nil {
 			return nil, err
+		}
+		if rc.Cache != nil {
+			if r.cache, err = p.newCache(fmt.Sprintf("routes[%d].cache", i), rc.Cache); err != nil {
+				return nil, err
+			}
 		}
 		up, ok := byName[rc.Upstream]
 		if !ok {

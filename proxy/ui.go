@@ -114,6 +114,8 @@ type statusJSON struct {
 	Upstreams     []upstreamJSON `json:"upstreams"`
 	Tenants       []tenantJSON   `json:"tenants"`
 	Failures      []failureJSON  `json:"failures"`
+	// Caches are the routes' response caches, in the routes' order.
+	Caches []cacheJSON `json:"caches"`
 }
 
 // upstreamJSON is an upstream's key: its state and the figures of its
@@ -195,6 +197,7 @@ func (p *Proxy) status(ctx context.Context, now time.Time) statusJSON {
 		}
 		s.Tenants = append(s.Tenants, j)
 	}
+	s.Caches = p.cacheRows()
 	for _, f := range p.board.latest() {
 		s.Failures = append(s.Failures, failureJSON{Time: f.at.UTC(), Route: f.route, Upstream: f.upstream, Key: f.key, Kind: f.kind, Status: f.status})
 	}

@@ -71,6 +71,11 @@ func clientKeys(r *http.Request) []string {
 	return keys
 }
 
+// ClientKey returns the keys r presents where a client sends its key
+// (as Admit finds them), one a line: the client's own credential, to
+// keep apart what is kept for each holder of one.
+func ClientKey(r *http.Request) string { return strings.Join(clientKeys(r), "\n") }
+
 // Admit reports whether r carries one of the tokens where a client sends
 // its key: Authorization: Bearer (the scheme in any case), x-api-key,
 // x-goog-api-key, api-key or the "key" query parameter. With no tokens,

@@ -54,6 +54,31 @@ func Replayable(req *http.Request, limit int64) (Replay, error) {
 	return Replay{closed: true, Get: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }}, nil
 }
 
+// Bytes returns a copy of the whole body (nil for none), when it can be
+// sent again and is at most limit bytes; false for a body sent once,
+// longer than limit, or that Get fails to give. (A copy, read through Get,
+// so that a Replay costs nothing more to those that never ask.)
+func (b Replay) Bytes(limit int64) ([]byte, bool) {
+	switch {
+	case b.Once:
+		return nil, false
+	case b.Get == nil:
+		return nil, true
+	case limit < 0:
+		return nil, false
+	}
+	r, err := b.Get()
+	if err != nil {
+		return nil, false
+	}
+	defer r.Close()
+	buf, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil || int64(len(buf)) > limit {
+		return nil, false
+	}
+	return buf, true
+}
+
 // Close closes req's body if nothing has: for a request given up before
 // its first attempt was sent.
 func (b Replay) Close(req *http.Request) {

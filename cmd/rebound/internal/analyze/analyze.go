@@ -86,6 +86,8 @@ type Analyzer struct {
 	runs, tenants ledger
 	// cache is what the calls' tokens say of the provider's cache.
 	cache cacheTally
+	// answers counts the answers served from a response cache.
+	answers answersTally
 	// long holds a line longer than the reader's buffer; reused.
 	long []byte
 	br   *bufio.Reader
@@ -236,6 +238,10 @@ type record struct {
 	// from the provider's cache, and written into it.
 	CacheReadTokens  optInt `json:"cache_read_tokens"`
 	CacheWriteTokens optInt `json:"cache_write_tokens"`
+	// Cache and SavedUSD are rebound proxy's response cache: "hit" or
+	// "stale" for an answer it served, and what that answer did not cost.
+	Cache    string   `json:"cache"`
+	SavedUSD optFloat `json:"saved_usd"`
 }
 
 // call is one call, checked and with its defaults filled in.
@@ -263,7 +269,19 @@ type call struct {
 	input, cacheRead, cacheWrite int64
 	tokened, savedKnown          bool
 	saved                        float64
+	// served is how the answer came from a response cache: servedHit or
+	// servedStale; 0 for not. notCost is what it did not cost, logged
+	// (notCostKnown).
+	served       uint8
+	notCost      float64
+	notCostKnown bool
 }
+
+// How an answer came from a response cache (call.served).
+const (
+	servedHit = iota + 1
+	servedStale
+)
 
 // line adds one line to a's totals.
 func (a *Analyzer) line(b []byte) lineResult {
@@ -332,7 +350,7 @@ func (a *Analyzer) check(rec *record) (call, bool) {
 		rec.InputTokens.v < 0, rec.OutputTokens.v < 0, rec.CacheReadTokens.v < 0, rec.CacheWriteTokens.v < 0,
 		// The cache's counts are parts of the input.
 		rec.CacheReadTokens.v > rec.InputTokens.v, rec.CacheWriteTokens.v > rec.InputTokens.v-rec.CacheReadTokens.v,
-		!dollars(rec.Cost), !dollars(rec.RunCap), !dollars(rec.TenantCap), !dollars(rec.CostUSD):
+		!dollars(rec.Cost), !dollars(rec.RunCap), !dollars(rec.TenantCap), !dollars(rec.CostUSD), !dollars(rec.SavedUSD):
 		return c, false
 	}
 	if c.attempts == 0 {
@@ -355,6 +373,13 @@ func (a *Analyzer) check(rec *record) (call, bool) {
 			break
 		}
 	}
+	switch rec.Cache {
+	case "hit":
+		c.served = servedHit
+	case "stale":
+		c.served = servedStale
+	}
+	c.notCost, c.notCostKnown = rec.SavedUSD.v, c.served != 0 && rec.SavedUSD.set
 	c.input, c.cacheRead, c.cacheWrite, c.tokened = rec.InputTokens.v, rec.CacheReadTokens.v, rec.CacheWriteTokens.v, rec.InputTokens.set
 	n := float64(c.attempts)
 	// Every attempt pays for its input: what it read afresh at the input

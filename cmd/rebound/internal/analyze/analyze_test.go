@@ -395,7 +395,8 @@ func TestReportJSON(t *testing.T) {
 	json.Unmarshal(top["totals"], &totals)
 	checkKeys(t, "totals", totals, "attempts", "cache_read_share", "cache_read_tokens", "cache_saved_usd", "cache_write_tokens",
 		"calls", "calls_retried", "cost_per_success_usd", "cost_usd",
-		"futile_retries", "futile_retry_cost_usd", "input_tokens", "priced_calls", "retries", "retry_cost_usd", "retry_rate",
+		"futile_retries", "futile_retry_cost_usd", "input_tokens", "priced_calls",
+		"response_cache_hits", "response_cache_saved_usd", "response_cache_stale", "retries", "retry_cost_usd", "retry_rate",
 		"succeeded", "succeeded_after_retry", "success_rate", "wasted_attempts", "wasted_usd")
 	var rows []map[string]json.RawMessage
 	json.Unmarshal(top["rows"], &rows)
@@ -626,3 +627,52 @@ func TestCacheCountsBeyondTheInputAreMalformed(t *testing.T) {
 }
 
 func ptr(v float64) *float64 { return &v }
+
+// TestAnswersFromTheResponseCache: rebound proxy's lines of answers its
+// response cache served are counted apart, hit and stale, with what they
+// did not cost, in both outputs.
+func TestAnswersFromTheResponseCache(t *testing.T) {
+	r := analyzeLines(t, Options{},
+		`{"msg":"request","status":200,"attempts":1,"cost_usd":0.01,"cache":"stored"}`,
+		`{"msg":"request","status":200,"attempts":1,"cost_usd":0.02,"cache":"miss"}`,
+		`{"msg":"request","status":200,"attempts":0,"cache":"hit","saved_usd":0.01}`,
+		`{"msg":"request","status":200,"attempts":0,"cache":"hit","saved_usd":0.015}`,
+		`{"msg":"request","status":200,"attempts":3,"cache":"stale","saved_usd":0.01}`,
+		`{"msg":"request","status":200,"attempts":3,"cache":"stale"}`, // not priced
+		`{"msg":"request","status":503,"attempts":3}`,
+	)
+	tot := r.Totals
+	if tot.ResponseCacheHits != 2 || tot.ResponseCacheStale != 2 || !usdIs(tot.ResponseCacheSavedUSD, 0.035) || !usdIs(tot.CostUSD, 0.03) {
+		t.Errorf("hits %d, stale %d, saved %v, cost %v; want 2, 2, 0.035 and 0.03",
+			tot.ResponseCacheHits, tot.ResponseCacheStale, deref(tot.ResponseCacheSavedUSD), deref(tot.CostUSD))
+	}
+	b, err := json.Marshal(r)
+	if err != nil || !strings.Contains(string(b), `"response_cache_hits":2,"response_cache_stale":2,"response_cache_saved_usd":0.035`) {
+		t.Errorf("--json: %v %s", err, b)
+	}
+	var text bytes.Buffer
+	r.WriteTable(&text)
+	if want := "answered from the response cache 4: 2 fresh (hit), 2 stale in place of a failure; they did not cost $0.035"; !strings.Contains(text.String(), want) {
+		t.Errorf("the table has no line %q:\n%s", want, text.String())
+	}
+
+	// None served: nothing said, nothing known.
+	r = analyzeLines(t, Options{}, `{"msg":"request","status":200,"cache":"miss","saved_usd":0.5}`)
+	if r.Totals.ResponseCacheHits != 0 || r.Totals.ResponseCacheSavedUSD != nil {
+		t.Errorf("a miss: %+v", r.Totals)
+	}
+	text.Reset()
+	r.WriteTable(&text)
+	if strings.Contains(text.String(), "response cache") {
+		t.Errorf("a table without answers from the cache mentions it:\n%s", text.String())
+	}
+	for _, line := range []string{
+		`{"msg":"request","status":200,"cache":"hit","saved_usd":-1}`,
+		`{"msg":"request","status":200,"cache":"hit","saved_usd":"0.1"}`,
+		`{"msg":"request","status":200,"cache":1}`,
+	} {
+		if r := analyzeLines(t, Options{}, line); r.Malformed != 1 {
+			t.Errorf("%s: %d malformed, want 1", line, r.Malformed)
+		}
+	}
+}

@@ -59,7 +59,9 @@ const (
 	fOutcome
 	fCacheReadTokens
 	fCacheWriteTokens
-	fLast = fCacheWriteTokens
+	fCache
+	fSavedUSD
+	fLast = fSavedUSD
 )
 
 var fieldNames = [...]string{
@@ -69,6 +71,7 @@ var fieldNames = [...]string{
 	fRun: "run", fTenant: "tenant", fRunCap: "run_cap_usd", fTenantCap: "tenant_cap_usd", fReason: "reason",
 	fCostUSD: "cost_usd", fOutcome: "outcome",
 	fCacheReadTokens: "cache_read_tokens", fCacheWriteTokens: "cache_write_tokens",
+	fCache: "cache", fSavedUSD: "saved_usd",
 }
 
 // recordNames are the fields' names: the name of index i is field i+1's.
@@ -104,7 +107,7 @@ func (d *decoder) set(rec *record, f field, at jsonscan.Span) error {
 		return nil // as encoding/json: null leaves a field alone
 	}
 	switch f {
-	case fMsg, fErrorType, fErrorCode, fKind, fRun, fTenant, fOutcome:
+	case fMsg, fErrorType, fErrorCode, fKind, fRun, fTenant, fOutcome, fCache:
 		return d.setString(rec, f, at)
 	case fReason:
 		// A reason is no key whose type can make a line malformed: any
@@ -114,7 +117,7 @@ func (d *decoder) set(rec *record, f field, at jsonscan.Span) error {
 		return setBool(rec, f, v)
 	case fAttempts, fStatus, fInputTokens, fOutputTokens, fCacheReadTokens, fCacheWriteTokens:
 		return setInt(rec, f, v)
-	case fCost, fRunCap, fTenantCap, fCostUSD:
+	case fCost, fRunCap, fTenantCap, fCostUSD, fSavedUSD:
 		return setFloat(rec, f, v)
 	}
 	return nil
@@ -144,6 +147,8 @@ func (d *decoder) setString(rec *record, f field, v jsonscan.Span) error {
 		rec.Tenant = intern(&d.keys, b)
 	case fOutcome:
 		rec.Outcome = intern(&d.strs, b)
+	case fCache:
+		rec.Cache = intern(&d.strs, b)
 	}
 	return nil
 }
@@ -209,6 +214,8 @@ func setFloat(rec *record, f field, v []byte) error {
 		rec.TenantCap = o
 	case fCostUSD:
 		rec.CostUSD = o
+	case fSavedUSD:
+		rec.SavedUSD = o
 	}
 	return nil
 }

@@ -42,8 +42,9 @@
 // to 399), "attempts" (0, a request refused before its first attempt,
 // counts as 1), "input_tokens", "output_tokens", "cache_read_tokens",
 // "cache_write_tokens", "tenant", "tenant_cap_usd", "cost_usd" (the cost,
-// as "cost") and "outcome" ("tenant_spend_cap" marks a request its
-// tenant's spend cap refused).
+// as "cost"), "outcome" ("tenant_spend_cap" marks a request its
+// tenant's spend cap refused), "cache" ("hit" or "stale": an answer its
+// response cache served) and "saved_usd" (what that answer did not cost).
 //
 // The simple schema, for logs written by other tools: a record without
 // "msg" is one call, with
@@ -130,6 +131,14 @@
 // than nothing when writes cost more than reads saved). The spend is
 // the calls' cost as above: for rebound proxy's lines, their cost_usd,
 // which the proxy settled at its own prices, the cache's included.
+//
+// # The response cache
+//
+// rebound proxy may answer a request from its response cache: at once,
+// under "serve": "always" ("cache": "hit"), or in place of the providers'
+// failure ("stale"). Such an answer bills nothing; the totals count the
+// hits and the stale answers apart, and add up what they did not cost,
+// their "saved_usd", the price of the answer at the proxy's prices.
 //
 // # Grouping
 //

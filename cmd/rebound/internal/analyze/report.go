@@ -79,6 +79,7 @@ func (a *Analyzer) add(c *call) {
 		g.retryFee += c.retryFee
 	}
 	a.cache.add(c)
+	a.answers.add(c)
 	if c.run != "" || c.tenant != "" {
 		a.runs.add(c.run, c, c.runCap, a.opts.MaxKeys)
 		a.tenants.add(c.tenant, c, c.tenantCap, a.opts.MaxKeys)
@@ -215,6 +216,42 @@ type Totals struct {
 	// PriceCacheWrite); negative when writes cost more than reads saved.
 	// Null without prices, or without a call that logs its input.
 	CacheSavedUSD *float64 `json:"cache_saved_usd"`
+	// ResponseCacheHits and ResponseCacheStale count the answers rebound
+	// proxy served from its response cache ("cache": "hit", no provider
+	// asked; "stale", in place of the providers' failure), and
+	// ResponseCacheSavedUSD is what they did not cost (their
+	// "saved_usd"), null when none logged it.
+	ResponseCacheHits     int64    `json:"response_cache_hits"`
+	ResponseCacheStale    int64    `json:"response_cache_stale"`
+	ResponseCacheSavedUSD *float64 `json:"response_cache_saved_usd"`
+}
+
+// answersTally counts the answers served from a response cache.
+type answersTally struct {
+	hits, stale int64
+	saved       float64
+	savedKnown  bool
+}
+
+// add counts c, if its answer came from a response cache.
+func (at *answersTally) add(c *call) {
+	switch c.served {
+	case servedHit:
+		at.hits++
+	case servedStale:
+		at.stale++
+	}
+	if c.notCostKnown {
+		at.saved, at.savedKnown = at.saved+c.notCost, true
+	}
+}
+
+// totals fills in t's figures of the response cache.
+func (at *answersTally) totals(t *Totals) {
+	t.ResponseCacheHits, t.ResponseCacheStale = at.hits, at.stale
+	if at.savedKnown {
+		t.ResponseCacheSavedUSD = usd(at.saved)
+	}
 }
 
 // cacheTally adds up what the calls' tokens say of the provider's cache.
@@ -331,6 +368,7 @@ func (a *Analyzer) Report() Report {
 		t.FutileRetryCostUSD = usd(futileFee)
 	}
 	a.cache.totals(t)
+	a.answers.totals(t)
 	slices.SortFunc(r.Rows, func(x, y Row) int {
 		return cmp.Or(
 			cmp.Compare(deref(y.WastedUSD), deref(x.WastedUSD)),

@@ -133,6 +133,14 @@ func (r *Report) writeGroups(w io.Writer) {
 		fmt.Fprintf(w, "input %d tokens: %.1f%% read from the cache, %.1f%% written into it%s\n",
 			t.InputTokens, 100**t.CacheReadShare, 100*rate(t.CacheWriteTokens, t.InputTokens), saved)
 	}
+	if served := t.ResponseCacheHits + t.ResponseCacheStale; served > 0 {
+		saved := ""
+		if t.ResponseCacheSavedUSD != nil {
+			saved = "; they did not cost " + formatUSD(t.ResponseCacheSavedUSD)
+		}
+		fmt.Fprintf(w, "answered from the response cache %d: %d fresh (hit), %d stale in place of a failure%s\n",
+			served, t.ResponseCacheHits, t.ResponseCacheStale, saved)
+	}
 	if t.FutileRetries == 0 {
 		return
 	}

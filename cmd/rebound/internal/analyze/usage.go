@@ -27,7 +27,8 @@ Each line is a JSON object, in any of these schemas, mixed freely:
   "input_tokens", "output_tokens", "cache_read_tokens",
   "cache_write_tokens", "tenant", "tenant_cap_usd", and "cost_usd", its
   cost); "outcome":"tenant_spend_cap" marks a request its tenant's spend
-  cap refused.
+  cap refused; "cache":"hit" or "stale" an answer served from the
+  response cache, and "saved_usd" what it did not cost.
 
   the simple schema, for other tools' logs: one object per call, without
   "msg":
@@ -95,7 +96,9 @@ logged or given, between 0 and 1000000000 dollars.
              wasted_attempts, priced_calls, cost_usd, wasted_usd,
              retry_cost_usd, cost_per_success_usd, futile_retries,
              futile_retry_cost_usd, input_tokens, cache_read_tokens,
-             cache_write_tokens, cache_read_share, cache_saved_usd}
+             cache_write_tokens, cache_read_share, cache_saved_usd,
+             response_cache_hits, response_cache_stale,
+             response_cache_saved_usd}
   rows       [{group, status, error_type, error_code, kind, calls,
              attempts, retries, calls_retried, succeeded,
              succeeded_after_retry, success_rate, wasted_attempts,
@@ -121,7 +124,11 @@ logged, of which cache_read_tokens were read from the provider's cache and
 cache_write_tokens written into it; cache_read_share is
 cache_read_tokens / input_tokens, null without input; cache_saved_usd is
 what the cache saved at the given prices, negative when its writes cost
-more than its reads saved, null without prices. Dollar fields are null
+more than its reads saved, null without prices. response_cache_hits and
+response_cache_stale count the answers served from rebound proxy's
+response cache ("cache" "hit": no provider asked; "stale": in place of
+the providers' failure), and response_cache_saved_usd is what they did
+not cost (their "saved_usd"), null when none logs it. Dollar fields are null
 when no call's cost is known; error_type, error_code and kind are left
 out when empty.
 refused counts the calls refused by a cap; spend_usd is the cost of the
