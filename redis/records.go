@@ -240,7 +240,7 @@ func (r *Records) claim(ctx context.Context, key string, lease time.Duration) (t
 		return decode(at(reply, 2), at(reply, 3))
 	case "long":
 		n, _ := at(reply, 2).(int64)
-		res, err := r.store.runFor(ctx, r.payloadTimeout(int(n)), readScript, []string{k})
+		res, err := r.store.runFor(ctx, r.store.payloadTimeout(int(n)), readScript, []string{k})
 		if err == redis.Nil {
 			return r.claim(ctx, key, lease) // the record's TTL ran out meanwhile
 		}
@@ -322,7 +322,7 @@ func (r *Records) Complete(ctx context.Context, key, token string, rec tool.Reco
 	if err != nil {
 		return fmt.Errorf("reboundredis: %w", err)
 	}
-	err = stillHeld(r.store.runFor(ctx, r.payloadTimeout(len(b)), completeScript, []string{r.store.key("call", key)}, token, b, ms(r.ttl)))
+	err = stillHeld(r.store.runFor(ctx, r.store.payloadTimeout(len(b)), completeScript, []string{r.store.key("call", key)}, token, b, ms(r.ttl)))
 	if err != nil {
 		if c, _ := r.local.Claim(ctx, key, r.ttl); c.Token != "" {
 			r.local.Complete(ctx, key, c.Token, rec)
@@ -338,12 +338,6 @@ func (r *Records) Release(ctx context.Context, key, token string) error {
 		return r.local.Release(ctx, key, t)
 	}
 	return stillHeld(r.store.run(ctx, releaseScript, []string{r.store.key("call", key)}, token))
-}
-
-// payloadTimeout is the Store's Timeout and a millisecond more for each
-// 64 KiB of n bytes carried.
-func (r *Records) payloadTimeout(n int) time.Duration {
-	return r.store.timeout + time.Duration(n>>16)*time.Millisecond
 }
 
 // stored is a record as Redis keeps it: tool.Record's JSON, but an output

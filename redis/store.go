@@ -210,7 +210,7 @@ func (s *Store) Warm(ctx context.Context) error {
 }
 
 // scripts are the package's scripts, which Warm loads.
-var scripts = []*redis.Script{limitScript, allowScript, doneScript, startCooldown, cooldownLeft, claimScript, readScript, extendScript, completeScript, releaseScript, timeScript, capScript, capSpentScript}
+var scripts = []*redis.Script{limitScript, allowScript, doneScript, startCooldown, cooldownLeft, claimScript, readScript, extendScript, completeScript, releaseScript, timeScript, capScript, capSpentScript, cacheGet, cacheSet}
 
 // boundsByContext reports whether c ends a command at its context's
 // deadline. A client of a kind this package does not know is taken at its
@@ -286,12 +286,27 @@ func (s *Store) runFor(ctx context.Context, timeout time.Duration, script *redis
 	res, err := script.Run(ctx, s.client, keys, args...).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		if len(keys) > 0 {
-			err = fmt.Errorf("%w (key %s)", err, keys[0]) // for the operator to find a foreign key
+			err = fmt.Errorf("%w (key %s)", err, s.shownKey(keys[0])) // for the operator to find a foreign key
 		}
 		return nil, s.noDecision(err)
 	}
 	s.cameBack()
 	return res, err
+}
+
+// payloadTimeout is the Store's Timeout and a millisecond more for each
+// 64 KiB of n bytes carried.
+func (s *Store) payloadTimeout(n int) time.Duration {
+	return s.timeout + time.Duration(n>>16)*time.Millisecond
+}
+
+// shownKey is key as an error shows it. A cached answer's key is a hash of
+// its request, which stays out of logs: its prefix alone is shown.
+func (s *Store) shownKey(key string) string {
+	if p := s.key(cacheKeys, ""); strings.HasPrefix(key, p) {
+		return p + "…"
+	}
+	return key
 }
 
 // readTimeout is the least a read for a person (Cap.Spent) waits for

@@ -37,7 +37,8 @@ type Config struct {
 	// metrics, the breakers and, with Redis, the shared limits.
 	Options proxy.Options
 	// Redis, if set, is the URL of a Redis that the replicas share their
-	// limits, breakers, cool-downs and tenants' caps on.
+	// limits, breakers, cool-downs, tenants' caps and routes' cached
+	// answers on.
 	Redis string
 	// RedisPrefix starts every key the proxy keeps on Redis. Empty means
 	// reboundredis.DefaultPrefix; deployments that share a Redis but not
@@ -111,9 +112,9 @@ func Run(ctx context.Context, c Config, stdout, stderr io.Writer) int {
 	return serveProxy(ctx, c, p, logger, stdout, stderr)
 }
 
-// shareOnRedis makes opts's breakers, limits, cool-downs and tenants'
-// caps and limits those shared on c's Redis, and returns what closes its
-// client.
+// shareOnRedis makes opts's breakers, limits, cool-downs, tenants' caps
+// and limits, and routes' cached answers those shared on c's Redis, and
+// returns what closes its client.
 func shareOnRedis(ctx context.Context, c Config, opts *proxy.Options, breakerCfg breaker.Config) (func() error, error) {
 	logger := opts.Logger
 	cfg, err := reboundredis.Open(c.Redis)
@@ -154,6 +155,13 @@ func shareOnRedis(ctx context.Context, c Config, opts *proxy.Options, breakerCfg
 	opts.TenantLimiter = func(tenant string, cfg ratelimit.Config) ratelimit.Pacer {
 		return reboundredis.NewLimiter(store, "tenant:"+tenant, cfg)
 	}
+	// One store for every route: a cache key holds its route and tenant.
+	answers, err := reboundredis.NewCache(store, reboundredis.CacheConfig{})
+	if err != nil {
+		cfg.Client.Close()
+		return nil, err
+	}
+	opts.CacheStore = answers
 	return cfg.Client.Close, nil
 }
 
