@@ -216,9 +216,11 @@ func TestProxyKeyPoolWithAKeyOutOfQuotaCarriesWhatTheOthersHold(t *testing.T) {
 	}
 	// The live keys carry what they can: at least nearly their limits
 	// over the time the load was offered (more, as the requests their
-	// limits held back go in the windows after).
-	if can := 2 * keyLimit * int(keyRun/keyWindow); held < can*9/10 {
-		t.Errorf("the live keys carried %d, want nearly the %d their limits hold in %v", held, can, keyRun)
+	// limits held back go in the windows after), or nearly all that was
+	// offered when a busy machine offered less than that.
+	can := 2 * keyLimit * int(keyRun/keyWindow)
+	if want := min(can, o.sent-dead.OutOfQuota); held < want*9/10 {
+		t.Errorf("the live keys carried %d of %d offered, want nearly the %d their limits hold in %v", held, o.sent, want, keyRun)
 	}
 	// A client gets a 429 only for what the live keys could not hold.
 	if refused := o.byStatus[http.StatusTooManyRequests]; refused > o.sent-held {
