@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -150,7 +152,9 @@ func configErr(where, format string, a ...any) error {
 }
 
 // ParseConfig reads and checks a config file's JSON; getenv looks up the
-// upstreams' key variables, each of which must be set and not empty.
+// upstreams' key variables, each of which must be set and not empty. A
+// file with several mistakes gets an error for each, one a line (joined
+// with errors.Join); errors.As finds the first ConfigError.
 func ParseConfig(data []byte, getenv func(string) string) (*FileConfig, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -161,73 +165,84 @@ func ParseConfig(data []byte, getenv func(string) string) (*FileConfig, error) {
 	if dec.More() {
 		return nil, configErr("", "more than one JSON value")
 	}
+	// Every mistake is reported, not only the first, so that a file is
+	// put right in one go; each is a ConfigError naming its key.
+	var errs []error
 	if _, err := parsePolicy("policy", c.Policy, rebound.Policy{}); err != nil {
-		return nil, err
+		errs = append(errs, err)
 	}
 	if len(c.Upstreams) == 0 {
-		return nil, configErr("upstreams", "none given (want at least one)")
+		errs = append(errs, configErr("upstreams", "none given (want at least one)"))
 	}
-	for name, u := range c.Upstreams {
+	for _, name := range slices.Sorted(maps.Keys(c.Upstreams)) {
+		u := c.Upstreams[name]
 		where := "upstreams." + name
 		if err := checkUpstreamName(name); err != nil {
-			return nil, configErr(where, "%v", err)
+			errs = append(errs, configErr(where, "%v", err))
 		}
 		if err := checkURL(u.URL); err != nil {
-			return nil, configErr(where+".url", "%v", err)
+			errs = append(errs, configErr(where+".url", "%v", err))
 		}
 		switch u.Dialect {
 		case "", DialectOpenAI, DialectAnthropic, DialectGemini:
 		default:
-			return nil, configErr(where+".dialect", "%q is not openai, anthropic or gemini", u.Dialect)
+			errs = append(errs, configErr(where+".dialect", "%q is not openai, anthropic or gemini", u.Dialect))
 		}
 		if u.KeyEnv != "" && getenv(u.KeyEnv) == "" {
-			return nil, configErr(where+".key_env", "environment variable %s is not set", u.KeyEnv)
+			errs = append(errs, configErr(where+".key_env", "environment variable %s is not set", u.KeyEnv))
 		}
 		if _, err := poolKeys(where, u, getenv); err != nil {
-			return nil, err
+			errs = append(errs, err)
 		}
 		if u.RequestsPerMinute < 0 || u.TokensPerMinute < 0 {
-			return nil, configErr(where, "negative limit")
+			errs = append(errs, configErr(where, "negative limit"))
 		}
 	}
 	if len(c.Routes) == 0 {
 		if _, ok := c.Upstreams["default"]; !ok && len(c.Upstreams) > 1 {
-			return nil, configErr("routes", "none given, and no upstream is named \"default\"")
+			errs = append(errs, configErr("routes", "none given, and no upstream is named \"default\""))
 		}
 	}
 	for i, r := range c.Routes {
 		where := fmt.Sprintf("routes[%d]", i)
 		up, ok := c.Upstreams[r.Upstream]
 		if !ok {
-			return nil, configErr(where+".upstream", "unknown upstream %q", r.Upstream)
+			errs = append(errs, configErr(where+".upstream", "unknown upstream %q", r.Upstream))
 		}
 		if r.PathPrefix != "" && !strings.HasPrefix(r.PathPrefix, "/") {
-			return nil, configErr(where+".path_prefix", "%q does not start with /", r.PathPrefix)
+			errs = append(errs, configErr(where+".path_prefix", "%q does not start with /", r.PathPrefix))
 		}
 		if _, err := parsePolicy(where+".policy", r.Policy, rebound.Policy{}); err != nil {
-			return nil, err
+			errs = append(errs, err)
 		}
 		if r.MaxBodyBytes < 0 {
-			return nil, configErr(where+".max_body_bytes", "negative")
+			errs = append(errs, configErr(where+".max_body_bytes", "negative"))
 		}
 		for j, sp := range r.SafePaths {
 			if err := checkSafePath(sp, r.PathPrefix); err != nil {
-				return nil, configErr(fmt.Sprintf("%s.safe_paths[%d]", where, j), "%v", err)
+				errs = append(errs, configErr(fmt.Sprintf("%s.safe_paths[%d]", where, j), "%v", err))
 			}
 		}
 		for j, f := range r.Fallbacks {
 			fwhere := fmt.Sprintf("%s.fallbacks[%d]", where, j)
-			fu, ok := c.Upstreams[f.Upstream]
-			if !ok {
-				return nil, configErr(fwhere+".upstream", "unknown upstream %q", f.Upstream)
-			}
-			if dialectOr(fu.Dialect) != dialectOr(up.Dialect) {
-				return nil, configErr(fwhere+".upstream", "%q speaks %s, the route's upstream %s", f.Upstream, dialectOr(fu.Dialect), dialectOr(up.Dialect))
+			fu, fok := c.Upstreams[f.Upstream]
+			switch {
+			case !fok:
+				errs = append(errs, configErr(fwhere+".upstream", "unknown upstream %q", f.Upstream))
+			case ok && dialectOr(fu.Dialect) != dialectOr(up.Dialect):
+				errs = append(errs, configErr(fwhere+".upstream", "%q speaks %s, the route's upstream %s", f.Upstream, dialectOr(fu.Dialect), dialectOr(up.Dialect)))
 			}
 		}
 	}
 	if err := checkTenants(&c, getenv); err != nil {
-		return nil, err
+		errs = append(errs, err)
+	}
+	switch len(errs) {
+	case 0:
+	case 1:
+		return nil, errs[0]
+	default:
+		return nil, errors.Join(errs...)
 	}
 	c.Version = ConfigVersion(data)
 	return &c, nil
