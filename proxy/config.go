@@ -13,6 +13,7 @@ import (
 
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/cost"
+	"github.com/rebound-go/rebound/internal/jsonpos"
 )
 
 // Dialects: the wire formats the proxy speaks, which say how an upstream
@@ -248,18 +249,16 @@ func ParseConfig(data []byte, getenv func(string) string) (*FileConfig, error) {
 	return &c, nil
 }
 
-// jsonError turns a decoding error into a ConfigError that says where.
+// jsonError turns a decoding error into a ConfigError that says where:
+// the key, and the line and column (jsonpos, which rebound mcp's --config
+// shares).
 func jsonError(data []byte, err error) error {
-	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syntax):
-		line := 1 + bytes.Count(data[:min(int(syntax.Offset), len(data))], []byte("\n"))
-		return configErr("", "line %d: %v", line, syntax)
-	case errors.As(err, &typ):
-		return configErr(typ.Field, "%s given, want %s", typ.Value, typ.Type)
+	if errors.As(err, &typ) {
+		line, column := jsonpos.Position(data, typ.Offset)
+		return configErr(typ.Field, "line %d, column %d: %s given, want %s", line, column, typ.Value, typ.Type)
 	}
-	return configErr("", "%v", err)
+	return configErr("", "%v", jsonpos.Error(data, err))
 }
 
 // checkURL reports what is wrong with an upstream's base URL.

@@ -44,3 +44,13 @@ func TestConfigWithSeveralMistakesNamesEach(t *testing.T) {
 		t.Errorf("errors.As: %v, want the first, at upstreams.a.url", ce)
 	}
 }
+
+// TestConfigJSONErrorSaysLineAndColumn: a JSON mistake is placed where an
+// editor finds it.
+func TestConfigJSONErrorSaysLineAndColumn(t *testing.T) {
+	_, err := proxy.ParseConfig([]byte("{\n  \"upstreams\": {\n    \"a\": {\"url\": \"http://127.0.0.1:1\",}\n  }\n}\n"), nil)
+	want := `config: line 3, column 39: invalid character '}' looking for beginning of object key string`
+	if err == nil || err.Error() != want {
+		t.Errorf("%v, want %s", err, want)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/rebound-go/rebound/cmd/rebound/internal/cliflag"
 	"github.com/rebound-go/rebound/cmd/rebound/internal/proxyrun"
 	"github.com/rebound-go/rebound/cmd/rebound/internal/serve"
+	"github.com/rebound-go/rebound/internal/jsonpos"
 	reboundmcp "github.com/rebound-go/rebound/mcp"
 )
 
@@ -283,7 +284,7 @@ func readToolRules(file string) (map[string]reboundmcp.ToolRule, error) {
 	dec.DisallowUnknownFields()
 	var cfg toolRules
 	if err := dec.Decode(&cfg); err != nil {
-		return nil, fmt.Errorf("--config %s: %v (want {\"tools\": {\"NAME\": \"read-only\"}})", file, err)
+		return nil, fmt.Errorf("--config %s: %v (want {\"tools\": {\"NAME\": \"read-only\"}})", file, jsonpos.Error(data, err))
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("--config %s: something after the object", file)
