@@ -37,7 +37,7 @@ func DefineFlags(fs *flag.FlagSet) *Flags {
 	o := &c.Options
 	fs.StringVar(&c.Upstream, "upstream", "", "front the streamable HTTP MCP server at this `URL` (instead of -- COMMAND)")
 	fs.StringVar(&c.Addr, "addr", "", "serve streamable HTTP at http://`host:port`/mcp instead of stdio (port 0 picks a free port); a non-loopback address needs tokens")
-	fs.StringVar(&o.Name, "name", "", "the server's `name` in logs (default: the command's base name, or the URL's host)")
+	fs.StringVar(&o.Name, "name", "", "the server's `name` in logs and errors (default: the package npx, uvx and the like run, as server-memory; else the command's base name, or the URL's host)")
 	fs.DurationVar(&o.DownWait, "down-wait", 10*time.Second, "how long a call waits for a server that is down before it fails (0: fail at once; else at least 100ms)")
 	fs.DurationVar(&o.IdleTimeout, "idle-timeout", 60*time.Second, "cancel a call with no result and no progress for this long (0: never; else at least 100ms)")
 	fs.DurationVar(&o.RestartMin, "restart-min", 100*time.Millisecond, "first wait between restarts after the immediate one; doubles up to --restart-max")
