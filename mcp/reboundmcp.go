@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -47,7 +46,11 @@ type Upstream struct {
 // killed as if it had crashed.
 func Command(cmd *exec.Cmd) Upstream {
 	tmpl := *cmd
-	return Upstream{name: filepath.Base(cmd.Path), inline: true, dial: func(ctx context.Context, o *Options) (mcp.Connection, error) {
+	var args []string
+	if len(cmd.Args) > 1 {
+		args = cmd.Args[1:]
+	}
+	return Upstream{name: commandName(cmd.Path, args), inline: true, dial: func(ctx context.Context, o *Options) (mcp.Connection, error) {
 		return startChild(ctx, &tmpl, o.idleTimeout())
 	}}
 }
@@ -92,8 +95,10 @@ const (
 // Options configure a Transport. The zero value works: each field
 // documents its default.
 type Options struct {
-	// Name names the server in logs and events. Empty means the command's
-	// base name or the endpoint's host.
+	// Name names the server in logs and events. Empty means, for a
+	// Command, the package a runner such as npx or uvx fetches
+	// (server-memory for npx -y @modelcontextprotocol/server-memory),
+	// or else the command's base name; for HTTP, the endpoint's host.
 	Name string
 	// Policy bounds the retries of HTTP failures (429 and 503 with their
 	// Retry-After, refused and reset connections) and of requests resent

@@ -211,6 +211,7 @@ func (p *Proxy) logCall(c *call, status int) {
 	}
 	if c.aborted {
 		attrs = append(attrs, slog.Bool("broken", true))
+		c.row.broke()
 	}
 	if c.err != nil {
 		attrs = append(attrs, slog.String("error", p.secrets.String(scrub.Of(c.client).String(c.err.Error()))))

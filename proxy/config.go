@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/cost"
+	"github.com/rebound-go/rebound/internal/jsonpos"
 )
 
 // Dialects: the wire formats the proxy speaks, which say how an upstream
@@ -154,7 +157,9 @@ func configErr(where, format string, a ...any) error {
 }
 
 // ParseConfig reads and checks a config file's JSON; getenv looks up the
-// upstreams' key variables, each of which must be set and not empty.
+// upstreams' key variables, each of which must be set and not empty. A
+// file with several mistakes gets an error for each, one a line (joined
+// with errors.Join); errors.As finds the first ConfigError.
 func ParseConfig(data []byte, getenv func(string) string) (*FileConfig, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -165,54 +170,58 @@ func ParseConfig(data []byte, getenv func(string) string) (*FileConfig, error) {
 	if dec.More() {
 		return nil, configErr("", "more than one JSON value")
 	}
+	// Every mistake is reported, not only the first, so that a file is
+	// put right in one go; each is a ConfigError naming its key.
+	var errs []error
 	if _, err := parsePolicy("policy", c.Policy, rebound.Policy{}); err != nil {
-		return nil, err
+		errs = append(errs, err)
 	}
 	if len(c.Upstreams) == 0 {
-		return nil, configErr("upstreams", "none given (want at least one)")
+		errs = append(errs, configErr("upstreams", "none given (want at least one)"))
 	}
-	for name, u := range c.Upstreams {
+	for _, name := range slices.Sorted(maps.Keys(c.Upstreams)) {
+		u := c.Upstreams[name]
 		where := "upstreams." + name
 		if err := checkUpstreamName(name); err != nil {
-			return nil, configErr(where, "%v", err)
+			errs = append(errs, configErr(where, "%v", err))
 		}
 		if err := checkURL(u.URL); err != nil {
-			return nil, configErr(where+".url", "%v", err)
+			errs = append(errs, configErr(where+".url", "%v", err))
 		}
 		switch u.Dialect {
 		case "", DialectOpenAI, DialectAnthropic, DialectGemini:
 		default:
-			return nil, configErr(where+".dialect", "%q is not openai, anthropic or gemini", u.Dialect)
+			errs = append(errs, configErr(where+".dialect", "%q is not openai, anthropic or gemini", u.Dialect))
 		}
 		if u.KeyEnv != "" && getenv(u.KeyEnv) == "" {
-			return nil, configErr(where+".key_env", "environment variable %s is not set", u.KeyEnv)
+			errs = append(errs, configErr(where+".key_env", "environment variable %s is not set", u.KeyEnv))
 		}
 		if _, err := poolKeys(where, u, getenv); err != nil {
-			return nil, err
+			errs = append(errs, err)
 		}
 		if u.RequestsPerMinute < 0 || u.TokensPerMinute < 0 {
-			return nil, configErr(where, "negative limit")
+			errs = append(errs, configErr(where, "negative limit"))
 		}
 	}
 	if len(c.Routes) == 0 {
 		if _, ok := c.Upstreams["default"]; !ok && len(c.Upstreams) > 1 {
-			return nil, configErr("routes", "none given, and no upstream is named \"default\"")
+			errs = append(errs, configErr("routes", "none given, and no upstream is named \"default\""))
 		}
 	}
 	for i, r := range c.Routes {
 		where := fmt.Sprintf("routes[%d]", i)
 		up, ok := c.Upstreams[r.Upstream]
 		if !ok {
-			return nil, configErr(where+".upstream", "unknown upstream %q", r.Upstream)
+			errs = append(errs, configErr(where+".upstream", "unknown upstream %q", r.Upstream))
 		}
 		if r.PathPrefix != "" && !strings.HasPrefix(r.PathPrefix, "/") {
-			return nil, configErr(where+".path_prefix", "%q does not start with /", r.PathPrefix)
+			errs = append(errs, configErr(where+".path_prefix", "%q does not start with /", r.PathPrefix))
 		}
 		if _, err := parsePolicy(where+".policy", r.Policy, rebound.Policy{}); err != nil {
-			return nil, err
+			errs = append(errs, err)
 		}
 		if r.MaxBodyBytes < 0 {
-			return nil, configErr(where+".max_body_bytes", "negative")
+			errs = append(errs, configErr(where+".max_body_bytes", "negative"))
 		}
 		if r.Cache != nil {
 			if _, err := r.Cache.config(where + ".cache"); err != nil {
@@ -221,39 +230,44 @@ func ParseConfig(data []byte, getenv func(string) string) (*FileConfig, error) {
 		}
 		for j, sp := range r.SafePaths {
 			if err := checkSafePath(sp, r.PathPrefix); err != nil {
-				return nil, configErr(fmt.Sprintf("%s.safe_paths[%d]", where, j), "%v", err)
+				errs = append(errs, configErr(fmt.Sprintf("%s.safe_paths[%d]", where, j), "%v", err))
 			}
 		}
 		for j, f := range r.Fallbacks {
 			fwhere := fmt.Sprintf("%s.fallbacks[%d]", where, j)
-			fu, ok := c.Upstreams[f.Upstream]
-			if !ok {
-				return nil, configErr(fwhere+".upstream", "unknown upstream %q", f.Upstream)
-			}
-			if dialectOr(fu.Dialect) != dialectOr(up.Dialect) {
-				return nil, configErr(fwhere+".upstream", "%q speaks %s, the route's upstream %s", f.Upstream, dialectOr(fu.Dialect), dialectOr(up.Dialect))
+			fu, fok := c.Upstreams[f.Upstream]
+			switch {
+			case !fok:
+				errs = append(errs, configErr(fwhere+".upstream", "unknown upstream %q", f.Upstream))
+			case ok && dialectOr(fu.Dialect) != dialectOr(up.Dialect):
+				errs = append(errs, configErr(fwhere+".upstream", "%q speaks %s, the route's upstream %s", f.Upstream, dialectOr(fu.Dialect), dialectOr(up.Dialect)))
 			}
 		}
 	}
 	if err := checkTenants(&c, getenv); err != nil {
-		return nil, err
+		errs = append(errs, err)
+	}
+	switch len(errs) {
+	case 0:
+	case 1:
+		return nil, errs[0]
+	default:
+		return nil, errors.Join(errs...)
 	}
 	c.Version = ConfigVersion(data)
 	return &c, nil
 }
 
-// jsonError turns a decoding error into a ConfigError that says where.
+// jsonError turns a decoding error into a ConfigError that says where:
+// the key, and the line and column (jsonpos, which rebound mcp's --config
+// shares).
 func jsonError(data []byte, err error) error {
-	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syntax):
-		line := 1 + bytes.Count(data[:min(int(syntax.Offset), len(data))], []byte("\n"))
-		return configErr("", "line %d: %v", line, syntax)
-	case errors.As(err, &typ):
-		return configErr(typ.Field, "%s given, want %s", typ.Value, typ.Type)
+	if errors.As(err, &typ) {
+		line, column := jsonpos.Position(data, typ.Offset)
+		return configErr(typ.Field, "line %d, column %d: %s given, want %s", line, column, typ.Value, typ.Type)
 	}
-	return configErr("", "%v", err)
+	return configErr("", "%v", jsonpos.Error(data, err))
 }
 
 // checkURL reports what is wrong with an upstream's base URL.

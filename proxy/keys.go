@@ -182,6 +182,7 @@ func (up *upstream) headroomNow() ratelimit.Headroom {
 type keyRow struct {
 	Upstream string // the configured upstream's name
 	Key      string // the variable holding a pool's key; "" for an upstream of one key
+	Host     string // the upstream's scheme://host[:port], nothing of its user, path or query
 	// Breaker is the worst state of the key's breakers, one per model
 	// ("closed", "half-open", "open"): a model whose breaker opened shows
 	// though another model of the key answers.
@@ -215,7 +216,7 @@ func (p *Proxy) keyRows() []keyRow {
 			}
 			seen[up] = true
 			h := up.headroomNow()
-			row := keyRow{Upstream: up.name, RequestsHeadroom: h.Requests, TokensHeadroom: h.Tokens, Known: h.Known,
+			row := keyRow{Upstream: up.name, Host: up.base.Scheme + "://" + up.base.Host, RequestsHeadroom: h.Requests, TokensHeadroom: h.Tokens, Known: h.Known,
 				CoolingUntil: time.Unix(0, up.coolingUntil.Load())}
 			if up.pool != "" { // a single key's figures are the upstream's: its events name no key
 				row.Upstream, row.Key = up.pool, up.keyVar

@@ -202,7 +202,7 @@ func TestSafePathsConfigErrors(t *testing.T) {
 		{`["/v1/./tokenize"]`, `routes[0].safe_paths[0]: "/v1/./tokenize" has "." or ".." segments`},
 		{`[""]`, `routes[0].safe_paths[0]: "" does not start with /`},
 		{`["/v1/a%2Fb"]`, `routes[0].safe_paths[0]: "/v1/a%2Fb" has an escape: give the path decoded`},
-		{`"/v1/tokenize"`, `routes.safe_paths: string given, want []string`},
+		{`"/v1/tokenize"`, `routes.safe_paths: line 1, column 101: string given, want []string`},
 	} {
 		_, err := proxy.ParseConfig([]byte(`{"upstreams":{"a":{"url":"http://127.0.0.1:1"}},"routes":[{"upstream":"a","safe_paths":`+c.paths+`}]}`), nil)
 		if err == nil || err.Error() != "config: "+c.want {

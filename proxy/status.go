@@ -67,6 +67,8 @@ type statusRow struct {
 type statusBucket struct {
 	epoch          int64
 	calls, retried int64 // calls ended, and those of them that made more than one attempt
+	gaveUp         int64 // calls ended without success (a breaker's refusal too)
+	broken         int64 // answers that broke off after they began
 	attempts       int64
 	failed         [numKinds]int64 // failed attempts by the kind of their verdict
 	latency        [latencySlots]uint32
@@ -126,6 +128,9 @@ func (r *statusRow) note(e rebound.Event, judged bool, route string) {
 	}
 	if ended {
 		b.calls++
+		if e.Type == rebound.EventGiveUp {
+			b.gaveUp++
+		}
 		if e.Attempt > 1 {
 			b.retried++
 		}
@@ -158,6 +163,18 @@ func (r *statusRow) bucket(now time.Time) *statusBucket {
 	return b
 }
 
+// broke counts an answer of r's that broke off after it began: its
+// status and some of its body (a stream's first events, mostly) had gone
+// to the client, so that no retry could mend it.
+func (r *statusRow) broke() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.bucket(time.Now()).broken++
+	r.mu.Unlock()
+}
+
 // failed adds f to the latest failures.
 func (s *statusBoard) failed(f failureRecord) {
 	s.mu.Lock()
@@ -184,6 +201,7 @@ func latencyBound(i int) time.Duration {
 // rowFigures are a row's figures over the window.
 type rowFigures struct {
 	inFlight, calls, retried, attempts int64
+	gaveUp, broken                     int64
 	failed                             [numKinds]int64
 	p50, p99                           time.Duration // 0 without calls
 	tokens                             tokenTally
@@ -203,6 +221,8 @@ func (r *statusRow) figures(now time.Time) rowFigures {
 		}
 		f.calls += b.calls
 		f.retried += b.retried
+		f.gaveUp += b.gaveUp
+		f.broken += b.broken
 		f.attempts += b.attempts
 		for k := range b.failed {
 			f.failed[k] += b.failed[k]

@@ -27,8 +27,11 @@ const adminToken = "adm-token-7f3a9c21e8"
 type status struct {
 	Upstreams []struct {
 		Upstream, Key, Breaker string
+		Host                   string
 		InFlight               int64 `json:"in_flight"`
 		Calls, Attempts        int64
+		GaveUp                 int64 `json:"gave_up"`
+		Broken                 int64
 		RetryRate              float64 `json:"retry_rate"`
 		Failures               map[string]int64
 		P50Ms                  *float64 `json:"p50_ms"`
@@ -463,3 +466,60 @@ func TestStatusShowsTheShareOfInputReadFromTheCache(t *testing.T) {
 		}
 	})
 }
+
+// TestStatusShowsGiveUpsBrokenStreamsAndTheHost: an upstream's row counts
+// the calls given up and the answers that broke off after they began,
+// and shows where the upstream is by its scheme, host and port, never its
+// path.
+func TestStatusShowsGiveUpsBrokenStreamsAndTheHost(t *testing.T) {
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if strings.Contains(r.URL.Path, "embeddings") { // never retried: a 400 is the client's
+			return &http.Response{StatusCode: 400, Header: http.Header{"Content-Type": {"application/json"}},
+				Body: io.NopCloser(strings.NewReader(`{"error":{"message":"bad input"}}`)), Request: r}, nil
+		}
+		body := io.MultiReader(strings.NewReader("data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n"), failingReader{io.ErrUnexpectedEOF})
+		return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(body), Request: r}, nil
+	})
+	cfg, err := proxy.ParseConfig([]byte(`{"upstreams":{"far":{"url":"https://provider.test:8443/v1/base"}}}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := proxy.New(proxy.Options{Config: cfg, Base: base, AdminToken: adminToken, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		w := httptest.NewRecorder()
+		p.ServeHTTP(w, httptest.NewRequest("POST", "http://localhost/v1/embeddings", strings.NewReader(`{"model":"e"}`)))
+		if w.Code != 400 {
+			t.Fatalf("a refused call: %d", w.Code)
+		}
+	}
+	// Under an http.Server, the proxy breaks the client's answer as the
+	// upstream's broke: the handler panics with http.ErrAbortHandler.
+	r := httptest.NewRequest("POST", "http://localhost/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true}`))
+	r = r.WithContext(context.WithValue(r.Context(), http.ServerContextKey, &http.Server{}))
+	func() {
+		defer func() {
+			if v := recover(); v != http.ErrAbortHandler {
+				t.Errorf("a stream broken after it began: recovered %v, want http.ErrAbortHandler", v)
+			}
+		}()
+		p.ServeHTTP(httptest.NewRecorder(), r)
+	}()
+	s, raw := readStatus(t, p)
+	if len(s.Upstreams) != 1 {
+		t.Fatalf("upstreams: %s", raw)
+	}
+	if u := s.Upstreams[0]; u.Host != "https://provider.test:8443" || u.Calls != 3 || u.GaveUp != 2 || u.Broken != 1 {
+		t.Errorf("after 2 calls given up and a broken stream: %s", raw)
+	}
+	if strings.Contains(raw, "/v1/base") {
+		t.Errorf("the status shows the upstream's path: %s", raw)
+	}
+}
+
+// failingReader is a reader that fails with its error.
+type failingReader struct{ err error }
+
+func (r failingReader) Read([]byte) (int, error) { return 0, r.err }

@@ -121,14 +121,20 @@ type statusJSON struct {
 // upstreamJSON is an upstream's key: its state and the figures of its
 // calls over the window. A figure not known is null.
 type upstreamJSON struct {
-	Upstream         string           `json:"upstream"`
-	Key              string           `json:"key"` // the name of the variable that holds it, "" for an upstream's only key
+	Upstream string `json:"upstream"`
+	Key      string `json:"key"` // the name of the variable that holds it, "" for an upstream's only key
+	// Host is the upstream's scheme, host and port (no user, path or
+	// query, where keys may travel); "" for an upstream no longer in the
+	// config.
+	Host             string           `json:"host"`
 	Breaker          string           `json:"breaker"`
 	RequestsHeadroom *float64         `json:"requests_headroom"`
 	TokensHeadroom   *float64         `json:"tokens_headroom"`
 	CoolingUntil     *time.Time       `json:"cooling_until"`
 	InFlight         int64            `json:"in_flight"`
 	Calls            int64            `json:"calls"`
+	GaveUp           int64            `json:"gave_up"` // calls that ended without success, of Calls
+	Broken           int64            `json:"broken"`  // answers that broke off after they began
 	Attempts         int64            `json:"attempts"`
 	RetryRate        float64          `json:"retry_rate"`
 	Failures         map[string]int64 `json:"failures"`
@@ -175,7 +181,7 @@ func (p *Proxy) status(ctx context.Context, now time.Time) statusJSON {
 		id := [2]string{k.Upstream, k.Key}
 		u := upstreamRow(k.Upstream, k.Key, figures[id])
 		delete(figures, id)
-		u.Breaker = k.Breaker
+		u.Breaker, u.Host = k.Breaker, k.Host
 		if k.Known {
 			u.RequestsHeadroom, u.TokensHeadroom = &k.RequestsHeadroom, &k.TokensHeadroom
 		}
@@ -206,7 +212,7 @@ func (p *Proxy) status(ctx context.Context, now time.Time) statusJSON {
 
 // upstreamRow returns the JSON of an upstream's key with figures f.
 func upstreamRow(upstream, key string, f rowFigures) upstreamJSON {
-	u := upstreamJSON{Upstream: upstream, Key: key, InFlight: f.inFlight, Calls: f.calls, Attempts: f.attempts,
+	u := upstreamJSON{Upstream: upstream, Key: key, InFlight: f.inFlight, Calls: f.calls, GaveUp: f.gaveUp, Broken: f.broken, Attempts: f.attempts,
 		Failures: map[string]int64{}, tokensJSON: f.tokens.json()}
 	if f.calls > 0 {
 		u.RetryRate = float64(f.retried) / float64(f.calls)

@@ -150,7 +150,7 @@ func TestRunChaosUsage(t *testing.T) {
 		args []string
 		want string // in the stderr line
 	}{
-		{[]string{"--nope"}, "flag provided but not defined: -nope"},
+		{[]string{"--nope"}, "flag provided but not defined: --nope"},
 		{[]string{"--seed", "x"}, `invalid value "x" for flag -seed`},
 		{[]string{"serve"}, `unexpected argument "serve"`},
 		{[]string{"--mode", "flaky"}, `unknown mode "flaky" (want ok, random, down`},

@@ -35,6 +35,7 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/rebound-go/rebound/cmd/rebound/internal/cliflag"
 	"github.com/rebound-go/rebound/cmd/rebound/internal/version"
 )
 
@@ -212,7 +213,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string, usage string, stderr io.W
 			printHelp(fs, usage, helpOutput(stderr))
 			return nil, 0, true
 		case err != nil:
-			fmt.Fprintf(stderr, "rebound %s: %v\n", fs.Name(), err)
+			fmt.Fprintf(stderr, "rebound %s: %v\n", fs.Name(), cliflag.Unknown(fs, err))
 			return nil, 2, true
 		}
 		left := fs.Args()

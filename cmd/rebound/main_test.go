@@ -94,12 +94,15 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"help", "bench", "sim"}, `rebound help: unexpected argument "sim"`},
 		{[]string{"frobnicate"}, `rebound: unknown command "frobnicate" (want analyze, batch, bench, chaos, mcp, proxy, sim, help or version)`},
 		{[]string{"version", "now"}, `rebound version: unexpected argument "now"`},
-		{[]string{"version", "--short"}, `rebound version: flag provided but not defined: -short`},
-		{[]string{"chaos", "--nope"}, "rebound chaos: flag provided but not defined: -nope"},
-		{[]string{"analyze", "--nope"}, "rebound analyze: flag provided but not defined: -nope"},
-		{[]string{"bench", "--nope"}, "rebound bench: flag provided but not defined: -nope"},
-		{[]string{"sim", "--nope"}, "rebound sim: flag provided but not defined: -nope"},
-		{[]string{"mcp", "--nope"}, "rebound mcp: flag provided but not defined: -nope"},
+		{[]string{"version", "--short"}, `rebound version: flag provided but not defined: --short (rebound version --help lists the flags)`},
+		{[]string{"chaos", "--nope"}, "rebound chaos: flag provided but not defined: --nope (rebound chaos --help lists the flags)"},
+		{[]string{"analyze", "--nope"}, "rebound analyze: flag provided but not defined: --nope (rebound analyze --help lists the flags)"},
+		{[]string{"bench", "--nope"}, "rebound bench: flag provided but not defined: --nope (rebound bench --help lists the flags)"},
+		{[]string{"sim", "--nope"}, "rebound sim: flag provided but not defined: --nope (rebound sim --help lists the flags)"},
+		{[]string{"mcp", "--nope"}, "rebound mcp: flag provided but not defined: --nope (rebound mcp --help lists the flags)"},
+		// A newcomer's guess at a flag is told the one to give.
+		{[]string{"proxy", "--port", "9000"}, "rebound proxy: flag provided but not defined: --port (the address is --addr host:port)"},
+		{[]string{"proxy", "--upstreams", "http://127.0.0.1:1"}, "rebound proxy: flag provided but not defined: --upstreams (did you mean --upstream?)"},
 	} {
 		code, stdout, stderr := runCmd(c.args...)
 		if code != 2 || stdout != "" || stderr != c.want+"\n" {

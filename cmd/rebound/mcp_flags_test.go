@@ -26,7 +26,7 @@ func TestMCPBadFlags(t *testing.T) {
 		{[]string{"--upstream", "http://127.0.0.1:1/mcp", "--", "true"}, "--upstream and a command both given"},
 		{[]string{"--upstream", "ftp://host/mcp"}, "--upstream"},
 		{[]string{"--upstream", "127.0.0.1:3001"}, "--upstream"},
-		{[]string{"--bogus", "--", "true"}, "flag provided but not defined: -bogus"},
+		{[]string{"--bogus", "--", "true"}, "flag provided but not defined: --bogus"},
 		{[]string{"--down-wait", "soon", "--", "true"}, `invalid value "soon" for flag -down-wait`},
 		{[]string{"--down-wait", "-1s", "--", "true"}, "--down-wait -1s is negative"},
 		{[]string{"--idle-timeout", "1ns", "--", "true"}, "--idle-timeout 1ns: want 0 (none) or at least 100ms"},

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/rebound-go/rebound/cmd/rebound/internal/proxyrun"
 )
@@ -18,7 +19,10 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	c, err := f.Config()
 	if err != nil {
-		fmt.Fprintf(stderr, "rebound proxy: %v\n", err)
+		// A config with several mistakes names each on a line of its own.
+		for line := range strings.SplitSeq(err.Error(), "\n") {
+			fmt.Fprintf(stderr, "rebound proxy: %s\n", line)
+		}
 		return 2
 	}
 	return proxyrun.Run(ctx, c, stdout, stderr)

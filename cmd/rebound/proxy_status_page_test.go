@@ -31,15 +31,19 @@ const screenshotEnv = "REBOUND_UI_SCREENSHOT"
 
 // pageRow is a row of the status page's upstream table, as a person reads it.
 type pageRow struct {
-	Upstream, Breaker, Failures string
-	InFlight, Calls, Attempts   int64
-	Cached                      string // the share of input read from the cache
+	Upstream, Host, Breaker, Failures string
+	InFlight, Calls, Attempts         int64
+	GaveUp, Broken                    int64
+	Cached                            string // the share of input read from the cache
 }
 
 // readPage is the script that reads the page's upstream rows.
 const readPage = `JSON.stringify([...document.querySelectorAll("#upstreams tbody tr[data-upstream]")].map(tr => ({
 	Upstream: tr.dataset.upstream,
+	Host: tr.querySelector(".host").textContent,
 	Breaker: tr.querySelector(".breaker").textContent,
+	GaveUp: +tr.querySelector(".gaveup").textContent,
+	Broken: +tr.querySelector(".broken").textContent,
 	Failures: tr.querySelector(".failures").textContent,
 	InFlight: +tr.querySelector(".inflight").textContent,
 	Calls: +tr.querySelector(".calls").textContent,
@@ -161,7 +165,8 @@ func TestStatusPageInChromiumUnderLoad(t *testing.T) {
 		}
 	}
 	got := rows()["flaky"]
-	if got.Breaker != "closed" || !strings.Contains(got.Failures, "transient") || got.Calls == 0 || got.Calls > got.Attempts || got.Cached != "75.0%" {
+	if got.Breaker != "closed" || !strings.Contains(got.Failures, "transient") || got.Calls == 0 || got.Calls > got.Attempts || got.Cached != "75.0%" ||
+		got.Host != flaky.URL || got.GaveUp > got.Calls || got.Broken != 0 {
 		t.Errorf("flaky's row: %+v", got)
 	}
 	if backup := rows()["backup"]; backup.Cached != "–" {

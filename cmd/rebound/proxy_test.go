@@ -318,6 +318,15 @@ func TestProxyUsage(t *testing.T) {
 			t.Errorf("%q: exit %d, stderr %q; want 2 and one line with %q", c.args, code, stderr, c.want)
 		}
 	}
+	// A config with several mistakes names each, a line apiece.
+	two := file(`{"upstreams":{"a":{"url":"ftp://127.0.0.1:1","dialect":"klingon"}},"routes":[{"upstream":"b"}]}`)
+	code, stdout, stderr := runCmd("proxy", "--config", two)
+	want := "rebound proxy: config: upstreams.a.url: \"ftp://127.0.0.1:1\" is not an http or https URL\n" +
+		"rebound proxy: config: upstreams.a.dialect: \"klingon\" is not openai, anthropic or gemini\n" +
+		"rebound proxy: config: routes[0].upstream: unknown upstream \"b\"\n"
+	if code != 2 || stdout != "" || stderr != want {
+		t.Errorf("three mistakes: exit %d, stderr %q; want 2 and %q", code, stderr, want)
+	}
 }
 
 // TestProxyAnswersItself: a body over the cap gets a 413 in its dialect; an

@@ -17,6 +17,7 @@ import (
 	"github.com/rebound-go/rebound/cmd/rebound/internal/cliflag"
 	"github.com/rebound-go/rebound/cmd/rebound/internal/proxyrun"
 	"github.com/rebound-go/rebound/cmd/rebound/internal/serve"
+	"github.com/rebound-go/rebound/internal/jsonpos"
 	reboundmcp "github.com/rebound-go/rebound/mcp"
 )
 
@@ -36,7 +37,7 @@ func DefineFlags(fs *flag.FlagSet) *Flags {
 	o := &c.Options
 	fs.StringVar(&c.Upstream, "upstream", "", "front the streamable HTTP MCP server at this `URL` (instead of -- COMMAND)")
 	fs.StringVar(&c.Addr, "addr", "", "serve streamable HTTP at http://`host:port`/mcp instead of stdio (port 0 picks a free port); a non-loopback address needs tokens")
-	fs.StringVar(&o.Name, "name", "", "the server's `name` in logs (default: the command's base name, or the URL's host)")
+	fs.StringVar(&o.Name, "name", "", "the server's `name` in logs and errors (default: the package npx, uvx and the like run, as server-memory; else the command's base name, or the URL's host)")
 	fs.DurationVar(&o.DownWait, "down-wait", 10*time.Second, "how long a call waits for a server that is down before it fails (0: fail at once; else at least 100ms)")
 	fs.DurationVar(&o.IdleTimeout, "idle-timeout", 60*time.Second, "cancel a call with no result and no progress for this long (0: never; else at least 100ms)")
 	fs.DurationVar(&o.RestartMin, "restart-min", 100*time.Millisecond, "first wait between restarts after the immediate one; doubles up to --restart-max")
@@ -283,7 +284,7 @@ func readToolRules(file string) (map[string]reboundmcp.ToolRule, error) {
 	dec.DisallowUnknownFields()
 	var cfg toolRules
 	if err := dec.Decode(&cfg); err != nil {
-		return nil, fmt.Errorf("--config %s: %v (want {\"tools\": {\"NAME\": \"read-only\"}})", file, err)
+		return nil, fmt.Errorf("--config %s: %v (want {\"tools\": {\"NAME\": \"read-only\"}})", file, jsonpos.Error(data, err))
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("--config %s: something after the object", file)

@@ -14,7 +14,7 @@ import (
 
 // TestMCPConfigFile: the per-tool rules are read strictly: each rule's
 // name, nothing unknown, nothing after the object; the first bad entry
-// (in name order) is named.
+// (in name order) is named, a JSON mistake by its line and column.
 func TestMCPConfigFile(t *testing.T) {
 	dir := t.TempDir()
 	write := func(s string) string {
@@ -41,8 +41,10 @@ func TestMCPConfigFile(t *testing.T) {
 		{`{"tools": {"a": "read-only"}, "servers": {}}`, `unknown field "servers"`},
 		{`{"tools": {"a": "read-only"}} {}`, "something after the object"},
 		{`{}`, `no "tools" object`},
-		{`[]`, "cannot unmarshal array"},
+		{`[]`, "line 1, column 1: json: cannot unmarshal array"},
 		{`{"tools": {"a": "read-only",}}`, "invalid character"},
+		// A JSON mistake says its line and column, as the proxy's does.
+		{"{\"tools\": {\n  \"a\": \"read-only\",\n}}", `line 3, column 1: invalid character '}' looking for beginning of object key string`},
 		{`{"tools": {"create": "side-effects", "b": "read-only", "create": "read-only"}}`, `tools["create"] is given twice`},
 	} {
 		_, err := readToolRules(write(c.file))

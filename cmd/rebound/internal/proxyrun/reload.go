@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -62,7 +63,8 @@ func (l *liveProxy) reload(file string, logger *slog.Logger) {
 		}
 	}
 	if err != nil {
-		logger.Error("config refused", "error", err.Error(), "live_version", l.Load().ConfigVersion())
+		// One log line, even for a file with several mistakes.
+		logger.Error("config refused", "error", strings.ReplaceAll(err.Error(), "\n", "; "), "live_version", l.Load().ConfigVersion())
 		return
 	}
 	l.Store(p)
