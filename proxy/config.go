@@ -225,7 +225,7 @@ func ParseConfig(data []byte, getenv func(string) string) (*FileConfig, error) {
 		}
 		if r.Cache != nil {
 			if _, err := r.Cache.config(where + ".cache"); err != nil {
-				return nil, err
+				errs = append(errs, err)
 			}
 		}
 		for j, sp := range r.SafePaths {

@@ -21,7 +21,8 @@ func TestConfigWithSeveralMistakesNamesEach(t *testing.T) {
 		},
 		"routes": [
 			{"upstream": "nowhere", "path_prefix": "v1", "fallbacks": [{"upstream": "b"}]},
-			{"upstream": "a", "max_body_bytes": -1, "fallbacks": [{"upstream": "b"}]}
+			{"upstream": "a", "max_body_bytes": -1, "fallbacks": [{"upstream": "b"}],
+			 "cache": {"serve": "sometimes"}}
 		]
 	}`), func(string) string { return "" })
 	want := []string{
@@ -31,6 +32,7 @@ func TestConfigWithSeveralMistakesNamesEach(t *testing.T) {
 		`config: routes[0].upstream: unknown upstream "nowhere"`,
 		`config: routes[0].path_prefix: "v1" does not start with /`,
 		`config: routes[1].max_body_bytes: negative`,
+		`config: routes[1].cache.serve: "sometimes" is neither "on_failure" nor "always"`,
 		`config: routes[1].fallbacks[0].upstream: "b" speaks anthropic, the route's upstream openai`,
 	}
 	if err == nil {
