@@ -483,16 +483,14 @@ func (c *call) log(outcome string, took time.Duration) {
 		return
 	}
 	attrs := []slog.Attr{
-		slog.String("server", c.s.o.Name), slog.String("method", c.req.Method),
+		slog.String("kind", "mcp"), slog.String("server", c.s.o.Name), slog.String("method", c.req.Method),
 	}
 	if c.tool != "" {
 		attrs = append(attrs, slog.String("tool", c.tool))
 	}
 	attrs = append(attrs, slog.Int("attempts", c.attempts), slog.String("outcome", outcome),
-		slog.Bool("restarted", c.restarted), slog.Duration("duration", took))
-	level := slog.LevelInfo
-	if outcome != "ok" && outcome != "tool_error" && outcome != "cancelled" {
-		level = slog.LevelWarn
-	}
-	l.LogAttrs(context.Background(), level, "mcp.request", attrs...)
+		slog.Bool("restarted", c.restarted), slog.Float64("latency_ms", float64(took.Microseconds())/1000))
+	// The access line of rebound proxy's schema: one level, the outcome
+	// telling how the request went.
+	l.LogAttrs(context.Background(), slog.LevelInfo, "request", attrs...)
 }

@@ -111,9 +111,10 @@
 //
 // # Seen
 //
-// Options.Logger gets one JSON line per client request (message
-// mcp.request: server, method, tool, attempts, outcome, whether the server
-// restarted during it, duration), never its arguments or result; restarts
+// Options.Logger gets one JSON line per client request, in the schema of
+// rebound proxy's access line (message request, kind mcp: server, method,
+// tool, attempts, outcome, whether the server restarted during it,
+// latency_ms), never its arguments or result; restarts
 // (mcp.restart) and the respawn breaker's changes (mcp.breaker) have lines
 // of their own. Options.Observer (else Policy.Observer) gets the same as
 // rebound's Events, so that observe.Slog logs them and reboundotel traces

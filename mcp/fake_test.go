@@ -150,8 +150,8 @@ func (f *fake) awaitStarts(n int) {
 	synctest.Wait()
 }
 
-// requests returns the mcp.request lines.
-func (l *logBuffer) requests(t *testing.T) []map[string]any { return l.lines(t, "mcp.request") }
+// requests returns the access lines (message request).
+func (l *logBuffer) requests(t *testing.T) []map[string]any { return l.lines(t, "request") }
 
 // lines returns the lines of one message.
 func (l *logBuffer) lines(t *testing.T, msg string) []map[string]any {

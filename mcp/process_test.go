@@ -54,6 +54,11 @@ func TestStdioSideEffectingCallInFlightWhenTheProcessDiesRunsOnceAndTheCallerIsT
 	if write["outcome"] != "may_have_run" || write["attempts"] != 1.0 {
 		t.Errorf("the write's log line: %v", write)
 	}
+	// The access line of rebound proxy's schema: its kind, one level, the
+	// latency a number of milliseconds.
+	if _, ms := write["latency_ms"].(float64); write["kind"] != "mcp" || write["level"] != "INFO" || !ms || write["duration"] != nil {
+		t.Errorf("the write's log line is not of the access line's schema: %v", write)
+	}
 }
 
 func TestStdioReadOnlyCallsThroughRepeatedCrashesAreNoneLost(t *testing.T) {

@@ -147,7 +147,8 @@ func (c *call) observe(next rebound.Observer, row *statusRow) rebound.Observer {
 // boxed once.
 var noKinds any = []string{}
 
-// logCall writes the access log line of c, answered with status: method,
+// logCall writes the access log line of c, answered with status: kind
+// ("llm": a model call, as rebound mcp's lines are "mcp"), method,
 // path, route, upstream, model (as the client named it), attempts, kinds
 // (the verdict of each failed attempt: a list, empty when the first
 // attempt answered), status and latency_ms always; stream (true for an
@@ -172,6 +173,7 @@ func (p *Proxy) logCall(c *call, status int) {
 	// past the nine always there would otherwise move them to the heap.
 	attrs := make([]slog.Attr, 0, 24)
 	attrs = append(attrs,
+		slog.String("kind", "llm"),
 		slog.String("method", c.method),
 		slog.String("path", c.path),
 		slog.String("route", c.route),

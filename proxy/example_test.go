@@ -53,5 +53,5 @@ func ExampleNew() {
 	// Output:
 	// 200 OK
 	// {"choices":[{"index":0,"message":{"role":"assistant","content":"Hello!"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}
-	// {"level":"INFO","msg":"request","method":"POST","path":"/v1/chat/completions","route":"default","upstream":"upstream","model":"gpt-x","attempts":1,"kinds":[],"status":200,"input_tokens":9,"output_tokens":2}
+	// {"level":"INFO","msg":"request","kind":"llm","method":"POST","path":"/v1/chat/completions","route":"default","upstream":"upstream","model":"gpt-x","attempts":1,"kinds":[],"status":200,"input_tokens":9,"output_tokens":2}
 }

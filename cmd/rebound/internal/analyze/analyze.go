@@ -305,6 +305,8 @@ func (a *Analyzer) line(b []byte) lineResult {
 		if !rec.Succeeded.set {
 			return lineMalformed
 		}
+	case rec.Msg == proxyRequest && rec.Kind == "mcp":
+		return lineSkipped // a tool call, not a model's
 	case rec.Msg == proxyRequest:
 		if !rec.Status.set {
 			return lineMalformed
@@ -330,6 +332,7 @@ const proxyRequest = "request"
 // answered when its status is under 400, refused by a cap when its
 // tenant's spend cap refused it, costing its cost_usd.
 func proxyCall(rec *record) {
+	rec.Kind = "" // "llm", the line's kind: no verdict's
 	rec.Succeeded = optBool{true, rec.Status.v > 0 && rec.Status.v < 400}
 	rec.Refused = refusal(rec.Outcome == proxySpendCap)
 	if rec.CostUSD.set {

@@ -676,3 +676,16 @@ func TestAnswersFromTheResponseCache(t *testing.T) {
 		}
 	}
 }
+
+// TestToolCallsOfTheOneSchemaAreNotModelCalls: rebound mcp's access line
+// shares the proxy's schema, with "kind":"mcp"; a model call's is "llm".
+func TestToolCallsOfTheOneSchemaAreNotModelCalls(t *testing.T) {
+	r := analyzeLines(t, Options{},
+		`{"msg":"request","kind":"llm","status":200,"attempts":2,"kinds":["transient"]}`,
+		`{"msg":"request","kind":"mcp","server":"memory","method":"tools/call","tool":"create","attempts":1,"outcome":"ok","latency_ms":3.2}`,
+		`{"msg":"request","status":503,"attempts":3}`,
+	)
+	if r.Calls != 2 || r.Skipped != 1 || r.Malformed != 0 {
+		t.Errorf("calls %d, skipped %d, malformed %d; want 2, 1, 0", r.Calls, r.Skipped, r.Malformed)
+	}
+}

@@ -38,7 +38,8 @@
 // record with another "msg" but "request", are skipped.
 //
 // rebound proxy's access log: a record whose "msg" is "request" is one
-// request, with "status" (required; the call succeeded when it is from 1
+// request ("kind" "llm", or none before the kind was written; one of
+// "kind" "mcp", rebound mcp's tool call, is skipped), with "status" (required; the call succeeded when it is from 1
 // to 399), "attempts" (0, a request refused before its first attempt,
 // counts as 1), "input_tokens", "output_tokens", "cache_read_tokens",
 // "cache_write_tokens", "tenant", "tenant_cap_usd", "cost_usd" (the cost,
