@@ -43,8 +43,9 @@ const numKinds = int(rebound.KindCanceled) + 1
 
 // statusBoard keeps, for the status page, the figures of the calls to
 // each upstream and key over the last StatusWindow (from rebound's
-// events, as each call judges them: see call.Observe) and the latest
-// failed attempts. It is safe for concurrent use.
+// events, as each call judges them: see call.Observe), a chart of their
+// last chartMinutes minutes, and the latest failed attempts. It is safe
+// for concurrent use.
 type statusBoard struct {
 	mu       sync.Mutex               // guards the fields below
 	rows     map[[2]string]*statusRow // by upstream and key
@@ -223,7 +224,8 @@ type rowFigures struct {
 	tokens                             tokenTally
 }
 
-// figures adds up r's buckets of the window that ends at now.
+// figures adds up r's buckets of the window that ends at now, and reads
+// its chart up to now.
 func (r *statusRow) figures(now time.Time) rowFigures {
 	f := rowFigures{inFlight: r.inFlight.Load()}
 	epoch := window.Epoch(now, int64(StatusWindow/statusBuckets))
