@@ -43,8 +43,9 @@ const numKinds = int(rebound.KindCanceled) + 1
 
 // statusBoard keeps, for the status page, the figures of the calls to
 // each upstream and key over the last StatusWindow (from rebound's
-// events, as each call judges them: see call.Observe) and the latest
-// failed attempts. It is safe for concurrent use.
+// events, as each call judges them: see call.Observe), a chart of their
+// last chartMinutes minutes, and the latest failed attempts. It is safe
+// for concurrent use.
 type statusBoard struct {
 	mu       sync.Mutex               // guards the fields below
 	rows     map[[2]string]*statusRow // by upstream and key
@@ -59,21 +60,25 @@ type statusRow struct {
 	upstream, key string
 	inFlight      atomic.Int64 // requests sent and not yet answered to the end
 
-	mu      sync.Mutex // guards buckets
+	mu      sync.Mutex // guards buckets and minutes
 	buckets [statusBuckets]statusBucket
+	minutes [chartMinutes]minuteBucket // the chart's, a ring (statusRow.minute)
 }
 
 // statusBucket is a stretch of StatusWindow/statusBuckets.
 type statusBucket struct {
 	epoch          int64
 	calls, retried int64 // calls ended, and those of them that made more than one attempt
-	gaveUp         int64 // calls ended without success (a breaker's refusal too)
-	broken         int64 // answers that broke off after they began
-	attempts       int64
-	failed         [numKinds]int64 // failed attempts by the kind of their verdict
-	latency        [latencySlots]uint32
-	latencies      int64      // calls in latency
-	tokens         tokenTally // of the answers the key gave
+	// Each call ended is one of these three: answered by its first
+	// attempt, answered by a later one, or given up (a breaker's refusal
+	// too).
+	first, afterRetries, gaveUp int64
+	broken                      int64 // answers that broke off after they began
+	attempts                    int64
+	failed                      [numKinds]int64 // failed attempts by the kind of their verdict
+	latency                     [latencySlots]uint32
+	latencies                   int64      // calls in latency
+	tokens                      tokenTally // of the answers the key gave
 }
 
 // failureRecord is a failed attempt, as the page lists it: never a header,
@@ -122,14 +127,24 @@ func (r *statusRow) note(e rebound.Event, judged bool, route string) {
 		return
 	}
 	r.mu.Lock()
-	b := r.bucket(now)
+	b, m := r.bucket(now), r.minute(now)
 	if e.Type == rebound.EventAttempt {
 		b.attempts++
+		if e.Attempt > 1 {
+			m.retries++
+		}
 	}
 	if ended {
 		b.calls++
-		if e.Type == rebound.EventGiveUp {
+		m.calls++
+		switch {
+		case e.Type == rebound.EventGiveUp:
 			b.gaveUp++
+			m.gaveUp++
+		case e.Attempt > 1:
+			b.afterRetries++
+		default:
+			b.first++
 		}
 		if e.Attempt > 1 {
 			b.retried++
@@ -201,13 +216,16 @@ func latencyBound(i int) time.Duration {
 // rowFigures are a row's figures over the window.
 type rowFigures struct {
 	inFlight, calls, retried, attempts int64
-	gaveUp, broken                     int64
+	first, afterRetries, gaveUp        int64
+	broken                             int64
+	minutes                            [chartMinutes]minuteCounts // oldest first, the current minute last
 	failed                             [numKinds]int64
 	p50, p99                           time.Duration // 0 without calls
 	tokens                             tokenTally
 }
 
-// figures adds up r's buckets of the window that ends at now.
+// figures adds up r's buckets of the window that ends at now, and reads
+// its chart up to now.
 func (r *statusRow) figures(now time.Time) rowFigures {
 	f := rowFigures{inFlight: r.inFlight.Load()}
 	epoch := window.Epoch(now, int64(StatusWindow/statusBuckets))
@@ -221,6 +239,8 @@ func (r *statusRow) figures(now time.Time) rowFigures {
 		}
 		f.calls += b.calls
 		f.retried += b.retried
+		f.first += b.first
+		f.afterRetries += b.afterRetries
 		f.gaveUp += b.gaveUp
 		f.broken += b.broken
 		f.attempts += b.attempts
@@ -233,6 +253,7 @@ func (r *statusRow) figures(now time.Time) rowFigures {
 		n += b.latencies
 		f.tokens.merge(b.tokens)
 	}
+	f.minutes = r.chart(now)
 	r.mu.Unlock()
 	f.p50, f.p99 = quantile(latency[:], n, 0.5), quantile(latency[:], n, 0.99)
 	return f

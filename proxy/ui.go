@@ -126,20 +126,27 @@ type upstreamJSON struct {
 	// Host is the upstream's scheme, host and port (no user, path or
 	// query, where keys may travel); "" for an upstream no longer in the
 	// config.
-	Host             string           `json:"host"`
-	Breaker          string           `json:"breaker"`
-	RequestsHeadroom *float64         `json:"requests_headroom"`
-	TokensHeadroom   *float64         `json:"tokens_headroom"`
-	CoolingUntil     *time.Time       `json:"cooling_until"`
-	InFlight         int64            `json:"in_flight"`
-	Calls            int64            `json:"calls"`
-	GaveUp           int64            `json:"gave_up"` // calls that ended without success, of Calls
-	Broken           int64            `json:"broken"`  // answers that broke off after they began
-	Attempts         int64            `json:"attempts"`
-	RetryRate        float64          `json:"retry_rate"`
-	Failures         map[string]int64 `json:"failures"`
-	P50Ms            *float64         `json:"p50_ms"`
-	P99Ms            *float64         `json:"p99_ms"`
+	Host             string     `json:"host"`
+	Breaker          string     `json:"breaker"`
+	RequestsHeadroom *float64   `json:"requests_headroom"`
+	TokensHeadroom   *float64   `json:"tokens_headroom"`
+	CoolingUntil     *time.Time `json:"cooling_until"`
+	InFlight         int64      `json:"in_flight"`
+	Calls            int64      `json:"calls"`
+	// Each of Calls was answered by its first attempt, answered after
+	// retries, or given up.
+	AnsweredFirst        int64            `json:"answered_first"`
+	AnsweredAfterRetries int64            `json:"answered_after_retries"`
+	GaveUp               int64            `json:"gave_up"`
+	Broken               int64            `json:"broken"` // answers that broke off after they began
+	Attempts             int64            `json:"attempts"`
+	RetryRate            float64          `json:"retry_rate"`
+	Failures             map[string]int64 `json:"failures"`
+	P50Ms                *float64         `json:"p50_ms"`
+	P99Ms                *float64         `json:"p99_ms"`
+	// PerMinute is the chart: the last chartMinutes minutes, oldest
+	// first, the current one last.
+	PerMinute []minuteJSON `json:"per_minute"`
 	// The tokens of the answers the key gave over the window, and the
 	// share of their input read from the provider's cache.
 	tokensJSON
@@ -179,7 +186,7 @@ func (p *Proxy) status(ctx context.Context, now time.Time) statusJSON {
 	}
 	for _, k := range p.keyRows() {
 		id := [2]string{k.Upstream, k.Key}
-		u := upstreamRow(k.Upstream, k.Key, figures[id])
+		u := upstreamRow(now, k.Upstream, k.Key, figures[id])
 		delete(figures, id)
 		u.Breaker, u.Host = k.Breaker, k.Host
 		if k.Known {
@@ -192,7 +199,7 @@ func (p *Proxy) status(ctx context.Context, now time.Time) statusJSON {
 	}
 	for _, r := range p.board.all() {
 		if f, ok := figures[[2]string{r.upstream, r.key}]; ok {
-			s.Upstreams = append(s.Upstreams, upstreamRow(r.upstream, r.key, f))
+			s.Upstreams = append(s.Upstreams, upstreamRow(now, r.upstream, r.key, f))
 		}
 	}
 	for _, t := range p.tenantRows(ctx) {
@@ -210,10 +217,12 @@ func (p *Proxy) status(ctx context.Context, now time.Time) statusJSON {
 	return s
 }
 
-// upstreamRow returns the JSON of an upstream's key with figures f.
-func upstreamRow(upstream, key string, f rowFigures) upstreamJSON {
-	u := upstreamJSON{Upstream: upstream, Key: key, InFlight: f.inFlight, Calls: f.calls, GaveUp: f.gaveUp, Broken: f.broken, Attempts: f.attempts,
-		Failures: map[string]int64{}, tokensJSON: f.tokens.json()}
+// upstreamRow returns the JSON of an upstream's key with figures f, as
+// they were at now.
+func upstreamRow(now time.Time, upstream, key string, f rowFigures) upstreamJSON {
+	u := upstreamJSON{Upstream: upstream, Key: key, InFlight: f.inFlight, Calls: f.calls,
+		AnsweredFirst: f.first, AnsweredAfterRetries: f.afterRetries, GaveUp: f.gaveUp, Broken: f.broken, Attempts: f.attempts,
+		Failures: map[string]int64{}, PerMinute: perMinute(now, f.minutes), tokensJSON: f.tokens.json()}
 	if f.calls > 0 {
 		u.RetryRate = float64(f.retried) / float64(f.calls)
 	}

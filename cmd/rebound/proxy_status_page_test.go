@@ -33,7 +33,8 @@ const screenshotEnv = "REBOUND_UI_SCREENSHOT"
 type pageRow struct {
 	Upstream, Host, Breaker, Failures string
 	InFlight, Calls, Attempts         int64
-	GaveUp, Broken                    int64
+	First, AfterRetries, GaveUp       int64
+	Broken                            int64
 	Cached                            string // the share of input read from the cache
 }
 
@@ -42,6 +43,8 @@ const readPage = `JSON.stringify([...document.querySelectorAll("#upstreams tbody
 	Upstream: tr.dataset.upstream,
 	Host: tr.querySelector(".host").textContent,
 	Breaker: tr.querySelector(".breaker").textContent,
+	First: +tr.querySelector(".first").textContent,
+	AfterRetries: +tr.querySelector(".afterretries").textContent,
 	GaveUp: +tr.querySelector(".gaveup").textContent,
 	Broken: +tr.querySelector(".broken").textContent,
 	Failures: tr.querySelector(".failures").textContent,
@@ -51,14 +54,57 @@ const readPage = `JSON.stringify([...document.querySelectorAll("#upstreams tbody
 	Cached: tr.querySelector(".cached").textContent,
 })))`
 
+// pageChart is the status page's chart of an upstream, as drawn.
+type pageChart struct {
+	Upstream string
+	Title    string         // what it says of its 30 minutes
+	Points   map[string]int // the points of each line, by its class
+	Raised   map[string]int // the points of each line above zero
+	Ticks    int            // the minute ticks
+}
+
+// readCharts is the script that reads the page's charts.
+const readCharts = `JSON.stringify([...document.querySelectorAll("#charts figure[data-upstream]")].map(f => {
+	const svg = f.querySelector("svg"), base = Math.max(...[...svg.querySelectorAll("polyline")].flatMap(l => [...l.points].map(p => p.y)));
+	const lines = [...svg.querySelectorAll("polyline")];
+	return {
+		Upstream: f.dataset.upstream,
+		Title: svg.querySelector("title").textContent,
+		Points: Object.fromEntries(lines.map(l => [l.getAttribute("class"), l.points.length])),
+		Raised: Object.fromEntries(lines.map(l => [l.getAttribute("class"), [...l.points].filter(p => p.y < base).length])),
+		Ticks: svg.querySelectorAll("line.tick").length,
+	};
+}))`
+
+// charts reads the page's charts in the browser of step, by upstream.
+func charts(t *testing.T, step func(time.Duration) context.Context) map[string]pageChart {
+	t.Helper()
+	js, err := chromedp.Run(step(5*time.Second), chromedp.Evaluate[string](readCharts))
+	if err != nil {
+		t.Fatalf("reading the charts: %v", err)
+	}
+	var list []pageChart
+	if err := json.Unmarshal([]byte(js), &list); err != nil {
+		t.Fatalf("reading the charts: %v: %s", err, js)
+	}
+	byName := map[string]pageChart{}
+	for _, c := range list {
+		byName[c.Upstream] = c
+	}
+	return byName
+}
+
 // TestStatusPageInChromiumUnderLoad: rebound proxy's status page, in a
 // real headless Chromium, while clients call through a flaky upstream:
 // every request the page makes goes to the proxy's own origin; it shows
 // the attempts of the run, which /metrics counts too, the failures by
 // kind and the last failures, the share of input read from the cache
 // (flaky's answers report 3 of 4 input tokens cached, backup's no usage),
-// and no key or prompt; and its figures move while the load runs,
-// without a reload.
+// and no key or prompt; each row's calls answered at once, after retries
+// or given up, which add up to its calls; a chart per upstream of its
+// calls, retries and give-ups in each of the last 30 minutes, with the
+// calls of the row; and its figures move while the load runs, without a
+// reload. A pool's chart adds up its keys'.
 func TestStatusPageInChromiumUnderLoad(t *testing.T) {
 	t.Parallel()
 	browserPath := chromium.Need(t)
@@ -172,6 +218,27 @@ func TestStatusPageInChromiumUnderLoad(t *testing.T) {
 	if backup := rows()["backup"]; backup.Cached != "–" {
 		t.Errorf("backup's answers report no usage, and its row shows %q of its input read from the cache", backup.Cached)
 	}
+	for name, r := range rows() {
+		if r.First+r.AfterRetries+r.GaveUp != r.Calls {
+			t.Errorf("%s: %d calls, but %d answered at once, %d after retries, %d given up", name, r.Calls, r.First, r.AfterRetries, r.GaveUp)
+		}
+	}
+	if got.AfterRetries == 0 || got.First == 0 {
+		t.Errorf("flaky fails one attempt in 4: some calls should be answered at once and some after retries: %+v", got)
+	}
+	drawn := charts(t, step)
+	for name, r := range rows() {
+		c := drawn[name]
+		if c.Points["calls"] != 30 || c.Points["retries"] != 30 || c.Points["gaveup"] != 30 || c.Ticks != 30 {
+			t.Errorf("%s's chart: %+v, want three lines of 30 points and 30 minute ticks", name, c)
+		}
+		if (c.Raised["calls"] > 0) != (r.Calls > 0) || !strings.Contains(c.Title, fmt.Sprintf(": %d calls,", r.Calls)) {
+			t.Errorf("%s's chart: %+v, want its %d calls drawn", name, c, r.Calls)
+		}
+	}
+	if c := drawn["flaky"]; c.Raised["retries"] == 0 {
+		t.Errorf("flaky's chart draws no retry: %+v", c)
+	}
 	text, err := chromedp.Run(step(5*time.Second), chromedp.Evaluate[string](`document.body.innerText`))
 	if err != nil {
 		t.Fatal(err)
@@ -211,10 +278,26 @@ func TestStatusPageInChromiumUnderLoad(t *testing.T) {
 	// A config version comes with a reload, which this run has not:
 	// the same page, its JSON given.
 	resp, page := get(t, url+"/ui")
+	// A pool of two keys, whose chart adds theirs up: each key had a
+	// call at 03:40, retried once, and the second key gave one up.
+	minutes := func(gaveUp int) string {
+		var m []string
+		for i := range 30 {
+			calls, retries := 0, 0
+			if i == 10 {
+				calls, retries = 1, 1
+			}
+			m = append(m, fmt.Sprintf(`{"minute":"2026-12-02T03:%02d:00Z","calls":%d,"retries":%d,"gave_up":%d}`, 31+i-1, calls, retries, min(calls, gaveUp)))
+		}
+		return "[" + strings.Join(m, ",") + "]"
+	}
+	row := func(key string, gaveUp int) string {
+		return `{"upstream":"pool","key":"` + key + `","breaker":"closed","failures":{},"per_minute":` + minutes(gaveUp) + `}`
+	}
 	canned := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Security-Policy", resp.Header.Get("Content-Security-Policy"))
 		if r.URL.Path == "/ui/status" {
-			io.WriteString(w, `{"now":"2026-12-02T04:00:00Z","window_seconds":300,"config_version":"v7","upstreams":[],"tenants":[],"failures":[]}`)
+			io.WriteString(w, `{"now":"2026-12-02T04:00:00Z","window_seconds":300,"config_version":"v7","upstreams":[`+row("K1", 0)+`,`+row("K2", 1)+`],"tenants":[],"failures":[]}`)
 			return
 		}
 		io.WriteString(w, page)
@@ -225,6 +308,11 @@ func TestStatusPageInChromiumUnderLoad(t *testing.T) {
 	}
 	if _, err := chromedp.Run(step(5*time.Second), chromedp.Poll[bool](`document.getElementById("meta").textContent.includes("config v7")`)); err != nil {
 		t.Errorf("the page does not show the config version: %v", err)
+	}
+	pool := charts(t, step)["pool"]
+	if len(charts(t, step)) != 1 || pool.Title != "pool over the last 30 minutes: 2 calls, 2 retries, 1 given up" ||
+		pool.Raised["calls"] != 1 || pool.Raised["retries"] != 1 || pool.Raised["gaveup"] != 1 {
+		t.Errorf("the chart of a pool of two keys: %+v", pool)
 	}
 }
 
