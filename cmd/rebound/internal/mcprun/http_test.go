@@ -33,14 +33,14 @@ func sdkUpstream(t *testing.T) (url string, sessions *atomic.Int32) {
 }
 
 // serveFront serves a front to upstreamURL with at most max sessions.
-func serveFront(t *testing.T, upstreamURL string, max int) (*front, string) {
+func serveFront(t *testing.T, upstreamURL string, max int) (*endpoint, string) {
 	t.Helper()
 	return serveFrontTo(t, frontdoor.Options{}, func() reboundmcp.Upstream { return reboundmcp.HTTP(upstreamURL, nil) }, max)
 }
 
 // serveFrontTo serves a front with door's rule, each session to an
 // upstream of its own, at most max sessions.
-func serveFrontTo(t *testing.T, door frontdoor.Options, upstream func() reboundmcp.Upstream, max int) (*front, string) {
+func serveFrontTo(t *testing.T, door frontdoor.Options, upstream func() reboundmcp.Upstream, max int) (*endpoint, string) {
 	t.Helper()
 	d, err := frontdoor.New(door)
 	if err != nil {
