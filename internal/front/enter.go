@@ -80,9 +80,10 @@ type Admin struct {
 	// Token opens the pages to requests from beyond the machine; its
 	// zero value is none.
 	Token frontdoor.AdminToken
-	// Realm names the server in a browser's prompt for the token.
-	Realm string
-	// Pages name the pages in a refusal ("/metrics").
+	// Server names the server: in a browser's prompt for the token
+	// ("rebound proxy"), and in a refusal when it has no token.
+	Server string
+	// Pages name the pages in a refusal ("the status page and /metrics").
 	Pages string
 }
 
@@ -94,11 +95,11 @@ func (a Admin) Admit(w http.ResponseWriter, r *http.Request, refuse func(w http.
 		return true
 	}
 	if !a.Token.Set() {
-		refuse(w, http.StatusForbidden, a.Pages+": only requests from this machine are answered; there is no admin token (--admin-token-env)")
+		refuse(w, http.StatusForbidden, a.Pages+" answer only requests from this machine: "+a.Server+" has no admin token (--admin-token-env)")
 		return false
 	}
-	w.Header().Set("WWW-Authenticate", `Basic realm="`+a.Realm+`", charset="UTF-8"`)
-	refuse(w, http.StatusUnauthorized, "missing or wrong admin token (Authorization: Bearer TOKEN, or as the password when the browser asks); a client token does not open "+a.Pages)
+	w.Header().Set("WWW-Authenticate", `Basic realm="`+a.Server+`", charset="UTF-8"`)
+	refuse(w, http.StatusUnauthorized, "missing or wrong admin token (Authorization: Bearer TOKEN, or as the password when the browser asks); a client token does not open this page")
 	return false
 }
 

@@ -37,7 +37,7 @@ func newFake(t *testing.T, o frontdoor.Options) *fake {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fake{door: d, admin: Admin{Realm: "fake", Pages: "/metrics"}}
+	return &fake{door: d, admin: Admin{Server: "fake", Pages: "/metrics"}}
 }
 
 // local makes r come in on a loopback address, as frontdoor.Local asks.

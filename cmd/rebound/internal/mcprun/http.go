@@ -89,7 +89,7 @@ func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Tr
 	f := newFront(ctx, door, newTransport, c.MaxSessions, c.SessionTimeout)
 	f.logger = logger
 	f.metrics = m.Handler
-	f.admin = front.Admin{Token: c.AdminToken, Realm: "rebound mcp", Pages: "/metrics"}
+	f.admin = front.Admin{Token: c.AdminToken, Server: "rebound mcp", Pages: "the admin pages (/metrics)"}
 	errorLog := log.New(io.Discard, "", 0)
 	if logger != nil {
 		errorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)

@@ -303,7 +303,7 @@ func TestFrontsOwnPathsNeedNoClientToken(t *testing.T) {
 	}
 	f := newFront(t.Context(), door, nil, 1, 0) // no session may start: nil would panic
 	f.metrics = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "rebound_calls 1\n") })
-	f.admin = front.Admin{Token: frontdoor.NewAdminToken("adm"), Realm: "rebound mcp", Pages: "/metrics"}
+	f.admin = front.Admin{Token: frontdoor.NewAdminToken("adm"), Server: "rebound mcp", Pages: "the admin pages (/metrics)"}
 	serve := func(path, auth string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("GET", "http://mcp.example.com"+path, nil)
 		if auth != "" {
