@@ -55,7 +55,7 @@ func TestMCPHTTPAnswersHealthAndMetricsAndSurvivesSIGHUP(t *testing.T) {
 	}
 	callInt(t, cs, "pid")
 	resp, body := get(t, base+"/metrics")
-	if resp.StatusCode != 200 || !strings.Contains(body, "rebound_call_duration_seconds_count{") {
+	if resp.StatusCode != 200 || !strings.Contains(body, "rebound_call_duration_seconds_count{") || !strings.Contains(body, `/pid"} 1`) {
 		t.Errorf("/metrics: %d, want 200 with the call's series:\n%s", resp.StatusCode, body)
 	}
 	cs.Close()
