@@ -11,6 +11,7 @@ import (
 
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/cost"
+	"github.com/rebound-go/rebound/internal/front"
 	"github.com/rebound-go/rebound/internal/frontdoor"
 	"github.com/rebound-go/rebound/ratelimit"
 )
@@ -24,33 +25,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil && r.Body != http.NoBody {
 		bodyReader.Push()
 	}
-	why, answered := p.door.Enter(w, r)
-	if why != "" {
-		writeError(w, dialectOfPath(r.URL.Path), http.StatusForbidden, why)
-		p.logCall(&call{start: time.Now(), method: r.Method, path: r.URL.Path, outcome: "forbidden"}, http.StatusForbidden)
-		return
-	}
-	if answered {
-		return // a pre-flight
-	}
-	switch r.URL.Path {
-	case "/healthz":
-		writeJSON(w, http.StatusOK, `{"status":"ok"}`)
-		return
-	case "/readyz":
-		if p.draining.Load() {
-			writeJSON(w, http.StatusServiceUnavailable, `{"status":"draining"}`)
-			return
-		}
-		writeJSON(w, http.StatusOK, `{"status":"ready"}`)
-		return
-	case "/metrics":
-		if p.metrics != nil {
-			if p.admitAdmin(w, r) {
-				p.serveMetrics(w, r)
-			}
-			return
-		}
+	if front.Enter((*mounted)(p), w, r) {
+		return // refused, a pre-flight, or the front's own paths
 	}
 	if r.URL.Path == StatusPagePath || strings.HasPrefix(r.URL.Path, StatusPagePath+"/") {
 		p.serveStatus(w, r) // never forwarded
@@ -144,6 +120,32 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out := r.WithContext(c.within(ctx))
 	out.Body, out.ContentLength = http.NoBody, 0 // the forwarder sends c.body
 	p.relay(sw, out, c)
+}
+
+// mounted is the Proxy as the front sees it (front.Mounted): the
+// methods are not the Proxy's own, which a library user would see.
+type mounted Proxy
+
+func (m *mounted) Door() *frontdoor.Door { return m.door }
+
+// Refuse answers a request the door refused, in its path's dialect, and
+// logs it.
+func (m *mounted) Refuse(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	writeError(w, dialectOfPath(r.URL.Path), status, msg)
+	(*Proxy)(m).logCall(&call{start: time.Now(), method: r.Method, path: r.URL.Path, outcome: "forbidden"}, status)
+}
+
+func (m *mounted) Draining() bool { return m.draining.Load() }
+
+func (m *mounted) Metrics() http.Handler {
+	if m.metrics == nil {
+		return nil
+	}
+	return http.HandlerFunc((*Proxy)(m).serveMetrics)
+}
+
+func (m *mounted) AdmitAdmin(w http.ResponseWriter, r *http.Request) bool {
+	return (*Proxy)(m).admitAdmin(w, r)
 }
 
 // hasDotSegment reports whether path has a "." or ".." segment (escaped

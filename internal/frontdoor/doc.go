@@ -26,8 +26,9 @@
 // (Match also says which token, by which the proxy tells its tenants
 // apart without ever keeping a token beside a name), and the caller writes its 403 or 401 as its clients read errors (the
 // proxy in the request's API dialect, the MCP front as a JSON-RPC
-// error). Enter comes first, for every request; Admit before anything is
-// served that needs a token (the proxy's health checks need none).
+// error). Enter comes first, for every request (internal/front calls it
+// for both servers, before the paths it answers itself); Admit before
+// anything is served that needs a token (the health checks need none).
 //
 // Who may call is also how long a caller may hold the door: both servers
 // take their http.Server from Server, with a header timeout and an idle

@@ -17,6 +17,7 @@ import (
 	"github.com/rebound-go/rebound/cmd/rebound/internal/cliflag"
 	"github.com/rebound-go/rebound/cmd/rebound/internal/proxyrun"
 	"github.com/rebound-go/rebound/cmd/rebound/internal/serve"
+	"github.com/rebound-go/rebound/internal/frontdoor"
 	"github.com/rebound-go/rebound/internal/jsonpos"
 	reboundmcp "github.com/rebound-go/rebound/mcp"
 )
@@ -26,6 +27,7 @@ import (
 type Flags struct {
 	c                                          Config
 	tokenEnv, tokensFile, configFile, logLevel string
+	adminTokenEnv                              string
 	trustAnnotations                           bool
 }
 
@@ -50,6 +52,7 @@ func DefineFlags(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.configFile, "config", "", `JSON `+"`file`"+` of per-tool rules: {"tools": {"NAME": "read-only" | "idempotent" | "side-effects"}}`)
 	fs.StringVar(&f.logLevel, "log", "info", "`level` of the JSON logs on stderr: debug, info (a line per request), warn, or off")
 	fs.StringVar(&f.tokenEnv, "token-env", "", "with --addr: environment `variable` holding the client tokens, comma-separated (not passed on to the server)")
+	fs.StringVar(&f.adminTokenEnv, "admin-token-env", "", "with --addr: environment `variable` holding the admin token, which opens /metrics to requests from beyond this machine (Authorization: Bearer); not a client token (not passed on to the server)")
 	fs.StringVar(&f.tokensFile, "tokens-file", "", "with --addr: `file` of client tokens, one a line")
 	fs.Var((*cliflag.List)(&c.Door.AllowHosts), "allow-host", "with --addr and no tokens, answer requests for this host `name` too, besides loopback names (repeatable, or comma-separated)")
 	fs.Var((*cliflag.List)(&c.Door.AllowOrigins), "allow-origin", "with --addr: let web pages of this `origin` (https://app.example.com) call, with CORS headers (repeatable, or comma-separated; * only with tokens)")
@@ -120,7 +123,7 @@ func (f *Flags) complete(fs *flag.FlagSet, c *Config, dashes bool) error {
 		return errors.New("give the server: rebound mcp [flags] -- COMMAND [ARGS...], or --upstream URL")
 	}
 	if c.Addr == "" {
-		if name := cliflag.FirstGiven(cliflag.Given(fs), "token-env", "tokens-file", "allow-host", "allow-origin", "max-sessions", "session-timeout", "drain-timeout"); name != "" {
+		if name := cliflag.FirstGiven(cliflag.Given(fs), "token-env", "tokens-file", "admin-token-env", "allow-host", "allow-origin", "max-sessions", "session-timeout", "drain-timeout"); name != "" {
 			return fmt.Errorf("--%s goes with --addr (over stdio the one client is the process that started rebound)", name)
 		}
 	}
@@ -150,6 +153,7 @@ func (f *Flags) complete(fs *flag.FlagSet, c *Config, dashes bool) error {
 	if c.LogLevel, c.LogOff, err = logLevel(f.logLevel); err != nil {
 		return err
 	}
+	c.ConfigFile = f.configFile
 	if f.configFile != "" {
 		if o.Tools, err = readToolRules(f.configFile); err != nil {
 			return err
@@ -175,6 +179,17 @@ func (f *Flags) completeHTTP(c *Config) error {
 	}
 	if !serve.IsLoopback(host) && len(c.Door.Tokens) == 0 {
 		return fmt.Errorf("--addr %s is not a loopback address: give client tokens (--token-env or --tokens-file)", c.Addr)
+	}
+	if f.adminTokenEnv != "" {
+		token := strings.TrimSpace(os.Getenv(f.adminTokenEnv))
+		if token == "" {
+			return fmt.Errorf("--admin-token-env: environment variable %s is not set", f.adminTokenEnv)
+		}
+		if slices.ContainsFunc(c.Door.Tokens, func(t string) bool { return strings.TrimSpace(t) == token }) {
+			return errors.New("the admin token (--admin-token-env) is also a client token: a client could open /metrics")
+		}
+		c.AdminToken = frontdoor.NewAdminToken(token)
+		c.HideEnv = append(c.HideEnv, f.adminTokenEnv)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -110,5 +111,42 @@ func TestWaitsUnder100msAreRefusedAndZeroMeansNone(t *testing.T) {
 	c, err = config("--idle-timeout", "100ms", "--down-wait", "100ms")
 	if err != nil || c.Options.IdleTimeout != 100*time.Millisecond || c.Options.DownWait != 100*time.Millisecond {
 		t.Errorf("100ms: %v, idle %v, down-wait %v", err, c.Options.IdleTimeout, c.Options.DownWait)
+	}
+}
+
+// TestAdminTokenEnv: --admin-token-env goes with --addr, names a variable
+// that is set and is not a client token, and is kept from the server's
+// environment as the client tokens' is.
+func TestAdminTokenEnv(t *testing.T) {
+	t.Setenv("REBOUND_TEST_ADMIN", "adm-9f1c")
+	t.Setenv("REBOUND_TEST_TOKENS", "client-1,adm-9f1c")
+	t.Setenv("REBOUND_TEST_CLIENT", "client-1")
+	config := func(args ...string) (Config, error) {
+		fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		f := DefineFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return f.Config(fs, []string{"true"}, true)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--admin-token-env", "REBOUND_TEST_ADMIN"}, "--admin-token-env goes with --addr"},
+		{[]string{"--addr", "127.0.0.1:0", "--admin-token-env", "REBOUND_TEST_UNSET"}, "environment variable REBOUND_TEST_UNSET is not set"},
+		{[]string{"--addr", "127.0.0.1:0", "--token-env", "REBOUND_TEST_TOKENS", "--admin-token-env", "REBOUND_TEST_ADMIN"}, "is also a client token"},
+	} {
+		if _, err := config(c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
+	}
+	got, err := config("--addr", "127.0.0.1:0", "--token-env", "REBOUND_TEST_CLIENT", "--admin-token-env", "REBOUND_TEST_ADMIN")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.AdminToken.Set() || !slices.Contains(got.HideEnv, "REBOUND_TEST_ADMIN") || !slices.Contains(got.HideEnv, "REBOUND_TEST_CLIENT") {
+		t.Errorf("admin token set %v, hidden from the server %v", got.AdminToken.Set(), got.HideEnv)
 	}
 }

@@ -20,7 +20,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/rebound-go/rebound/cmd/rebound/internal/serve"
+	"github.com/rebound-go/rebound/cmd/rebound/internal/metrics"
+	"github.com/rebound-go/rebound/internal/front"
 	"github.com/rebound-go/rebound/internal/frontdoor"
 	reboundmcp "github.com/rebound-go/rebound/mcp"
 )
@@ -31,11 +32,55 @@ const Path = "/mcp"
 // maxBody caps a client's POST body, as the SDK's own handler does.
 const maxBody = mcp.DefaultMaxRequestBodyBytes
 
-// serveHTTP serves streamable HTTP at Path until ctx is done, then ends
-// every session (and so its upstream) and lets requests still in flight
-// finish for up to c.Drain. closed is called once every upstream is
-// closed, before the drain.
-func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Transport, logger *slog.Logger, stdout, stderr io.Writer, closed func()) int {
+// runHTTP serves up over streamable HTTP (serveHTTP) with opts, the
+// metrics of its calls on /metrics, and the tool rules of c.ConfigFile
+// re-read at each SIGHUP for the sessions opened after it.
+func runHTTP(ctx context.Context, c Config, up reboundmcp.Upstream, opts reboundmcp.Options, stdout, stderr io.Writer, closed func()) int {
+	m, err := metrics.New()
+	if err != nil {
+		fmt.Fprintf(stderr, "rebound mcp: metrics: %v\n", err)
+		return 1
+	}
+	defer m.Close()
+	opts.Observer = m.Observer
+	var live atomic.Pointer[reboundmcp.Options]
+	live.Store(&opts)
+	newTransport := func() *reboundmcp.Transport { return reboundmcp.New(up, *live.Load()) }
+	hangup := func() { reloadTools(c.ConfigFile, &live, opts.Logger) }
+	return serveHTTP(ctx, c, newTransport, m, hangup, opts.Logger, stdout, stderr, closed)
+}
+
+// reloadTools re-reads the tool rules of file into live, or logs why not
+// in one line (and that there is no file to re-read, when there is none).
+func reloadTools(file string, live *atomic.Pointer[reboundmcp.Options], logger *slog.Logger) {
+	if file == "" {
+		if logger != nil {
+			logger.Warn("SIGHUP ignored: there is no --config to re-read")
+		}
+		return
+	}
+	tools, err := readToolRules(file)
+	if err != nil {
+		if logger != nil {
+			logger.Error("config refused", "error", err.Error())
+		}
+		return
+	}
+	o := *live.Load()
+	o.Tools = tools
+	live.Store(&o)
+	if logger != nil {
+		logger.Info("config loaded", "tools", len(tools))
+	}
+}
+
+// serveHTTP serves streamable HTTP at Path behind the front of every
+// server of rebound's (internal/front: the door, /healthz, /readyz,
+// /metrics, SIGHUP) until ctx is done, then ends every session (and so
+// its upstream) and lets requests still in flight finish for up to
+// c.Drain. closed is called once every upstream is closed, before the
+// drain. At SIGHUP, hangup re-reads what it can.
+func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Transport, m *metrics.Metrics, hangup func(), logger *slog.Logger, stdout, stderr io.Writer, closed func()) int {
 	door, err := frontdoor.New(c.Door)
 	if err != nil {
 		fmt.Fprintf(stderr, "rebound mcp: %v\n", err)
@@ -43,17 +88,22 @@ func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Tr
 	}
 	f := newFront(ctx, door, newTransport, c.MaxSessions, c.SessionTimeout)
 	f.logger = logger
+	f.metrics = m.Handler
+	f.admin = front.Admin{Token: c.AdminToken, Server: "rebound mcp", Pages: "the admin pages (/metrics)"}
 	errorLog := log.New(io.Discard, "", 0)
 	if logger != nil {
 		errorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
 	}
-	err = serve.Run(ctx, serve.Config{
-		Addr:   c.Addr,
-		Server: f.server(errorLog),
-		Path:   Path,
-		Drain:  c.Drain,
-		Stdout: stdout,
+	err = front.Run(ctx, front.Config{
+		Addr:     c.Addr,
+		Handler:  f,
+		ErrorLog: errorLog,
+		Path:     Path,
+		Drain:    c.Drain,
+		Stdout:   stdout,
+		Hangup:   hangup,
 		Stopping: func() {
+			f.draining.Store(true)
 			f.closeAll()
 			closed() // a second signal may now cut the drain short
 		},
@@ -66,16 +116,19 @@ func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Tr
 	return 0
 }
 
-// front is the HTTP handler: the door, then the client sessions, each a
+// endpoint is the HTTP handler: the door, then the client sessions, each a
 // StreamableServerTransport relayed by reboundmcp.Serve to an upstream
 // connection of its own.
-type front struct {
+type endpoint struct {
 	ctx          context.Context // the server's: a session outlives the request that opened it
 	door         *frontdoor.Door
 	newTransport func() *reboundmcp.Transport
 	max          int
 	timeout      time.Duration
 	logger       *slog.Logger // nil: none
+	metrics      http.Handler // nil: none
+	admin        front.Admin
+	draining     atomic.Bool
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -83,19 +136,38 @@ type front struct {
 	relays   sync.WaitGroup
 }
 
-func newFront(ctx context.Context, door *frontdoor.Door, newTransport func() *reboundmcp.Transport, max int, timeout time.Duration) *front {
-	return &front{ctx: ctx, door: door, newTransport: newTransport, max: max, timeout: timeout, sessions: map[string]*session{}}
+func newFront(ctx context.Context, door *frontdoor.Door, newTransport func() *reboundmcp.Transport, max int, timeout time.Duration) *endpoint {
+	return &endpoint{ctx: ctx, door: door, newTransport: newTransport, max: max, timeout: timeout, sessions: map[string]*session{}}
 }
 
-// server returns the HTTP server of the front, with the limits of every
-// server of rebound's (its handler reads a body within them too).
-func (f *front) server(errorLog *log.Logger) *http.Server {
-	return frontdoor.Server(f, errorLog)
+// Door, Refuse, Draining, Metrics and AdmitAdmin make the endpoint a
+// front.Mounted.
+func (f *endpoint) Door() *frontdoor.Door { return f.door }
+
+// Refuse writes a refusal as the MCP client reads errors, a JSON-RPC
+// error body.
+func (f *endpoint) Refuse(w http.ResponseWriter, _ *http.Request, status int, msg string) {
+	refuse(w, status, msg)
 }
 
-// ServeHTTP implements http.Handler: the door decides, and its refusals
-// are written as the MCP client reads errors, a JSON-RPC error body.
-func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func refuse(w http.ResponseWriter, status int, msg string) {
+	if status == http.StatusForbidden {
+		msg = "Forbidden: " + msg
+	}
+	writeError(w, status, codeServerError, msg)
+}
+
+func (f *endpoint) Draining() bool        { return f.draining.Load() }
+func (f *endpoint) Metrics() http.Handler { return f.metrics }
+
+func (f *endpoint) AdmitAdmin(w http.ResponseWriter, r *http.Request) bool {
+	return f.admin.Admit(w, r, refuse)
+}
+
+// ServeHTTP implements http.Handler: the front first (the door, whose
+// refusals are written as the MCP client reads errors, and the front's
+// own paths), then the client sessions.
+func (f *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A body is bounded from the first: net/http reads what is left of
 	// one before it sends any answer, a refusal's too, and would wait
 	// for ever for one that does not come.
@@ -103,13 +175,8 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != http.NoBody {
 		body.Push()
 	}
-	why, answered := f.door.Enter(w, r)
-	if why != "" {
-		writeError(w, http.StatusForbidden, codeServerError, "Forbidden: "+why)
-		return
-	}
-	if answered {
-		return // a pre-flight
+	if front.Enter(f, w, r) {
+		return // refused, a pre-flight, or the front's own paths
 	}
 	// A session answers only the token that opened it, known by its index
 	// (the same for all without tokens): no token is kept beside a session.
@@ -186,7 +253,7 @@ func writeError(w http.ResponseWriter, status, code int, msg string) {
 
 // open starts a session for an initialize request (body) that names
 // none, for the holder of the token the request carries.
-func (f *front) open(w http.ResponseWriter, r *http.Request, body []byte, holder int) {
+func (f *endpoint) open(w http.ResponseWriter, r *http.Request, body []byte, holder int) {
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
 		writeError(w, http.StatusUnsupportedMediaType, codeServerError, "Content-Type must be application/json")
 		return
@@ -265,7 +332,7 @@ func (c *clientConn) Close() error {
 // serveSession hands a request to its session's transport; DELETE ends
 // the session, and its upstream with it, before it is answered. A
 // session opened with another token is unknown to the request.
-func (f *front) serveSession(w http.ResponseWriter, r *http.Request, id string, holder int) {
+func (f *endpoint) serveSession(w http.ResponseWriter, r *http.Request, id string, holder int) {
 	f.mu.Lock()
 	s := f.sessions[id]
 	f.mu.Unlock()
@@ -287,7 +354,7 @@ func (f *front) serveSession(w http.ResponseWriter, r *http.Request, id string, 
 
 // start opens a session for holder: a server transport, and the relay
 // that ties it to an upstream connection of its own until either ends.
-func (f *front) start(initID jsonrpc.ID, holder int) (*session, error) {
+func (f *endpoint) start(initID jsonrpc.ID, holder int) (*session, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
@@ -323,7 +390,7 @@ func (f *front) start(initID jsonrpc.ID, holder int) (*session, error) {
 
 // closeAll ends every session, refuses new ones, and waits until every
 // upstream is closed.
-func (f *front) closeAll() {
+func (f *endpoint) closeAll() {
 	f.mu.Lock()
 	f.closed = true
 	var all []*session

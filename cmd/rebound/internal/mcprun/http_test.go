@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/rebound-go/rebound/internal/front"
 	"github.com/rebound-go/rebound/internal/frontdoor"
 	"github.com/rebound-go/rebound/internal/npmserver"
 	reboundmcp "github.com/rebound-go/rebound/mcp"
@@ -33,14 +34,14 @@ func sdkUpstream(t *testing.T) (url string, sessions *atomic.Int32) {
 }
 
 // serveFront serves a front to upstreamURL with at most max sessions.
-func serveFront(t *testing.T, upstreamURL string, max int) (*front, string) {
+func serveFront(t *testing.T, upstreamURL string, max int) (*endpoint, string) {
 	t.Helper()
 	return serveFrontTo(t, frontdoor.Options{}, func() reboundmcp.Upstream { return reboundmcp.HTTP(upstreamURL, nil) }, max)
 }
 
 // serveFrontTo serves a front with door's rule, each session to an
 // upstream of its own, at most max sessions.
-func serveFrontTo(t *testing.T, door frontdoor.Options, upstream func() reboundmcp.Upstream, max int) (*front, string) {
+func serveFrontTo(t *testing.T, door frontdoor.Options, upstream func() reboundmcp.Upstream, max int) (*endpoint, string) {
 	t.Helper()
 	d, err := frontdoor.New(door)
 	if err != nil {
@@ -289,5 +290,45 @@ func TestFrontSessionOutlivesTheServersNotifications(t *testing.T) {
 		if status, body := post(t, url, id, c.body); status != 200 || !strings.Contains(body, c.want) {
 			t.Fatalf("request %d after initialized, %.50s: %d %s; want 200 and %s", i+1, c.body, status, body, c.want)
 		}
+	}
+}
+
+// TestFrontsOwnPathsNeedNoClientToken: /healthz and /readyz are answered
+// without a token, /readyz 503 once draining; /metrics only to the admin
+// token (a client token opens nothing), its refusal a JSON-RPC error.
+func TestFrontsOwnPathsNeedNoClientToken(t *testing.T) {
+	door, err := frontdoor.New(frontdoor.Options{Tokens: []string{"tok"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFront(t.Context(), door, nil, 1, 0) // no session may start: nil would panic
+	f.metrics = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "rebound_calls 1\n") })
+	f.admin = front.Admin{Token: frontdoor.NewAdminToken("adm"), Server: "rebound mcp", Pages: "the admin pages (/metrics)"}
+	serve := func(path, auth string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "http://mcp.example.com"+path, nil)
+		if auth != "" {
+			r.Header.Set("Authorization", "Bearer "+auth)
+		}
+		w := httptest.NewRecorder()
+		f.ServeHTTP(w, r)
+		return w
+	}
+	if w := serve("/healthz", ""); w.Code != 200 {
+		t.Errorf("/healthz: %d", w.Code)
+	}
+	if w := serve("/readyz", ""); w.Code != 200 {
+		t.Errorf("/readyz: %d", w.Code)
+	}
+	if w := serve("/metrics", "adm"); w.Code != 200 || w.Body.String() != "rebound_calls 1\n" {
+		t.Errorf("/metrics with the admin token: %d %q", w.Code, w.Body)
+	}
+	w := serve("/metrics", "tok")
+	var msg struct{ Error struct{ Message string } }
+	if json.Unmarshal(w.Body.Bytes(), &msg); w.Code != 401 || msg.Error.Message == "" {
+		t.Errorf("/metrics with a client token: %d %q, want a 401 with a JSON-RPC error", w.Code, w.Body)
+	}
+	f.draining.Store(true)
+	if w := serve("/readyz", ""); w.Code != 503 {
+		t.Errorf("/readyz while draining: %d, want 503", w.Code)
 	}
 }

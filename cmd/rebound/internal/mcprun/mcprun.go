@@ -41,8 +41,10 @@ type Config struct {
 	// Addr, if set, is where to serve streamable HTTP at /mcp; empty
 	// means the client speaks over standard input and output.
 	Addr string
-	// Door is who may call over HTTP.
-	Door frontdoor.Options
+	// Door is who may call over HTTP; AdminToken opens /metrics to
+	// requests from beyond the machine.
+	Door       frontdoor.Options
+	AdminToken frontdoor.AdminToken
 	// HideEnv names environment variables the server's process does not
 	// get: the one that holds the client tokens, which a tool that echoes
 	// its environment would hand to any client.
@@ -55,8 +57,13 @@ type Config struct {
 	// Drain is how long HTTP requests in flight may finish once the
 	// command is told to stop.
 	Drain time.Duration
-	// Options are reboundmcp's, from the flags; Run adds the logger.
+	// Options are reboundmcp's, from the flags; Run adds the logger
+	// and, over HTTP, the metrics' observer.
 	Options reboundmcp.Options
+	// ConfigFile is the file Options.Tools were read from, which an HTTP
+	// front re-reads at each SIGHUP for the sessions opened after it;
+	// empty for none.
+	ConfigFile string
 	// LogLevel is the least level logged; Off logs nothing.
 	LogLevel slog.Level
 	LogOff   bool
@@ -73,13 +80,14 @@ type Config struct {
 // grace must not kill rebound before it has killed the server's group,
 // which would be left running, an orphan, with nobody to kill it.
 //
-// SIGHUP (the terminal closed) stops it as SIGTERM does: the server's
-// group, a process group of its own, gets no SIGHUP from the terminal.
+// Over stdio SIGHUP (the terminal closed) stops it as SIGTERM does: the
+// server's group, a process group of its own, gets no SIGHUP from the
+// terminal. Over HTTP SIGHUP stops nothing, as for the proxy: the tool
+// rules of --config are re-read for the sessions opened after it, or, with
+// no --config, the log says it is ignored.
 func Run(ctx context.Context, c Config, stdin io.ReadCloser, stdout, stderr io.Writer) int {
 	release := holdSignals()
 	defer release()
-	ctx, stopHUP := signal.NotifyContext(ctx, syscall.SIGHUP)
-	defer stopHUP()
 	opts := c.Options
 	if !c.LogOff {
 		opts.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: c.LogLevel}))
@@ -89,12 +97,13 @@ func Run(ctx context.Context, c Config, stdin io.ReadCloser, stdout, stderr io.W
 		fmt.Fprintf(stderr, "rebound mcp: %v\n", err)
 		return 2
 	}
-	newTransport := func() *reboundmcp.Transport { return reboundmcp.New(up, opts) }
 	if c.Addr != "" {
-		return serveHTTP(ctx, c, newTransport, opts.Logger, stdout, stderr, release)
+		return runHTTP(ctx, c, up, opts, stdout, stderr, release)
 	}
+	ctx, stopHUP := signal.NotifyContext(ctx, syscall.SIGHUP)
+	defer stopHUP()
 	client := reboundmcp.NewLineConn(pollable(stdin), nopCloser{stdout})
-	if err := reboundmcp.Serve(ctx, client, newTransport()); err != nil {
+	if err := reboundmcp.Serve(ctx, client, reboundmcp.New(up, opts)); err != nil {
 		fmt.Fprintf(stderr, "rebound mcp: %v\n", err)
 		return 1
 	}

@@ -172,7 +172,7 @@ func TestFrontLimitsWhatAClientHolds(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				door, _ := frontdoor.New(frontdoor.Options{Tokens: []string{"tok"}})
 				f := newFront(t.Context(), door, nil, 1, 0) // no session may start: nil would panic
-				srv := f.server(log.New(io.Discard, "", 0))
+				srv := frontdoor.Server(f, log.New(io.Discard, "", 0))
 				ln := newPipeListener()
 				go srv.Serve(ln)
 				defer srv.Close()

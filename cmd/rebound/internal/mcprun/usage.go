@@ -52,12 +52,17 @@ given with --allow-origin. Refused: a 403 (401 for a missing or wrong
 token) with a JSON-RPC error body. The first line on stdout is
 "listening on http://HOST:PORT/mcp". A session answers only the token
 that opened it, ends with the client's DELETE, after --session-timeout
-without a request, or at shutdown; its upstream ends with it.
+without a request, or at shutdown; its upstream ends with it. Beside
+/mcp, as on the proxy's front: GET /healthz and /readyz (503 while
+draining) need no token, and /metrics (Prometheus) answers requests from
+this machine, or with the admin token (--admin-token-env). SIGHUP reads
+the --config file again for the sessions opened after it; without
+--config it is ignored.
 
 Logs go to stderr as JSON lines (slog): one per client request (server,
 method, tool, attempts, outcome, whether the server restarted, duration;
-never arguments or results), and the restarts. On SIGTERM, SIGINT or
-SIGHUP, or when the client closes stdin (once the requests it made are
+never arguments or results), and the restarts. On SIGTERM, SIGINT, SIGHUP
+over stdio, or when the client closes stdin (once the requests it made are
 answered), rebound ends the server's whole process group (an HTTP
 server's session with DELETE) and exits 0. Bad
 flags: one line on stderr, exit 2.

@@ -12,18 +12,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-
 	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/breaker"
-	"github.com/rebound-go/rebound/cmd/rebound/internal/serve"
+	"github.com/rebound-go/rebound/cmd/rebound/internal/metrics"
 	"github.com/rebound-go/rebound/cost"
-	"github.com/rebound-go/rebound/internal/frontdoor"
+	"github.com/rebound-go/rebound/internal/front"
 	"github.com/rebound-go/rebound/internal/scrub"
-	reboundotel "github.com/rebound-go/rebound/otel"
 	"github.com/rebound-go/rebound/proxy"
 	"github.com/rebound-go/rebound/ratelimit"
 	reboundredis "github.com/rebound-go/rebound/redis"
@@ -73,17 +67,15 @@ func Run(ctx context.Context, c Config, stdout, stderr io.Writer) int {
 	opts.Logger = logger
 
 	// Metrics: rebound's OpenTelemetry observer, read by Prometheus.
-	registry := prometheus.NewRegistry()
-	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
+	m, err := metrics.New()
 	if err != nil {
 		fmt.Fprintf(stderr, "rebound proxy: metrics: %v\n", err)
 		return 1
 	}
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
-	defer provider.Shutdown(context.Background())
-	obs := reboundotel.New(reboundotel.Config{MeterProvider: provider})
+	defer m.Close()
+	obs := m.Observer
 	opts.Observer = obs
-	opts.Metrics = promhttp.HandlerFor(registry, promhttp.HandlerOpts{})
+	opts.Metrics = m.Handler
 	breakerCfg := proxy.RecommendedBreaker()
 	breakerCfg.OnStateChange = func(c breaker.Change) {
 		obs.BreakerStateChange(c)
@@ -170,15 +162,14 @@ func shareOnRedis(ctx context.Context, c Config, opts *proxy.Options, breakerCfg
 func serveProxy(ctx context.Context, c Config, p *proxy.Proxy, logger *slog.Logger, stdout, stderr io.Writer) int {
 	live := &liveProxy{}
 	live.Store(p)
-	stopReloads := reloadOnHangup(c.ConfigFile, live, logger)
-	defer stopReloads()
-	err := serve.Run(ctx, serve.Config{
-		Addr:   c.Addr,
-		Server: frontdoor.Server(live, log.New(slogWriter{logger}, "", 0)),
-		Drain:  c.Drain,
-		Stdout: stdout,
+	err := front.Run(ctx, front.Config{
+		Addr:     c.Addr,
+		Handler:  live,
+		ErrorLog: log.New(slogWriter{logger}, "", 0),
+		Drain:    c.Drain,
+		Stdout:   stdout,
+		Hangup:   func() { live.reload(c.ConfigFile, logger) },
 		Stopping: func() {
-			stopReloads() // a reload under way ends first: the Proxy drained is the last
 			live.Load().Drain()
 			logger.Info("draining", "timeout", c.Drain.String())
 		},

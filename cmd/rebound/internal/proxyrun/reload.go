@@ -4,11 +4,8 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/rebound-go/rebound/proxy"
 )
@@ -20,40 +17,16 @@ type liveProxy struct{ atomic.Pointer[proxy.Proxy] }
 
 func (l *liveProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { l.Load().ServeHTTP(w, r) }
 
-// reloadOnHangup re-reads file into live at each SIGHUP (without a file,
-// it logs each as ignored: the default action of SIGHUP would end the
-// process), until the returned stop is called; stop returns once a
-// reload under way has ended.
-func reloadOnHangup(file string, live *liveProxy, logger *slog.Logger) (stop func()) {
-	hangups := make(chan os.Signal, 1)
-	signal.Notify(hangups, syscall.SIGHUP)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-done:
-				return
-			case <-hangups:
-				if file == "" {
-					logger.Warn("SIGHUP ignored: there is no --config to re-read")
-					continue
-				}
-				live.reload(file, logger)
-			}
-		}
-	})
-	return sync.OnceFunc(func() {
-		signal.Stop(hangups)
-		close(done)
-		wg.Wait()
-	})
-}
-
 // reload reads the config file anew and, if it is good, serves a Proxy
 // for it that keeps the live one's state (proxy.Proxy.Reload); if not, it
-// logs why in one line and the live one stays.
+// logs why in one line and the live one stays. Without a file it logs
+// that there is nothing to re-read: SIGHUP is caught all the same, since
+// its default action would end the process.
 func (l *liveProxy) reload(file string, logger *slog.Logger) {
+	if file == "" {
+		logger.Warn("SIGHUP ignored: there is no --config to re-read")
+		return
+	}
 	data, err := os.ReadFile(file)
 	var p *proxy.Proxy
 	if err == nil {

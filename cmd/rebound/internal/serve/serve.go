@@ -1,8 +1,9 @@
-// Package serve runs the command's HTTP servers, "rebound proxy",
-// "rebound chaos" and "rebound mcp --addr", the same way: the first line
-// on stdout says where they listen, and once the command is told to stop
-// they let the requests in flight finish for a while, then close what is
-// still open.
+// Package serve checks where the command's HTTP servers listen, and runs
+// those with no front of their own ("rebound chaos") as internal/front
+// runs "rebound proxy" and "rebound mcp --addr": the first line on stdout
+// says where they listen, and once the command is told to stop they let
+// the requests in flight finish for a while, then close what is still
+// open.
 package serve
 
 import (
@@ -13,6 +14,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/rebound-go/rebound/internal/front"
 )
 
 // CheckAddr returns the host of addr, or why addr is not host:port with
@@ -53,36 +56,20 @@ type Config struct {
 // Run listens on c.Addr, says where on c.Stdout, and serves until ctx is
 // done; then it lets the requests in flight finish for up to c.Drain,
 // closes the connections still open, and returns nil. It returns why it
-// could not listen, or why serving stopped before ctx was done.
+// could not listen, or why serving stopped before ctx was done. It is
+// internal/front's Run for a server that brings its own http.Server and
+// has no front of its own (rebound chaos).
 func Run(ctx context.Context, c Config) error {
-	ln, err := net.Listen("tcp", c.Addr)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(c.Stdout, "listening on http://%s%s\n", ln.Addr(), c.Path)
-	if c.Listener != nil {
-		ln = c.Listener(ln)
-	}
-	served := make(chan error, 1)
-	go func() { served <- c.Server.Serve(ln) }()
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	if c.Stopping != nil {
-		c.Stopping()
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), c.Drain)
-	defer cancel()
-	if err := c.Server.Shutdown(shutdownCtx); err != nil {
-		if c.Unfinished != nil {
-			c.Unfinished(err)
-		}
-		c.Server.Close()
-	}
-	<-served // http.ErrServerClosed
-	return nil
+	return front.Run(ctx, front.Config{
+		Addr:       c.Addr,
+		Wrap:       c.Listener,
+		Server:     c.Server,
+		Stdout:     c.Stdout,
+		Path:       c.Path,
+		Drain:      c.Drain,
+		Stopping:   c.Stopping,
+		Unfinished: c.Unfinished,
+	})
 }
 
 // IsLoopback reports whether host names a loopback address only: a
