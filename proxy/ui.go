@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound"
-	"github.com/rebound-go/rebound/internal/frontdoor"
+	"github.com/rebound-go/rebound/internal/front"
 )
 
 // The status page's paths: the page, and the JSON it polls.
@@ -49,21 +49,11 @@ func inlineHash(tag string) string {
 }
 
 // admitAdmin reports whether r may see the admin pages (the status page
-// and /metrics): with the admin token, or from this machine
-// (frontdoor.Local). Otherwise it writes the refusal: a 401 that makes a
-// browser prompt when there is an admin token, a 403 saying why when
-// there is none. A client token opens nothing here.
+// and /metrics), by the one admin rule of rebound's servers (front.Admin),
+// writing the refusal in OpenAI's dialect.
 func (p *Proxy) admitAdmin(w http.ResponseWriter, r *http.Request) bool {
-	if p.adminToken.Match(r) || frontdoor.Local(r) {
-		return true
-	}
-	if !p.adminToken.Set() {
-		writeError(w, DialectOpenAI, http.StatusForbidden, "the status page and /metrics answer only requests from this machine: the proxy has no admin token (--admin-token-env)")
-		return false
-	}
-	w.Header().Set("WWW-Authenticate", `Basic realm="rebound proxy", charset="UTF-8"`)
-	writeError(w, DialectOpenAI, http.StatusUnauthorized, "missing or wrong admin token (Authorization: Bearer TOKEN, or as the password when the browser asks); a client token does not open this page")
-	return false
+	admin := front.Admin{Token: p.adminToken, Server: "rebound proxy", Pages: "the status page and /metrics"}
+	return admin.Admit(w, r, func(w http.ResponseWriter, status int, msg string) { writeError(w, DialectOpenAI, status, msg) })
 }
 
 // serveStatus serves the status page and its JSON, to those admitAdmin
