@@ -2,9 +2,7 @@ package proxy_test
 
 import (
 	"encoding/json"
-	"io"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -27,8 +25,9 @@ func TestCacheFiguresOnTheStatusPageAndMetrics(t *testing.T) {
 		tr, stop := memnet.Serve(srv)
 		defer stop()
 		up := &downableUpstream{tr: tr}
-		p, err := proxy.New(proxy.Options{Base: up, Logger: slog.New(slog.DiscardHandler), AdminToken: "admin-token",
-			Metrics: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "# other series\n") }),
+		var p *proxy.Proxy
+		p, err = proxy.New(proxy.Options{Base: up, Logger: slog.New(slog.DiscardHandler), AdminToken: "admin-token",
+			Metrics: figuresHandler(&p),
 			Config: config(t, `{"upstreams":{"u":{"url":"http://upstream.test"}},
 				"routes":[{"name":"chat","upstream":"u","path_prefix":"/v1/chat","cache":{"serve":"always"}},{"name":"rest","upstream":"u"}]}`, nil)})
 		if err != nil {
@@ -65,7 +64,7 @@ func TestCacheFiguresOnTheStatusPageAndMetrics(t *testing.T) {
 			t.Errorf("cache row %+v (entries %v), want chat, always, 2 hits, 1 stored, 1 entry", c, c.Entries)
 		}
 		m := get("/metrics")
-		for _, want := range []string{"# other series\n", `rebound_proxy_cache_hits_total{route="chat"} 2`, `rebound_proxy_cache_stale_total{route="chat"} 0`,
+		for _, want := range []string{`rebound_proxy_cache_hits_total{route="chat"} 2`, `rebound_proxy_cache_stale_total{route="chat"} 0`,
 			`rebound_proxy_cache_stored_total{route="chat"} 1`, `rebound_proxy_cache_entries{route="chat"} 1`, `rebound_proxy_cache_bytes{route="chat"} `} {
 			if !strings.Contains(m, want) {
 				t.Errorf("/metrics has no %q:\n%s", want, m)

@@ -152,7 +152,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics, if set, serves /metrics. It, and the status page (/ui),
 	// answer requests from this machine (on a loopback connection, for a
-	// loopback host name) and those that carry AdminToken.
+	// loopback host name) and those that carry AdminToken. The proxy's
+	// own series (its tenants' and routes' caches') are for it to read
+	// from Figures, as rebound proxy's OpenTelemetry meter does.
 	Metrics http.Handler
 	// AdminToken opens /metrics and the status page to requests from
 	// beyond this machine, as "Authorization: Bearer TOKEN" or as the

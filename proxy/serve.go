@@ -137,12 +137,7 @@ func (m *mounted) Refuse(w http.ResponseWriter, r *http.Request, status int, msg
 
 func (m *mounted) Draining() bool { return m.draining.Load() }
 
-func (m *mounted) Metrics() http.Handler {
-	if m.metrics == nil {
-		return nil
-	}
-	return http.HandlerFunc((*Proxy)(m).serveMetrics)
-}
+func (m *mounted) Metrics() http.Handler { return m.metrics }
 
 func (m *mounted) AdmitAdmin(w http.ResponseWriter, r *http.Request) bool {
 	return (*Proxy)(m).admitAdmin(w, r)

@@ -372,8 +372,9 @@ func TestStatusShowsTheShareOfInputReadFromTheCache(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := proxy.New(proxy.Options{Config: cfg, Getenv: func(k string) string { return env[k] }, Base: base, AdminToken: adminToken,
-			Metrics: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), Logger: slog.New(slog.DiscardHandler)})
+		var p *proxy.Proxy
+		p, err = proxy.New(proxy.Options{Config: cfg, Getenv: func(k string) string { return env[k] }, Base: base, AdminToken: adminToken,
+			Metrics: figuresHandler(&p), Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -214,16 +214,21 @@ func TestTenantHostileUsageNeitherBreaksNorLowersSpend(t *testing.T) {
 
 func TestTenantTokensNeverInLogsOrMetrics(t *testing.T) {
 	up, _ := usageUpstream(t, 1, 1)
-	metrics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "# other series\n") })
-	front, logs := serveProxy(t, proxy.Options{Config: config(t, tenantConfig(up.URL, "openai", "0.000001", `,"requests_per_minute":1`), tenantEnv),
-		Getenv: mapEnv(tenantEnv), Tokens: []string{"tok-default"}, Metrics: metrics})
+	var logs bytes.Buffer
+	var p *proxy.Proxy
+	p, err := proxy.New(proxy.Options{Config: config(t, tenantConfig(up.URL, "openai", "0.000001", `,"requests_per_minute":1`), tenantEnv),
+		Getenv: mapEnv(tenantEnv), Tokens: []string{"tok-default"}, Metrics: figuresHandler(&p), Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(p)
+	defer front.Close()
 	for _, tok := range []string{"tok-capped-1", "tok-capped-1", "tok-free", "tok-default", "tok-wrong"} {
 		do(t, "POST", front.URL+"/v1/chat/completions", chatBody, "Authorization", "Bearer "+tok)
 		do(t, "POST", front.URL+"/v1/chat/completions", `{"model":"other"}`, "X-Api-Key", tok)
 	}
 	_, page := do(t, "GET", front.URL+"/metrics", "", "Authorization", "Bearer tok-free", "Accept-Encoding", "gzip")
 	for _, want := range []string{
-		"# other series",
 		`rebound_proxy_tenant_requests_total{tenant="free",outcome="answered"} 2`,
 		`rebound_proxy_tenant_requests_total{tenant="default",outcome="answered"} 2`,
 		`rebound_proxy_tenant_refusals_total{tenant="capped",reason="model"} 2`,
@@ -428,8 +433,9 @@ func TestTenantSpendWithCachedTokensIsTheBillEverywhere(t *testing.T) {
 		"tenants":{"capped":{"tokens_env":"CAPPED_TOKS","spend_cap_usd":100,"models":["m"]},"free":{"tokens_env":"FREE_TOKS"}}}`,
 		up.URL, in, out, read, write, write1h)
 	var logs bytes.Buffer
+	var p *proxy.Proxy
 	p, err := proxy.New(proxy.Options{Config: config(t, js, tenantEnv), Getenv: mapEnv(tenantEnv), AdminToken: adminToken,
-		Metrics: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+		Metrics: figuresHandler(&p), Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

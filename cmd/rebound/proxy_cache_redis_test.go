@@ -84,6 +84,11 @@ func TestProxyCacheSharedOnRedis(t *testing.T) {
 	if n := strings.Count(secondLogs.String(), `"cache":"stale"`); n != 2 {
 		t.Errorf("the second proxy's access log says %d answers stale, want 2:\n%s", n, secondLogs)
 	}
+	// Through OpenTelemetry's exporter, as every series of /metrics.
+	_, metrics := get(t, second+"/metrics")
+	if n := metricLine(t, metrics, `rebound_proxy_cache_stale_total{route="chat"}`); n != 2 {
+		t.Errorf("the second proxy's /metrics says %v answers stale, want 2", n)
+	}
 	if n := up.hits.Load(); n != 5 {
 		t.Errorf("the upstream had %d requests, want 5: on_failure sends every request", n)
 	}

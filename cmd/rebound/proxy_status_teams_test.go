@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -260,10 +261,29 @@ func tenantSpendFrom(t *testing.T, metrics, tenant string) float64 {
 }
 
 // metricLine returns the value of the sample series in metrics.
+//
+// series is a name and its labels, name{k="v",...}: a line of that name
+// matches when it carries each of the labels, in any order and beside
+// others (the exporter adds otel_scope_name and the like).
 func metricLine(t *testing.T, metrics, series string) float64 {
 	t.Helper()
+	name, labels, _ := strings.Cut(strings.TrimSuffix(series, "}"), "{")
 	for line := range strings.Lines(metrics) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), name+"{")
+		if !ok {
+			continue
+		}
+		got, v, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		matched := true
+		for l := range strings.SplitSeq(labels, ",") {
+			if l != "" && !slices.Contains(strings.Split(got, ","), l) {
+				matched = false
+			}
+		}
+		if matched {
 			var f float64
 			if _, err := fmt.Sscan(v, &f); err != nil {
 				t.Fatalf("%q: %v", line, err)

@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -172,8 +171,8 @@ func TestTenantCapHoldsForTheOpenAINodeSDK(t *testing.T) {
 	if refusals != capped.Quota {
 		t.Errorf("the proxy refused %d requests, the SDK saw %d refusals: it retried them", refusals, capped.Quota)
 	}
-	if want := fmt.Sprintf("rebound_proxy_tenant_refusals_total{tenant=\"capped\",reason=\"spend_cap\"} %d\n", refusals); !strings.Contains(metrics, want) {
-		t.Errorf("/metrics does not say %q", want)
+	if got := metricLine(t, metrics, `rebound_proxy_tenant_refusals_total{tenant="capped",reason="spend_cap"}`); got != float64(refusals) {
+		t.Errorf("/metrics says %v refusals on the spend cap, want %d", got, refusals)
 	}
 	if attempts != tally.Requests {
 		// An attempt the cap refused is not counted: none was sent.
@@ -334,18 +333,7 @@ func tenantSpendMetric(t *testing.T, url, tenant string) float64 {
 	if resp.StatusCode != 200 {
 		t.Fatalf("/metrics: %d", resp.StatusCode)
 	}
-	prefix := fmt.Sprintf("rebound_proxy_tenant_spend_usd_total{tenant=%q} ", tenant)
-	for line := range strings.Lines(body) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("/metrics: %q: %v", line, err)
-			}
-			return f
-		}
-	}
-	t.Fatalf("/metrics has no spend of tenant %q", tenant)
-	return 0
+	return metricLine(t, body, fmt.Sprintf("rebound_proxy_tenant_spend_usd_total{tenant=%q}", tenant))
 }
 
 // statusPageTenantSpend returns the spend of tenant that the status page of

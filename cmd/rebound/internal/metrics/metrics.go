@@ -11,10 +11,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	reboundotel "github.com/rebound-go/rebound/otel"
+	"github.com/rebound-go/rebound/proxy"
 )
 
 // Metrics are a server's: what records them and what serves them.
@@ -40,6 +43,42 @@ func New() (*Metrics, error) {
 		Handler:  promhttp.HandlerFor(registry, promhttp.HandlerOpts{}),
 		provider: provider,
 	}, nil
+}
+
+// Figures adds a server's own series to the metrics: those of series,
+// each observed at every read of /metrics from what figures yields then,
+// so that a server's figures (the proxy's tenants and caches) and
+// rebound's events reach Prometheus through one exporter.
+func (m *Metrics) Figures(series []proxy.Series, figures func(yield func(proxy.Figure) bool)) error {
+	meter := m.provider.Meter("github.com/rebound-go/rebound/proxy")
+	instruments := make([]metric.Float64Observable, len(series))
+	for i, s := range series {
+		var err error
+		if s.Gauge {
+			instruments[i], err = meter.Float64ObservableGauge(s.Name, metric.WithDescription(s.Description))
+		} else {
+			instruments[i], err = meter.Float64ObservableCounter(s.Name, metric.WithDescription(s.Description))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	observables := make([]metric.Observable, len(instruments))
+	for i, in := range instruments {
+		observables[i] = in
+	}
+	_, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		var attrs []attribute.KeyValue
+		for f := range figures {
+			attrs = attrs[:0]
+			for _, l := range f.Labels {
+				attrs = append(attrs, attribute.String(l.Key, l.Value))
+			}
+			o.ObserveFloat64(instruments[f.Series], f.Value, metric.WithAttributes(attrs...))
+		}
+		return nil
+	}, observables...)
+	return err
 }
 
 // Close stops the recording.

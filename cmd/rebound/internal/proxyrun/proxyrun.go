@@ -101,7 +101,14 @@ func Run(ctx context.Context, c Config, stdout, stderr io.Writer) int {
 	if c.AdminOff {
 		logger.Warn("/ui and /metrics are off beyond this machine: they answer only requests from it, over loopback; give --admin-token-env to open them to others")
 	}
-	return serveProxy(ctx, c, p, logger, stdout, stderr)
+	live := &liveProxy{}
+	live.Store(p)
+	// The tenants' and caches' series, read from the live Proxy's figures.
+	if err := m.Figures(proxy.ProxySeries, func(yield func(proxy.Figure) bool) { live.Load().Figures(yield) }); err != nil {
+		fmt.Fprintf(stderr, "rebound proxy: metrics: %v\n", err)
+		return 1
+	}
+	return serveProxy(ctx, c, live, logger, stdout, stderr)
 }
 
 // shareOnRedis makes opts's breakers, limits, cool-downs, tenants' caps
@@ -159,9 +166,7 @@ func shareOnRedis(ctx context.Context, c Config, opts *proxy.Options, breakerCfg
 
 // serveProxy serves p, or the Proxy of the config re-read at the latest
 // SIGHUP, until ctx is done, then drains it.
-func serveProxy(ctx context.Context, c Config, p *proxy.Proxy, logger *slog.Logger, stdout, stderr io.Writer) int {
-	live := &liveProxy{}
-	live.Store(p)
+func serveProxy(ctx context.Context, c Config, live *liveProxy, logger *slog.Logger, stdout, stderr io.Writer) int {
 	err := front.Run(ctx, front.Config{
 		Addr:     c.Addr,
 		Handler:  live,
