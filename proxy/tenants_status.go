@@ -54,4 +54,3 @@ func (p *Proxy) tenantRows(ctx context.Context) []tenantRow {
 	}
 	return rows
 }
-
