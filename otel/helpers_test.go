@@ -83,6 +83,10 @@ func points(m metricdata.Metrics) []point {
 		for _, p := range d.DataPoints {
 			out = append(out, point{attrs: p.Attributes, value: p.Sum, count: p.Count})
 		}
+	case metricdata.Histogram[int64]:
+		for _, p := range d.DataPoints {
+			out = append(out, point{attrs: p.Attributes, value: float64(p.Sum), count: p.Count})
+		}
 	}
 	return out
 }

@@ -55,6 +55,9 @@ type Observer struct {
 	wasted         metric.Float64Counter
 	tokens         metric.Int64Counter
 	cacheServed    metric.Int64Counter
+	genaiDuration  metric.Float64Histogram
+	genaiTokens    metric.Int64Histogram
+	mcpDuration    metric.Float64Histogram
 
 	targets lru.Map[string, *targetAttrs] // the targets measured most recently
 }
@@ -132,6 +135,16 @@ func New(cfg Config) *Observer {
 	check(err)
 	o.cacheServed, err = m.Int64Counter("rebound.cache.served", metric.WithUnit("{answer}"),
 		metric.WithDescription("Answers served from a cache (rebound.Transport's Cache), by rebound.cache: hit or stale."))
+	check(err)
+	o.genaiDuration, err = m.Float64Histogram("gen_ai.client.operation.duration", metric.WithUnit("s"),
+		metric.WithDescription("GenAI operation duration."), metric.WithExplicitBucketBoundaries(genaiDurationBuckets...))
+	check(err)
+	o.genaiTokens, err = m.Int64Histogram("gen_ai.client.token.usage", metric.WithUnit("{token}"),
+		metric.WithDescription("Number of input and output tokens used."), metric.WithExplicitBucketBoundaries(genaiTokenBuckets...))
+	check(err)
+	o.mcpDuration, err = m.Float64Histogram("mcp.client.operation.duration", metric.WithUnit("s"),
+		metric.WithDescription("The duration of the MCP request or notification as observed on the sender from the time it was sent until the response or ack is received."),
+		metric.WithExplicitBucketBoundaries(genaiDurationBuckets...))
 	check(err)
 	if len(errs) > 0 {
 		otel.Handle(errors.Join(errs...))

@@ -200,6 +200,7 @@ func (p *Proxy) logCall(c *call, status int) {
 		p.recordUsage(c.target, u)
 	}
 	p.settleCall(c, status)
+	p.recordOperation(c, status)
 	c.tenantAttrs(func(key string, v any) { attrs = append(attrs, slog.Any(key, v)) })
 	attrs = p.cacheAttrs(c, attrs)
 	if c.tried > 1 {

@@ -3,9 +3,11 @@ package proxy
 import (
 	"context"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/rebound-go/rebound/cost"
+	"github.com/rebound-go/rebound/observe"
 )
 
 // tokenTally adds up the tokens answers reported, as the access log
@@ -91,4 +93,33 @@ func (p *Proxy) recordUsage(target string, u cost.Usage) {
 	if ur, ok := p.observer.(usageRecorder); ok && target != "" {
 		ur.RecordUsage(context.Background(), target, u)
 	}
+}
+
+// recordOperation tells p's Observer, if it is an
+// observe.OperationRecorder, of c, answered with status, as a GenAI
+// client's operation: the provider its dialect names, the model the
+// client named, how long it took, its tokens, and for a failure its
+// status, or "broken" for an answer that broke off. c.mu is held.
+func (p *Proxy) recordOperation(c *call, status int) {
+	rec, ok := p.observer.(observe.OperationRecorder)
+	if !ok {
+		return
+	}
+	op := observe.Operation{Kind: "llm", Provider: providerName(c.dialect), Model: c.model, Duration: time.Since(c.start),
+		InputTokens: c.usage.InputAll(), OutputTokens: c.usage.OutputTokens}
+	switch {
+	case status >= 400:
+		op.ErrorType = strconv.Itoa(status)
+	case c.aborted:
+		op.ErrorType = "broken"
+	}
+	rec.RecordOperation(context.Background(), op)
+}
+
+// providerName is gen_ai.provider.name of a dialect.
+func providerName(dialect string) string {
+	if dialect == DialectGemini {
+		return "gcp.gemini"
+	}
+	return dialect
 }

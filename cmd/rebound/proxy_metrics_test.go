@@ -138,8 +138,28 @@ func TestProxyMetricsCountTokensByType(t *testing.T) {
 			got[typ[1]] += v
 		}
 	}
+	// And under the GenAI conventions' names, a request an operation,
+	// recorded just after its tokens.
+	chat := `gen_ai_operation_name="chat",gen_ai_provider_name="anthropic",gen_ai_request_model="claude-x"`
+	operations := func() float64 {
+		if !strings.Contains(metrics, "gen_ai_client_operation_duration_seconds_count{") {
+			return 0
+		}
+		return metricLine(t, metrics, "gen_ai_client_operation_duration_seconds_count{"+chat+"}")
+	}
+	for deadline := time.Now().Add(10 * time.Second); operations() != 2 && time.Now().Before(deadline); {
+		_, metrics = get(t, url+"/metrics")
+	}
 	stop()
 	if !maps.Equal(got, want) {
 		t.Errorf("rebound_tokens_total by type %v, want %v\n%s\n%s", got, want, metrics, logs)
+	}
+	if n := operations(); n != 2 {
+		t.Errorf("gen_ai_client_operation_duration_seconds_count %v, want 2", n)
+	}
+	for typ, n := range map[string]float64{"input": 2 * 92010, "output": 2 * 200} {
+		if got := metricLine(t, metrics, "gen_ai_client_token_usage_sum{"+chat+`,gen_ai_token_type="`+typ+`"}`); got != n {
+			t.Errorf("gen_ai_client_token_usage_sum of %s tokens %v, want %v", typ, got, n)
+		}
 	}
 }
