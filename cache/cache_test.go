@@ -364,3 +364,31 @@ func TestAStreamIsKeptWholeOnceItEndedAndReplayedAsItCame(t *testing.T) {
 		t.Error("the non-streamed request was served the stream")
 	}
 }
+
+func TestAFailedOrUnfinishedAnswerWithA2xxIsNotKept(t *testing.T) {
+	for name, u := range map[string]*upstream{
+		"a 200 whose body is an error":          {status: 200, body: `{"error":{"message":"overloaded","type":"server_error"}}`},
+		"a 200 whose body is Anthropic's error": {status: 200, body: `{"type":"error","error":{"type":"overloaded_error","message":"x"}}`},
+		"a 200 whose body is a plain error":     {status: 200, body: `{"error":"model not loaded"}`},
+		"a response that failed":                {status: 200, body: `{"id":"resp_1","object":"response","status":"failed","error":{"code":"server_error","message":"x"}}`},
+		"a response that is incomplete":         {status: 200, body: `{"id":"resp_1","object":"response","status":"incomplete","error":null}`},
+		"a response still queued":               {status: 200, body: `{"id":"resp_1","object":"response","status":"queued","error":null}`},
+		"a JSON body cut short":                 {status: 200, body: `{"choices":[{"message":{"content":"hal`},
+		"a 202 accepted for later":              {status: 202, body: `{"id":"op_1"}`},
+		"a 206 partial content":                 {status: 206, body: `{"a":1}`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, _ := cache.New(cache.Config{}, nil)
+			u.header = http.Header{"Content-Type": {"application/json"}}
+			exchange(t, c, u, cache.Scope{}, ask)
+			if s := c.Stats(); s.Stored != 0 {
+				t.Fatalf("kept %q (%d): %+v", u.body, u.status, s)
+			}
+		})
+	}
+	c, _ := cache.New(cache.Config{}, nil)
+	exchange(t, c, &upstream{status: 200, body: `{"id":"resp_1","object":"response","status":"completed","error":null,"output":[]}`}, cache.Scope{}, ask)
+	if s := c.Stats(); s.Stored != 1 {
+		t.Fatalf("a completed response was not kept: %+v", s)
+	}
+}
