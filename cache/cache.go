@@ -27,7 +27,7 @@ type Outcome uint8
 
 const (
 	// Bypass: the request could not be cached (side effects, a body
-	// that is not JSON, a method other than GET or POST).
+	// that is not JSON, a method other than POST).
 	Bypass Outcome = iota
 	// Miss: the request went to the providers, and its answer was not
 	// kept (yet): not a success, not whole, or Cache-Control: no-store.
@@ -215,9 +215,12 @@ func (c *Cache) serve(req *http.Request, key string, maxAge time.Duration, mark 
 }
 
 // sideEffects reports whether req may make a provider act beyond
-// answering, so that its answer is neither kept nor served.
+// answering, or may be answered otherwise when asked again, so that its
+// answer is neither kept nor served. A model call is a POST; a GET reads
+// the state of something that changes (a background response, a batch, a
+// file), which an answer kept would hide.
 func sideEffects(req *http.Request, body []byte) bool {
-	if req.Method != http.MethodGet && req.Method != http.MethodPost {
+	if req.Method != http.MethodPost {
 		return true
 	}
 	if req.Header.Get("Idempotency-Key") != "" || callctx.SideEffects(req.Context()) {

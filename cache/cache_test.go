@@ -392,3 +392,22 @@ func TestAFailedOrUnfinishedAnswerWithA2xxIsNotKept(t *testing.T) {
 		t.Fatalf("a completed response was not kept: %+v", s)
 	}
 }
+
+func TestAGetOfAResourceThatChangesIsNeverServedFromTheCache(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, _ := cache.New(cache.Config{Serve: cache.Always}, nil)
+		u := &upstream{status: 200, body: `{"id":"resp_1","object":"response","status":"completed"}`}
+		for range 2 {
+			req := httptest.NewRequest(http.MethodGet, "/v1/batches/batch_1", nil)
+			resp, err := c.Exchange(req, nil, u.next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		if s := c.Stats(); u.calls != 2 || s.Stored != 0 || s.Hits != 0 {
+			t.Fatalf("a GET of a batch's state: %d calls, %+v", u.calls, s)
+		}
+	})
+}

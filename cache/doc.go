@@ -22,11 +22,13 @@
 // "status" of failed, incomplete, queued, in_progress or cancelled); a
 // streamed answer only once it ended with the provider's own end ("data:
 // [DONE]", message_stop, response.completed, a Gemini finishReason), every
-// event of it, to be replayed as it came. It never keeps or serves the answer to a request
-// with side effects (rebound.ProviderSideEffects, a context marked by
-// rebound.WithSideEffects, an Idempotency-Key, a method other than GET and
-// POST), and a request may opt out with Cache-Control: no-store (nothing
-// kept) or no-cache (nothing served).
+// event of it, to be replayed as it came. It never keeps or serves the
+// answer to a request with side effects (rebound.ProviderSideEffects, a
+// context marked by rebound.WithSideEffects, an Idempotency-Key), nor to
+// one that is not a POST: a GET reads the state of something that changes
+// (a background response, a batch), which a kept answer would freeze. A
+// request may opt out with Cache-Control: no-store (nothing kept) or
+// no-cache (nothing served).
 //
 // There are two ways to serve (Config.Serve). OnFailure sends every
 // request on as before and serves a stored answer no older than MaxStale
