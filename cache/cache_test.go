@@ -411,3 +411,25 @@ func TestAGetOfAResourceThatChangesIsNeverServedFromTheCache(t *testing.T) {
 		}
 	})
 }
+
+func TestAlwaysServesNoHitOlderThanTheRequestsMaxAge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, _ := cache.New(cache.Config{Serve: cache.Always, TTL: time.Hour}, nil)
+		u := &upstream{status: 200, body: `{"answer":1}`}
+		exchange(t, c, u, cache.Scope{}, ask)
+		for _, cc := range []string{"max-age=0", "Max-Age=30", "private, max-age=59"} {
+			time.Sleep(time.Minute) // each miss keeps its answer afresh
+			calls := u.calls
+			if resp, _, _ := exchange(t, c, u, cache.Scope{}, ask, "Cache-Control", cc); u.calls != calls+1 || resp.Header.Get(cache.Header) == "hit" {
+				t.Errorf("Cache-Control: %s was served a hit a minute old", cc)
+			}
+		}
+		time.Sleep(time.Second)
+		if resp, _, _ := exchange(t, c, u, cache.Scope{}, ask, "Cache-Control", "max-age=120"); resp.Header.Get(cache.Header) != "hit" {
+			t.Errorf("Cache-Control: max-age=120 was not served a hit a second old")
+		}
+		if resp, _, _ := exchange(t, c, u, cache.Scope{}, ask, "Pragma", "no-cache"); resp.Header.Get(cache.Header) == "hit" {
+			t.Errorf("Pragma: no-cache was served a hit")
+		}
+	})
+}

@@ -28,7 +28,8 @@
 // one that is not a POST: a GET reads the state of something that changes
 // (a background response, a batch), which a kept answer would freeze. A
 // request may opt out with Cache-Control: no-store (nothing kept) or
-// no-cache (nothing served).
+// no-cache (nothing served; Pragma: no-cache too, without a
+// Cache-Control), and max-age=N serves no hit older than N seconds.
 //
 // There are two ways to serve (Config.Serve). OnFailure sends every
 // request on as before and serves a stored answer no older than MaxStale
