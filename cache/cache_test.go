@@ -433,3 +433,16 @@ func TestAlwaysServesNoHitOlderThanTheRequestsMaxAge(t *testing.T) {
 		}
 	})
 }
+
+// TestAnEncodedAnswerIsNotKept: a body still encoded (the caller asked for
+// gzip itself, so its transport left it so) would be served to a caller
+// that never asked for the encoding: the key does not say what each
+// caller accepts.
+func TestAnEncodedAnswerIsNotKept(t *testing.T) {
+	c, _ := cache.New(cache.Config{}, nil)
+	u := &upstream{status: 200, body: "\x1f\x8b\x08\x00binary", header: http.Header{"Content-Type": {"audio/mpeg"}, "Content-Encoding": {"gzip"}}}
+	exchange(t, c, u, cache.Scope{}, ask, "Accept-Encoding", "gzip")
+	if s := c.Stats(); s.Stored != 0 {
+		t.Fatalf("kept a gzip-encoded body: %+v", s)
+	}
+}

@@ -15,10 +15,11 @@
 // white space dropped. A body that is not JSON, or whose objects repeat a
 // key (which parsers read differently), is not cached.
 //
-// It keeps only what is whole: an answer with a 200 status whose body was
-// read to its end, not short of its Content-Length, and, when it is JSON,
-// a whole document that is neither an error (which some providers send
-// with a 200) nor a response that failed or has not finished (a
+// It keeps only what is whole: an answer with a 200 status, in no content
+// coding (a gzip the caller asked for itself), whose body was read to its
+// end, not short of its Content-Length, and, when it is JSON, a whole
+// document that is neither an error (which some providers send with a
+// 200) nor a response that failed or has not finished (a
 // "status" of failed, incomplete, queued, in_progress or cancelled); a
 // streamed answer only once it ended with the provider's own end ("data:
 // [DONE]", message_stop, response.completed, a Gemini finishReason), every

@@ -91,6 +91,10 @@ func (b *keeper) keep() {
 		return
 	case b.resp.StatusCode != http.StatusOK:
 		return // a 202's job not done, a 206's part, a 204's nothing
+	case encoded(b.resp.Header):
+		// The caller asked for the encoding itself; the next caller,
+		// keyed alike, may not have.
+		return
 	case b.stream && !b.tracker.Ended():
 		return
 	case !b.stream && !answered(b.resp.Header, b.buf):
@@ -149,4 +153,14 @@ func answered(h http.Header, body []byte) bool {
 		return false
 	}
 	return true
+}
+
+// encoded reports whether h says its body is still in a content coding.
+func encoded(h http.Header) bool {
+	for _, v := range h.Values("Content-Encoding") {
+		if v = strings.TrimSpace(v); v != "" && !strings.EqualFold(v, "identity") {
+			return true
+		}
+	}
+	return false
 }
