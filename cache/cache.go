@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -27,7 +28,7 @@ type Outcome uint8
 
 const (
 	// Bypass: the request could not be cached (side effects, a body
-	// that is not JSON, a method other than GET or POST).
+	// that is not JSON, a method other than POST).
 	Bypass Outcome = iota
 	// Miss: the request went to the providers, and its answer was not
 	// kept (yet): not a success, not whole, or Cache-Control: no-store.
@@ -142,9 +143,13 @@ func (c *Cache) Exchange(req *http.Request, body []byte, next func(*http.Request
 		k.note(Bypass)
 		return sent(next(req))
 	}
-	noStore, noCache := directives(req.Header)
+	noStore, noCache, maxAge := directives(req.Header)
 	if c.cfg.Serve == Always && !noCache {
-		if resp, ok := c.serve(req, key, c.cfg.TTLOrDefault(), "hit"); ok {
+		ttl := c.cfg.TTLOrDefault()
+		if maxAge >= 0 {
+			ttl = min(ttl, maxAge)
+		}
+		if resp, ok := c.serve(req, key, ttl, "hit"); ok {
 			c.hits.Add(1)
 			k.note(Hit)
 			return resp, nil
@@ -215,9 +220,12 @@ func (c *Cache) serve(req *http.Request, key string, maxAge time.Duration, mark 
 }
 
 // sideEffects reports whether req may make a provider act beyond
-// answering, so that its answer is neither kept nor served.
+// answering, or may be answered otherwise when asked again, so that its
+// answer is neither kept nor served. A model call is a POST; a GET reads
+// the state of something that changes (a background response, a batch, a
+// file), which an answer kept would hide.
 func sideEffects(req *http.Request, body []byte) bool {
-	if req.Method != http.MethodGet && req.Method != http.MethodPost {
+	if req.Method != http.MethodPost {
 		return true
 	}
 	if req.Header.Get("Idempotency-Key") != "" || callctx.SideEffects(req.Context()) {
@@ -232,21 +240,38 @@ func sideEffects(req *http.Request, body []byte) bool {
 }
 
 // directives reads the request's Cache-Control: no-store keeps nothing,
-// no-cache serves nothing.
-func directives(h http.Header) (noStore, noCache bool) {
-	for _, v := range h.Values("Cache-Control") {
+// no-cache serves nothing, and max-age (-1 when absent) is the age past
+// which the caller wants no hit (a browser's reload sends max-age=0).
+// Without a Cache-Control, Pragma: no-cache is no-cache, as RFC 9111 has
+// it.
+func directives(h http.Header) (noStore, noCache bool, maxAge time.Duration) {
+	maxAge = -1
+	values := h.Values("Cache-Control")
+	if len(values) == 0 {
+		values = h.Values("Pragma")
+	}
+	for _, v := range values {
 		for len(v) > 0 {
 			var d string
 			d, v, _ = cutComma(v)
-			switch d {
-			case "no-store":
+			switch {
+			case d == "no-store":
 				noStore = true
-			case "no-cache":
+			case d == "no-cache":
 				noCache = true
+			case strings.HasPrefix(d, "max-age="):
+				s, err := strconv.ParseUint(strings.Trim(d[len("max-age="):], `"`), 10, 31)
+				if err != nil {
+					noCache = true // a max-age it cannot read: the strictest
+					continue
+				}
+				if a := time.Duration(s) * time.Second; maxAge < 0 || a < maxAge {
+					maxAge = a
+				}
 			}
 		}
 	}
-	return noStore, noCache
+	return noStore, noCache, maxAge
 }
 
 func cutComma(s string) (before, after string, found bool) {

@@ -364,3 +364,85 @@ func TestAStreamIsKeptWholeOnceItEndedAndReplayedAsItCame(t *testing.T) {
 		t.Error("the non-streamed request was served the stream")
 	}
 }
+
+func TestAFailedOrUnfinishedAnswerWithA2xxIsNotKept(t *testing.T) {
+	for name, u := range map[string]*upstream{
+		"a 200 whose body is an error":          {status: 200, body: `{"error":{"message":"overloaded","type":"server_error"}}`},
+		"a 200 whose body is Anthropic's error": {status: 200, body: `{"type":"error","error":{"type":"overloaded_error","message":"x"}}`},
+		"a 200 whose body is a plain error":     {status: 200, body: `{"error":"model not loaded"}`},
+		"a response that failed":                {status: 200, body: `{"id":"resp_1","object":"response","status":"failed","error":{"code":"server_error","message":"x"}}`},
+		"a response that is incomplete":         {status: 200, body: `{"id":"resp_1","object":"response","status":"incomplete","error":null}`},
+		"a response still queued":               {status: 200, body: `{"id":"resp_1","object":"response","status":"queued","error":null}`},
+		"a JSON body cut short":                 {status: 200, body: `{"choices":[{"message":{"content":"hal`},
+		"a 202 accepted for later":              {status: 202, body: `{"id":"op_1"}`},
+		"a 206 partial content":                 {status: 206, body: `{"a":1}`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, _ := cache.New(cache.Config{}, nil)
+			u.header = http.Header{"Content-Type": {"application/json"}}
+			exchange(t, c, u, cache.Scope{}, ask)
+			if s := c.Stats(); s.Stored != 0 {
+				t.Fatalf("kept %q (%d): %+v", u.body, u.status, s)
+			}
+		})
+	}
+	c, _ := cache.New(cache.Config{}, nil)
+	exchange(t, c, &upstream{status: 200, body: `{"id":"resp_1","object":"response","status":"completed","error":null,"output":[]}`}, cache.Scope{}, ask)
+	if s := c.Stats(); s.Stored != 1 {
+		t.Fatalf("a completed response was not kept: %+v", s)
+	}
+}
+
+func TestAGetOfAResourceThatChangesIsNeverServedFromTheCache(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, _ := cache.New(cache.Config{Serve: cache.Always}, nil)
+		u := &upstream{status: 200, body: `{"id":"resp_1","object":"response","status":"completed"}`}
+		for range 2 {
+			req := httptest.NewRequest(http.MethodGet, "/v1/batches/batch_1", nil)
+			resp, err := c.Exchange(req, nil, u.next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		if s := c.Stats(); u.calls != 2 || s.Stored != 0 || s.Hits != 0 {
+			t.Fatalf("a GET of a batch's state: %d calls, %+v", u.calls, s)
+		}
+	})
+}
+
+func TestAlwaysServesNoHitOlderThanTheRequestsMaxAge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, _ := cache.New(cache.Config{Serve: cache.Always, TTL: time.Hour}, nil)
+		u := &upstream{status: 200, body: `{"answer":1}`}
+		exchange(t, c, u, cache.Scope{}, ask)
+		for _, cc := range []string{"max-age=0", "Max-Age=30", "private, max-age=59"} {
+			time.Sleep(time.Minute) // each miss keeps its answer afresh
+			calls := u.calls
+			if resp, _, _ := exchange(t, c, u, cache.Scope{}, ask, "Cache-Control", cc); u.calls != calls+1 || resp.Header.Get(cache.Header) == "hit" {
+				t.Errorf("Cache-Control: %s was served a hit a minute old", cc)
+			}
+		}
+		time.Sleep(time.Second)
+		if resp, _, _ := exchange(t, c, u, cache.Scope{}, ask, "Cache-Control", "max-age=120"); resp.Header.Get(cache.Header) != "hit" {
+			t.Errorf("Cache-Control: max-age=120 was not served a hit a second old")
+		}
+		if resp, _, _ := exchange(t, c, u, cache.Scope{}, ask, "Pragma", "no-cache"); resp.Header.Get(cache.Header) == "hit" {
+			t.Errorf("Pragma: no-cache was served a hit")
+		}
+	})
+}
+
+// TestAnEncodedAnswerIsNotKept: a body still encoded (the caller asked for
+// gzip itself, so its transport left it so) would be served to a caller
+// that never asked for the encoding: the key does not say what each
+// caller accepts.
+func TestAnEncodedAnswerIsNotKept(t *testing.T) {
+	c, _ := cache.New(cache.Config{}, nil)
+	u := &upstream{status: 200, body: "\x1f\x8b\x08\x00binary", header: http.Header{"Content-Type": {"audio/mpeg"}, "Content-Encoding": {"gzip"}}}
+	exchange(t, c, u, cache.Scope{}, ask, "Accept-Encoding", "gzip")
+	if s := c.Stats(); s.Stored != 0 {
+		t.Fatalf("kept a gzip-encoded body: %+v", s)
+	}
+}

@@ -15,15 +15,22 @@
 // white space dropped. A body that is not JSON, or whose objects repeat a
 // key (which parsers read differently), is not cached.
 //
-// It keeps only what is whole: an answer with a 2xx status whose body was
-// read to its end, not short of its Content-Length; a streamed answer only
-// once it ended with the provider's own end ("data: [DONE]", message_stop,
-// response.completed, a Gemini finishReason), every event of it, to be
-// replayed as it came. It never keeps or serves the answer to a request
-// with side effects (rebound.ProviderSideEffects, a context marked by
-// rebound.WithSideEffects, an Idempotency-Key, a method other than GET and
-// POST), and a request may opt out with Cache-Control: no-store (nothing
-// kept) or no-cache (nothing served).
+// It keeps only what is whole: an answer with a 200 status, in no content
+// coding (a gzip the caller asked for itself), whose body was read to its
+// end, not short of its Content-Length, and, when it is JSON, a whole
+// document that is neither an error (which some providers send with a
+// 200) nor a response that failed or has not finished (a
+// "status" of failed, incomplete, queued, in_progress or cancelled); a
+// streamed answer only once it ended with the provider's own end ("data:
+// [DONE]", message_stop, response.completed, a Gemini finishReason), every
+// event of it, to be replayed as it came. It never keeps or serves the
+// answer to a request with side effects (rebound.ProviderSideEffects, a
+// context marked by rebound.WithSideEffects, an Idempotency-Key), nor to
+// one that is not a POST: a GET reads the state of something that changes
+// (a background response, a batch), which a kept answer would freeze. A
+// request may opt out with Cache-Control: no-store (nothing kept) or
+// no-cache (nothing served; Pragma: no-cache too, without a
+// Cache-Control), and max-age=N serves no hit older than N seconds.
 //
 // There are two ways to serve (Config.Serve). OnFailure sends every
 // request on as before and serves a stored answer no older than MaxStale

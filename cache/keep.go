@@ -1,12 +1,17 @@
 package cache
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
+	"mime"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/rebound-go/rebound/internal/provider"
 	"github.com/rebound-go/rebound/internal/sse"
 )
 
@@ -84,7 +89,15 @@ func (b *keeper) keep() {
 		return
 	case b.resp.ContentLength >= 0 && int64(len(b.buf)) != b.resp.ContentLength:
 		return
+	case b.resp.StatusCode != http.StatusOK:
+		return // a 202's job not done, a 206's part, a 204's nothing
+	case encoded(b.resp.Header):
+		// The caller asked for the encoding itself; the next caller,
+		// keyed alike, may not have.
+		return
 	case b.stream && !b.tracker.Ended():
+		return
+	case !b.stream && !answered(b.resp.Header, b.buf):
 		return
 	}
 	h := b.resp.Header.Clone()
@@ -107,4 +120,47 @@ func (b *keeper) keep() {
 	}
 	b.c.stored.Add(1)
 	b.k.note(Stored)
+}
+
+// answered reports whether body, a 200's whole body, is an answer to
+// keep: a JSON one must be a whole document, not an error (some providers
+// and proxies send theirs with a 200) and not a response that failed or
+// has not finished (the Responses API's "status"), none of which the
+// status says. A body that is not JSON is taken as it is.
+func answered(h http.Header, body []byte) bool {
+	mt, _, _ := mime.ParseMediaType(h.Get("Content-Type"))
+	trimmed := bytes.TrimSpace(body)
+	if !strings.Contains(mt, "json") && (mt != "" || len(trimmed) == 0 || (trimmed[0] != '{' && trimmed[0] != '[')) {
+		return true
+	}
+	if !json.Valid(trimmed) {
+		return false
+	}
+	if _, isErr := provider.Parse(trimmed); isErr {
+		return false
+	}
+	if trimmed[0] != '{' {
+		return true
+	}
+	var top struct {
+		Status json.RawMessage `json:"status"`
+	}
+	if json.Unmarshal(trimmed, &top) != nil {
+		return false
+	}
+	switch string(bytes.TrimSpace(top.Status)) {
+	case `"failed"`, `"incomplete"`, `"in_progress"`, `"queued"`, `"cancelled"`:
+		return false
+	}
+	return true
+}
+
+// encoded reports whether h says its body is still in a content coding.
+func encoded(h http.Header) bool {
+	for _, v := range h.Values("Content-Encoding") {
+		if v = strings.TrimSpace(v); v != "" && !strings.EqualFold(v, "identity") {
+			return true
+		}
+	}
+	return false
 }

@@ -454,3 +454,28 @@ func TestCacheReloadKeepsARouteCacheWhoseConfigIsUnchanged(t *testing.T) {
 		}
 	})
 }
+
+// TestCacheKeepsApartClientCredentialsOfEveryScheme: with pass_client_key
+// the whole Authorization header reaches the upstream, whatever its
+// scheme, so two clients that differ only there never share an answer.
+func TestCacheKeepsApartClientCredentialsOfEveryScheme(t *testing.T) {
+	for name, pair := range map[string][2][]string{
+		"basic":          {{"Authorization", "Basic YTpi"}, {"Authorization", "Basic Yzpk"}},
+		"another scheme": {{"Authorization", "Token sk-one"}, {"Authorization", "Token sk-two"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newCacheBench(t, `{"upstreams":{"u":{"url":"http://upstream.test"}},"pass_client_key":true,
+			"routes":[{"name":"chat","upstream":"u","cache":{"serve":"on_failure"}}]}`, nil)
+				asked := askBody("hello", false)
+				if rec, _ := b.send("/v1/chat/completions", asked, pair[0]...); rec.Code != 200 {
+					t.Fatalf("first client: %d", rec.Code)
+				}
+				b.up.fail(down503)
+				if rec, _ := b.send("/v1/chat/completions", asked, pair[1]...); rec.Code != 503 {
+					t.Errorf("another client's credential, down: %d %q, want 503", rec.Code, rec.Header().Get("X-Rebound-Cache"))
+				}
+			})
+		})
+	}
+}

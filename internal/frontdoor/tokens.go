@@ -71,10 +71,28 @@ func clientKeys(r *http.Request) []string {
 	return keys
 }
 
-// ClientKey returns the keys r presents where a client sends its key
-// (as Admit finds them), one a line: the client's own credential, to
-// keep apart what is kept for each holder of one.
-func ClientKey(r *http.Request) string { return strings.Join(clientKeys(r), "\n") }
+// ClientKey returns what r presents where a client sends its key, one a
+// line: the client's own credential, to keep apart what is kept for each
+// holder of one. It is all that DropKeys would strip, each header's value
+// whole: an Authorization of any scheme reaches an upstream with the
+// client's key, not only a bearer token.
+func ClientKey(r *http.Request) string {
+	var b strings.Builder
+	for _, h := range clientKeyHeaders {
+		for _, v := range r.Header.Values(h) {
+			b.WriteString(h)
+			b.WriteString(": ")
+			b.WriteString(v)
+			b.WriteByte('\n')
+		}
+	}
+	for _, v := range r.URL.Query()["key"] {
+		b.WriteString("key=")
+		b.WriteString(url.QueryEscape(v))
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
 
 // Admit reports whether r carries one of the tokens where a client sends
 // its key: Authorization: Bearer (the scheme in any case), x-api-key,
