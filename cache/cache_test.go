@@ -141,7 +141,7 @@ func TestMemoryLetsAnAnswerGoAfterItsKeepTime(t *testing.T) {
 
 func TestConfigRefusesBadValuesInOneLine(t *testing.T) {
 	for _, c := range []cache.Config{
-		{TTL: -time.Second}, {MaxStale: -1}, {MaxBytes: -1}, {Serve: 7},
+		{TTL: -time.Second}, {MaxStale: -1}, {MaxBytes: -1}, {MaxBytes: 1}, {MaxBytes: cache.MinMaxBytes - 1}, {Serve: 7},
 		{TTL: time.Hour, MaxStale: time.Minute},
 	} {
 		err := c.Validate()

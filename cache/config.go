@@ -52,6 +52,9 @@ const (
 	DefaultTTL      = 5 * time.Minute
 	DefaultMaxStale = 24 * time.Hour
 	DefaultMaxBytes = 64 << 20
+	// MinMaxBytes is the least MaxBytes Validate takes (but zero): one
+	// answer of up to 16 KiB.
+	MinMaxBytes = 64 << 10
 )
 
 // Config says how a Cache serves. Its zero value serves on failure, with
@@ -79,8 +82,8 @@ type Config struct {
 }
 
 // Validate reports what is wrong with c, in one line: a negative
-// duration or size, a serve mode it does not know, or a TTL past
-// MaxStale.
+// duration or size, a MaxBytes under MinMaxBytes, a serve mode it does
+// not know, or a TTL past MaxStale.
 func (c Config) Validate() error {
 	var errs []error
 	if int(c.Serve) >= len(serveNames) {
@@ -92,8 +95,12 @@ func (c Config) Validate() error {
 	if c.MaxStale < 0 {
 		errs = append(errs, fmt.Errorf("max_stale %v is negative", c.MaxStale))
 	}
-	if c.MaxBytes < 0 {
+	switch {
+	case c.MaxBytes < 0:
 		errs = append(errs, fmt.Errorf("max_bytes %d is negative", c.MaxBytes))
+	case c.MaxBytes > 0 && c.MaxBytes < MinMaxBytes:
+		// A quarter of it bounds one answer: so small a cache keeps none.
+		errs = append(errs, fmt.Errorf("max_bytes %d is under %d, too small to keep an answer", c.MaxBytes, MinMaxBytes))
 	}
 	if c.TTL >= 0 && c.MaxStale >= 0 && c.TTLOrDefault() > c.MaxStaleOrDefault() {
 		errs = append(errs, fmt.Errorf("ttl %v is past max_stale %v", c.TTLOrDefault(), c.MaxStaleOrDefault()))
