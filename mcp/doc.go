@@ -27,7 +27,9 @@
 // protocol version), notifications/initialized, its resource
 // subscriptions and its log level. A client of the stateless protocol,
 // which sends no initialize, needs nothing replayed. After 10 crashes
-// within 30 s a respawn breaker stops the restarts for 30 s, then tries
+// within 30 s a respawn breaker (a breaker.Breaker, asked by the engine
+// before each start as rebound.Do asks one) stops the restarts for 30 s,
+// then tries
 // one start; a start that then runs for 10 s closes it, one that dies
 // sooner opens it again.
 //

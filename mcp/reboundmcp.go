@@ -99,15 +99,17 @@ type Options struct {
 	// negative means never.
 	IdleTimeout time.Duration
 	// RestartMin and RestartMax bound the respawn backoff (a new HTTP
-	// session counts as a start): the first restart after a healthy run is
-	// at once, the next after RestartMin, doubling up to RestartMax, each
-	// drawn from the upper half of its span. Zero or negative means
+	// session counts as a start), which rebound.Do's engine waits: the
+	// first restart after a healthy run is at once, the next after
+	// RestartMin, doubling up to RestartMax, each drawn from the upper
+	// half of its span (rebound.JitterEqual). Zero or negative means
 	// 100 ms and 2 s.
 	RestartMin, RestartMax time.Duration
 	// HealthyAfter is how long a server must run for the backoff to start
 	// over. Zero or negative means 10 s.
 	HealthyAfter time.Duration
-	// CrashLimit crashes within CrashWindow open the respawn breaker: no
+	// CrashLimit crashes within CrashWindow open the respawn breaker, a
+	// breaker.Breaker whose rolling window counts the crashes alone: no
 	// restart for CrashCooldown, and calls fail at once with
 	// ErrServerDown; then one probe start, which closes the breaker once
 	// it has run for HealthyAfter, or opens it again when it dies sooner.

@@ -96,6 +96,38 @@ func TestBackoffStartsOverAfterAHealthyRun(t *testing.T) {
 	})
 }
 
+// TestRespawnBreakerCountsTheCrashesWithinItsWindow: the respawn breaker
+// is a breaker.Breaker whose window holds crashes alone: a server that
+// dies every 5 s, never healthy, crashes 6 times in any 30 s, which does
+// not reach the default limit of 10 and reaches a limit of 5.
+func TestRespawnBreakerCountsTheCrashesWithinItsWindow(t *testing.T) {
+	for _, c := range []struct {
+		limit int
+		opens bool
+	}{{0, false}, {5, true}} {
+		synctest.Test(t, func(t *testing.T) {
+			f := newFake(t)
+			var logs logBuffer
+			conn, err := New(f.upstream(), Options{CrashLimit: c.limit, Logger: logs.logger()}).Connect(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 15 {
+				f.awaitStarts(i + 1)
+				if strings.Contains(logs.String(), `"state":"open"`) {
+					break
+				}
+				time.Sleep(5 * time.Second)
+				f.crash()
+			}
+			conn.Close()
+			if opened := strings.Contains(logs.String(), `"state":"open"`); opened != c.opens {
+				t.Errorf("limit %d: the breaker opened: %v, want %v:\n%s", c.limit, opened, c.opens, logs.String())
+			}
+		})
+	}
+}
+
 func TestCallsWaitForADownServerUpToDownWaitThenFailFast(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFake(t)
