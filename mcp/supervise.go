@@ -105,9 +105,15 @@ func (s *session) supervise() {
 		}
 	}()
 	for s.ctx.Err() == nil {
-		ctx, stop := context.WithCancel(s.ctx)
+		// The streak's context is the session's life and nothing else: a
+		// mark the caller's context carries (WithSideEffects, a Guard)
+		// would end a streak at its first crash, and the restarts would
+		// then come with no backoff at all.
+		ctx, stop := context.WithCancel(context.Background())
+		unhook := context.AfterFunc(s.ctx, stop)
 		r.stop = stop
 		rebound.Do(ctx, p, r.run)
+		unhook()
 		stop()
 		if opened := r.openedAt; !opened.IsZero() {
 			// The breaker opened, and stopped the streak: no restart

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rebound-go/rebound"
 )
 
 var errRefused = errors.New("refused")
@@ -60,6 +61,28 @@ func TestRestartsBackOffFromAtOnceTo2sAndTheBreakerPausesThemAfter10Crashes(t *t
 		}
 		if n := strings.Count(logs.String(), `"state":"open"`); n != 3 {
 			t.Errorf("the breaker opened %d times in the log, want 3 (at about 6 s, 36 s and 66 s):\n%s", n, logs.String())
+		}
+	})
+}
+
+// TestRestartsBackOffWhateverTheCallersContextCarries: the restarts are
+// the session's, not the caller's: a context marked as side-effecting
+// (which would stop an engine's call at its first failure) changes
+// nothing of their backoff.
+func TestRestartsBackOffWhateverTheCallersContextCarries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(t)
+		f.dialErr = func(int) error { return errRefused }
+		conn, err := New(f.upstream(), Options{CrashLimit: -1}).Connect(rebound.WithSideEffects(t.Context()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		conn.Close()
+		g := gaps(f.startTimes())
+		if len(g) < 3 || len(g) > 8 || g[0] != 0 || g[1] < 50*time.Millisecond {
+			t.Errorf("gaps between starts %v; want at once, then from 50 ms, a few in 5 s", g)
 		}
 	})
 }
