@@ -93,7 +93,7 @@ func (s *session) waitReady(ctx context.Context) (*generation, error) {
 // rebound.Do: each run of Do is a streak of starts that ends when one runs
 // healthily for HealthyAfter, so that the backoff starts over; the next
 // streak begins with that start's death. The engine waits between starts
-// as restartPolicy says (at once, then RestartMin doubling to RestartMax)
+// as restarts.policy says (at once, then RestartMin doubling to RestartMax)
 // and asks the respawn breaker, a breaker.Breaker, before each; the
 // breaker's cool-down pauses the restarts, then lets one start probe.
 func (s *session) supervise() {
