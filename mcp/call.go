@@ -134,7 +134,7 @@ func (c *call) resendable() bool {
 	c.s.mu.Lock()
 	listed := c.s.state.tools[c.tool]
 	c.s.mu.Unlock()
-	return c.s.o.ruleOf(c.tool, listed).safe()
+	return c.s.o.kindOf(c.tool, listed).Safe()
 }
 
 // awaitListing waits, before a tools/call of a tool not yet seen listed,

@@ -27,38 +27,21 @@ var (
 	errorNames   = jsonscan.NewNames("code", "message", "data")
 )
 
-// decodeMessage returns what jsonrpc.DecodeMessage returns for data, the
-// SDK's own types built the SDK's way, at a fraction of its cost: the
-// SDK's JSON package makes a decoder with a 64 KB buffer for every
-// message. Its keys are read by jsonscan's rules: a member given twice, or
-// spelled another way ("ID", "jſonrpc"), is refused (an error wrapping
-// jsonscan.ErrDuplicateKey or ErrKeySpelling), where the SDK would take
-// the last of them and another reader the first; otherwise it decodes as
-// the SDK does, as FuzzDecodeMessageMatchesTheSDKs checks: what follows
-// the first JSON value is ignored, and nesting deeper than 1000 is
-// refused anywhere in data.
-func decodeMessage(data []byte) (jsonrpc.Message, error) {
-	if tooDeep(data) {
-		return nil, errTooDeep
-	}
-	var s jsonscan.Scanner
-	s.MaxDepth = maxDepth
-	s.Reset(data)
-	if s.Next() != jsonscan.Object {
-		return nil, errNotObject
-	}
-	var w wire
-	for m := s.Object(messageNames); m.Next(); {
-		v := s.Skip()
-		if m.Name() == jsonscan.Other || !v.Set() {
-			continue
-		}
-		if err := w.set(m.Name(), s.Bytes(v)); err != nil {
-			return nil, err
-		}
-	}
-	if err := s.Err(); err != nil {
-		return nil, fmt.Errorf("not a JSON-RPC message: %w", err)
+// DecodeMessage reads one JSON-RPC message, and is the one reader of
+// messages on rebound's MCP side: NewLineConn reads each line with it, and
+// rebound mcp's HTTP front each session's opening. It returns what the
+// SDK's jsonrpc.DecodeMessage returns for data, the SDK's own types built
+// the SDK's way, at a fraction of its cost: the SDK's JSON package makes
+// a decoder with a 64 KB buffer for every message. Its keys are read by
+// jsonscan's rules: a member given twice, or spelled another way ("ID",
+// "jſonrpc"), is refused, where the SDK would take the last of them and
+// another reader the first; otherwise it decodes as the SDK does, as FuzzDecodeMessageMatchesTheSDKs checks: what
+// follows the first JSON value is ignored, and nesting deeper than 1000
+// is refused anywhere in data.
+func DecodeMessage(data []byte) (jsonrpc.Message, error) {
+	w, err := readWire(data)
+	if err != nil {
+		return nil, err
 	}
 	if w.version != "2.0" {
 		return nil, fmt.Errorf(`invalid message version tag %q; expected "2.0"`, w.version)
@@ -78,6 +61,33 @@ func decodeMessage(data []byte) (jsonrpc.Message, error) {
 		resp.Error = w.err
 	}
 	return resp, nil
+}
+
+// readWire reads data's members, whatever its version tag says.
+func readWire(data []byte) (wire, error) {
+	var w wire
+	if tooDeep(data) {
+		return w, errTooDeep
+	}
+	var s jsonscan.Scanner
+	s.MaxDepth = maxDepth
+	s.Reset(data)
+	if s.Next() != jsonscan.Object {
+		return w, errNotObject
+	}
+	for m := s.Object(messageNames); m.Next(); {
+		v := s.Skip()
+		if m.Name() == jsonscan.Other || !v.Set() {
+			continue
+		}
+		if err := w.set(m.Name(), s.Bytes(v)); err != nil {
+			return w, err
+		}
+	}
+	if err := s.Err(); err != nil {
+		return w, fmt.Errorf("not a JSON-RPC message: %w", err)
+	}
+	return w, nil
 }
 
 // wire is a message's members as the SDK's wireDecode holds them, the

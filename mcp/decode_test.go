@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -82,7 +83,7 @@ var decodeSeeds = []string{
 	`{"jsonrpc":"2.0","id":1,"method":"x"}` + strings.Repeat("[", 1001),
 }
 
-// messagePaths are the names decodeMessage decides by.
+// messagePaths are the names DecodeMessage decides by.
 var messagePaths = jsonscantest.Paths{
 	"":      {"jsonrpc", "id", "method", "params", "result", "error"},
 	"error": {"code", "message", "data"},
@@ -98,7 +99,7 @@ func keyFault(data []byte) bool {
 	return jsonscantest.KeyFault(first, messagePaths)
 }
 
-// FuzzDecodeMessageMatchesTheSDKs checks that decodeMessage succeeds and
+// FuzzDecodeMessageMatchesTheSDKs checks that DecodeMessage succeeds and
 // fails where jsonrpc.DecodeMessage does, and returns what it returns;
 // but a message that gives a member twice, or spells one another way,
 // which the SDK reads, it refuses.
@@ -108,7 +109,7 @@ func FuzzDecodeMessageMatchesTheSDKs(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		want, wantErr := jsonrpc.DecodeMessage(bytes.Clone(data))
-		got, gotErr := decodeMessage(bytes.Clone(data))
+		got, gotErr := DecodeMessage(bytes.Clone(data))
 		fault := keyFault(data)
 		if errors.Is(gotErr, jsonscan.ErrDuplicateKey) || errors.Is(gotErr, jsonscan.ErrKeySpelling) {
 			if !fault && wantErr == nil { // invalid further on, it is refused either way
@@ -149,7 +150,7 @@ func BenchmarkDecodeMessage(b *testing.B) {
 	for _, d := range []struct {
 		name   string
 		decode func([]byte) (jsonrpc.Message, error)
-	}{{"sdk", jsonrpc.DecodeMessage}, {"ours", decodeMessage}} {
+	}{{"sdk", jsonrpc.DecodeMessage}, {"ours", DecodeMessage}} {
 		b.Run(d.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
@@ -158,5 +159,28 @@ func BenchmarkDecodeMessage(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestRefusalAnswerReadsTheRequestAsDecodeMessageDoes: a server's refusal
+// of a request becomes an error under the request's ID as DecodeMessage
+// reads it, the server's own error if its body has one; a request whose ID
+// two readers would read apart ("ID", an id given twice), a notification
+// and an answer get none.
+func TestRefusalAnswerReadsTheRequestAsDecodeMessageDoes(t *testing.T) {
+	theirs := `{"jsonrpc":"2.0","id":null,"error":{"code":-32602,"message":"no such tool"}}`
+	for _, c := range []struct{ sent, head, want string }{
+		{`{"jsonrpc":"2.0","id":4,"method":"tools/call"}`, theirs, `{"jsonrpc":"2.0","id":4,"error":{"code":-32602,"message":"no such tool"}}`},
+		{`{"jsonrpc":"2.0","id":"a","method":"x"}`, "refused\n", `{"jsonrpc":"2.0","id":"a","error":{"code":-32600,"message":"HTTP 400 Bad Request: refused"}}`},
+		{`{"jsonrpc":"2.0","ID":4,"method":"tools/call"}`, theirs, ""},
+		{`{"jsonrpc":"2.0","id":4,"id":5,"method":"tools/call"}`, theirs, ""},
+		{`{"jsonrpc":"2.0","method":"notifications/initialized"}`, theirs, ""},
+		{`{"jsonrpc":"2.0","id":4,"result":{}}`, theirs, ""},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, "http://127.0.0.1/mcp", strings.NewReader(c.sent))
+		resp := &http.Response{StatusCode: http.StatusBadRequest, Status: "400 Bad Request"}
+		if got := string(refusalAnswer(req, resp, []byte(c.head))); got != c.want {
+			t.Errorf("%s refused with %s: answered %s, want %s", c.sent, c.head, got, c.want)
+		}
 	}
 }

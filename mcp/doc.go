@@ -27,7 +27,9 @@
 // protocol version), notifications/initialized, its resource
 // subscriptions and its log level. A client of the stateless protocol,
 // which sends no initialize, needs nothing replayed. After 10 crashes
-// within 30 s a respawn breaker stops the restarts for 30 s, then tries
+// within 30 s a respawn breaker (a breaker.Breaker, asked by the engine
+// before each start as rebound.Do asks one) stops the restarts for 30 s,
+// then tries
 // one start; a start that then runs for 10 s closes it, one that dies
 // sooner opens it again.
 //
@@ -79,8 +81,12 @@
 //	  or a tool never seen listed                   names the tool and says it may have taken effect
 //	any request the server refused for its session  sent again, whatever it is: it never ran
 //
-// Options.Tools overrides a tool's annotations; IgnoreAnnotations treats
-// every tool it does not name as side-effecting. A JSON-RPC error answer
+// Options.Tools overrides a tool's annotations with a tool.Kind, the word
+// package tool uses for its own guard: tool.ReadOnly and tool.Idempotent
+// are sent again, tool.SideEffects is not, and the zero tool.Unknown
+// leaves the tool to its annotations, which only make it safe by saying
+// so. IgnoreAnnotations treats every tool it does not name as
+// side-effecting. A JSON-RPC error answer
 // (parse error, invalid request, method not found, invalid params, or any
 // other) is the server's answer and goes back as it came, as does a tool
 // result with isError: true. Resending is bounded by Options.Policy:

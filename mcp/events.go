@@ -4,14 +4,7 @@ import (
 	"time"
 
 	"github.com/rebound-go/rebound"
-)
-
-// The states of the respawn breaker, as rebound.Event.State names a
-// breaker's.
-const (
-	breakerClosed   = "closed"
-	breakerOpen     = "open"
-	breakerHalfOpen = "half-open"
+	"github.com/rebound-go/rebound/breaker"
 )
 
 // downCause says why a server went down: its start failed with err, or
@@ -36,8 +29,9 @@ func (s *session) restarting(n int, cause error, delay time.Duration) {
 // breakerOpened tells the log and the observer that crashes crashes, the
 // last for cause, opened the respawn breaker for cooldown.
 func (s *session) breakerOpened(crashes int, cause error, cooldown time.Duration) {
-	s.logInfo("mcp.breaker", "state", breakerOpen, "crashes", crashes, "cooldown_ms", cooldown.Milliseconds(), "cause", cause.Error())
-	s.observe(rebound.Event{Type: rebound.EventBreaker, State: breakerOpen, Err: cause, Wait: cooldown})
+	open := breaker.Open.String()
+	s.logInfo("mcp.breaker", "state", open, "crashes", crashes, "cooldown_ms", cooldown.Milliseconds(), "cause", cause.Error())
+	s.observe(rebound.Event{Type: rebound.EventBreaker, State: open, Err: cause, Wait: cooldown})
 }
 
 // breakerMoved tells the log and the observer that the respawn breaker

@@ -3,7 +3,6 @@ package reboundmcp
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -186,20 +185,16 @@ func refusalAnswer(req *http.Request, resp *http.Response, head []byte) []byte {
 	}
 	sent, _ := io.ReadAll(io.LimitReader(body, sessionCheckBytes<<4))
 	body.Close()
-	var call struct {
-		ID json.RawMessage `json:"id"`
-	}
-	if json.Unmarshal(sent, &call) != nil || len(call.ID) == 0 || string(call.ID) == "null" {
+	msg, err := DecodeMessage(sent)
+	call, ok := msg.(*jsonrpc.Request)
+	if err != nil || !ok || !call.IsCall() {
 		return nil
 	}
-	var theirs struct {
-		Error *jsonrpc.Error `json:"error"`
-	}
 	we := &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("HTTP %s: %s", resp.Status, strings.TrimSpace(string(head)))}
-	if json.Unmarshal(head, &theirs) == nil && theirs.Error != nil {
-		we = theirs.Error
+	if theirs, err := readWire(head); err == nil && theirs.err != nil {
+		we = theirs.err
 	}
-	answer, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": call.ID, "error": we})
+	answer, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: call.ID, Error: we})
 	if err != nil {
 		return nil
 	}

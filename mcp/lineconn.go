@@ -20,7 +20,7 @@ const maxLine = mcp.DefaultMaxLineLength
 
 // A lineConn speaks the SDK's stdio framing (one JSON-RPC message, or a
 // batch of them, per line: newline-delimited JSON) over a pipe, with the
-// SDK's jsonrpc.EncodeMessage and decodeMessage (which returns what the
+// SDK's jsonrpc.EncodeMessage and DecodeMessage (which returns what the
 // SDK's jsonrpc.DecodeMessage does, for a fraction of its cost), but reads on the
 // goroutine that calls Read instead of handing each message through a
 // goroutine of its own: over stdio that hand-off, and the wake-up of a
@@ -114,7 +114,7 @@ func (c *lineConn) decode(line []byte) ([]jsonrpc.Message, error) {
 	if line[0] == '[' {
 		return c.readBatch(line)
 	}
-	msg, err := decodeMessage(line)
+	msg, err := DecodeMessage(line)
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +241,7 @@ func (c *lineConn) readBatch(line []byte) ([]jsonrpc.Message, error) {
 	msgs := make([]jsonrpc.Message, len(raws))
 	b := &batch{index: map[jsonrpc.ID]int{}}
 	for i, raw := range raws {
-		msg, err := decodeMessage(raw)
+		msg, err := DecodeMessage(raw)
 		if err != nil {
 			return nil, err
 		}

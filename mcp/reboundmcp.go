@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/tool"
 )
 
 // ErrServerDown is wrapped by the error a caller sees when the server
@@ -74,24 +75,6 @@ func HTTP(endpoint string, client *http.Client) Upstream {
 	}}
 }
 
-// ToolRule says whether a tools/call of one tool may be sent again after
-// the server died or lost its session while it ran.
-type ToolRule uint8
-
-// Tool rules. A tool without one (or with the zero ToolRule) is judged by
-// its annotations: readOnlyHint or idempotentHint in its last listing make
-// it safe to resend, anything else does not.
-const (
-	// ToolReadOnly: the tool changes nothing; resent after a crash.
-	ToolReadOnly ToolRule = iota + 1
-	// ToolIdempotent: running the tool twice does what running it once
-	// does; resent after a crash.
-	ToolIdempotent
-	// ToolSideEffects: the tool may act on the world; never resent once it
-	// may have reached the server.
-	ToolSideEffects
-)
-
 // Options configure a Transport. The zero value works: each field
 // documents its default.
 type Options struct {
@@ -116,15 +99,17 @@ type Options struct {
 	// negative means never.
 	IdleTimeout time.Duration
 	// RestartMin and RestartMax bound the respawn backoff (a new HTTP
-	// session counts as a start): the first restart after a healthy run is
-	// at once, the next after RestartMin, doubling up to RestartMax, each
-	// drawn from the upper half of its span. Zero or negative means
+	// session counts as a start), which rebound.Do's engine waits: the
+	// first restart after a healthy run is at once, the next after
+	// RestartMin, doubling up to RestartMax, each drawn from the upper
+	// half of its span (rebound.JitterEqual). Zero or negative means
 	// 100 ms and 2 s.
 	RestartMin, RestartMax time.Duration
 	// HealthyAfter is how long a server must run for the backoff to start
 	// over. Zero or negative means 10 s.
 	HealthyAfter time.Duration
-	// CrashLimit crashes within CrashWindow open the respawn breaker: no
+	// CrashLimit crashes within CrashWindow open the respawn breaker, a
+	// breaker.Breaker whose rolling window counts the crashes alone: no
 	// restart for CrashCooldown, and calls fail at once with
 	// ErrServerDown; then one probe start, which closes the breaker once
 	// it has run for HealthyAfter, or opens it again when it dies sooner.
@@ -132,8 +117,14 @@ type Options struct {
 	// windows mean 30 s each.
 	CrashLimit                 int
 	CrashWindow, CrashCooldown time.Duration
-	// Tools overrides the annotations of the tools it names.
-	Tools map[string]ToolRule
+	// Tools says, for the tools it names, whether a tools/call cut short
+	// by a crash or a lost session may be sent again: tool.ReadOnly and
+	// tool.Idempotent are resent, tool.SideEffects is not. It overrides
+	// their annotations. A tool it does not name, or names as
+	// tool.Unknown, is judged by its annotations: readOnlyHint or
+	// idempotentHint in its last listing make it safe to resend, anything
+	// else (no hints, a tool never listed) does not.
+	Tools map[string]tool.Kind
 	// IgnoreAnnotations treats every tool not in Tools as side-effecting,
 	// whatever its annotations say.
 	IgnoreAnnotations bool

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/rebound-go/rebound/tool"
 )
 
 func TestReadOnlyCallCutByACrashIsResentToTheRestartedServer(t *testing.T) {
@@ -56,18 +58,23 @@ func TestSideEffectingCallInFlightWhenTheServerDiesRunsOnceAndTheCallerIsTold(t 
 	})
 }
 
-func TestToolRulesOverrideTheAnnotations(t *testing.T) {
+// TestToolKindsOverrideTheAnnotations: Options.Tools decides whether a
+// call cut by a crash is resent; its zero Kind, tool.Unknown, leaves the
+// tool to its annotations, and a tool without them (write) to one run.
+func TestToolKindsOverrideTheAnnotations(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		tool string
-		o    Options
-		runs int
+		name, tool string
+		o          Options
+		runs       int
 	}{
 		{"idempotent annotation", "idem", Options{}, 2},
-		{"override makes write idempotent", "write", Options{Tools: map[string]ToolRule{"write": ToolIdempotent}}, 2},
-		{"override makes read side-effecting", "read", Options{Tools: map[string]ToolRule{"read": ToolSideEffects}}, 1},
+		{"override makes write idempotent", "write", Options{Tools: map[string]tool.Kind{"write": tool.Idempotent}}, 2},
+		{"override makes read side-effecting", "read", Options{Tools: map[string]tool.Kind{"read": tool.SideEffects}}, 1},
 		{"annotations ignored", "read", Options{IgnoreAnnotations: true}, 1},
-		{"annotations ignored, override kept", "write", Options{IgnoreAnnotations: true, Tools: map[string]ToolRule{"write": ToolReadOnly}}, 2},
+		{"annotations ignored, override kept", "write", Options{IgnoreAnnotations: true, Tools: map[string]tool.Kind{"write": tool.ReadOnly}}, 2},
+		{"zero kind, no annotations", "write", Options{Tools: map[string]tool.Kind{"write": tool.Unknown}}, 1},
+		{"zero kind, annotations ignored", "read", Options{IgnoreAnnotations: true, Tools: map[string]tool.Kind{"read": tool.Unknown}}, 1},
+		{"zero kind, read-only annotation", "read", Options{Tools: map[string]tool.Kind{"read": tool.Unknown}}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

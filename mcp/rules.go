@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rebound-go/rebound/internal/jsonscan"
+	"github.com/rebound-go/rebound/tool"
 )
 
 // resendable lists the requests that are read-only by the spec, or state
@@ -28,22 +29,23 @@ var resendable = map[string]bool{
 // cancelled: the idle timeout does not apply to them.
 var lasting = map[string]bool{"subscriptions/listen": true}
 
-// ruleOf says how a tools/call of tool is resent, from the caller's
+// kindOf says how a tools/call of name is resent, from the caller's
 // overrides and then the annotations last listed (listed is nil for a tool
-// never seen listed).
-func (o *Options) ruleOf(tool string, listed *mcp.ToolAnnotations) ToolRule {
-	if r := o.Tools[tool]; r != 0 {
-		return r
+// never seen listed). It never answers tool.Unknown: what nothing says is
+// safe is taken for side effects.
+func (o *Options) kindOf(name string, listed *mcp.ToolAnnotations) tool.Kind {
+	if k := o.Tools[name]; k != tool.Unknown {
+		return k
 	}
 	switch {
 	case o.IgnoreAnnotations || listed == nil:
-		return ToolSideEffects
+		return tool.SideEffects
 	case listed.ReadOnlyHint:
-		return ToolReadOnly
+		return tool.ReadOnly
 	case listed.IdempotentHint:
-		return ToolIdempotent
+		return tool.Idempotent
 	}
-	return ToolSideEffects
+	return tool.SideEffects
 }
 
 // errSessionLost: the server refused a request for its session, so the

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rebound-go/rebound"
 )
 
 var errRefused = errors.New("refused")
@@ -64,6 +65,28 @@ func TestRestartsBackOffFromAtOnceTo2sAndTheBreakerPausesThemAfter10Crashes(t *t
 	})
 }
 
+// TestRestartsBackOffWhateverTheCallersContextCarries: the restarts are
+// the session's, not the caller's: a context marked as side-effecting
+// (which would stop an engine's call at its first failure) changes
+// nothing of their backoff.
+func TestRestartsBackOffWhateverTheCallersContextCarries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(t)
+		f.dialErr = func(int) error { return errRefused }
+		conn, err := New(f.upstream(), Options{CrashLimit: -1}).Connect(rebound.WithSideEffects(t.Context()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		conn.Close()
+		g := gaps(f.startTimes())
+		if len(g) < 3 || len(g) > 8 || g[0] != 0 || g[1] < 50*time.Millisecond {
+			t.Errorf("gaps between starts %v; want at once, then from 50 ms, a few in 5 s", g)
+		}
+	})
+}
+
 func TestBackoffStartsOverAfterAHealthyRun(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFake(t)
@@ -94,6 +117,38 @@ func TestBackoffStartsOverAfterAHealthyRun(t *testing.T) {
 			t.Errorf("want the restart after 11 s of health at once, and the backoff from the start after it")
 		}
 	})
+}
+
+// TestRespawnBreakerCountsTheCrashesWithinItsWindow: the respawn breaker
+// is a breaker.Breaker whose window holds crashes alone: a server that
+// dies every 5 s, never healthy, crashes 6 times in any 30 s, which does
+// not reach the default limit of 10 and reaches a limit of 5.
+func TestRespawnBreakerCountsTheCrashesWithinItsWindow(t *testing.T) {
+	for _, c := range []struct {
+		limit int
+		opens bool
+	}{{0, false}, {5, true}} {
+		synctest.Test(t, func(t *testing.T) {
+			f := newFake(t)
+			var logs logBuffer
+			conn, err := New(f.upstream(), Options{CrashLimit: c.limit, Logger: logs.logger()}).Connect(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 15 {
+				f.awaitStarts(i + 1)
+				if strings.Contains(logs.String(), `"state":"open"`) {
+					break
+				}
+				time.Sleep(5 * time.Second)
+				f.crash()
+			}
+			conn.Close()
+			if opened := strings.Contains(logs.String(), `"state":"open"`); opened != c.opens {
+				t.Errorf("limit %d: the breaker opened: %v, want %v:\n%s", c.limit, opened, c.opens, logs.String())
+			}
+		})
+	}
 }
 
 func TestCallsWaitForADownServerUpToDownWaitThenFailFast(t *testing.T) {

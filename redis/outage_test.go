@@ -49,7 +49,7 @@ func TestRedisKilledMidRun(t *testing.T) {
 	}
 	tools := &tool.Registry{Records: records}
 	var actions atomic.Int64
-	tools.Register("act", tool.Spec{Kind: tool.SideEffect}, func(ctx context.Context, c tool.Call) (string, error) {
+	tools.Register("act", tool.Spec{Kind: tool.SideEffects}, func(ctx context.Context, c tool.Call) (string, error) {
 		actions.Add(1)
 		return "done", nil
 	})

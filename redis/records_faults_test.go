@@ -19,7 +19,7 @@ func actors(rs []*Records, lease time.Duration, out string, actions *atomic.Int6
 	regs := make([]*tool.Registry, len(rs))
 	for i, rec := range rs {
 		regs[i] = &tool.Registry{Records: rec, Lease: lease}
-		regs[i].Register("act", tool.Spec{Kind: tool.SideEffect}, func(ctx context.Context, c tool.Call) (string, error) {
+		regs[i].Register("act", tool.Spec{Kind: tool.SideEffects}, func(ctx context.Context, c tool.Call) (string, error) {
 			actions.Add(1)
 			return out, nil
 		})
@@ -40,7 +40,7 @@ func TestRecordsRedisRestartMidCall(t *testing.T) {
 	regs := make([]*tool.Registry, 2)
 	for i, rec := range recordReplicas(t, cfg, 2) {
 		regs[i] = &tool.Registry{Records: rec}
-		regs[i].Register("pay", tool.Spec{Kind: tool.SideEffect}, func(ctx context.Context, c tool.Call) (string, error) {
+		regs[i].Register("pay", tool.Spec{Kind: tool.SideEffects}, func(ctx context.Context, c tool.Call) (string, error) {
 			actions.Add(1)
 			<-release
 			return "paid", nil

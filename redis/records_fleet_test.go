@@ -130,7 +130,7 @@ func recordsChild(args []string) error {
 	if err != nil {
 		return err
 	}
-	spec := tool.Spec{Kind: tool.SideEffect, Policy: rebound.Policy{AttemptTimeout: fleetAttempt}}
+	spec := tool.Spec{Kind: tool.SideEffects, Policy: rebound.Policy{AttemptTimeout: fleetAttempt}}
 	if childArg(args, "kind") == "idempotent" {
 		spec = tool.Spec{Kind: tool.Idempotent, Policy: rebound.Policy{
 			MaxAttempts: 30, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, AttemptTimeout: fleetAttempt,

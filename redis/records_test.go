@@ -183,7 +183,7 @@ func TestRecordsWithARegistry(t *testing.T) {
 	registries := make([]*tool.Registry, len(rs))
 	for i, r := range rs {
 		registries[i] = &tool.Registry{Records: r}
-		registries[i].Register("send", tool.Spec{Kind: tool.SideEffect}, func(ctx context.Context, c tool.Call) (string, error) {
+		registries[i].Register("send", tool.Spec{Kind: tool.SideEffects}, func(ctx context.Context, c tool.Call) (string, error) {
 			calls++
 			return "sent", nil
 		})

@@ -60,7 +60,7 @@ func TestLostRepliesNeverDuplicate(t *testing.T) {
 		name string
 		spec tool.Spec
 	}{
-		{"SideEffectOnce", tool.Spec{Kind: tool.SideEffect, Policy: rebound.Policy{AttemptTimeout: 100 * time.Millisecond}}},
+		{"SideEffectOnce", tool.Spec{Kind: tool.SideEffects, Policy: rebound.Policy{AttemptTimeout: 100 * time.Millisecond}}},
 		{"IdempotentWithRetries", tool.Spec{Kind: tool.Idempotent, Policy: rebound.Policy{
 			MaxAttempts: 30, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, AttemptTimeout: 100 * time.Millisecond,
 		}}},
@@ -104,7 +104,7 @@ func TestLostRepliesNeverDuplicate(t *testing.T) {
 				t.Logf("%v: %d answered, %d may have taken effect; server: %d requests, %d actions, %d duplicates",
 					time.Since(start).Round(time.Millisecond), ok.Load(), doubtful.Load(), st.Requests, st.Actions, st.Duplicates)
 				switch tc.spec.Kind {
-				case tool.SideEffect:
+				case tool.SideEffects:
 					// One request per call, each a distinct action.
 					if st.Duplicates != 0 || st.Actions != st.Requests || st.Requests != calls ||
 						ok.Load()+doubtful.Load() != calls || ok.Load() > int64(st.Actions) || doubtful.Load() == 0 {

@@ -27,7 +27,7 @@ var errRateLimited = &rebound.HTTPError{StatusCode: 429}
 
 func TestRecordsAnswerARepeat(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		for _, kind := range []tool.Kind{tool.SideEffect, tool.Idempotent} {
+		for _, kind := range []tool.Kind{tool.SideEffects, tool.Idempotent} {
 			var calls atomic.Int64
 			r := tool.Registry{Records: &tool.MemoryRecords{}}
 			r.Register("send", tool.Spec{Kind: kind}, flaky(&calls, nil))
@@ -54,7 +54,7 @@ func TestRecordsLeaveSomeCallsAlone(t *testing.T) {
 	var calls atomic.Int64
 	r := tool.Registry{Records: failingRecords{}}
 	r.Register("search", tool.Spec{Kind: tool.ReadOnly}, flaky(&calls, nil))
-	r.Register("send", tool.Spec{Kind: tool.SideEffect}, flaky(&calls, nil))
+	r.Register("send", tool.Spec{Kind: tool.SideEffects}, flaky(&calls, nil))
 	for _, call := range []tool.Call{{ID: "c", Name: "search"}, {ID: "c", Name: "search"}, {Name: "send"}, {Name: "send"}} {
 		if res := r.Execute(context.Background(), call); res.Failure != nil || res.Recorded {
 			t.Fatalf("%+v", res)
@@ -85,7 +85,7 @@ func (failingRecords) Release(context.Context, string, string) error { return er
 func TestRecordsThatCannotBeCheckedMakeNoCall(t *testing.T) {
 	var calls atomic.Int64
 	r := tool.Registry{Records: failingRecords{}}
-	r.Register("send", tool.Spec{Kind: tool.SideEffect}, flaky(&calls, nil))
+	r.Register("send", tool.Spec{Kind: tool.SideEffects}, flaky(&calls, nil))
 	res := r.Execute(context.Background(), tool.Call{ID: "c", Name: "send"})
 	if f := res.Failure; calls.Load() != 0 || !errors.Is(res.Err, errUnreachable) || f == nil || f.MayHaveTakenEffect || f.Attempts != 0 {
 		t.Fatalf("%d runs, %+v", calls.Load(), res)
@@ -103,10 +103,10 @@ func TestRecordsOfFailures(t *testing.T) {
 		kept     bool
 		doubtful bool
 	}{
-		{"LostReply", tool.Spec{Kind: tool.SideEffect}, []error{errTimeout}, true, true},
-		{"ServerError", tool.Spec{Kind: tool.SideEffect}, []error{errBusy}, true, true},
-		{"Rejected", tool.Spec{Kind: tool.SideEffect}, []error{&rebound.HTTPError{StatusCode: 422}}, true, false},
-		{"RateLimited", tool.Spec{Kind: tool.SideEffect}, []error{errRateLimited}, false, false},
+		{"LostReply", tool.Spec{Kind: tool.SideEffects}, []error{errTimeout}, true, true},
+		{"ServerError", tool.Spec{Kind: tool.SideEffects}, []error{errBusy}, true, true},
+		{"Rejected", tool.Spec{Kind: tool.SideEffects}, []error{&rebound.HTTPError{StatusCode: 422}}, true, false},
+		{"RateLimited", tool.Spec{Kind: tool.SideEffects}, []error{errRateLimited}, false, false},
 		// The rate limit on the retry does not undo the first attempt's
 		// doubt.
 		{"IdempotentLostThenLimited", tool.Spec{Kind: tool.Idempotent, Policy: rebound.Policy{MaxAttempts: 2}},
@@ -147,13 +147,13 @@ func (openBreaker) Done(rebound.Permit, rebound.Outcome) {}
 func TestRecordsOfCallsNeverAttempted(t *testing.T) {
 	var calls atomic.Int64
 	r := tool.Registry{Records: &tool.MemoryRecords{}}
-	r.Register("send", tool.Spec{Kind: tool.SideEffect, Policy: rebound.Policy{Breaker: openBreaker{}}}, flaky(&calls, nil))
+	r.Register("send", tool.Spec{Kind: tool.SideEffects, Policy: rebound.Policy{Breaker: openBreaker{}}}, flaky(&calls, nil))
 	call := tool.Call{ID: "c", Name: "send"}
 	res := r.Execute(context.Background(), call)
 	if f := res.Failure; f == nil || f.Attempts != 0 || f.MayHaveTakenEffect || calls.Load() != 0 {
 		t.Fatalf("%+v", f)
 	}
-	r.Register("send", tool.Spec{Kind: tool.SideEffect}, flaky(&calls, nil))
+	r.Register("send", tool.Spec{Kind: tool.SideEffects}, flaky(&calls, nil))
 	if res := r.Execute(context.Background(), call); res.Recorded || res.Failure != nil || calls.Load() != 1 {
 		t.Fatalf("%+v", res)
 	}
@@ -164,7 +164,7 @@ func TestRecordsOfCallsNeverAttempted(t *testing.T) {
 func TestRecordedFailureIsACopy(t *testing.T) {
 	var calls atomic.Int64
 	r := tool.Registry{Records: &tool.MemoryRecords{}}
-	r.Register("send", tool.Spec{Kind: tool.SideEffect}, flaky(&calls, nil, errTimeout))
+	r.Register("send", tool.Spec{Kind: tool.SideEffects}, flaky(&calls, nil, errTimeout))
 	call := tool.Call{ID: "c", Name: "send"}
 	r.Execute(context.Background(), call).Failure.Advice = "changed"
 	r.Execute(context.Background(), call).Failure.Advice = "changed again"
@@ -179,7 +179,7 @@ func TestRecordsWaitForARunningCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var calls atomic.Int64
 		r := tool.Registry{Records: &tool.MemoryRecords{}}
-		r.Register("send", tool.Spec{Kind: tool.SideEffect}, slow(&calls, 3*time.Second))
+		r.Register("send", tool.Spec{Kind: tool.SideEffects}, slow(&calls, 3*time.Second))
 		call := tool.Call{ID: "c", Name: "send"}
 		const n = 50
 		results := make([]tool.Result, n)
@@ -214,7 +214,7 @@ func TestRecordsInProgress(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var calls atomic.Int64
 		r := tool.Registry{Records: &tool.MemoryRecords{}, Lease: 2 * time.Second, Wait: 5 * time.Second}
-		r.Register("send", tool.Spec{Kind: tool.SideEffect}, slow(&calls, time.Minute))
+		r.Register("send", tool.Spec{Kind: tool.SideEffects}, slow(&calls, time.Minute))
 		call := tool.Call{ID: "c", Name: "send"}
 		var wg sync.WaitGroup
 		defer wg.Wait()
@@ -259,7 +259,7 @@ func TestRecordsAfterADeadHolder(t *testing.T) {
 		var calls atomic.Int64
 		records := &tool.MemoryRecords{}
 		r := tool.Registry{Records: records}
-		r.Register("send", tool.Spec{Kind: tool.SideEffect}, flaky(&calls, nil, errRateLimited))
+		r.Register("send", tool.Spec{Kind: tool.SideEffects}, flaky(&calls, nil, errRateLimited))
 		call := tool.Call{ID: "c", Name: "send"}
 		// A holder that died: it claimed the key and was never heard of again.
 		if c, err := records.Claim(t.Context(), tool.IdempotencyKeyOf(call), 4*time.Second); err != nil || c.Token == "" {
@@ -290,7 +290,7 @@ func TestRecordsAfterAPanic(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var calls atomic.Int64
 		r := tool.Registry{Records: &tool.MemoryRecords{}, Lease: 3 * time.Second}
-		r.Register("send", tool.Spec{Kind: tool.SideEffect}, func(ctx context.Context, c tool.Call) (string, error) {
+		r.Register("send", tool.Spec{Kind: tool.SideEffects}, func(ctx context.Context, c tool.Call) (string, error) {
 			if calls.Add(1) == 1 {
 				time.Sleep(5 * time.Second) // renewed meanwhile
 				panic("tool bug")

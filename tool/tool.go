@@ -7,8 +7,9 @@
 //   - ReadOnly tools (search, read, query) are retried under their
 //     policy, and may be hedged: a second attempt after a delay, the first
 //     answer wins and the other is cancelled.
-//   - SideEffect tools (append, send, pay) are attempted exactly once: a
-//     timeout does not mean nothing happened.
+//   - SideEffects tools (append, send, pay) are attempted exactly once: a
+//     timeout does not mean nothing happened. So is a tool of Unknown
+//     kind, the zero Kind: a tool nobody said is safe to repeat is not.
 //   - Idempotent tools have side effects but accept an idempotency key:
 //     the guard derives a key from the tool's name and the call's ID and
 //     arguments, hands it to the tool (IdempotencyKey), and then retries
@@ -64,34 +65,6 @@ import (
 	"github.com/rebound-go/rebound/observe"
 )
 
-// Kind is what a tool's calls may safely do again.
-type Kind uint8
-
-// Kinds of tool.
-const (
-	// ReadOnly tools are retried under their policy.
-	ReadOnly Kind = iota
-	// SideEffect tools are attempted exactly once.
-	SideEffect
-	// Idempotent tools have side effects but accept an idempotency key,
-	// and so are retried with one: IdempotencyKeyOf the call, the same for
-	// every attempt of one Execute. Give each call an ID (Call.ID) to have
-	// a repeat of it recognised beyond one Execute.
-	Idempotent
-)
-
-func (k Kind) String() string {
-	switch k {
-	case ReadOnly:
-		return "read-only"
-	case SideEffect:
-		return "side-effect"
-	case Idempotent:
-		return "idempotent"
-	}
-	return fmt.Sprintf("kind(%d)", k)
-}
-
 // Call is one tool call the model asked for.
 type Call struct {
 	// ID is the model's ID for the call (OpenAI's tool_call id,
@@ -113,9 +86,11 @@ type Func func(ctx context.Context, call Call) (string, error)
 
 // Spec says how a tool's calls are guarded.
 type Spec struct {
+	// Kind says what the tool's calls may do again. The zero Kind,
+	// Unknown, is attempted once, as SideEffects is.
 	Kind Kind
 	// Policy is the retry policy of ReadOnly and Idempotent tools (a
-	// SideEffect tool gets one attempt whatever it says). The zero Policy
+	// SideEffects or Unknown tool gets one attempt whatever it says). The zero Policy
 	// is rebound's default.
 	Policy rebound.Policy
 	// Hedge, for a ReadOnly tool only, starts a second attempt when the
@@ -126,8 +101,8 @@ type Spec struct {
 // Validate reports the first thing wrong with s, as a *SpecError, or nil.
 // Execute runs nothing for a tool registered with an invalid Spec.
 func (s Spec) Validate() error {
-	if s.Kind > Idempotent {
-		return &SpecError{Field: "Kind", Reason: fmt.Sprintf("unknown %v; want ReadOnly, SideEffect or Idempotent", s.Kind)}
+	if s.Kind > SideEffects {
+		return &SpecError{Field: "Kind", Reason: fmt.Sprintf("no such kind %v; want ReadOnly, Idempotent or SideEffects", s.Kind)}
 	}
 	if err := s.Policy.Validate(); err != nil {
 		se := &SpecError{Field: "Policy", Reason: err.Error(), Err: err}
@@ -202,7 +177,7 @@ func (h Hedge) enabled() bool { return h.After > 0 || h.Percentile > 0 }
 // keeps no records.
 type Registry struct {
 	// Records, if set, keeps the outcome of each call with side effects
-	// (SideEffect and Idempotent tools) that has an ID, so that the call
+	// (SideEffects, Unknown and Idempotent tools) that has an ID, so that the call
 	// made again is answered from its record (Result.Recorded) instead of
 	// being made twice; see Records. Nil keeps none, so that every Execute
 	// runs its call: some servers give their tool calls IDs that repeat,
@@ -363,7 +338,7 @@ func refusal(call Call, err error, v rebound.Kind, advice string) Result {
 func (e *entry) run(ctx context.Context, call Call, key string) (Result, rebound.Kind) {
 	p := e.spec.Policy
 	switch e.spec.Kind {
-	case SideEffect:
+	case Unknown, SideEffects:
 		ctx = rebound.WithSideEffects(ctx)
 	case Idempotent:
 		if key == "" {

@@ -52,7 +52,7 @@ func TestReadOnlyIsRetried(t *testing.T) {
 func TestSideEffectRunsOnce(t *testing.T) {
 	var calls atomic.Int64
 	var r tool.Registry
-	r.Register("send_email", tool.Spec{Kind: tool.SideEffect, Policy: rebound.Policy{MaxAttempts: 10}}, flaky(&calls, nil, errTimeout, errTimeout))
+	r.Register("send_email", tool.Spec{Kind: tool.SideEffects, Policy: rebound.Policy{MaxAttempts: 10}}, flaky(&calls, nil, errTimeout, errTimeout))
 	res := r.Execute(context.Background(), tool.Call{ID: "c2", Name: "send_email", Arguments: json.RawMessage(`{"to":"a@b.c"}`)})
 	f := res.Failure
 	if calls.Load() != 1 || f == nil || !f.MayHaveTakenEffect || f.Attempts != 1 || f.Verdict != "transient" || !strings.Contains(f.Advice, "Check whether it did") {
@@ -64,7 +64,7 @@ func TestSideEffectRunsOnce(t *testing.T) {
 
 	// A rejected request did nothing: no doubt to report.
 	calls.Store(0)
-	r.Register("send_email", tool.Spec{Kind: tool.SideEffect}, flaky(&calls, nil, &rebound.HTTPError{StatusCode: 422}))
+	r.Register("send_email", tool.Spec{Kind: tool.SideEffects}, flaky(&calls, nil, &rebound.HTTPError{StatusCode: 422}))
 	res = r.Execute(context.Background(), tool.Call{ID: "c3", Name: "send_email"})
 	if res.Failure == nil || res.Failure.MayHaveTakenEffect || res.Failure.Verdict != "permanent" {
 		t.Fatalf("failure %+v", res.Failure)
@@ -104,7 +104,7 @@ func TestUnknownTool(t *testing.T) {
 // the model as a result it can reason about.
 func ExampleRegistry() {
 	var tools tool.Registry
-	tools.Register("append_file", tool.Spec{Kind: tool.SideEffect}, func(ctx context.Context, c tool.Call) (string, error) {
+	tools.Register("append_file", tool.Spec{Kind: tool.SideEffects}, func(ctx context.Context, c tool.Call) (string, error) {
 		return "", fmt.Errorf("append: %w", context.DeadlineExceeded) // the reply never came back
 	})
 	res := tools.Execute(context.Background(), tool.Call{ID: "toolu_01", Name: "append_file", Arguments: json.RawMessage(`{"line":"hi"}`)})
@@ -212,13 +212,14 @@ func TestMisregisteredToolsRunNothing(t *testing.T) {
 	}{
 		{"NilFunc", tool.Spec{}, nil, "Func"},
 		{"UnknownKind", tool.Spec{Kind: 7}, count, "Kind"},
-		{"InvalidPolicy", tool.Spec{Kind: tool.SideEffect, Policy: rebound.Policy{MaxAttempts: -1}}, count, "Policy.max_attempts"},
+		{"InvalidPolicy", tool.Spec{Kind: tool.SideEffects, Policy: rebound.Policy{MaxAttempts: -1}}, count, "Policy.max_attempts"},
 		{"PercentileNaN", tool.Spec{Hedge: tool.Hedge{Percentile: math.NaN()}}, count, "Hedge.Percentile"},
 		{"PercentileAsAPercentage", tool.Spec{Hedge: tool.Hedge{Percentile: 95}}, count, "Hedge.Percentile"},
 		{"NegativePercentile", tool.Spec{Hedge: tool.Hedge{Percentile: -0.5}}, count, "Hedge.Percentile"},
 		{"NegativeAfter", tool.Spec{Hedge: tool.Hedge{After: -time.Second}}, count, "Hedge.After"},
-		{"HedgedSideEffect", tool.Spec{Kind: tool.SideEffect, Hedge: tool.Hedge{After: time.Second}}, count, "Hedge"},
+		{"HedgedSideEffect", tool.Spec{Kind: tool.SideEffects, Hedge: tool.Hedge{After: time.Second}}, count, "Hedge"},
 		{"HedgedIdempotent", tool.Spec{Kind: tool.Idempotent, Hedge: tool.Hedge{Percentile: 0.9}}, count, "Hedge"},
+		{"HedgedUnknown", tool.Spec{Hedge: tool.Hedge{After: time.Second}}, count, "Hedge"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			calls.Store(0)
@@ -251,7 +252,7 @@ func TestMisregisteredToolsRunNothing(t *testing.T) {
 func TestCancelledContextRunsNothing(t *testing.T) {
 	var calls atomic.Int64
 	var r tool.Registry
-	r.Register("send", tool.Spec{Kind: tool.SideEffect}, func(ctx context.Context, c tool.Call) (string, error) {
+	r.Register("send", tool.Spec{Kind: tool.SideEffects}, func(ctx context.Context, c tool.Call) (string, error) {
 		calls.Add(1)
 		return "sent", nil // a tool that does not heed its context
 	})
@@ -286,7 +287,7 @@ func TestIdempotentUnknownOutcomeMayHaveTakenEffect(t *testing.T) {
 func TestFailureTextIsBounded(t *testing.T) {
 	var r tool.Registry
 	long := strings.Repeat("a", 299) + strings.Repeat("é", 1000)
-	r.Register("t", tool.Spec{Kind: tool.SideEffect}, func(context.Context, tool.Call) (string, error) {
+	r.Register("t", tool.Spec{Kind: tool.SideEffects}, func(context.Context, tool.Call) (string, error) {
 		return "", rebound.Permanent(errors.New(long))
 	})
 	for _, call := range []tool.Call{{Name: "t"}, {Name: strings.Repeat("é", 1<<20)}} {

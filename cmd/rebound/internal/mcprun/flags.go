@@ -20,6 +20,7 @@ import (
 	"github.com/rebound-go/rebound/internal/frontdoor"
 	"github.com/rebound-go/rebound/internal/jsonpos"
 	reboundmcp "github.com/rebound-go/rebound/mcp"
+	"github.com/rebound-go/rebound/tool"
 )
 
 // Flags are the flags of "rebound mcp": those read straight into the
@@ -290,7 +291,7 @@ func (t *toolEntries) UnmarshalJSON(data []byte) error {
 
 // readToolRules reads the --config file strictly: one object with
 // "tools", each a rule's name; the first bad entry is named.
-func readToolRules(file string) (map[string]reboundmcp.ToolRule, error) {
+func readToolRules(file string) (map[string]tool.Kind, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("--config: %v", err)
@@ -307,10 +308,10 @@ func readToolRules(file string) (map[string]reboundmcp.ToolRule, error) {
 	if cfg.Tools == nil {
 		return nil, fmt.Errorf(`--config %s: no "tools" object (want {"tools": {"NAME": "read-only"}})`, file)
 	}
-	rules := make(map[string]reboundmcp.ToolRule, len(cfg.Tools))
+	rules := make(map[string]tool.Kind, len(cfg.Tools))
 	for _, name := range slices.Sorted(maps.Keys(cfg.Tools)) {
 		var s string
-		var r reboundmcp.ToolRule
+		var r tool.Kind
 		if err := json.Unmarshal(cfg.Tools[name], &s); err != nil || r.UnmarshalText([]byte(s)) != nil {
 			return nil, fmt.Errorf("--config %s: tools[%q] is %s: want \"read-only\", \"idempotent\" or \"side-effects\"", file, name, cfg.Tools[name])
 		}

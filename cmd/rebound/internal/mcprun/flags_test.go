@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	reboundmcp "github.com/rebound-go/rebound/mcp"
+	"github.com/rebound-go/rebound/tool"
 )
 
 // TestMCPConfigFile: the per-tool rules are read strictly: each rule's
@@ -27,7 +27,7 @@ func TestMCPConfigFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]reboundmcp.ToolRule{"create_entities": reboundmcp.ToolSideEffects, "search": reboundmcp.ToolReadOnly, "set": reboundmcp.ToolIdempotent}
+	want := map[string]tool.Kind{"create_entities": tool.SideEffects, "search": tool.ReadOnly, "set": tool.Idempotent}
 	if len(rules) != len(want) {
 		t.Errorf("rules %v, want %v", rules, want)
 	}

@@ -261,7 +261,7 @@ func (f *endpoint) open(w http.ResponseWriter, r *http.Request, body []byte, hol
 	var initID jsonrpc.ID
 	// Only an initialize opens a session, and so starts a server: any
 	// other message without a session is an old session's, or noise.
-	if msg, err := jsonrpc.DecodeMessage(body); err != nil {
+	if msg, err := reboundmcp.DecodeMessage(body); err != nil {
 		writeError(w, http.StatusBadRequest, jsonrpc.CodeParseError, "Bad Request: the body is not one JSON-RPC message")
 		return
 	} else if req, ok := msg.(*jsonrpc.Request); !ok || req.Method != "initialize" || !req.IsCall() {
