@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	reboundmcp "github.com/rebound-go/rebound/mcp"
+	"github.com/rebound-go/rebound/tool"
 )
 
 // TestReloadToolsKeepsTheRulesOfABadFile: SIGHUP's reload takes a good
@@ -25,12 +26,12 @@ func TestReloadToolsKeepsTheRulesOfABadFile(t *testing.T) {
 
 	os.WriteFile(file, []byte(`{"tools": {"search": "read-only"}}`), 0o600)
 	reloadTools(file, &live, logger)
-	if o := live.Load(); o.Tools["search"] != reboundmcp.ToolReadOnly || o.Name != "srv" {
+	if o := live.Load(); o.Tools["search"] != tool.ReadOnly || o.Name != "srv" {
 		t.Fatalf("after a good file: %+v", o)
 	}
 	os.WriteFile(file, []byte(`{"tools": {"search": "maybe"}}`), 0o600)
 	reloadTools(file, &live, logger)
-	if o := live.Load(); o.Tools["search"] != reboundmcp.ToolReadOnly {
+	if o := live.Load(); o.Tools["search"] != tool.ReadOnly {
 		t.Errorf("a bad file changed the rules: %+v", o.Tools)
 	}
 	reloadTools("", &live, logger)
