@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/observe"
 )
 
 // A call is one request of the client's, in flight. Its first attempt is
@@ -476,8 +477,16 @@ func notification(method string) *jsonrpc.Request {
 	return &jsonrpc.Request{Method: method, Params: json.RawMessage("{}")}
 }
 
-// log writes the call's one line: never its arguments or result.
+// log writes the call's one line, never its arguments or result, and
+// hands the call to the Observer as an Operation, if it records them.
 func (c *call) log(outcome string, took time.Duration) {
+	if r, ok := c.s.o.Observer.(observe.OperationRecorder); ok {
+		op := observe.Operation{Kind: "mcp", Method: c.req.Method, Tool: c.tool, Duration: took}
+		if outcome != "ok" {
+			op.ErrorType = outcome // tool_error, may_have_run, gave_up, ...
+		}
+		r.RecordOperation(context.Background(), op)
+	}
 	l := c.s.o.Logger
 	if l == nil {
 		return

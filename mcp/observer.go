@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/observe"
 )
 
 // guardObserver returns obs with its panics recovered: events reach it on
@@ -33,6 +34,15 @@ type guardedObserver struct {
 func (g guardedObserver) Observe(e rebound.Event) {
 	defer g.recovered()
 	g.obs.Observe(e)
+}
+
+// RecordOperation passes op on to the observer if it records Operations
+// (observe.OperationRecorder), as reboundotel's does.
+func (g guardedObserver) RecordOperation(ctx context.Context, op observe.Operation) {
+	if r, ok := g.obs.(observe.OperationRecorder); ok {
+		defer g.recovered()
+		r.RecordOperation(ctx, op)
+	}
 }
 
 // recovered logs a panic of the observer's, if there was one.

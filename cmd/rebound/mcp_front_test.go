@@ -58,6 +58,15 @@ func TestMCPHTTPAnswersHealthAndMetricsAndSurvivesSIGHUP(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(body, "rebound_call_duration_seconds_count{") || !strings.Contains(body, `/pid"} 1`) {
 		t.Errorf("/metrics: %d, want 200 with the call's series:\n%s", resp.StatusCode, body)
 	}
+	// And under the MCP conventions' name, once its access line is
+	// written, which may come just after the answer.
+	operation := `mcp_client_operation_duration_seconds_count{gen_ai_tool_name="pid",mcp_method_name="tools/call"`
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(body, operation) && time.Now().Before(deadline); {
+		_, body = get(t, base+"/metrics")
+	}
+	if !strings.Contains(body, operation) {
+		t.Errorf("/metrics has no %s:\n%s", operation, body)
+	}
 	cs.Close()
 
 	cmd.Process.Signal(syscall.SIGHUP)
