@@ -210,7 +210,9 @@ type Chain[Req, Resp any] struct {
 	// a spend cap's refusal, the caller's cancellation, nor a call with
 	// side effects), with the chain's error; a value it returns with
 	// true (an answer kept from an earlier call, say) is the Result's,
-	// marked Stale, in place of the error. Nil means none.
+	// marked Stale, in place of the error: the call then returns no
+	// error, so it must return true only with a value the caller can
+	// use (never a nil response). Nil means none.
 	Stale func(ctx context.Context, req Req, err error) (Resp, bool)
 
 	own  MemoryCooldowns // the cool-downs when Cooldowns is nil
