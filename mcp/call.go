@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"strings"
 	"sync"
@@ -16,7 +15,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rebound-go/rebound"
-	"github.com/rebound-go/rebound/observe"
 )
 
 // A call is one request of the client's, in flight. Its first attempt is
@@ -475,31 +473,4 @@ func errorResponse(id jsonrpc.ID, ce *callError) *jsonrpc.Response {
 
 func notification(method string) *jsonrpc.Request {
 	return &jsonrpc.Request{Method: method, Params: json.RawMessage("{}")}
-}
-
-// log writes the call's one line, never its arguments or result, and
-// hands the call to the Observer as an Operation, if it records them.
-func (c *call) log(outcome string, took time.Duration) {
-	if r, ok := c.s.o.Observer.(observe.OperationRecorder); ok {
-		op := observe.Operation{Kind: "mcp", Method: c.req.Method, Tool: c.tool, Duration: took}
-		if outcome != "ok" {
-			op.ErrorType = outcome // tool_error, may_have_run, gave_up, ...
-		}
-		r.RecordOperation(context.Background(), op)
-	}
-	l := c.s.o.Logger
-	if l == nil {
-		return
-	}
-	attrs := []slog.Attr{
-		slog.String("kind", "mcp"), slog.String("server", c.s.o.Name), slog.String("method", c.req.Method),
-	}
-	if c.tool != "" {
-		attrs = append(attrs, slog.String("tool", c.tool))
-	}
-	attrs = append(attrs, slog.Int("attempts", c.attempts), slog.String("outcome", outcome),
-		slog.Bool("restarted", c.restarted), slog.Float64("latency_ms", float64(took.Microseconds())/1000))
-	// The access line of rebound proxy's schema: one level, the outcome
-	// telling how the request went.
-	l.LogAttrs(context.Background(), slog.LevelInfo, "request", attrs...)
 }

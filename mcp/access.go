@@ -1,0 +1,36 @@
+package reboundmcp
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/rebound-go/rebound/observe"
+)
+
+// log writes the call's one line, never its arguments or result, and
+// hands the call to the Observer as an Operation, if it records them.
+func (c *call) log(outcome string, took time.Duration) {
+	if r, ok := c.s.o.Observer.(observe.OperationRecorder); ok {
+		op := observe.Operation{Kind: "mcp", Method: c.req.Method, Tool: c.tool, Duration: took}
+		if outcome != "ok" {
+			op.ErrorType = outcome // tool_error, may_have_run, gave_up, ...
+		}
+		r.RecordOperation(context.Background(), op)
+	}
+	l := c.s.o.Logger
+	if l == nil {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("kind", "mcp"), slog.String("server", c.s.o.Name), slog.String("method", c.req.Method),
+	}
+	if c.tool != "" {
+		attrs = append(attrs, slog.String("tool", c.tool))
+	}
+	attrs = append(attrs, slog.Int("attempts", c.attempts), slog.String("outcome", outcome),
+		slog.Bool("restarted", c.restarted), slog.Float64("latency_ms", float64(took.Microseconds())/1000))
+	// The access line of rebound proxy's schema: one level, the outcome
+	// telling how the request went.
+	l.LogAttrs(context.Background(), slog.LevelInfo, "request", attrs...)
+}
