@@ -2,11 +2,14 @@ package reboundmcp
 
 import (
 	"context"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 
 	"github.com/rebound-go/rebound"
+	"github.com/rebound-go/rebound/observe"
 )
 
 // TestPanickingObserverNeitherCrashesNorLosesTheCall: an Observer that
@@ -31,6 +34,53 @@ func TestPanickingObserverNeitherCrashesNorLosesTheCall(t *testing.T) {
 		}
 		if !strings.Contains(logs.String(), "observer bug") {
 			t.Errorf("the observer's panic was not logged:\n%s", logs.String())
+		}
+	})
+}
+
+// operations records the Operations an Observer is handed.
+type operations struct {
+	mu  sync.Mutex
+	ops []observe.Operation
+}
+
+func (o *operations) Observe(rebound.Event) {}
+
+func (o *operations) RecordOperation(_ context.Context, op observe.Operation) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ops = append(o.ops, op)
+}
+
+// TestOperationsNameOnlyToolsTheServerListed: each client request reaches
+// an OperationRecorder as an observe.Operation; a tool the server never
+// listed is "other" there, so that a client making names up grows no
+// series, and a failure carries its outcome as its error type.
+func TestOperationsNameOnlyToolsTheServerListed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(t)
+		rec := &operations{}
+		cs := connect(t, f, Options{Observer: rec}, true, nil)
+		if _, err := callText(t, cs, "read"); err != nil {
+			t.Fatal(err)
+		}
+		callText(t, cs, "made-up-1")
+		cs.Close()
+		synctest.Wait()
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		var calls []string
+		for _, op := range rec.ops {
+			if op.Kind != "mcp" || op.Method == "" {
+				t.Errorf("operation %+v, want kind mcp and its method", op)
+			}
+			if op.Method == "tools/call" {
+				calls = append(calls, op.Tool+" "+op.ErrorType)
+			}
+		}
+		// The server answers the made-up tool with a JSON-RPC error.
+		if !slices.Equal(calls, []string{"read ", "other error"}) {
+			t.Errorf("tools/call operations %q, want read (no error) and other with its error", calls)
 		}
 	})
 }

@@ -57,12 +57,18 @@ func newModelLabels(routes []*route) *modelLabels {
 }
 
 // key returns the per-model key of upstream and model:
-// "upstream:label". A request that names no model keeps an empty label.
+// "upstream:label".
 func (l *modelLabels) key(upstream, model string) string {
+	return upstream + ":" + l.label(model)
+}
+
+// label returns model's label: its name, or OtherModel. A request that
+// names no model keeps an empty label.
+func (l *modelLabels) label(model string) string {
 	if _, ok := (*l.named.Load())[model]; ok || model == "" {
-		return upstream + ":" + model
+		return model
 	}
-	return upstream + ":" + OtherModel
+	return OtherModel
 }
 
 // learn notes that an upstream answered model with a 2xx: it gets a label

@@ -98,14 +98,16 @@ func (p *Proxy) recordUsage(target string, u cost.Usage) {
 // recordOperation tells p's Observer, if it is an
 // observe.OperationRecorder, of c, answered with status, as a GenAI
 // client's operation: the provider its dialect names, the model the
-// client named, how long it took, its tokens, and for a failure its
-// status, or "broken" for an answer that broke off. c.mu is held.
+// client named under its label (modelLabels: a made-up name is
+// OtherModel, so that no client grows the series), how long it took, its
+// tokens, and for a failure its status, or "broken" for an answer that
+// broke off. c.mu is held.
 func (p *Proxy) recordOperation(c *call, status int) {
 	rec, ok := p.observer.(observe.OperationRecorder)
 	if !ok {
 		return
 	}
-	op := observe.Operation{Kind: "llm", Provider: providerName(c.dialect), Model: c.model, Duration: time.Since(c.start),
+	op := observe.Operation{Kind: "llm", Provider: providerName(c.dialect), Model: p.models.label(c.model), Duration: time.Since(c.start),
 		InputTokens: c.usage.InputAll(), OutputTokens: c.usage.OutputTokens}
 	switch {
 	case status >= 400:

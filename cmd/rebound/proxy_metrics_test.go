@@ -71,6 +71,11 @@ func TestProxyMetricsBoundedUnderMadeUpModels(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^rebound_attempts_total\{[^}]*rebound_outcome="success"[^}]*rebound_target="upstream:gpt-x"[^}]*\} [1-9]`).MatchString(metrics) {
 		t.Errorf("no successful attempt counted under gpt-x's own label")
 	}
+	for _, m := range regexp.MustCompile(`gen_ai_request_model="([^"]*)"`).FindAllStringSubmatch(metrics, -1) {
+		if m[1] != "gpt-x" && m[1] != "other" {
+			t.Fatalf("a series under the made-up model %q", m[1])
+		}
+	}
 	if strings.Contains(metrics, "otel_metric_overflow") {
 		t.Errorf("/metrics has overflow series")
 	}
