@@ -28,6 +28,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if front.Enter((*mounted)(p), w, r) {
 		return // refused, a pre-flight, or the front's own paths
 	}
+	if name, ok := p.mcpServerOf(r.URL.Path); ok {
+		p.serveMCP(w, r, name, &bodyReader) // before any route
+		return
+	}
 	if r.URL.Path == StatusPagePath || strings.HasPrefix(r.URL.Path, StatusPagePath+"/") {
 		p.serveStatus(w, r) // never forwarded
 		return

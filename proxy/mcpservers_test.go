@@ -1,0 +1,171 @@
+package proxy_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/rebound-go/rebound/proxy"
+	"github.com/rebound-go/rebound/tool"
+)
+
+// TestConfigMCPServerMistakesAreEachOneLine: a server with both command
+// and url, or neither, a bad tools value, a tenant naming an unknown
+// server or giving no tools are each refused in a line naming the key.
+func TestConfigMCPServerMistakesAreEachOneLine(t *testing.T) {
+	_, err := proxy.ParseConfig([]byte(`{
+		"upstreams": {"default": {"url": "http://127.0.0.1:1"}},
+		"mcp_servers": {
+			"both": {"command": ["node", "s.js"], "url": "http://127.0.0.1:2/mcp"},
+			"neither": {"tools": {"x": "read-only"}},
+			"rules": {"command": ["node"], "tools": {"add": "safe"}, "env_from": ["UNSET_VAR"]},
+			"web": {"url": "http://127.0.0.1:3/mcp", "headers_env": {"Authorization": "UNSET_KEY"}, "env": {"A": "1"}}
+		},
+		"tenants": {"team": {"tokens_env": "TEAM", "mcp": {"nowhere": ["*"], "rules": [], "web": ["*", "get"]}}}
+	}`), mapEnv(map[string]string{"TEAM": "tok"}))
+	want := []string{
+		`config: mcp_servers.both: both command and url: a server is one or the other`,
+		`config: mcp_servers.neither: neither command nor url (want {"command": ["npx", "-y", "PACKAGE"]} or {"url": "https://HOST/mcp"})`,
+		`config: mcp_servers.rules.env_from: environment variable "UNSET_VAR" is not set`,
+		`config: mcp_servers.rules.tools.add: "safe" is not "read-only", "idempotent" or "side-effects"`,
+		`config: mcp_servers.web: env and env_from go with command, not url`,
+		`config: mcp_servers.web.headers_env.Authorization: environment variable "UNSET_KEY" is not set`,
+		`config: tenants.team.mcp.nowhere: unknown MCP server "nowhere" (not in mcp_servers)`,
+		`config: tenants.team.mcp.rules: no tools listed: list them, or ["*"] for all, or leave the server out`,
+		`config: tenants.team.mcp.web: "*" with other tools: "*" stands alone`,
+	}
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	if got := strings.Split(err.Error(), "\n"); !slices.Equal(got, want) {
+		t.Errorf("errors:\n%s\nwant:\n%s", err, strings.Join(want, "\n"))
+	}
+}
+
+// TestConfigMCPServerToolsShapeIsRefusedWithItsLine: a tools list where an
+// object belongs is a JSON error with its line.
+func TestConfigMCPServerToolsShapeIsRefusedWithItsLine(t *testing.T) {
+	_, err := proxy.ParseConfig([]byte("{\"upstreams\": {\"default\": {\"url\": \"http://127.0.0.1:1\"}},\n\"mcp_servers\": {\"m\": {\"command\": [\"node\"], \"tools\": [\"add\"]}}}"), mapEnv(nil))
+	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "line 2") {
+		t.Errorf("%v, want one line naming line 2", err)
+	}
+}
+
+// TestConfigWithMCPServersNeedsAServer: a proxy that cannot serve MCP
+// (no Options.MCPServer) refuses a config that has servers.
+func TestConfigWithMCPServersNeedsAServer(t *testing.T) {
+	c := config(t, `{"upstreams": {"default": {"url": "http://127.0.0.1:1"}}, "mcp_servers": {"m": {"command": ["node"]}}}`, nil)
+	if _, err := proxy.New(proxy.Options{Config: c}); err == nil || !strings.Contains(err.Error(), "Options.MCPServer") {
+		t.Errorf("New: %v, want a refusal naming Options.MCPServer", err)
+	}
+}
+
+// callerEcho is an MCP server's handler that answers with the caller the
+// proxy put in the request's context, and the body it was given.
+type callerEcho struct {
+	name   string
+	closed *atomic.Int64
+}
+
+func (h callerEcho) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c, ok := proxy.MCPCallerFrom(r.Context())
+	body, _ := io.ReadAll(r.Body)
+	json.NewEncoder(w).Encode(map[string]any{"server": h.name, "ok": ok, "holder": c.Holder, "tenant": c.Tenant, "tools": c.Tools, "body": string(body), "path": r.URL.Path})
+}
+
+func (h callerEcho) Close() error { h.closed.Add(1); return nil }
+
+// TestMCPServersAreServedBeforeRoutesToTheirTenants: /mcp/NAME goes to
+// the server's handler, not upstream, with the caller's tenant and tools;
+// a tenant not given the server gets 404, a request with no token 401; a
+// path of no server goes to the routes as before; the spec the handler is
+// made from is the config's; Close closes the handlers.
+func TestMCPServersAreServedBeforeRoutesToTheirTenants(t *testing.T) {
+	upstream := &atomic.Int64{}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upstream.Add(1)
+		io.WriteString(w, `{}`)
+	}))
+	t.Cleanup(up.Close)
+	env := map[string]string{"A_TOKENS": "tok-a", "B_TOKENS": "tok-b", "PATH": "/bin", "SECRET": "s"}
+	c := config(t, fmt.Sprintf(`{
+		"upstreams": {"default": {"url": %q}},
+		"mcp_servers": {
+			"everything": {"command": ["node", "e.js"], "env": {"X": "1"}, "env_from": ["SECRET"], "tools": {"echo": "read-only"}, "trust_annotations": false},
+			"web": {"url": "http://127.0.0.1:9/mcp"}
+		},
+		"tenants": {
+			"a": {"tokens_env": "A_TOKENS", "mcp": {"everything": ["echo"], "web": ["*"]}},
+			"b": {"tokens_env": "B_TOKENS"}
+		}}`, up.URL), env)
+	closed := &atomic.Int64{}
+	var specs = map[string]proxy.MCPServerConfig{}
+	p, err := proxy.New(proxy.Options{Config: c, Getenv: mapEnv(env), MCPServer: func(name string, s proxy.MCPServerConfig) (http.Handler, error) {
+		specs[name] = s
+		return callerEcho{name, closed}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	s := specs["everything"]
+	if got := s.Environ(mapEnv(env)); !slices.Equal(got, []string{"PATH=/bin", "SECRET=s", "X=1"}) {
+		t.Errorf("Environ: %q", got)
+	}
+	if s.Trusted() || s.ToolKinds()["echo"] != tool.ReadOnly || !specs["web"].Trusted() {
+		t.Errorf("spec: trusted %v, tools %v", s.Trusted(), s.ToolKinds())
+	}
+
+	resp, body := do(t, "POST", front.URL+"/mcp/everything", `{"jsonrpc":"2.0"}`, "Authorization", "Bearer tok-a")
+	var got map[string]any
+	json.Unmarshal([]byte(body), &got)
+	if resp.StatusCode != 200 || got["tenant"] != "a" || fmt.Sprint(got["tools"]) != "[echo]" || got["body"] != `{"jsonrpc":"2.0"}` || got["holder"] == "" || got["ok"] != true {
+		t.Errorf("tenant a: %d %s", resp.StatusCode, body)
+	}
+	if _, body := do(t, "GET", front.URL+"/mcp/web", "", "Authorization", "Bearer tok-a"); !strings.Contains(body, `"tools":null`) {
+		t.Errorf(`tenant a, web (["*"]): %s`, body)
+	}
+	if resp, body := do(t, "POST", front.URL+"/mcp/everything", `{}`, "Authorization", "Bearer tok-b"); resp.StatusCode != 404 || !strings.Contains(body, `"jsonrpc":"2.0"`) {
+		t.Errorf("tenant b, not given the server: %d %s", resp.StatusCode, body)
+	}
+	if resp, _ := do(t, "POST", front.URL+"/mcp/everything", `{}`); resp.StatusCode != 401 {
+		t.Errorf("no token: %d", resp.StatusCode)
+	}
+	if upstream.Load() != 0 {
+		t.Errorf("%d MCP requests went upstream", upstream.Load())
+	}
+	if resp, _ := do(t, "POST", front.URL+"/mcp/other", `{}`, "Authorization", "Bearer tok-a"); resp.StatusCode != 200 || upstream.Load() != 1 {
+		t.Errorf("/mcp/other, no such server: %d, %d upstream; want it routed", resp.StatusCode, upstream.Load())
+	}
+	if err := p.Close(); err != nil || closed.Load() != 2 {
+		t.Errorf("Close: %v, %d closed", err, closed.Load())
+	}
+}
+
+// TestReloadKeepsMCPServersAndRefusesChangingThem: a reload that leaves
+// the servers as they were keeps their handlers (none made again); one
+// that changes them is refused, saying a restart is needed.
+func TestReloadKeepsMCPServersAndRefusesChangingThem(t *testing.T) {
+	text := `{"upstreams": {"default": {"url": "http://127.0.0.1:1"}}, "mcp_servers": {"m": {"command": ["%s"]}}}`
+	made := 0
+	p, err := proxy.New(proxy.Options{Config: config(t, fmt.Sprintf(text, "node"), nil), MCPServer: func(string, proxy.MCPServerConfig) (http.Handler, error) {
+		made++
+		return http.NotFoundHandler(), nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Reload(config(t, fmt.Sprintf(text, "node"), nil)); err != nil || made != 1 {
+		t.Errorf("reload, same servers: %v, %d made", err, made)
+	}
+	if _, err := p.Reload(config(t, fmt.Sprintf(text, "python"), nil)); err == nil || !strings.Contains(err.Error(), "restart the proxy") {
+		t.Errorf("reload, a server changed: %v", err)
+	}
+}
