@@ -1,0 +1,98 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/rebound-go/rebound/internal/npmserver"
+)
+
+// proxyMCPConfig writes a config of the chaos upstream at url for models
+// and the everything server over stdio as the MCP server "everything",
+// with tenants if given (their JSON, without braces).
+func proxyMCPConfig(t *testing.T, url, tenants string) string {
+	t.Helper()
+	server := npmserver.EverythingStdio(t)
+	command, _ := json.Marshal(append([]string{server.Path}, server.Args[1:]...))
+	text := fmt.Sprintf(`{
+	"upstreams": {"default": {"url": %q}},
+	"mcp_servers": {"everything": {"command": %s, "tools": {"echo": "read-only"}}}`, url, command)
+	if tenants != "" {
+		text += `,
+	"tenants": {` + tenants + `}`
+	}
+	file := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(file, []byte(text+"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// connectProxyMCP connects the Go SDK's client to endpoint with token
+// (none if "").
+func connectProxyMCP(t *testing.T, endpoint, token string) (*mcp.ClientSession, error) {
+	t.Helper()
+	tr := &mcp.StreamableClientTransport{Endpoint: endpoint}
+	if token != "" {
+		tr.HTTPClient = &http.Client{Transport: bearer{token}}
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "rebound-test", Version: "1"}, nil)
+	cs, err := client.Connect(t.Context(), tr, nil)
+	if err == nil {
+		t.Cleanup(func() { cs.Close() })
+	}
+	return cs, err
+}
+
+// TestProxyServesAnMCPServerBesideModels: rebound proxy with the chaos
+// upstream for models and the everything server (over stdio, the proxy's
+// child) in "mcp_servers" answers the official Go SDK's client at
+// /mcp/everything (its tools listed, echo called) and a model call at the
+// same address.
+func TestProxyServesAnMCPServerBesideModels(t *testing.T) {
+	upstream, _ := startChaos(t, "--mode", "ok")
+	url, logs, stop := startProxy(t, "--config", proxyMCPConfig(t, upstream, ""))
+	cs, err := connectProxyMCP(t, url+"/mcp/everything", "")
+	if err != nil {
+		t.Fatalf("connect: %v (logs %s)", err, logs)
+	}
+	tools, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(tools.Tools, func(tl *mcp.Tool) bool { return tl.Name == "echo" }) {
+		t.Errorf("tools/list has no echo: %d tools", len(tools.Tools))
+	}
+	if got := textOf(t)(cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "through the proxy"}})); !strings.Contains(got, "through the proxy") {
+		t.Errorf("echo answered %q", got)
+	}
+	if resp, body := post(t, url+"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`); resp.StatusCode != 200 {
+		t.Errorf("model call: %d %s", resp.StatusCode, body)
+	}
+	cs.Close()
+	if code := stop(); code != 0 {
+		t.Errorf("exit code %d (logs %s)", code, logs)
+	}
+}
+
+// TestProxyRefusesAnMCPConfigMistakeInOneLine: a tenant that names a
+// server the config does not have stops the proxy at start, in one line.
+func TestProxyRefusesAnMCPConfigMistakeInOneLine(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "config.json")
+	os.WriteFile(file, []byte(`{"upstreams": {"default": {"url": "http://127.0.0.1:1"}},
+	"tenants": {"team": {"tokens_env": "PATH", "mcp": {"nowhere": ["*"]}}}}`), 0o600)
+	var stderr lockedBuffer
+	code := runProxy(t.Context(), []string{"--addr", "127.0.0.1:0", "--config", file}, &lockedBuffer{}, &stderr)
+	want := `rebound proxy: config: tenants.team.mcp.nowhere: unknown MCP server "nowhere" (not in mcp_servers)` + "\n"
+	if code != 2 || stderr.String() != want {
+		t.Errorf("exit %d, stderr %q; want 2, %q", code, stderr.String(), want)
+	}
+}
