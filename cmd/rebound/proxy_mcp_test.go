@@ -96,3 +96,47 @@ func TestProxyRefusesAnMCPConfigMistakeInOneLine(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want 2, %q", code, stderr.String(), want)
 	}
 }
+
+// TestProxyTenantReachesOnlyItsMCPTools: with tenants, "a" given the
+// everything server's echo lists only echo, and a call of another tool is
+// refused with an error naming it; "b", given no server, gets 404, as if
+// there were none; a session answers only the token that opened it.
+func TestProxyTenantReachesOnlyItsMCPTools(t *testing.T) {
+	upstream, _ := startChaos(t, "--mode", "ok")
+	v := fmt.Sprintf("TEST_PROXY_MCP_%d_", tenantsConfigs.Add(1))
+	t.Setenv(v+"A", "tok-a")
+	t.Setenv(v+"B", "tok-b")
+	url, logs, _ := startProxy(t, "--config", proxyMCPConfig(t, upstream, fmt.Sprintf(
+		`"a": {"tokens_env": %q, "mcp": {"everything": ["echo"]}}, "b": {"tokens_env": %q}`, v+"A", v+"B")))
+	cs, err := connectProxyMCP(t, url+"/mcp/everything", "tok-a")
+	if err != nil {
+		t.Fatalf("connect: %v (logs %s)", err, logs)
+	}
+	tools, err := cs.ListTools(t.Context(), nil)
+	if err != nil || len(tools.Tools) != 1 || tools.Tools[0].Name != "echo" {
+		t.Fatalf("tools/list for a: %v, %v; want echo alone", tools, err)
+	}
+	if got := textOf(t)(cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "mine"}})); !strings.Contains(got, "mine") {
+		t.Errorf("echo answered %q", got)
+	}
+	if _, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "get-env", Arguments: map[string]any{}}); err == nil || !strings.Contains(err.Error(), `tool "get-env" is not one this caller may use`) {
+		t.Errorf("a tool not given: %v, want an error naming it", err)
+	}
+	if _, err := connectProxyMCP(t, url+"/mcp/everything", "tok-b"); err == nil || !strings.Contains(err.Error(), "Not Found") {
+		t.Errorf("b, given no server: %v, want 404", err)
+	}
+	// b with a's session ID: the session is not b's.
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", url+"/mcp/everything", strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"tools/list"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer tok-b")
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Errorf("b with a's session: %d, want 404", resp.StatusCode)
+	}
+}

@@ -129,7 +129,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, data []byte, hol
 	case id == "":
 		writeError(w, http.StatusBadRequest, codeServerError, "Bad Request: "+r.Method+" needs an Mcp-Session-Id header")
 	default:
-		h.serveSession(w, r, id, holder)
+		h.serveSession(w, r, id, holder, data, tools)
 	}
 }
 
@@ -178,6 +178,7 @@ type clientConn struct {
 	initialized atomic.Bool
 	closed      atomic.Bool
 	logger      *slog.Logger
+	filter      toolFilter // a caller's tools
 }
 
 // Write passes a message to the client. One that the transport refuses
@@ -191,6 +192,7 @@ func (c *clientConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	if resp, ok := msg.(*jsonrpc.Response); ok && resp.Error == nil && resp.ID == c.id {
 		c.initialized.Store(true) // before the answer can reach the client
 	}
+	c.filter.answer(msg)
 	err := c.Connection.Write(ctx, msg)
 	if err == nil || c.closed.Load() {
 		return err
@@ -211,10 +213,12 @@ func (c *clientConn) Close() error {
 	return c.Connection.Close()
 }
 
-// serveSession hands a request to its session's transport; DELETE ends
-// the session, and its upstream with it, before it is answered. A
+// serveSession hands a request to its session's transport, once a POST
+// (its body data) is judged by the tools its caller may use (nil: all);
+// DELETE ends the session, and its upstream with it, before it is
+// answered. A
 // session opened with another token is unknown to the request.
-func (f *Handler) serveSession(w http.ResponseWriter, r *http.Request, id string, holder string) {
+func (f *Handler) serveSession(w http.ResponseWriter, r *http.Request, id string, holder string, data []byte, tools []string) {
 	f.mu.Lock()
 	s := f.sessions[id]
 	f.mu.Unlock()
@@ -229,6 +233,9 @@ func (f *Handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 		case <-r.Context().Done():
 		}
 		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if r.Method == http.MethodPost && !s.conn.filter.admit(w, data, tools) {
 		return
 	}
 	s.serve(w, r)
