@@ -83,7 +83,8 @@ func (h callerEcho) Close() error { h.closed.Add(1); return nil }
 
 // TestMCPServersAreServedBeforeRoutesToTheirTenants: /mcp/NAME goes to
 // the server's handler, not upstream, with the caller's tenant and tools;
-// a tenant not given the server gets 404, a request with no token 401; a
+// a tenant not given the server gets 404, a request with no token 401, a
+// page of another origin a 403, each a JSON-RPC error; a
 // path of no server goes to the routes as before; the spec the handler is
 // made from is the config's; Close closes the handlers.
 func TestMCPServersAreServedBeforeRoutesToTheirTenants(t *testing.T) {
@@ -137,6 +138,18 @@ func TestMCPServersAreServedBeforeRoutesToTheirTenants(t *testing.T) {
 	}
 	if resp, _ := do(t, "POST", front.URL+"/mcp/everything", `{}`); resp.StatusCode != 401 {
 		t.Errorf("no token: %d", resp.StatusCode)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", front.URL+"/mcp/everything", strings.NewReader(`{}`))
+	req.Header.Set("Origin", "https://elsewhere.example")
+	req.Header.Set("Authorization", "Bearer tok-a")
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 403 || !strings.Contains(string(b), `"jsonrpc":"2.0"`) {
+			t.Errorf("a page of another origin: %d %s, want a 403 in JSON-RPC", resp.StatusCode, b)
+		}
 	}
 	if upstream.Load() != 0 {
 		t.Errorf("%d MCP requests went upstream", upstream.Load())

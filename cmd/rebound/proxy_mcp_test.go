@@ -56,7 +56,7 @@ func connectProxyMCP(t *testing.T, endpoint, token string) (*mcp.ClientSession, 
 // upstream for models and the everything server (over stdio, the proxy's
 // child) in "mcp_servers" answers the official Go SDK's client at
 // /mcp/everything (its tools listed, echo called) and a model call at the
-// same address.
+// same address; its server ends with the proxy.
 func TestProxyServesAnMCPServerBesideModels(t *testing.T) {
 	upstream, _ := startChaos(t, "--mode", "ok")
 	url, logs, stop := startProxy(t, "--config", proxyMCPConfig(t, upstream, ""))
@@ -74,13 +74,34 @@ func TestProxyServesAnMCPServerBesideModels(t *testing.T) {
 	if got := textOf(t)(cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "through the proxy"}})); !strings.Contains(got, "through the proxy") {
 		t.Errorf("echo answered %q", got)
 	}
+	if n := len(everythingChildren(t)); n != 1 {
+		t.Errorf("%d everything servers are the proxy's children, want the session's 1", n)
+	}
 	if resp, body := post(t, url+"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`); resp.StatusCode != 200 {
 		t.Errorf("model call: %d %s", resp.StatusCode, body)
 	}
-	cs.Close()
+	// The session left open: the proxy's stop ends it, and its server.
 	if code := stop(); code != 0 {
 		t.Errorf("exit code %d (logs %s)", code, logs)
 	}
+	if kids := everythingChildren(t); len(kids) != 0 {
+		t.Errorf("everything servers %v outlive the proxy", kids)
+	}
+}
+
+// everythingChildren returns the pids of this process's children that run
+// the everything server: the proxy's, run in this process. No test that
+// runs one another way runs beside the test that calls it (neither is
+// parallel), and those of parallel tests are grandchildren.
+func everythingChildren(t *testing.T) []int {
+	var pids []int
+	for _, pid := range children(t, os.Getpid()) {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(cmdline), "server-everything") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // TestProxyRefusesAnMCPConfigMistakeInOneLine: a tenant that names a
