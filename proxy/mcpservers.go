@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/rebound-go/rebound/internal/frontdoor"
@@ -266,8 +267,9 @@ func (p *Proxy) serveMCP(w http.ResponseWriter, r *http.Request, name string, bo
 		}
 		caller.Holder = p.door.Holder(i)
 	}
+	var t *tenant
 	if p.tenants != nil && len(p.tenants.list) > 0 {
-		t := p.tenants.of(i)
+		t = p.tenants.of(i)
 		tools, given := t.mcpTools(name)
 		if !given {
 			writeRPCError(w, http.StatusNotFound, "no MCP server "+name)
@@ -291,8 +293,40 @@ func (p *Proxy) serveMCP(w http.ResponseWriter, r *http.Request, name string, bo
 		}
 		body.Clear()
 		r.Body = io.NopCloser(strings.NewReader(string(data)))
+		if t != nil && t.pacer != nil && isToolCall(data) && !p.admitToolCall(w, r, t) {
+			return
+		}
 	}
 	p.mcp.handlers[name].ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), mcpCallerKey{}, caller)))
+}
+
+// isToolCall reports whether a POST's body is a tools/call.
+func isToolCall(data []byte) bool {
+	var msg struct {
+		Method string `json:"method"`
+	}
+	return json.Unmarshal(data, &msg) == nil && msg.Method == "tools/call"
+}
+
+// admitToolCall holds a tool call to its tenant's requests_per_minute, as
+// a model call is held (admitTenant): it waits up to TenantMaxWait, then
+// gets a 429 with Retry-After, counted as the tenant's refusal. It reports
+// whether the call goes on.
+func (p *Proxy) admitToolCall(w http.ResponseWriter, r *http.Request, t *tenant) bool {
+	ctx, cancel := context.WithTimeout(r.Context(), TenantMaxWait)
+	err := t.pacer.Wait(ctx, 0) // a tool call spends no model tokens
+	cancel()
+	if err == nil {
+		return true
+	}
+	if r.Context().Err() != nil {
+		return false // the client left
+	}
+	secs := t.retryAfter(1)
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	writeRPCError(w, http.StatusTooManyRequests, fmt.Sprintf("tenant %q is over its rate limit (%s); try again in %d s", t.name, t.limits(), secs))
+	t.refused[refusedRateLimit].Add(1)
+	return false
 }
 
 // mcpTools returns the tools of the server name that t may use (nil: all)

@@ -182,3 +182,43 @@ func TestReloadKeepsMCPServersAndRefusesChangingThem(t *testing.T) {
 		t.Errorf("reload, a server changed: %v", err)
 	}
 }
+
+// TestTenantRequestsPerMinuteCountsToolCalls: a tenant at one request a
+// minute has its first tools/call passed and its second refused with a
+// 429, Retry-After and a JSON-RPC error, counted as a rate-limit refusal;
+// a tools/list is not counted.
+func TestTenantRequestsPerMinuteCountsToolCalls(t *testing.T) {
+	env := map[string]string{"A_TOKENS": "tok-a"}
+	c := config(t, `{
+		"upstreams": {"default": {"url": "http://127.0.0.1:1"}},
+		"mcp_servers": {"m": {"command": ["node"]}},
+		"tenants": {"a": {"tokens_env": "A_TOKENS", "requests_per_minute": 1, "mcp": {"m": ["*"]}}}}`, env)
+	p, err := proxy.New(proxy.Options{Config: c, Getenv: mapEnv(env), MCPServer: func(name string, _ proxy.MCPServerConfig) (http.Handler, error) {
+		return callerEcho{name, &atomic.Int64{}}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}`
+	if resp, body := do(t, "POST", front.URL+"/mcp/m", call, "Authorization", "Bearer tok-a"); resp.StatusCode != 200 {
+		t.Fatalf("first call: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := do(t, "POST", front.URL+"/mcp/m", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, "Authorization", "Bearer tok-a"); resp.StatusCode != 200 {
+		t.Errorf("tools/list: %d %s", resp.StatusCode, body)
+	}
+	resp, body := do(t, "POST", front.URL+"/mcp/m", call, "Authorization", "Bearer tok-a")
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.Contains(body, `tenant \"a\" is over its rate limit`) {
+		t.Errorf("second call: %d (Retry-After %q) %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	var refused float64
+	for f := range p.Figures {
+		if proxy.ProxySeries[f.Series].Name == "rebound.proxy.tenant.refusals" && slices.Contains(f.Labels, proxy.Label{Key: "reason", Value: "rate_limit"}) {
+			refused += f.Value
+		}
+	}
+	if refused != 1 {
+		t.Errorf("rate-limit refusals %v, want 1", refused)
+	}
+}
