@@ -4,10 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -159,5 +163,37 @@ func TestProxyTenantReachesOnlyItsMCPTools(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 404 {
 		t.Errorf("b with a's session: %d, want 404", resp.StatusCode)
+	}
+}
+
+// TestProxyServesAStreamableHTTPMCPServer: a server of "mcp_servers" given
+// by url (the everything server's streamable HTTP mode, in front of which
+// a recorder notes the headers) is served at /mcp/NAME; headers_env's
+// header reaches it with its variable's value.
+func TestProxyServesAStreamableHTTPMCPServer(t *testing.T) {
+	server := npmserver.EverythingHTTP(t)
+	target, _ := neturl.Parse(server.URL)
+	var auth atomic.Value
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth.Store(r.Header.Get("Authorization"))
+		httputil.NewSingleHostReverseProxy(&neturl.URL{Scheme: target.Scheme, Host: target.Host}).ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	v := fmt.Sprintf("TEST_PROXY_MCP_%d_AUTH", tenantsConfigs.Add(1))
+	t.Setenv(v, "Bearer upstream-key")
+	upstream, _ := startChaos(t, "--mode", "ok")
+	file := filepath.Join(t.TempDir(), "config.json")
+	os.WriteFile(file, []byte(fmt.Sprintf(`{"upstreams": {"default": {"url": %q}},
+	"mcp_servers": {"web": {"url": %q, "headers_env": {"Authorization": %q}}}}`, upstream, front.URL+"/mcp", v)), 0o600)
+	url, logs, _ := startProxy(t, "--config", file)
+	cs, err := connectProxyMCP(t, url+"/mcp/web", "")
+	if err != nil {
+		t.Fatalf("connect: %v (logs %s)", err, logs)
+	}
+	if got := textOf(t)(cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "over http"}})); !strings.Contains(got, "over http") {
+		t.Errorf("echo answered %q", got)
+	}
+	if got, _ := auth.Load().(string); got != "Bearer upstream-key" {
+		t.Errorf("the server got Authorization %q", got)
 	}
 }
