@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -195,5 +196,35 @@ func TestProxyServesAStreamableHTTPMCPServer(t *testing.T) {
 	}
 	if got, _ := auth.Load().(string); got != "Bearer upstream-key" {
 		t.Errorf("the server got Authorization %q", got)
+	}
+}
+
+// TestProxyMCPServerKilledIsRestarted: the everything server behind the
+// proxy killed between calls, the next call of echo (read-only in the
+// config) is answered by a server started again, the session going on as
+// under rebound mcp.
+func TestProxyMCPServerKilledIsRestarted(t *testing.T) {
+	upstream, _ := startChaos(t, "--mode", "ok")
+	url, logs, _ := startProxy(t, "--config", proxyMCPConfig(t, upstream, ""))
+	cs, err := connectProxyMCP(t, url+"/mcp/everything", "")
+	if err != nil {
+		t.Fatalf("connect: %v (logs %s)", err, logs)
+	}
+	echo := func(msg string) string {
+		return textOf(t)(cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": msg}}))
+	}
+	echo("before")
+	first := everythingChildren(t)
+	if len(first) != 1 {
+		t.Fatalf("everything servers %v, want 1", first)
+	}
+	if err := syscall.Kill(first[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if got := echo("after"); !strings.Contains(got, "after") {
+		t.Errorf("echo after the kill answered %q", got)
+	}
+	if now := everythingChildren(t); len(now) != 1 || now[0] == first[0] {
+		t.Errorf("everything servers %v after the kill of %d, want another one", now, first[0])
 	}
 }
