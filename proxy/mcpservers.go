@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/rebound-go/rebound/internal/frontdoor"
 	"github.com/rebound-go/rebound/tool"
@@ -189,49 +190,82 @@ func checkMCP(c *FileConfig, getenv func(string) string) []error {
 	return errs
 }
 
-// mcpServers are the proxy's MCP servers' handlers, by name, shared by the
-// Proxies a reload makes from one another.
+// mcpServers are the proxy's MCP servers' handlers, by name; a reload's
+// Proxy shares those whose config it keeps.
 type mcpServers struct {
 	config   map[string]MCPServerConfig
 	handlers map[string]http.Handler
+	// replaced are the handlers of the Proxy this one was reloaded from
+	// that it does not keep (their servers removed or changed), for
+	// CloseReplaced.
+	mu       sync.Mutex
+	replaced []http.Handler
 }
 
 // newMCPServers makes the handlers of c's MCP servers with make; with
-// prev's servers (a reload), it keeps them, and refuses a config that
-// changes them.
+// prev's servers (a reload), it keeps each whose config is unchanged, and
+// makes the others anew.
 func newMCPServers(c *FileConfig, make func(string, MCPServerConfig) (http.Handler, error), prev *mcpServers) (*mcpServers, error) {
 	var want map[string]MCPServerConfig
 	if c != nil {
 		want = c.MCPServers
 	}
-	if prev != nil {
-		if !reflect.DeepEqual(prev.config, want) && (len(prev.config) > 0 || len(want) > 0) {
-			return nil, configErr("mcp_servers", "changed: a reload does not add, remove or change MCP servers yet; restart the proxy")
-		}
-		return prev, nil
-	}
 	s := &mcpServers{config: want, handlers: map[string]http.Handler{}}
-	if len(want) == 0 {
-		return s, nil
-	}
-	if make == nil {
+	if len(want) > 0 && make == nil {
 		return nil, errors.New("config: mcp_servers given, but this proxy has no way to serve MCP servers (Options.MCPServer)")
 	}
+	kept := map[string]bool{}
+	var made []http.Handler
 	for _, name := range slices.Sorted(maps.Keys(want)) {
+		if old, ok := prev.handlerOf(name); ok && reflect.DeepEqual(prev.config[name], want[name]) {
+			s.handlers[name], kept[name] = old, true
+			continue
+		}
 		h, err := make(name, want[name])
 		if err != nil {
-			s.Close()
+			closeHandlers(made)
 			return nil, fmt.Errorf("mcp_servers.%s: %v", name, err)
 		}
+		made = append(made, h)
 		s.handlers[name] = h
+	}
+	if prev != nil {
+		for _, name := range slices.Sorted(maps.Keys(prev.handlers)) {
+			if !kept[name] {
+				s.replaced = append(s.replaced, prev.handlers[name])
+			}
+		}
 	}
 	return s, nil
 }
 
-// Close closes every handler that is an io.Closer.
+// handlerOf returns the handler of the server name, if s (nil: none) has it.
+func (s *mcpServers) handlerOf(name string) (http.Handler, bool) {
+	if s == nil {
+		return nil, false
+	}
+	h, ok := s.handlers[name]
+	return h, ok
+}
+
+// closeReplaced closes the handlers s replaced, once.
+func (s *mcpServers) closeReplaced() error {
+	s.mu.Lock()
+	replaced := s.replaced
+	s.replaced = nil
+	s.mu.Unlock()
+	return closeHandlers(replaced)
+}
+
+// Close closes every handler, those replaced too.
 func (s *mcpServers) Close() error {
+	return errors.Join(s.closeReplaced(), closeHandlers(slices.Collect(maps.Values(s.handlers))))
+}
+
+// closeHandlers closes each of hs that is an io.Closer.
+func closeHandlers(hs []http.Handler) error {
 	var errs []error
-	for _, h := range s.handlers {
+	for _, h := range hs {
 		if c, ok := h.(io.Closer); ok {
 			errs = append(errs, c.Close())
 		}

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -162,26 +164,55 @@ func TestMCPServersAreServedBeforeRoutesToTheirTenants(t *testing.T) {
 	}
 }
 
-// TestReloadKeepsMCPServersAndRefusesChangingThem: a reload that leaves
-// the servers as they were keeps their handlers (none made again); one
-// that changes them is refused, saying a restart is needed.
-func TestReloadKeepsMCPServersAndRefusesChangingThem(t *testing.T) {
-	text := `{"upstreams": {"default": {"url": "http://127.0.0.1:1"}}, "mcp_servers": {"m": {"command": ["%s"]}}}`
-	made := 0
-	p, err := proxy.New(proxy.Options{Config: config(t, fmt.Sprintf(text, "node"), nil), MCPServer: func(string, proxy.MCPServerConfig) (http.Handler, error) {
-		made++
-		return http.NotFoundHandler(), nil
-	}})
+// TestReloadKeepsUnchangedMCPServersAndReplacesOthers: a reload keeps
+// the handler of a server whose config is unchanged (not made again),
+// makes one for a server added or changed, and CloseReplaced closes those
+// of the servers removed or changed, once, and no other.
+func TestReloadKeepsUnchangedMCPServersAndReplacesOthers(t *testing.T) {
+	closed := map[string]int{}
+	made := map[string]int{}
+	var mu sync.Mutex
+	mk := func(name string, s proxy.MCPServerConfig) (http.Handler, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		made[name+":"+s.Command[0]]++
+		return closerFunc(func() { mu.Lock(); closed[name+":"+s.Command[0]]++; mu.Unlock() }), nil
+	}
+	servers := func(js string) *proxy.FileConfig {
+		return config(t, `{"upstreams": {"default": {"url": "http://127.0.0.1:1"}}, "mcp_servers": {`+js+`}}`, nil)
+	}
+	p, err := proxy.New(proxy.Options{Config: servers(`"keep": {"command": ["a"]}, "change": {"command": ["a"]}, "drop": {"command": ["a"]}`), MCPServer: mk})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Reload(config(t, fmt.Sprintf(text, "node"), nil)); err != nil || made != 1 {
-		t.Errorf("reload, same servers: %v, %d made", err, made)
+	q, err := p.Reload(servers(`"keep": {"command": ["a"]}, "change": {"command": ["b"]}, "add": {"command": ["a"]}`))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := p.Reload(config(t, fmt.Sprintf(text, "python"), nil)); err == nil || !strings.Contains(err.Error(), "restart the proxy") {
-		t.Errorf("reload, a server changed: %v", err)
+	if want := map[string]int{"keep:a": 1, "change:a": 1, "drop:a": 1, "change:b": 1, "add:a": 1}; !maps.Equal(made, want) {
+		t.Errorf("made %v, want %v", made, want)
+	}
+	if len(closed) != 0 {
+		t.Errorf("closed %v before CloseReplaced", closed)
+	}
+	q.CloseReplaced()
+	q.CloseReplaced()
+	if want := map[string]int{"change:a": 1, "drop:a": 1}; !maps.Equal(closed, want) {
+		t.Errorf("CloseReplaced closed %v, want %v", closed, want)
+	}
+	q.Close()
+	if want := map[string]int{"change:a": 1, "drop:a": 1, "keep:a": 1, "change:b": 1, "add:a": 1}; !maps.Equal(closed, want) {
+		t.Errorf("Close closed %v, want %v", closed, want)
 	}
 }
+
+// closerFunc is a handler that answers 204 and runs itself when closed.
+type closerFunc func()
+
+func (closerFunc) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	w.WriteHeader(http.StatusNoContent)
+}
+func (f closerFunc) Close() error { f(); return nil }
 
 // TestTenantRequestsPerMinuteCountsToolCalls: a tenant at one request a
 // minute has its first tools/call passed and its second refused with a

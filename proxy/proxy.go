@@ -170,8 +170,9 @@ type Options struct {
 	// MCPServer makes the handler of an MCP server of the config, served
 	// at /mcp/NAME: streamable HTTP, its sessions bound to the caller the
 	// request's context holds (MCPCallerFrom), its tools those the caller
-	// may use. A handler that is an io.Closer is closed by Close. A reload
-	// keeps the handlers, and refuses a config whose MCP servers differ.
+	// may use. A handler that is an io.Closer is closed by Close, or by
+	// CloseReplaced after a reload that removed or changed its server; a
+	// reload keeps the handler of a server whose config is unchanged.
 	// Nil means a config with MCP servers is refused.
 	MCPServer func(name string, c MCPServerConfig) (http.Handler, error)
 	// Base sends each attempt. Nil means a transport of the proxy's own:
@@ -342,13 +343,24 @@ func secretsOf(values []string) scrub.Secrets {
 }
 
 // Close closes the MCP servers' handlers (Options.MCPServer) that are
-// io.Closers, ending their sessions and servers: call it once the proxy,
-// and every Proxy Reload made from it, serves no more.
+// io.Closers, ending their sessions and servers, those of servers the
+// reload that made p replaced too: call it once p serves no more.
 func (p *Proxy) Close() error {
 	if p.mcp == nil {
 		return nil
 	}
 	return p.mcp.Close()
+}
+
+// CloseReplaced closes the handlers of the MCP servers that the Reload
+// which made p removed or changed, ending their sessions: call it once p
+// serves in its predecessor's place. Those of the servers p keeps go on,
+// their sessions with them.
+func (p *Proxy) CloseReplaced() error {
+	if p.mcp == nil {
+		return nil
+	}
+	return p.mcp.closeReplaced()
 }
 
 // Drain makes /readyz answer 503, so that a load balancer sends no new

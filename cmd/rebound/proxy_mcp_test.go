@@ -228,3 +228,71 @@ func TestProxyMCPServerKilledIsRestarted(t *testing.T) {
 		t.Errorf("everything servers %v after the kill of %d, want another one", now, first[0])
 	}
 }
+
+// TestProxySIGHUPAddsAndRemovesMCPServers: a SIGHUP with a config that
+// adds an MCP server makes it reachable without a restart while the
+// session of the server it keeps goes on; one that removes that server
+// ends its session and leaves the other's.
+func TestProxySIGHUPAddsAndRemovesMCPServers(t *testing.T) {
+	server := npmserver.EverythingStdio(t)
+	command, _ := json.Marshal(append([]string{server.Path}, server.Args[1:]...))
+	upstream, _ := startChaos(t, "--mode", "ok")
+	file := filepath.Join(t.TempDir(), "config.json")
+	write := func(names ...string) {
+		var servers []string
+		for _, n := range names {
+			servers = append(servers, fmt.Sprintf(`%q: {"command": %s}`, n, command))
+		}
+		text := fmt.Sprintf(`{"upstreams": {"default": {"url": %q}}, "mcp_servers": {%s}}`, upstream, strings.Join(servers, ", "))
+		if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var proc *loggedProxy
+	reload := func() {
+		t.Helper()
+		if err := proc.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		if l := proc.next(t); l["msg"] != "config loaded" {
+			t.Fatalf("after SIGHUP the log says %v (log %q)", l, proc.lines())
+		}
+	}
+	write("one")
+	proc = startLoggedProxy(t, "--config", file)
+	proc.next(t) // loaded at start
+	echo := func(cs *mcp.ClientSession, msg string) (string, error) {
+		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": msg}})
+		if err != nil {
+			return "", err
+		}
+		return text(t, res, nil), nil
+	}
+	one, err := connectProxyMCP(t, proc.url+"/mcp/one", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := echo(one, "first"); err != nil || !strings.Contains(got, "first") {
+		t.Fatalf("one: %q, %v", got, err)
+	}
+	write("one", "two")
+	reload()
+	two, err := connectProxyMCP(t, proc.url+"/mcp/two", "")
+	if err != nil {
+		t.Fatalf("two, added by the reload: %v", err)
+	}
+	if got, err := echo(two, "added"); err != nil || !strings.Contains(got, "added") {
+		t.Errorf("two: %q, %v", got, err)
+	}
+	if got, err := echo(one, "kept"); err != nil || !strings.Contains(got, "kept") {
+		t.Errorf("one's session after the reload that kept it: %q, %v", got, err)
+	}
+	write("two")
+	reload()
+	if _, err := echo(one, "gone"); err == nil {
+		t.Error("one's session answered after the reload that removed one")
+	}
+	if got, err := echo(two, "still"); err != nil || !strings.Contains(got, "still") {
+		t.Errorf("two's session after one was removed: %q, %v", got, err)
+	}
+}
