@@ -311,6 +311,10 @@ func (p *Proxy) serveMCP(w http.ResponseWriter, r *http.Request, name string, bo
 		}
 		caller.Tenant, caller.Tools = t.name, tools
 	}
+	if r.URL.Path != MCPPathPrefix+name {
+		writeRPCError(w, http.StatusNotFound, "the MCP endpoint is "+MCPPathPrefix+name)
+		return
+	}
 	if r.Body != nil && r.Body != http.NoBody {
 		data, err := io.ReadAll(http.MaxBytesReader(w, io.NopCloser(body), p.maxBody))
 		var tooLarge *http.MaxBytesError

@@ -138,6 +138,9 @@ func TestMCPServersAreServedBeforeRoutesToTheirTenants(t *testing.T) {
 	if resp, body := do(t, "POST", front.URL+"/mcp/everything", `{}`, "Authorization", "Bearer tok-b"); resp.StatusCode != 404 || !strings.Contains(body, `"jsonrpc":"2.0"`) {
 		t.Errorf("tenant b, not given the server: %d %s", resp.StatusCode, body)
 	}
+	if resp, body := do(t, "POST", front.URL+"/mcp/everything/more", `{}`, "Authorization", "Bearer tok-a"); resp.StatusCode != 404 || !strings.Contains(body, "the MCP endpoint is /mcp/everything") {
+		t.Errorf("a path under the server's: %d %s", resp.StatusCode, body)
+	}
 	if resp, _ := do(t, "POST", front.URL+"/mcp/everything", `{}`); resp.StatusCode != 401 {
 		t.Errorf("no token: %d", resp.StatusCode)
 	}
