@@ -57,6 +57,10 @@ type FileConfig struct {
 	// then the tenant "default". None means no tenants: a token is only
 	// a key to the door.
 	Tenants map[string]TenantConfig `json:"tenants"`
+	// MCPServers by name: MCP servers the proxy serves at /mcp/NAME (see
+	// MCPServerConfig), which need Options.MCPServer (rebound proxy has
+	// it). None means none.
+	MCPServers map[string]MCPServerConfig `json:"mcp_servers"`
 	// Prices by model, for the tenants' spend caps and the access log's
 	// cost_usd, in cost.Price's JSON form.
 	Prices cost.Table `json:"prices"`
@@ -247,6 +251,7 @@ func ParseConfig(data []byte, getenv func(string) string) (*FileConfig, error) {
 	if err := checkTenants(&c, getenv); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, checkMCP(&c, getenv)...)
 	switch len(errs) {
 	case 0:
 	case 1:

@@ -167,6 +167,18 @@
 // digits of the SHA-256 of the file, names the config that is live on the
 // status page.
 //
+// MCP servers: a config's FileConfig.MCPServers are served at /mcp/NAME,
+// matched after the door and before any route, by the handlers
+// Options.MCPServer makes (rebound proxy's are rebound mcp's sessions,
+// which this package, standard library only, cannot import). The proxy
+// checks the token (401) and the tenant's TenantConfig.MCP (404 for a
+// server it is not given), holds a tools/call to the tenant's
+// requests_per_minute, reads the body within its limits, and hands the
+// handler the caller in the request's context (MCPCallerFrom): the holder
+// a session is bound to, and the tools it may use. A reload keeps the
+// handler of a server whose config is unchanged; CloseReplaced and Close
+// close the others.
+//
 // The access log (Options.Logger) has a line per request, "msg":"request",
 // with always: method, path, route, upstream ("UPSTREAM/KEYVAR" for a key
 // of a pool), model (as the client named

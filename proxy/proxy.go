@@ -167,6 +167,14 @@ type Options struct {
 	// makes a reboundredis store, shared by every replica. Nil means a
 	// cache.Memory for each route, bounded by its max_bytes.
 	CacheStore cache.Store
+	// MCPServer makes the handler of an MCP server of the config, served
+	// at /mcp/NAME: streamable HTTP, its sessions bound to the caller the
+	// request's context holds (MCPCallerFrom), its tools those the caller
+	// may use. A handler that is an io.Closer is closed by Close, or by
+	// CloseReplaced after a reload that removed or changed its server; a
+	// reload keeps the handler of a server whose config is unchanged.
+	// Nil means a config with MCP servers is refused.
+	MCPServer func(name string, c MCPServerConfig) (http.Handler, error)
 	// Base sends each attempt. Nil means a transport of the proxy's own:
 	// http.DefaultTransport's settings, but keeping up to 256 idle
 	// connections to each upstream rather than 2, so that a busy proxy
@@ -195,6 +203,7 @@ type Proxy struct {
 	configVersion string       // the version of the config that is live, shown by the status page; "" for none
 	tenants       *tenants     // nil: the config has neither tenants nor prices
 	draining      atomic.Bool
+	mcp           *mcpServers // the MCP servers' handlers, shared with the Proxies reloads make
 
 	// What Reload makes another Proxy from, and shares with it.
 	made         Options            // what p was made from
@@ -308,6 +317,14 @@ func build(o Options, prev *Proxy) (*Proxy, error) {
 		return nil, fmt.Errorf("body memory (--max-body-memory) %d bytes is under twice the largest body cap (%d bytes): a body that large could not be read", memory, p.maxBody)
 	}
 	p.memory = newBodyMemory(memory)
+	var prevMCP *mcpServers
+	if prev != nil {
+		prevMCP = prev.mcp
+	}
+	// Last: nothing after it may fail, or its servers would be left open.
+	if p.mcp, err = newMCPServers(o.Config, o.MCPServer, prevMCP); err != nil {
+		return nil, err
+	}
 	if prev != nil {
 		prev.handOverTallies(p)
 	}
@@ -323,6 +340,27 @@ func secretsOf(values []string) scrub.Secrets {
 		}
 	}
 	return scrub.Of(&http.Request{Header: h})
+}
+
+// Close closes the MCP servers' handlers (Options.MCPServer) that are
+// io.Closers, ending their sessions and servers, those of servers the
+// reload that made p replaced too: call it once p serves no more.
+func (p *Proxy) Close() error {
+	if p.mcp == nil {
+		return nil
+	}
+	return p.mcp.Close()
+}
+
+// CloseReplaced closes the handlers of the MCP servers that the Reload
+// which made p removed or changed, ending their sessions: call it once p
+// serves in its predecessor's place. Those of the servers p keeps go on,
+// their sessions with them.
+func (p *Proxy) CloseReplaced() error {
+	if p.mcp == nil {
+		return nil
+	}
+	return p.mcp.closeReplaced()
 }
 
 // Drain makes /readyz answer 503, so that a load balancer sends no new

@@ -53,7 +53,9 @@ func versionOf(c *FileConfig) string {
 //     limits' state when its limits are unchanged;
 //   - a route's response cache (its answers and figures), when its cache
 //     config is unchanged;
-//   - the status page's figures, and the body memory in use.
+//   - the status page's figures, and the body memory in use;
+//   - an MCP server's handler, when its config is unchanged (one removed
+//     or changed is closed by CloseReplaced, one added is made).
 //
 // An upstream, key or tenant that c removes goes (requests p is serving
 // still use it); one that c adds starts fresh. Tokens, flags and other

@@ -28,6 +28,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if front.Enter((*mounted)(p), w, r) {
 		return // refused, a pre-flight, or the front's own paths
 	}
+	if name, ok := p.mcpServerOf(r.URL.Path); ok {
+		p.serveMCP(w, r, name, &bodyReader) // before any route
+		return
+	}
 	if r.URL.Path == StatusPagePath || strings.HasPrefix(r.URL.Path, StatusPagePath+"/") {
 		p.serveStatus(w, r) // never forwarded
 		return
@@ -128,10 +132,14 @@ type mounted Proxy
 
 func (m *mounted) Door() *frontdoor.Door { return m.door }
 
-// Refuse answers a request the door refused, in its path's dialect, and
-// logs it.
+// Refuse answers a request the door refused, in its path's dialect (an
+// MCP server's, a JSON-RPC error), and logs it.
 func (m *mounted) Refuse(w http.ResponseWriter, r *http.Request, status int, msg string) {
-	writeError(w, dialectOfPath(r.URL.Path), status, msg)
+	if _, ok := (*Proxy)(m).mcpServerOf(r.URL.Path); ok {
+		writeRPCError(w, status, "Forbidden: "+msg)
+	} else {
+		writeError(w, dialectOfPath(r.URL.Path), status, msg)
+	}
 	(*Proxy)(m).logCall(&call{start: time.Now(), method: r.Method, path: r.URL.Path, outcome: "forbidden"}, status)
 }
 

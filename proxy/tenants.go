@@ -82,6 +82,11 @@ type TenantConfig struct {
 	// prompt, a form (an audio transcription), a compressed body. Without
 	// it such a call gets a 403, since the model it runs may be any.
 	AllowUnseenModels bool `json:"allow_unseen_models"`
+	// MCP gives the tenant MCP servers of the config's mcp_servers, each
+	// with the tools it may list and call (["*"] for all). A server not
+	// given answers the tenant 404, as if there were none. Empty means
+	// none.
+	MCP map[string][]string `json:"mcp"`
 }
 
 // tokensIn returns the comma-separated tokens of an environment
@@ -209,6 +214,7 @@ type tenant struct {
 	models   map[string]bool // nil: any
 	// allowUnseen lets a request whose model cannot be seen past models.
 	allowUnseen bool
+	mcp         map[string][]string // the MCP servers given, with their tools
 	*tenantTally
 }
 
@@ -256,7 +262,7 @@ func newTenants(o Options, getenv func(string) string) (*tenants, []string, erro
 	}
 	for _, name := range slices.Sorted(maps.Keys(configured)) {
 		tc, where := configured[name], "tenants."+name
-		t := &tenant{name: name, rpm: tc.RequestsPerMinute, tpm: tc.TokensPerMinute, allowUnseen: tc.AllowUnseenModels, tenantTally: &tenantTally{}}
+		t := &tenant{name: name, rpm: tc.RequestsPerMinute, tpm: tc.TokensPerMinute, allowUnseen: tc.AllowUnseenModels, mcp: tc.MCP, tenantTally: &tenantTally{}}
 		if len(tc.Models) > 0 {
 			t.models = map[string]bool{}
 			for _, m := range tc.Models {

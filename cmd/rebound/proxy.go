@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/rebound-go/rebound/cmd/rebound/internal/mcprun"
 	"github.com/rebound-go/rebound/cmd/rebound/internal/proxyrun"
 )
 
@@ -25,5 +26,6 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		return 2
 	}
+	c.MCPServer = mcprun.ProxyServer(stderr)
 	return proxyrun.Run(ctx, c, stdout, stderr)
 }

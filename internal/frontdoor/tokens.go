@@ -3,6 +3,7 @@ package frontdoor
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"net/http"
 	"net/url"
 	"strings"
@@ -126,6 +127,17 @@ func (d *Door) Match(r *http.Request) (index int, ok bool) {
 		}
 	}
 	return at, match == 1
+}
+
+// Holder names the holder of the token at index i (as Match returns it)
+// by a hash of the token, never the token: the same name from every Door
+// that has the token, whatever its index there, so that what is bound to
+// a holder outlives a reload that reorders the tokens.
+func (d *Door) Holder(i int) string {
+	if i < 0 || i >= len(d.tokens) {
+		return ""
+	}
+	return hex.EncodeToString(d.tokens[i].sum[:16])
 }
 
 // DropKeys removes from a request going further (its header h and URL

@@ -57,8 +57,8 @@ func DefineFlags(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.tokensFile, "tokens-file", "", "with --addr: `file` of client tokens, one a line")
 	fs.Var((*cliflag.List)(&c.Door.AllowHosts), "allow-host", "with --addr and no tokens, answer requests for this host `name` too, besides loopback names (repeatable, or comma-separated)")
 	fs.Var((*cliflag.List)(&c.Door.AllowOrigins), "allow-origin", "with --addr: let web pages of this `origin` (https://app.example.com) call, with CORS headers (repeatable, or comma-separated; * only with tokens)")
-	fs.IntVar(&c.MaxSessions, "max-sessions", 32, "with --addr: most client sessions open at once, each with its own server connection (a process, for a command)")
-	fs.DurationVar(&c.SessionTimeout, "session-timeout", 30*time.Minute, "with --addr: end a session that has had no request for this long (0: never)")
+	fs.IntVar(&c.MaxSessions, "max-sessions", defaultMaxSessions, "with --addr: most client sessions open at once, each with its own server connection (a process, for a command)")
+	fs.DurationVar(&c.SessionTimeout, "session-timeout", defaultSessionTimeout, "with --addr: end a session that has had no request for this long (0: never)")
 	fs.DurationVar(&c.Drain, "drain-timeout", 10*time.Second, "with --addr: how long requests in flight may finish after SIGTERM")
 	return f
 }

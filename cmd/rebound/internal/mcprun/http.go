@@ -3,21 +3,18 @@ package mcprun
 import (
 	"bytes"
 	"context"
-	crand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log"
 	"log/slog"
-	"mime"
 	"net/http"
 	"os"
-	"sync"
+	"strconv"
 	"sync/atomic"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/rebound-go/rebound/cmd/rebound/internal/metrics"
@@ -108,7 +105,7 @@ func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Tr
 			closed() // a second signal may now cut the drain short
 		},
 	})
-	f.closeAll()
+	f.Close()
 	if err != nil {
 		fmt.Fprintf(stderr, "rebound mcp: %v\n", err)
 		return 1
@@ -116,28 +113,18 @@ func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Tr
 	return 0
 }
 
-// endpoint is the HTTP handler: the door, then the client sessions, each a
-// StreamableServerTransport relayed by reboundmcp.Serve to an upstream
-// connection of its own.
+// endpoint is rebound mcp --addr's HTTP handler: the front (the door,
+// the front's own paths), then the server's Handler.
 type endpoint struct {
-	ctx          context.Context // the server's: a session outlives the request that opened it
-	door         *frontdoor.Door
-	newTransport func() *reboundmcp.Transport
-	max          int
-	timeout      time.Duration
-	logger       *slog.Logger // nil: none
-	metrics      http.Handler // nil: none
-	admin        front.Admin
-	draining     atomic.Bool
-
-	mu       sync.Mutex
-	sessions map[string]*session
-	closed   bool
-	relays   sync.WaitGroup
+	*Handler
+	door     *frontdoor.Door
+	metrics  http.Handler // nil: none
+	admin    front.Admin
+	draining atomic.Bool
 }
 
 func newFront(ctx context.Context, door *frontdoor.Door, newTransport func() *reboundmcp.Transport, max int, timeout time.Duration) *endpoint {
-	return &endpoint{ctx: ctx, door: door, newTransport: newTransport, max: max, timeout: timeout, sessions: map[string]*session{}}
+	return &endpoint{Handler: newHandler(ctx, newTransport, max, timeout), door: door}
 }
 
 // Door, Refuse, Draining, Metrics and AdmitAdmin make the endpoint a
@@ -180,7 +167,7 @@ func (f *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// A session answers only the token that opened it, known by its index
 	// (the same for all without tokens): no token is kept beside a session.
-	holder, ok := f.door.Match(r)
+	index, ok := f.door.Match(r)
 	if f.door.HasTokens() && !ok {
 		writeError(w, http.StatusUnauthorized, codeServerError, "missing or wrong token (send it as Authorization: Bearer TOKEN)")
 		return
@@ -193,18 +180,7 @@ func (f *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id := r.Header.Get("Mcp-Session-Id")
-	switch {
-	case r.Method == http.MethodPost && id == "":
-		f.open(w, r, data, holder)
-	case r.Method != http.MethodPost && r.Method != http.MethodGet && r.Method != http.MethodDelete:
-		w.Header().Set("Allow", "GET, POST, DELETE, OPTIONS")
-		writeError(w, http.StatusMethodNotAllowed, codeServerError, "method not allowed")
-	case id == "":
-		writeError(w, http.StatusBadRequest, codeServerError, "Bad Request: "+r.Method+" needs an Mcp-Session-Id header")
-	default:
-		f.serveSession(w, r, id, holder)
-	}
+	f.serve(w, r, data, strconv.Itoa(index), nil)
 }
 
 // readBody reads r's body whole through br (at most maxBody bytes, within
@@ -249,203 +225,4 @@ func writeError(w http.ResponseWriter, status, code int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(append(body, '\n'))
-}
-
-// open starts a session for an initialize request (body) that names
-// none, for the holder of the token the request carries.
-func (f *endpoint) open(w http.ResponseWriter, r *http.Request, body []byte, holder int) {
-	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
-		writeError(w, http.StatusUnsupportedMediaType, codeServerError, "Content-Type must be application/json")
-		return
-	}
-	var initID jsonrpc.ID
-	// Only an initialize opens a session, and so starts a server: any
-	// other message without a session is an old session's, or noise.
-	if msg, err := reboundmcp.DecodeMessage(body); err != nil {
-		writeError(w, http.StatusBadRequest, jsonrpc.CodeParseError, "Bad Request: the body is not one JSON-RPC message")
-		return
-	} else if req, ok := msg.(*jsonrpc.Request); !ok || req.Method != "initialize" || !req.IsCall() {
-		writeError(w, http.StatusBadRequest, codeServerError, "Bad Request: no valid session ID provided (only initialize opens a session)")
-		return
-	} else {
-		initID = req.ID
-	}
-	s, err := f.start(initID, holder)
-	if err != nil {
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, codeServerError, err.Error())
-		return
-	}
-	s.serve(w, r)
-	// A client whose initialize failed (the server is down), or who left
-	// before its answer, has no session to use or to DELETE: kept, it
-	// would hold a place and an upstream until the session timeout.
-	if !s.conn.initialized.Load() {
-		s.end()
-		<-s.done
-	}
-}
-
-// clientConn is a session's client connection as its relay writes to it:
-// it notes whether the initialize that opened the session was answered
-// without an error, and keeps a message the client's transport has
-// nowhere to put from ending the session.
-type clientConn struct {
-	mcp.Connection
-	id          jsonrpc.ID
-	initialized atomic.Bool
-	closed      atomic.Bool
-	logger      *slog.Logger
-}
-
-// Write passes a message to the client. One that the transport refuses
-// while the session is open is dropped, and the relay goes on: a
-// server's notification (or request) while the client has no GET stream
-// open, an answer whose POST the client has left. The relay would take
-// the refusal for the client's end, and end the session: a client that
-// opens no GET stream would lose its session to the first notification
-// of the server's.
-func (c *clientConn) Write(ctx context.Context, msg jsonrpc.Message) error {
-	if resp, ok := msg.(*jsonrpc.Response); ok && resp.Error == nil && resp.ID == c.id {
-		c.initialized.Store(true) // before the answer can reach the client
-	}
-	err := c.Connection.Write(ctx, msg)
-	if err == nil || c.closed.Load() {
-		return err
-	}
-	if c.logger != nil {
-		what := "answer"
-		if req, ok := msg.(*jsonrpc.Request); ok {
-			what = req.Method
-		}
-		c.logger.Debug("mcp.undelivered", "message", what, "error", err.Error())
-	}
-	return nil
-}
-
-// Close ends the client's side: from then on a failed write is the end.
-func (c *clientConn) Close() error {
-	c.closed.Store(true)
-	return c.Connection.Close()
-}
-
-// serveSession hands a request to its session's transport; DELETE ends
-// the session, and its upstream with it, before it is answered. A
-// session opened with another token is unknown to the request.
-func (f *endpoint) serveSession(w http.ResponseWriter, r *http.Request, id string, holder int) {
-	f.mu.Lock()
-	s := f.sessions[id]
-	f.mu.Unlock()
-	if s == nil || s.holder != holder {
-		writeError(w, http.StatusNotFound, codeSessionNotFound, "Session not found")
-		return
-	}
-	if r.Method == http.MethodDelete {
-		s.end()
-		select {
-		case <-s.done:
-		case <-r.Context().Done():
-		}
-		w.WriteHeader(http.StatusNoContent)
-		return
-	}
-	s.serve(w, r)
-}
-
-// start opens a session for holder: a server transport, and the relay
-// that ties it to an upstream connection of its own until either ends.
-func (f *endpoint) start(initID jsonrpc.ID, holder int) (*session, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	switch {
-	case f.closed:
-		return nil, fmt.Errorf("shutting down")
-	case f.max > 0 && len(f.sessions) >= f.max:
-		return nil, fmt.Errorf("all %d sessions (--max-sessions) are open; end one with DELETE or try later", f.max)
-	}
-	id := crand.Text()
-	t := &mcp.StreamableServerTransport{SessionID: id}
-	conn, err := t.Connect(f.ctx)
-	if err != nil {
-		return nil, err
-	}
-	watched := &clientConn{Connection: conn, id: initID, logger: f.logger}
-	s := &session{t: t, conn: watched, holder: holder, done: make(chan struct{}), timeout: f.timeout}
-	if f.timeout > 0 {
-		s.idle = time.AfterFunc(f.timeout, s.end)
-	}
-	f.sessions[id] = s
-	f.relays.Add(1)
-	go func() {
-		defer f.relays.Done()
-		reboundmcp.Serve(f.ctx, watched, f.newTransport()) // ends the upstream on its way out
-		f.mu.Lock()
-		delete(f.sessions, id)
-		f.mu.Unlock()
-		s.stopIdle()
-		close(s.done)
-	}()
-	return s, nil
-}
-
-// closeAll ends every session, refuses new ones, and waits until every
-// upstream is closed.
-func (f *endpoint) closeAll() {
-	f.mu.Lock()
-	f.closed = true
-	var all []*session
-	for _, s := range f.sessions {
-		all = append(all, s)
-	}
-	f.mu.Unlock()
-	for _, s := range all {
-		s.end()
-	}
-	f.relays.Wait()
-}
-
-// session is one client's: its transport, its relay's end, and the timer
-// that ends it when it has had no request for the session timeout.
-type session struct {
-	t      *mcp.StreamableServerTransport
-	conn   *clientConn
-	holder int           // the index of the token that opened it (frontdoor.Door.Match)
-	done   chan struct{} // closed when the relay has returned
-
-	timeout  time.Duration
-	mu       sync.Mutex
-	inFlight int
-	idle     *time.Timer // nil: no timeout, or stopped for good
-}
-
-// serve serves one request of the session, its idle timer paused while
-// the request is open (a GET's event stream may stay open for hours).
-func (s *session) serve(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	if s.idle != nil && s.inFlight == 0 {
-		s.idle.Stop()
-	}
-	s.inFlight++
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.inFlight--
-		if s.idle != nil && s.inFlight == 0 {
-			s.idle.Reset(s.timeout)
-		}
-		s.mu.Unlock()
-	}()
-	s.t.ServeHTTP(w, r)
-}
-
-// end closes the client's side; the relay then closes the upstream.
-func (s *session) end() { s.conn.Close() }
-
-func (s *session) stopIdle() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.idle != nil {
-		s.idle.Stop()
-		s.idle = nil
-	}
 }

@@ -19,9 +19,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -92,7 +94,7 @@ func Run(ctx context.Context, c Config, stdin io.ReadCloser, stdout, stderr io.W
 	if !c.LogOff {
 		opts.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: c.LogLevel}))
 	}
-	up, err := upstream(c, stderr)
+	up, err := c.server(stderr).upstream()
 	if err != nil {
 		fmt.Fprintf(stderr, "rebound mcp: %v\n", err)
 		return 2
@@ -119,30 +121,81 @@ func holdSignals() (release func()) {
 	return sync.OnceFunc(func() { signal.Stop(held) })
 }
 
-// upstream returns the server c names; a command that cannot be found
-// is bad usage.
-func upstream(c Config, stderr io.Writer) (reboundmcp.Upstream, error) {
-	if len(c.Command) == 0 {
-		return reboundmcp.HTTP(c.Upstream, nil), nil
+// server returns the server c names.
+func (c Config) server(stderr io.Writer) Server {
+	return Server{Command: c.Command, HideEnv: c.HideEnv, Upstream: c.Upstream, Stderr: stderr}
+}
+
+// upstream returns the upstream of s; a command that cannot be found is
+// bad usage.
+func (s Server) upstream() (reboundmcp.Upstream, error) {
+	if len(s.Command) == 0 {
+		var client *http.Client
+		if len(s.Header) > 0 {
+			client = &http.Client{Transport: headers{s.Header, http.DefaultTransport}}
+		}
+		return reboundmcp.HTTP(s.Upstream, client), nil
 	}
 	// LookPath, unlike exec.Command, also checks a path given with a
 	// slash: one that is missing or not executable would otherwise be
 	// started again and again, each start failing.
-	if _, err := exec.LookPath(c.Command[0]); err != nil {
+	path := s.Command[0]
+	if s.Env != nil && !strings.Contains(path, "/") {
+		// The server's own PATH finds its command, as it would in a shell.
+		path = lookPathIn(path, s.Env)
+	}
+	if _, err := exec.LookPath(path); err != nil {
 		return reboundmcp.Upstream{}, fmt.Errorf("server command: %v", err)
 	}
-	cmd := exec.Command(c.Command[0], c.Command[1:]...)
+	cmd := exec.Command(path, s.Command[1:]...)
 	if cmd.Err != nil {
 		return reboundmcp.Upstream{}, fmt.Errorf("server command: %v", cmd.Err)
 	}
-	cmd.Stderr = stderr // the server's own logs, beside rebound's
-	if len(c.HideEnv) > 0 {
+	cmd.Stderr = s.Stderr // the server's own logs, beside rebound's
+	switch {
+	case s.Env != nil:
+		cmd.Env = s.Env
+	case len(s.HideEnv) > 0:
 		cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
 			name, _, _ := strings.Cut(kv, "=")
-			return slices.Contains(c.HideEnv, name)
+			return slices.Contains(s.HideEnv, name)
 		})
 	}
 	return reboundmcp.Command(cmd), nil
+}
+
+// lookPathIn returns the file name finds in the PATH of env, or name as
+// it is when none does.
+func lookPathIn(name string, env []string) string {
+	for _, kv := range env {
+		if dirs, ok := strings.CutPrefix(kv, "PATH="); ok {
+			for dir := range strings.SplitSeq(dirs, string(os.PathListSeparator)) {
+				if p := filepath.Join(dir, name); dir != "" && isExecutable(p) {
+					return p
+				}
+			}
+		}
+	}
+	return name
+}
+
+func isExecutable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+}
+
+// headers sends its header with every request of an HTTP upstream's.
+type headers struct {
+	h    http.Header
+	next http.RoundTripper
+}
+
+func (t headers) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range t.h {
+		r.Header[k] = v
+	}
+	return t.next.RoundTrip(r)
 }
 
 // pollable returns stdin as a file the runtime polls when it is a pipe or

@@ -36,7 +36,7 @@ func TestSessionTimeout(t *testing.T) {
 		}, 4, timeout)
 		defer f.closeAll()
 
-		idle, err := f.start(jsonrpc.ID{}, 0)
+		idle, err := f.start(jsonrpc.ID{}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +51,7 @@ func TestSessionTimeout(t *testing.T) {
 			t.Fatal("the session outlived its timeout")
 		}
 
-		busy, _ := f.start(jsonrpc.ID{}, 0)
+		busy, _ := f.start(jsonrpc.ID{}, "")
 		getCtx, endGET := context.WithCancel(t.Context())
 		get := httptest.NewRequestWithContext(getCtx, "GET", Path, nil)
 		get.Header.Set("Accept", "text/event-stream")

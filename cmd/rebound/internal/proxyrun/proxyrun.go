@@ -9,6 +9,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"net/http"
 	"strings"
 	"time"
 
@@ -56,6 +57,11 @@ type Config struct {
 	// machine, though the proxy listens beyond it: there is no admin
 	// token. Run says so at start.
 	AdminOff bool
+	// MCPServer makes the handler of an MCP server of the config
+	// (proxy.Options.MCPServer), given the proxy's logger and observer;
+	// the command sets it to rebound mcp's. Nil refuses a config with MCP
+	// servers.
+	MCPServer func(name string, spec proxy.MCPServerConfig, logger *slog.Logger, obs rebound.Observer) (http.Handler, error)
 }
 
 // Run serves the proxy of c until ctx is done, its logs on stderr as JSON,
@@ -89,6 +95,11 @@ func Run(ctx context.Context, c Config, stdout, stderr io.Writer) int {
 			return 2
 		}
 		defer closeRedis()
+	}
+	if c.MCPServer != nil {
+		opts.MCPServer = func(name string, spec proxy.MCPServerConfig) (http.Handler, error) {
+			return c.MCPServer(name, spec, logger, obs)
+		}
 	}
 	p, err := proxy.New(opts)
 	if err != nil {
@@ -176,10 +187,16 @@ func serveProxy(ctx context.Context, c Config, live *liveProxy, logger *slog.Log
 		Hangup:   func() { live.reload(c.ConfigFile, logger) },
 		Stopping: func() {
 			live.Load().Drain()
+			// MCP sessions end now, as rebound mcp --addr's do: a client's
+			// event stream would hold the drain open to its end.
+			live.Load().Close()
 			logger.Info("draining", "timeout", c.Drain.String())
 		},
 		Unfinished: func(error) { logger.Warn("drain timed out; closing open connections") },
 	})
+	// Every MCP server's sessions and processes end with the proxy; the
+	// Proxies reloads made share them.
+	live.Load().Close()
 	if err != nil {
 		fmt.Fprintf(stderr, "rebound proxy: %v\n", err)
 		return 1

@@ -18,7 +18,8 @@ type liveProxy struct{ atomic.Pointer[proxy.Proxy] }
 func (l *liveProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { l.Load().ServeHTTP(w, r) }
 
 // reload reads the config file anew and, if it is good, serves a Proxy
-// for it that keeps the live one's state (proxy.Proxy.Reload); if not, it
+// for it that keeps the live one's state (proxy.Proxy.Reload), and its MCP
+// servers whose config is unchanged; if not, it
 // logs why in one line and the live one stays. Without a file it logs
 // that there is nothing to re-read: SIGHUP is caught all the same, since
 // its default action would end the process.
@@ -41,5 +42,8 @@ func (l *liveProxy) reload(file string, logger *slog.Logger) {
 		return
 	}
 	l.Store(p)
+	// The MCP servers the config removed or changed end now, their
+	// sessions with them; the others go on.
+	p.CloseReplaced()
 	logger.Info("config loaded", "version", p.ConfigVersion())
 }

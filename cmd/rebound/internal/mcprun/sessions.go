@@ -1,0 +1,340 @@
+package mcprun
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	reboundmcp "github.com/rebound-go/rebound/mcp"
+)
+
+// A Handler serves one MCP server over streamable HTTP: each client
+// session a StreamableServerTransport relayed by reboundmcp.Serve to an
+// upstream connection of its own (a stdio server's process), with every
+// guarantee of rebound mcp. It is what rebound mcp --addr serves behind
+// its front, and what rebound proxy serves at /mcp/NAME behind its own.
+// A session answers only the holder (of a token) that opened it.
+type Handler struct {
+	ctx          context.Context // the server's: a session outlives the request that opened it
+	cancel       context.CancelFunc
+	newTransport func() *reboundmcp.Transport
+	max          int
+	timeout      time.Duration
+	logger       *slog.Logger // nil: none
+	// caller returns who r comes from: the holder a session is bound
+	// to, and the tools it may use (nil: all); nil means everyone is
+	// the same holder.
+	caller func(r *http.Request) (holder string, tools []string)
+
+	mu       sync.Mutex
+	sessions map[string]*session
+	closed   bool
+	relays   sync.WaitGroup
+}
+
+func newHandler(ctx context.Context, newTransport func() *reboundmcp.Transport, max int, timeout time.Duration) *Handler {
+	ctx, cancel := context.WithCancel(ctx)
+	return &Handler{ctx: ctx, cancel: cancel, newTransport: newTransport, max: max, timeout: timeout, sessions: map[string]*session{}}
+}
+
+// Server is one MCP server as a Handler serves it.
+type Server struct {
+	// Command is a stdio server's command and arguments, run with Env
+	// (nil: rebound's own environment, without HideEnv); Upstream, when
+	// Command is empty, a streamable HTTP server's endpoint, sent Header
+	// with every request.
+	Command  []string
+	Env      []string
+	HideEnv  []string
+	Upstream string
+	Header   http.Header
+	// Stderr takes a stdio server's own logs.
+	Stderr io.Writer
+	// Options are reboundmcp's: the name, tool rules, logger, observer.
+	Options reboundmcp.Options
+	// MaxSessions bounds the sessions open at once (0: no bound);
+	// SessionTimeout ends one that has had no request for that long (0:
+	// never).
+	MaxSessions    int
+	SessionTimeout time.Duration
+	// Caller returns who a request comes from: the holder its session is
+	// bound to, and the tools it may list and call (nil: all). Nil means
+	// one holder, every tool.
+	Caller func(r *http.Request) (holder string, tools []string)
+}
+
+// NewHandler returns the Handler of s; an error, in one line, if its
+// command cannot be found. Close it to end its sessions and servers.
+func NewHandler(s Server) (*Handler, error) {
+	up, err := s.upstream()
+	if err != nil {
+		return nil, err
+	}
+	opts := s.Options
+	h := newHandler(context.Background(), func() *reboundmcp.Transport { return reboundmcp.New(up, opts) }, s.MaxSessions, s.SessionTimeout)
+	h.logger, h.caller = opts.Logger, s.Caller
+	return h, nil
+}
+
+// ServeHTTP implements http.Handler for a request that has passed a front
+// (the proxy's): its body is read here, bounded.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, codeServerError, fmt.Sprintf("the body is over %d bytes", maxBody))
+		return
+	case err != nil:
+		writeError(w, http.StatusBadRequest, codeServerError, "could not read the body: "+err.Error())
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(data)) // for the session's transport
+	holder, tools := "", []string(nil)
+	if h.caller != nil {
+		holder, tools = h.caller(r)
+	}
+	h.serve(w, r, data, holder, tools)
+}
+
+// Close ends every session and its upstream, and refuses new ones.
+func (h *Handler) Close() error {
+	h.closeAll()
+	h.cancel()
+	return nil
+}
+
+// serve serves a request whose body is data, from holder, who may use
+// tools (nil: all).
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, data []byte, holder string, tools []string) {
+	id := r.Header.Get("Mcp-Session-Id")
+	switch {
+	case r.Method == http.MethodPost && id == "":
+		h.open(w, r, data, holder)
+	case r.Method != http.MethodPost && r.Method != http.MethodGet && r.Method != http.MethodDelete:
+		w.Header().Set("Allow", "GET, POST, DELETE, OPTIONS")
+		writeError(w, http.StatusMethodNotAllowed, codeServerError, "method not allowed")
+	case id == "":
+		writeError(w, http.StatusBadRequest, codeServerError, "Bad Request: "+r.Method+" needs an Mcp-Session-Id header")
+	default:
+		h.serveSession(w, r, id, holder, data, tools)
+	}
+}
+
+// open starts a session for an initialize request (body) that names
+// none, for the holder of the token the request carries.
+func (f *Handler) open(w http.ResponseWriter, r *http.Request, body []byte, holder string) {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, codeServerError, "Content-Type must be application/json")
+		return
+	}
+	var initID jsonrpc.ID
+	// Only an initialize opens a session, and so starts a server: any
+	// other message without a session is an old session's, or noise.
+	if msg, err := reboundmcp.DecodeMessage(body); err != nil {
+		writeError(w, http.StatusBadRequest, jsonrpc.CodeParseError, "Bad Request: the body is not one JSON-RPC message")
+		return
+	} else if req, ok := msg.(*jsonrpc.Request); !ok || req.Method != "initialize" || !req.IsCall() {
+		writeError(w, http.StatusBadRequest, codeServerError, "Bad Request: no valid session ID provided (only initialize opens a session)")
+		return
+	} else {
+		initID = req.ID
+	}
+	s, err := f.start(initID, holder)
+	if err != nil {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, codeServerError, err.Error())
+		return
+	}
+	s.serve(w, r)
+	// A client whose initialize failed (the server is down), or who left
+	// before its answer, has no session to use or to DELETE: kept, it
+	// would hold a place and an upstream until the session timeout.
+	if !s.conn.initialized.Load() {
+		s.end()
+		<-s.done
+	}
+}
+
+// clientConn is a session's client connection as its relay writes to it:
+// it notes whether the initialize that opened the session was answered
+// without an error, and keeps a message the client's transport has
+// nowhere to put from ending the session.
+type clientConn struct {
+	mcp.Connection
+	id          jsonrpc.ID
+	initialized atomic.Bool
+	closed      atomic.Bool
+	logger      *slog.Logger
+	filter      toolFilter // a caller's tools
+}
+
+// Write passes a message to the client. One that the transport refuses
+// while the session is open is dropped, and the relay goes on: a
+// server's notification (or request) while the client has no GET stream
+// open, an answer whose POST the client has left. The relay would take
+// the refusal for the client's end, and end the session: a client that
+// opens no GET stream would lose its session to the first notification
+// of the server's.
+func (c *clientConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	if resp, ok := msg.(*jsonrpc.Response); ok && resp.Error == nil && resp.ID == c.id {
+		c.initialized.Store(true) // before the answer can reach the client
+	}
+	c.filter.answer(msg)
+	err := c.Connection.Write(ctx, msg)
+	if err == nil || c.closed.Load() {
+		return err
+	}
+	if c.logger != nil {
+		what := "answer"
+		if req, ok := msg.(*jsonrpc.Request); ok {
+			what = req.Method
+		}
+		c.logger.Debug("mcp.undelivered", "message", what, "error", err.Error())
+	}
+	return nil
+}
+
+// Close ends the client's side: from then on a failed write is the end.
+func (c *clientConn) Close() error {
+	c.closed.Store(true)
+	return c.Connection.Close()
+}
+
+// serveSession hands a request to its session's transport, once a POST
+// (its body data) is judged by the tools its caller may use (nil: all);
+// DELETE ends the session, and its upstream with it, before it is
+// answered. A
+// session opened with another token is unknown to the request.
+func (f *Handler) serveSession(w http.ResponseWriter, r *http.Request, id string, holder string, data []byte, tools []string) {
+	f.mu.Lock()
+	s := f.sessions[id]
+	f.mu.Unlock()
+	if s == nil || s.holder != holder {
+		writeError(w, http.StatusNotFound, codeSessionNotFound, "Session not found")
+		return
+	}
+	if r.Method == http.MethodDelete {
+		s.end()
+		select {
+		case <-s.done:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if r.Method == http.MethodPost && !s.conn.filter.admit(w, data, tools) {
+		return
+	}
+	s.serve(w, r)
+}
+
+// start opens a session for holder: a server transport, and the relay
+// that ties it to an upstream connection of its own until either ends.
+func (f *Handler) start(initID jsonrpc.ID, holder string) (*session, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.closed:
+		return nil, fmt.Errorf("shutting down")
+	case f.max > 0 && len(f.sessions) >= f.max:
+		return nil, fmt.Errorf("all %d sessions (--max-sessions) are open; end one with DELETE or try later", f.max)
+	}
+	id := crand.Text()
+	t := &mcp.StreamableServerTransport{SessionID: id}
+	conn, err := t.Connect(f.ctx)
+	if err != nil {
+		return nil, err
+	}
+	watched := &clientConn{Connection: conn, id: initID, logger: f.logger}
+	s := &session{t: t, conn: watched, holder: holder, done: make(chan struct{}), timeout: f.timeout}
+	if f.timeout > 0 {
+		s.idle = time.AfterFunc(f.timeout, s.end)
+	}
+	f.sessions[id] = s
+	f.relays.Add(1)
+	go func() {
+		defer f.relays.Done()
+		reboundmcp.Serve(f.ctx, watched, f.newTransport()) // ends the upstream on its way out
+		f.mu.Lock()
+		delete(f.sessions, id)
+		f.mu.Unlock()
+		s.stopIdle()
+		close(s.done)
+	}()
+	return s, nil
+}
+
+// closeAll ends every session, refuses new ones, and waits until every
+// upstream is closed.
+func (f *Handler) closeAll() {
+	f.mu.Lock()
+	f.closed = true
+	var all []*session
+	for _, s := range f.sessions {
+		all = append(all, s)
+	}
+	f.mu.Unlock()
+	for _, s := range all {
+		s.end()
+	}
+	f.relays.Wait()
+}
+
+// session is one client's: its transport, its relay's end, and the timer
+// that ends it when it has had no request for the session timeout.
+type session struct {
+	t      *mcp.StreamableServerTransport
+	conn   *clientConn
+	holder string        // the index of the token that opened it (frontdoor.Door.Match)
+	done   chan struct{} // closed when the relay has returned
+
+	timeout  time.Duration
+	mu       sync.Mutex
+	inFlight int
+	idle     *time.Timer // nil: no timeout, or stopped for good
+}
+
+// serve serves one request of the session, its idle timer paused while
+// the request is open (a GET's event stream may stay open for hours).
+func (s *session) serve(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	if s.idle != nil && s.inFlight == 0 {
+		s.idle.Stop()
+	}
+	s.inFlight++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inFlight--
+		if s.idle != nil && s.inFlight == 0 {
+			s.idle.Reset(s.timeout)
+		}
+		s.mu.Unlock()
+	}()
+	s.t.ServeHTTP(w, r)
+}
+
+// end closes the client's side; the relay then closes the upstream.
+func (s *session) end() { s.conn.Close() }
+
+func (s *session) stopIdle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.idle != nil {
+		s.idle.Stop()
+		s.idle = nil
+	}
+}

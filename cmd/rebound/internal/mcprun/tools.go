@@ -1,0 +1,99 @@
+package mcprun
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	reboundmcp "github.com/rebound-go/rebound/mcp"
+)
+
+// codeInvalidParams is what an SDK's server answers a call of a tool it
+// does not have.
+const codeInvalidParams = -32602
+
+// toolFilter keeps a caller given some of a server's tools to those: a
+// tools/call of another is answered with an error naming it, before the
+// server sees it, and the answer to a tools/list is cut down to the
+// tools the caller was given when it asked.
+type toolFilter struct {
+	mu    sync.Mutex
+	lists map[jsonrpc.ID][]string // tools/list requests in flight: the tools their callers may see
+}
+
+// admit judges a POST's body (data) from a caller who may use tools (nil:
+// all), and reports whether it goes on to the session; if not, it has
+// answered it.
+func (f *toolFilter) admit(w http.ResponseWriter, data []byte, tools []string) bool {
+	if tools == nil {
+		return true
+	}
+	msg, err := reboundmcp.DecodeMessage(data)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, jsonrpc.CodeParseError, "Bad Request: the body is not one JSON-RPC message")
+		return false
+	}
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok || !req.IsCall() {
+		return true
+	}
+	switch req.Method {
+	case "tools/call":
+		var params struct {
+			Name string `json:"name"`
+		}
+		json.Unmarshal(req.Params, &params)
+		if slices.Contains(tools, params.Name) {
+			return true
+		}
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": req.ID.Raw(), "error": map[string]any{
+			"code": codeInvalidParams, "message": fmt.Sprintf("tool %q is not one this caller may use", params.Name)}})
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(append(body, '\n'))
+		return false
+	case "tools/list":
+		f.mu.Lock()
+		if f.lists == nil {
+			f.lists = map[jsonrpc.ID][]string{}
+		}
+		f.lists[req.ID] = tools
+		f.mu.Unlock()
+	}
+	return true
+}
+
+// answer cuts down msg, on its way to the client, if it answers a
+// tools/list of a caller given some tools.
+func (f *toolFilter) answer(msg jsonrpc.Message) {
+	resp, ok := msg.(*jsonrpc.Response)
+	if !ok {
+		return
+	}
+	f.mu.Lock()
+	tools, listed := f.lists[resp.ID]
+	delete(f.lists, resp.ID)
+	f.mu.Unlock()
+	if !listed || resp.Error != nil {
+		return
+	}
+	var result map[string]json.RawMessage
+	var all []json.RawMessage
+	if json.Unmarshal(resp.Result, &result) != nil || json.Unmarshal(result["tools"], &all) != nil {
+		return
+	}
+	kept := all[:0]
+	for _, t := range all {
+		var named struct {
+			Name string `json:"name"`
+		}
+		if json.Unmarshal(t, &named) == nil && slices.Contains(tools, named.Name) {
+			kept = append(kept, t)
+		}
+	}
+	result["tools"], _ = json.Marshal(kept)
+	resp.Result, _ = json.Marshal(result)
+}

@@ -1,0 +1,44 @@
+package mcprun
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+)
+
+// TestToolFilterRefusesOtherToolsAndCutsTheList: a caller given echo has
+// a call of add answered with an error naming add and the call's id, never
+// passed on, and its tools/list answer cut down to echo; a caller given
+// all tools (nil) has both passed on untouched.
+func TestToolFilterRefusesOtherToolsAndCutsTheList(t *testing.T) {
+	var f toolFilter
+	w := httptest.NewRecorder()
+	if f.admit(w, []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"add","arguments":{}}}`), []string{"echo"}) {
+		t.Fatal("a call of add passed")
+	}
+	if want := `{"error":{"code":-32602,"message":"tool \"add\" is not one this caller may use"},"id":7,"jsonrpc":"2.0"}` + "\n"; w.Body.String() != want || w.Code != 200 {
+		t.Errorf("answer %d %s, want 200 %s", w.Code, w.Body, want)
+	}
+	if !f.admit(httptest.NewRecorder(), []byte(`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"echo"}}`), []string{"echo"}) {
+		t.Error("a call of echo was refused")
+	}
+	if !f.admit(httptest.NewRecorder(), []byte(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"add"}}`), nil) {
+		t.Error("a caller given all tools was refused add")
+	}
+	list := []byte(`{"jsonrpc":"2.0","id":"l","method":"tools/list"}`)
+	if !f.admit(httptest.NewRecorder(), list, []string{"echo"}) {
+		t.Fatal("tools/list refused")
+	}
+	id, _ := jsonrpc.MakeID("l")
+	resp := &jsonrpc.Response{ID: id, Result: json.RawMessage(`{"tools":[{"name":"add"},{"name":"echo","title":"Echo"}],"nextCursor":"c"}`)}
+	f.answer(resp)
+	if want := `{"nextCursor":"c","tools":[{"name":"echo","title":"Echo"}]}`; string(resp.Result) != want {
+		t.Errorf("tools/list answer %s, want %s", resp.Result, want)
+	}
+	again := &jsonrpc.Response{ID: id, Result: json.RawMessage(`{"tools":[{"name":"add"}]}`)}
+	if f.answer(again); string(again.Result) != `{"tools":[{"name":"add"}]}` {
+		t.Errorf("an answer to no tools/list of a limited caller was changed: %s", again.Result)
+	}
+}
