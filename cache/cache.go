@@ -251,9 +251,8 @@ func directives(h http.Header) (noStore, noCache bool, maxAge time.Duration) {
 		values = h.Values("Pragma")
 	}
 	for _, v := range values {
-		for len(v) > 0 {
-			var d string
-			d, v, _ = cutComma(v)
+		for d := range strings.SplitSeq(v, ",") {
+			d = strings.ToLower(strings.TrimSpace(d))
 			switch {
 			case d == "no-store":
 				noStore = true
@@ -272,34 +271,6 @@ func directives(h http.Header) (noStore, noCache bool, maxAge time.Duration) {
 		}
 	}
 	return noStore, noCache, maxAge
-}
-
-func cutComma(s string) (before, after string, found bool) {
-	i := 0
-	for i < len(s) && s[i] != ',' {
-		i++
-	}
-	before = trimSpaceLower(s[:i])
-	if i < len(s) {
-		return before, s[i+1:], true
-	}
-	return before, "", false
-}
-
-func trimSpaceLower(s string) string {
-	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
-		s = s[1:]
-	}
-	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
-		s = s[:len(s)-1]
-	}
-	b := []byte(s)
-	for i, ch := range b {
-		if 'A' <= ch && ch <= 'Z' {
-			b[i] = ch + 'a' - 'A'
-		}
-	}
-	return string(b)
 }
 
 // Failed reports whether the providers failed req, so that a stored
