@@ -291,7 +291,7 @@ func (p *Proxy) mcpServerOf(path string) (string, bool) {
 // 404, as if there were none. The body is read here, within the proxy's
 // limits on its size and time, so that an event stream (a GET) is not
 // cut by the body's deadline.
-func (p *Proxy) serveMCP(w http.ResponseWriter, r *http.Request, name string, body *frontdoor.BodyReader) {
+func (p *Proxy) serveMCP(w http.ResponseWriter, r *http.Request, name string, body frontdoor.BodyReader) {
 	caller := MCPCaller{}
 	i, ok := p.door.Match(r)
 	if p.door.HasTokens() {
@@ -316,7 +316,9 @@ func (p *Proxy) serveMCP(w http.ResponseWriter, r *http.Request, name string, bo
 		return
 	}
 	if r.Body != nil && r.Body != http.NoBody {
-		data, err := io.ReadAll(http.MaxBytesReader(w, io.NopCloser(body), p.maxBody))
+		// Taken by value, as readBody takes it: a pointer to ServeHTTP's
+		// would move it to the heap for every request.
+		data, err := io.ReadAll(http.MaxBytesReader(w, io.NopCloser(&body), p.maxBody))
 		var tooLarge *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooLarge):

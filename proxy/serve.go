@@ -29,7 +29,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return // refused, a pre-flight, or the front's own paths
 	}
 	if name, ok := p.mcpServerOf(r.URL.Path); ok {
-		p.serveMCP(w, r, name, &bodyReader) // before any route
+		p.serveMCP(w, r, name, bodyReader) // before any route
 		return
 	}
 	if r.URL.Path == StatusPagePath || strings.HasPrefix(r.URL.Path, StatusPagePath+"/") {
