@@ -104,16 +104,17 @@ func (p *Proxy) handOverCaches(q *Proxy) {
 // (fetch), or its cache's. A route with a cache sends a request through
 // (*cache.Cache).Exchange once the tenant has admitted it, so that a
 // tenant's refusals are never hidden by a stored answer and a served one
-// counts to its rate limits; never a request with side effects at the
-// route's first upstream (createsAt), nor one the cache's own rule
-// finds has them. The answer it keeps is the one the client gets, its
+// counts to its rate limits; never a request with side effects: the
+// cache's own rule (rebound.ProviderSideEffects on the same path and
+// body, an Idempotency-Key, a method but POST) finds every one createsAt
+// would, and the route's safe paths too, so it is not asked twice. The answer it keeps is the one the client gets, its
 // header scrubbed by fetch; its failures, the proxy's own for the
 // upstreams (breaker open, no slot) among them, reach the cache as
 // errors, which it takes as the upstreams' failure (cache.Failed); a
 // spend cap's refusal is not one.
 func (p *Proxy) answer(out *http.Request, c *call) (*http.Response, error) {
 	rc := c.rt.cache
-	if rc == nil || c.createsAt(p.upstreamRequest(out.Context(), out, c, c.rt.targets[0])) {
+	if rc == nil {
 		return p.fetch(out, c)
 	}
 	scope := cache.Scope{Route: c.rt.name}
