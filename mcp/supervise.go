@@ -239,7 +239,9 @@ func (r *restarts) policy() rebound.Policy {
 			return rebound.Verdict{Kind: rebound.KindTransient, HasServerWait: errors.As(err, &d) && d.atOnce}
 		},
 		Observer: rebound.ObserverFunc(func(e rebound.Event) {
-			if e.Type == rebound.EventRetry && r.openedAt.IsZero() {
+			// A session that is closing restarts nothing, though the
+			// streak's Do may not have seen it end yet.
+			if e.Type == rebound.EventRetry && r.openedAt.IsZero() && r.s.ctx.Err() == nil {
 				r.s.restarting(r.n+1, r.cause, e.Wait)
 			}
 		}),
