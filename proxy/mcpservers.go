@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -316,12 +317,16 @@ func (p *Proxy) serveMCP(w http.ResponseWriter, r *http.Request, name string, bo
 		return
 	}
 	if r.Body != nil && r.Body != http.NoBody {
-		// Taken by value, as readBody takes it: a pointer to ServeHTTP's
-		// would move it to the heap for every request.
-		data, err := io.ReadAll(http.MaxBytesReader(w, io.NopCloser(&body), p.maxBody))
-		var tooLarge *http.MaxBytesError
+		// Read as a model call's body is: its memory reserved from the
+		// proxy's body memory as it comes, and held until the handler
+		// has answered (a tool call may take minutes).
+		held, err := readBody(r, body, p.memory, p.maxBody)
 		switch {
-		case errors.As(err, &tooLarge):
+		case errors.Is(err, errBodyMemory):
+			w.Header().Set("Retry-After", "1")
+			writeRPCError(w, http.StatusServiceUnavailable, "the proxy holds as many request bodies as its memory allows; try again")
+			return
+		case errors.Is(err, errTooLarge):
 			writeRPCError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", p.maxBody))
 			return
 		case errors.Is(err, os.ErrDeadlineExceeded):
@@ -331,8 +336,9 @@ func (p *Proxy) serveMCP(w http.ResponseWriter, r *http.Request, name string, bo
 			writeRPCError(w, http.StatusBadRequest, "could not read the body")
 			return
 		}
-		body.Clear()
-		r.Body = io.NopCloser(strings.NewReader(string(data)))
+		defer held.release()
+		data := held.b
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(data)), int64(len(data))
 		if t != nil && t.pacer != nil && isToolCall(data) && !p.admitToolCall(w, r, t) {
 			return
 		}
