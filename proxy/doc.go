@@ -173,11 +173,13 @@
 // which this package, standard library only, cannot import). The proxy
 // checks the token (401) and the tenant's TenantConfig.MCP (404 for a
 // server it is not given), holds a tools/call to the tenant's
-// requests_per_minute, reads the body within its limits, and hands the
-// handler the caller in the request's context (MCPCallerFrom): the holder
-// a session is bound to, and the tools it may use. A reload keeps the
-// handler of a server whose config is unchanged; CloseReplaced and Close
-// close the others.
+// requests_per_minute, reads the body as a model call's (within its
+// limits, held in the body memory until answered), and hands the handler
+// the caller in the request's context (MCPCallerFrom): the holder a
+// session is bound to, and the tools it may use. A reload keeps the
+// handler of a server whose config is unchanged; CloseReplaced lets the
+// others finish their calls in flight, then closes them, and Close closes
+// them all.
 //
 // The access log (Options.Logger) has a line per request, "msg":"request",
 // with always: method, path, route, upstream ("UPSTREAM/KEYVAR" for a key

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/rebound-go/rebound/internal/frontdoor"
 	"github.com/rebound-go/rebound/tool"
@@ -201,6 +202,10 @@ type mcpServers struct {
 	// CloseReplaced.
 	mu       sync.Mutex
 	replaced []http.Handler
+	// retiring holds the replaced handlers finishing their calls; the
+	// Proxies of one chain of reloads share it, so that Close of the
+	// last ends them all.
+	retiring *retirement
 }
 
 // newMCPServers makes the handlers of c's MCP servers with make; with
@@ -211,7 +216,10 @@ func newMCPServers(c *FileConfig, make func(string, MCPServerConfig) (http.Handl
 	if c != nil {
 		want = c.MCPServers
 	}
-	s := &mcpServers{config: want, handlers: map[string]http.Handler{}}
+	s := &mcpServers{config: want, handlers: map[string]http.Handler{}, retiring: &retirement{}}
+	if prev != nil {
+		s.retiring = prev.retiring
+	}
 	if len(want) > 0 && make == nil {
 		return nil, errors.New("config: mcp_servers given, but this proxy has no way to serve MCP servers (Options.MCPServer)")
 	}
@@ -249,18 +257,26 @@ func (s *mcpServers) handlerOf(name string) (http.Handler, bool) {
 	return h, ok
 }
 
-// closeReplaced closes the handlers s replaced, once.
-func (s *mcpServers) closeReplaced() error {
+// closeReplaced retires the handlers s replaced, once: each refuses new
+// sessions at once and finishes its calls in flight for up to grace (see
+// retirement).
+func (s *mcpServers) closeReplaced(grace time.Duration) {
 	s.mu.Lock()
 	replaced := s.replaced
 	s.replaced = nil
 	s.mu.Unlock()
-	return closeHandlers(replaced)
+	s.retiring.retire(replaced, grace)
 }
 
-// Close closes every handler, those replaced too.
+// Close closes every handler: those replaced and those still finishing
+// their calls at once.
 func (s *mcpServers) Close() error {
-	return errors.Join(s.closeReplaced(), closeHandlers(slices.Collect(maps.Values(s.handlers))))
+	s.mu.Lock()
+	replaced := s.replaced
+	s.replaced = nil
+	s.mu.Unlock()
+	s.retiring.end()
+	return errors.Join(closeHandlers(replaced), closeHandlers(slices.Collect(maps.Values(s.handlers))))
 }
 
 // closeHandlers closes each of hs that is an io.Closer.

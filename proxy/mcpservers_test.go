@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 
 	"github.com/rebound-go/rebound/proxy"
 	"github.com/rebound-go/rebound/tool"
@@ -172,41 +173,44 @@ func TestMCPServersAreServedBeforeRoutesToTheirTenants(t *testing.T) {
 // makes one for a server added or changed, and CloseReplaced closes those
 // of the servers removed or changed, once, and no other.
 func TestReloadKeepsUnchangedMCPServersAndReplacesOthers(t *testing.T) {
-	closed := map[string]int{}
-	made := map[string]int{}
-	var mu sync.Mutex
-	mk := func(name string, s proxy.MCPServerConfig) (http.Handler, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		made[name+":"+s.Command[0]]++
-		return closerFunc(func() { mu.Lock(); closed[name+":"+s.Command[0]]++; mu.Unlock() }), nil
-	}
-	servers := func(js string) *proxy.FileConfig {
-		return config(t, `{"upstreams": {"default": {"url": "http://127.0.0.1:1"}}, "mcp_servers": {`+js+`}}`, nil)
-	}
-	p, err := proxy.New(proxy.Options{Config: servers(`"keep": {"command": ["a"]}, "change": {"command": ["a"]}, "drop": {"command": ["a"]}`), MCPServer: mk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := p.Reload(servers(`"keep": {"command": ["a"]}, "change": {"command": ["b"]}, "add": {"command": ["a"]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := map[string]int{"keep:a": 1, "change:a": 1, "drop:a": 1, "change:b": 1, "add:a": 1}; !maps.Equal(made, want) {
-		t.Errorf("made %v, want %v", made, want)
-	}
-	if len(closed) != 0 {
-		t.Errorf("closed %v before CloseReplaced", closed)
-	}
-	q.CloseReplaced()
-	q.CloseReplaced()
-	if want := map[string]int{"change:a": 1, "drop:a": 1}; !maps.Equal(closed, want) {
-		t.Errorf("CloseReplaced closed %v, want %v", closed, want)
-	}
-	q.Close()
-	if want := map[string]int{"change:a": 1, "drop:a": 1, "keep:a": 1, "change:b": 1, "add:a": 1}; !maps.Equal(closed, want) {
-		t.Errorf("Close closed %v, want %v", closed, want)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		closed := map[string]int{}
+		made := map[string]int{}
+		var mu sync.Mutex
+		mk := func(name string, s proxy.MCPServerConfig) (http.Handler, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			made[name+":"+s.Command[0]]++
+			return closerFunc(func() { mu.Lock(); closed[name+":"+s.Command[0]]++; mu.Unlock() }), nil
+		}
+		servers := func(js string) *proxy.FileConfig {
+			return config(t, `{"upstreams": {"default": {"url": "http://127.0.0.1:1"}}, "mcp_servers": {`+js+`}}`, nil)
+		}
+		p, err := proxy.New(proxy.Options{Config: servers(`"keep": {"command": ["a"]}, "change": {"command": ["a"]}, "drop": {"command": ["a"]}`), MCPServer: mk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := p.Reload(servers(`"keep": {"command": ["a"]}, "change": {"command": ["b"]}, "add": {"command": ["a"]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[string]int{"keep:a": 1, "change:a": 1, "drop:a": 1, "change:b": 1, "add:a": 1}; !maps.Equal(made, want) {
+			t.Errorf("made %v, want %v", made, want)
+		}
+		if len(closed) != 0 {
+			t.Errorf("closed %v before CloseReplaced", closed)
+		}
+		q.CloseReplaced(0)
+		q.CloseReplaced(0)
+		synctest.Wait() // closed by a goroutine of the proxy's
+		if want := map[string]int{"change:a": 1, "drop:a": 1}; !maps.Equal(closed, want) {
+			t.Errorf("CloseReplaced closed %v, want %v", closed, want)
+		}
+		q.Close()
+		if want := map[string]int{"change:a": 1, "drop:a": 1, "keep:a": 1, "change:b": 1, "add:a": 1}; !maps.Equal(closed, want) {
+			t.Errorf("Close closed %v, want %v", closed, want)
+		}
+	})
 }
 
 // closerFunc is a handler that answers 204 and runs itself when closed.

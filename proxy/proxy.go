@@ -171,8 +171,10 @@ type Options struct {
 	// at /mcp/NAME: streamable HTTP, its sessions bound to the caller the
 	// request's context holds (MCPCallerFrom), its tools those the caller
 	// may use. A handler that is an io.Closer is closed by Close, or by
-	// CloseReplaced after a reload that removed or changed its server; a
-	// reload keeps the handler of a server whose config is unchanged.
+	// CloseReplaced after a reload that removed or changed its server
+	// (once its calls in flight are answered, if it has a Shutdown
+	// method); a reload keeps the handler of a server whose config is
+	// unchanged.
 	// Nil means a config with MCP servers is refused.
 	MCPServer func(name string, c MCPServerConfig) (http.Handler, error)
 	// Base sends each attempt. Nil means a transport of the proxy's own:
@@ -352,15 +354,18 @@ func (p *Proxy) Close() error {
 	return p.mcp.Close()
 }
 
-// CloseReplaced closes the handlers of the MCP servers that the Reload
-// which made p removed or changed, ending their sessions: call it once p
-// serves in its predecessor's place. Those of the servers p keeps go on,
-// their sessions with them.
-func (p *Proxy) CloseReplaced() error {
-	if p.mcp == nil {
-		return nil
+// CloseReplaced ends the handlers of the MCP servers that the Reload which
+// made p removed or changed: call it once p serves in its predecessor's
+// place. Each refuses new sessions at once and lets the calls in flight
+// finish for up to grace (a handler with a Shutdown(context.Context)
+// method; another is closed at once); then its sessions end, and their
+// clients, told by a 404 that the session is gone, open one with the
+// server p has. It returns at once; Close ends what is still finishing.
+// The servers p keeps go on, their sessions with them.
+func (p *Proxy) CloseReplaced(grace time.Duration) {
+	if p.mcp != nil {
+		p.mcp.closeReplaced(grace)
 	}
-	return p.mcp.closeReplaced()
 }
 
 // Drain makes /readyz answer 503, so that a load balancer sends no new

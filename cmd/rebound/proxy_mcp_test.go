@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -232,7 +233,8 @@ func TestProxyMCPServerKilledIsRestarted(t *testing.T) {
 // TestProxySIGHUPAddsAndRemovesMCPServers: a SIGHUP with a config that
 // adds an MCP server makes it reachable without a restart while the
 // session of the server it keeps goes on; one that removes that server
-// ends its session and leaves the other's.
+// lets a call in flight on it finish, ends its sessions and leaves the
+// other's.
 func TestProxySIGHUPAddsAndRemovesMCPServers(t *testing.T) {
 	server := npmserver.EverythingStdio(t)
 	command, _ := json.Marshal(append([]string{server.Path}, server.Args[1:]...))
@@ -287,8 +289,44 @@ func TestProxySIGHUPAddsAndRemovesMCPServers(t *testing.T) {
 	if got, err := echo(one, "kept"); err != nil || !strings.Contains(got, "kept") {
 		t.Errorf("one's session after the reload that kept it: %q, %v", got, err)
 	}
+	// A call in flight on the server the next reload removes finishes.
+	progressed := make(chan struct{}, 1)
+	slowClient := mcp.NewClient(&mcp.Implementation{Name: "rebound-test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
+			select {
+			case progressed <- struct{}{}:
+			default:
+			}
+		}})
+	slow, err := slowClient.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: proc.url + "/mcp/one"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	params := &mcp.CallToolParams{Name: "trigger-long-running-operation", Arguments: map[string]any{"duration": 3, "steps": 3}}
+	params.SetProgressToken("slow")
+	finished := make(chan string, 1)
+	go func() {
+		res, err := slow.CallTool(t.Context(), params)
+		switch {
+		case err != nil:
+			finished <- "error: " + err.Error()
+		case res.IsError:
+			finished <- "tool error"
+		default:
+			finished <- res.Content[0].(*mcp.TextContent).Text
+		}
+	}()
+	select {
+	case <-progressed: // a second into its three
+	case got := <-finished:
+		t.Fatalf("the slow call ended before any progress: %s", got)
+	}
 	write("two")
 	reload()
+	if got := <-finished; !strings.Contains(got, "completed") {
+		t.Errorf("a call in flight on the server a reload removed: %q, want it to finish", got)
+	}
 	if _, err := echo(one, "gone"); err == nil {
 		t.Error("one's session answered after the reload that removed one")
 	}

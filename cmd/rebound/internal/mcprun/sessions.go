@@ -41,6 +41,7 @@ type Handler struct {
 	mu       sync.Mutex
 	sessions map[string]*session
 	closed   bool
+	inFlight calls
 	relays   sync.WaitGroup
 }
 
@@ -119,6 +120,7 @@ func (h *Handler) Close() error {
 // serve serves a request whose body is data, from holder, who may use
 // tools (nil: all).
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, data []byte, holder string, tools []string) {
+	defer h.begin(r)()
 	id := r.Header.Get("Mcp-Session-Id")
 	switch {
 	case r.Method == http.MethodPost && id == "":

@@ -41,7 +41,7 @@ func DefineFlags(fs *flag.FlagSet) *Flags {
 	fs.Int64Var(&o.MaxBodyMemory, "max-body-memory", 0, "bound on the memory of all request bodies in flight together, in `bytes`, at least twice the largest body cap (0: a quarter of the machine's memory, at most 1 GiB)")
 	fs.Var((*cliflag.List)(&o.AllowHosts), "allow-host", "without client tokens, answer requests for this host `name` too, besides loopback names (repeatable, or comma-separated)")
 	fs.Var((*cliflag.List)(&o.AllowOrigins), "allow-origin", "let web pages of this `origin` (https://app.example.com) call the proxy, with CORS headers (repeatable, or comma-separated; * only with client tokens)")
-	fs.DurationVar(&c.Drain, "drain-timeout", 30*time.Second, "how long requests in flight may finish after SIGTERM")
+	fs.DurationVar(&c.Drain, "drain-timeout", 30*time.Second, "how long requests in flight may finish after SIGTERM, and calls to an MCP server a reload removes or changes")
 	fs.StringVar(&c.Redis, "redis", "", "share limits, breakers, cool-downs and cached answers with other replicas on this Redis `URL` (one with a password: --redis-env)")
 	fs.StringVar(&f.redisEnv, "redis-env", "", "as --redis, with the URL (and its password) in this environment `variable`, out of ps's sight")
 	fs.StringVar(&c.RedisPrefix, "redis-prefix", reboundredis.DefaultPrefix, "with --redis: the `prefix` of every key the proxy keeps there (deployments sharing a Redis but not their state use their own)")

@@ -47,7 +47,8 @@ type Config struct {
 	// the replica decides locally. Zero means reboundredis.DefaultTimeout
 	// (5 ms), right for a Redis in the same zone.
 	RedisTimeout time.Duration
-	// Drain is how long requests in flight may finish after SIGTERM.
+	// Drain is how long requests in flight may finish after SIGTERM, and
+	// the calls of an MCP server a reload removes or changes.
 	Drain time.Duration
 	// ConfigFile is the config file the proxy was made from, which it
 	// re-reads at each SIGHUP; empty for none (SIGHUP is then logged and
@@ -184,7 +185,7 @@ func serveProxy(ctx context.Context, c Config, live *liveProxy, logger *slog.Log
 		ErrorLog: log.New(slogWriter{logger}, "", 0),
 		Drain:    c.Drain,
 		Stdout:   stdout,
-		Hangup:   func() { live.reload(c.ConfigFile, logger) },
+		Hangup:   func() { live.reload(c.ConfigFile, c.Drain, logger) },
 		Stopping: func() {
 			live.Load().Drain()
 			// MCP sessions end now, as rebound mcp --addr's do: a client's

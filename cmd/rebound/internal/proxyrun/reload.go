@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/rebound-go/rebound/proxy"
 )
@@ -19,11 +20,12 @@ func (l *liveProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { l.Load()
 
 // reload reads the config file anew and, if it is good, serves a Proxy
 // for it that keeps the live one's state (proxy.Proxy.Reload), and its MCP
-// servers whose config is unchanged; if not, it
+// servers whose config is unchanged (those it removes or changes finish
+// their calls in flight for up to grace); if not, it
 // logs why in one line and the live one stays. Without a file it logs
 // that there is nothing to re-read: SIGHUP is caught all the same, since
 // its default action would end the process.
-func (l *liveProxy) reload(file string, logger *slog.Logger) {
+func (l *liveProxy) reload(file string, grace time.Duration, logger *slog.Logger) {
 	if file == "" {
 		logger.Warn("SIGHUP ignored: there is no --config to re-read")
 		return
@@ -42,8 +44,8 @@ func (l *liveProxy) reload(file string, logger *slog.Logger) {
 		return
 	}
 	l.Store(p)
-	// The MCP servers the config removed or changed end now, their
-	// sessions with them; the others go on.
-	p.CloseReplaced()
+	// The MCP servers the config removed or changed take no new
+	// sessions, finish their calls, and end; the others go on.
+	p.CloseReplaced(grace)
 	logger.Info("config loaded", "version", p.ConfigVersion())
 }
