@@ -37,7 +37,9 @@ const mcpLastFailures = 10
 // the server's, all sessions together. It is safe for concurrent use.
 type mcpStatus struct {
 	// row holds the calls over the window and the chart, as an
-	// upstream's key's row does (see operation); its board is nil.
+	// upstream's key's row does (see operation); its board is nil. Its
+	// latency is a fixed histogram, not a reservoir: bounded at any rate,
+	// and its window's buckets add up and drop out whole.
 	row      statusRow
 	restarts atomic.Int64 // since the proxy started
 
