@@ -12,7 +12,7 @@ import (
 // hands the call to the Observer as an Operation, if it records them.
 func (c *call) log(outcome string, took time.Duration) {
 	if r, ok := c.s.o.Observer.(observe.OperationRecorder); ok {
-		op := observe.Operation{Kind: "mcp", Method: c.methodLabel(), Tool: c.toolLabel(), Duration: took}
+		op := observe.Operation{Kind: "mcp", Method: c.methodLabel(), Tool: c.toolLabel(), Duration: took, Attempts: c.attempts}
 		if outcome != "ok" {
 			op.ErrorType = outcome // tool_error, may_have_run, gave_up, ...
 		}

@@ -25,6 +25,12 @@ type Operation struct {
 	Method, Tool string
 	// Duration is the call's, from its request to its answer's end.
 	Duration time.Duration
+	// Attempts is how many times the call was sent (to a model's
+	// upstreams, or to the MCP server, again after a restart): 1 for one
+	// answered by its first attempt, more for one that needed others, 0
+	// for one that never reached anyone (a breaker's refusal, a server
+	// that could not be started).
+	Attempts int
 	// ErrorType is error.type: the status of a failed answer ("503"), or
 	// what went wrong ("timeout", "gave_up"); "" for a success.
 	ErrorType string

@@ -179,7 +179,9 @@
 // session is bound to, and the tools it may use. A reload keeps the
 // handler of a server whose config is unchanged; CloseReplaced lets the
 // others finish their calls in flight, then closes them, and Close closes
-// them all.
+// them all. The Observer a handler is given counts, for the status page,
+// the server's calls, restarts and respawn breaker, and the tools/calls
+// passed on are counted to their tenant.
 //
 // The access log (Options.Logger) has a line per request, "msg":"request",
 // with always: method, path, route, upstream ("UPSTREAM/KEYVAR" for a key

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+
+	"github.com/rebound-go/rebound"
 )
 
 // TestMCPBodiesAreHeldInTheBodyMemory: a request to an MCP server reads
@@ -26,7 +28,7 @@ func TestMCPBodiesAreHeldInTheBodyMemory(t *testing.T) {
 		seen := 0
 		p, err := New(Options{Config: c, MaxBody: 64 << 10, MaxBodyMemory: 128 << 10,
 			Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-			MCPServer: func(string, MCPServerConfig) (http.Handler, error) {
+			MCPServer: func(string, MCPServerConfig, *slog.Logger, rebound.Observer) (http.Handler, error) {
 				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					io.Copy(io.Discard, r.Body)
 					seen++

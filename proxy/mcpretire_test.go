@@ -2,12 +2,14 @@ package proxy_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/proxy"
 )
 
@@ -53,7 +55,7 @@ func TestReplacedMCPServerFinishesItsCallsWithinTheGrace(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				g := &graceful{release: make(chan struct{})}
-				mk := func(name string, _ proxy.MCPServerConfig) (http.Handler, error) {
+				mk := func(name string, _ proxy.MCPServerConfig, _ *slog.Logger, _ rebound.Observer) (http.Handler, error) {
 					if name == "old" {
 						return g, nil
 					}

@@ -197,6 +197,7 @@ func checkMCP(c *FileConfig, getenv func(string) string) []error {
 type mcpServers struct {
 	config   map[string]MCPServerConfig
 	handlers map[string]http.Handler
+	status   map[string]*mcpStatus // the status page's figures, kept with the handler
 	// replaced are the handlers of the Proxy this one was reloaded from
 	// that it does not keep (their servers removed or changed), for
 	// CloseReplaced.
@@ -208,15 +209,16 @@ type mcpServers struct {
 	retiring *retirement
 }
 
-// newMCPServers makes the handlers of c's MCP servers with make; with
-// prev's servers (a reload), it keeps each whose config is unchanged, and
-// makes the others anew.
-func newMCPServers(c *FileConfig, make func(string, MCPServerConfig) (http.Handler, error), prev *mcpServers) (*mcpServers, error) {
+// newMCPServers makes the handlers of c's MCP servers with make, each
+// given the mcpStatus it reports to; with prev's servers (a reload), it
+// keeps each whose config is unchanged, with its status, and makes the
+// others anew.
+func newMCPServers(c *FileConfig, make func(string, MCPServerConfig, *mcpStatus) (http.Handler, error), prev *mcpServers) (*mcpServers, error) {
 	var want map[string]MCPServerConfig
 	if c != nil {
 		want = c.MCPServers
 	}
-	s := &mcpServers{config: want, handlers: map[string]http.Handler{}, retiring: &retirement{}}
+	s := &mcpServers{config: want, handlers: map[string]http.Handler{}, status: map[string]*mcpStatus{}, retiring: &retirement{}}
 	if prev != nil {
 		s.retiring = prev.retiring
 	}
@@ -228,9 +230,11 @@ func newMCPServers(c *FileConfig, make func(string, MCPServerConfig) (http.Handl
 	for _, name := range slices.Sorted(maps.Keys(want)) {
 		if old, ok := prev.handlerOf(name); ok && reflect.DeepEqual(prev.config[name], want[name]) {
 			s.handlers[name], kept[name] = old, true
+			s.status[name] = prev.status[name]
 			continue
 		}
-		h, err := make(name, want[name])
+		s.status[name] = &mcpStatus{}
+		h, err := make(name, want[name], s.status[name])
 		if err != nil {
 			closeHandlers(made)
 			return nil, fmt.Errorf("mcp_servers.%s: %v", name, err)
@@ -355,8 +359,11 @@ func (p *Proxy) serveMCP(w http.ResponseWriter, r *http.Request, name string, bo
 		defer held.release()
 		data := held.b
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(data)), int64(len(data))
-		if t != nil && t.pacer != nil && isToolCall(data) && !p.admitToolCall(w, r, t) {
-			return
+		if t != nil && isToolCall(data) {
+			if t.pacer != nil && !p.admitToolCall(w, r, t) {
+				return
+			}
+			t.toolCalls.Add(1)
 		}
 	}
 	p.mcp.handlers[name].ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), mcpCallerKey{}, caller)))

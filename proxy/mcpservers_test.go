@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/rebound-go/rebound"
 	"github.com/rebound-go/rebound/proxy"
 	"github.com/rebound-go/rebound/tool"
 )
@@ -110,7 +112,7 @@ func TestMCPServersAreServedBeforeRoutesToTheirTenants(t *testing.T) {
 		}}`, up.URL), env)
 	closed := &atomic.Int64{}
 	var specs = map[string]proxy.MCPServerConfig{}
-	p, err := proxy.New(proxy.Options{Config: c, Getenv: mapEnv(env), MCPServer: func(name string, s proxy.MCPServerConfig) (http.Handler, error) {
+	p, err := proxy.New(proxy.Options{Config: c, Getenv: mapEnv(env), MCPServer: func(name string, s proxy.MCPServerConfig, _ *slog.Logger, _ rebound.Observer) (http.Handler, error) {
 		specs[name] = s
 		return callerEcho{name, closed}, nil
 	}})
@@ -177,7 +179,7 @@ func TestReloadKeepsUnchangedMCPServersAndReplacesOthers(t *testing.T) {
 		closed := map[string]int{}
 		made := map[string]int{}
 		var mu sync.Mutex
-		mk := func(name string, s proxy.MCPServerConfig) (http.Handler, error) {
+		mk := func(name string, s proxy.MCPServerConfig, _ *slog.Logger, _ rebound.Observer) (http.Handler, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			made[name+":"+s.Command[0]]++
@@ -231,7 +233,7 @@ func TestTenantRequestsPerMinuteCountsToolCalls(t *testing.T) {
 		"upstreams": {"default": {"url": "http://127.0.0.1:1"}},
 		"mcp_servers": {"m": {"command": ["node"]}},
 		"tenants": {"a": {"tokens_env": "A_TOKENS", "requests_per_minute": 1, "mcp": {"m": ["*"]}}}}`, env)
-	p, err := proxy.New(proxy.Options{Config: c, Getenv: mapEnv(env), MCPServer: func(name string, _ proxy.MCPServerConfig) (http.Handler, error) {
+	p, err := proxy.New(proxy.Options{Config: c, Getenv: mapEnv(env), MCPServer: func(name string, _ proxy.MCPServerConfig, _ *slog.Logger, _ rebound.Observer) (http.Handler, error) {
 		return callerEcho{name, &atomic.Int64{}}, nil
 	}})
 	if err != nil {

@@ -170,13 +170,16 @@ type Options struct {
 	// MCPServer makes the handler of an MCP server of the config, served
 	// at /mcp/NAME: streamable HTTP, its sessions bound to the caller the
 	// request's context holds (MCPCallerFrom), its tools those the caller
-	// may use. A handler that is an io.Closer is closed by Close, or by
-	// CloseReplaced after a reload that removed or changed its server
-	// (once its calls in flight are answered, if it has a Shutdown
-	// method); a reload keeps the handler of a server whose config is
-	// unchanged.
-	// Nil means a config with MCP servers is refused.
-	MCPServer func(name string, c MCPServerConfig) (http.Handler, error)
+	// may use. It gets the proxy's Logger, and the Observer the handler
+	// reports to (reboundmcp.Options.Observer): Options.Observer, with the
+	// status page told of the server's calls (observe.Operation), restarts
+	// and respawn breaker. A handler that is an io.Closer is closed by
+	// Close, or by CloseReplaced after a reload that removed or changed
+	// its server (once its calls in flight are answered, if it has a
+	// Shutdown method); a reload keeps the handler of a server whose
+	// config is unchanged, and its figures. Nil means a config with MCP
+	// servers is refused.
+	MCPServer func(name string, c MCPServerConfig, logger *slog.Logger, obs rebound.Observer) (http.Handler, error)
 	// Base sends each attempt. Nil means a transport of the proxy's own:
 	// http.DefaultTransport's settings, but keeping up to 256 idle
 	// connections to each upstream rather than 2, so that a busy proxy
@@ -324,7 +327,13 @@ func build(o Options, prev *Proxy) (*Proxy, error) {
 		prevMCP = prev.mcp
 	}
 	// Last: nothing after it may fail, or its servers would be left open.
-	if p.mcp, err = newMCPServers(o.Config, o.MCPServer, prevMCP); err != nil {
+	var makeMCP func(string, MCPServerConfig, *mcpStatus) (http.Handler, error)
+	if o.MCPServer != nil {
+		makeMCP = func(name string, c MCPServerConfig, s *mcpStatus) (http.Handler, error) {
+			return o.MCPServer(name, c, p.log, s.observer(p.observer))
+		}
+	}
+	if p.mcp, err = newMCPServers(o.Config, makeMCP, prevMCP); err != nil {
 		return nil, err
 	}
 	if prev != nil {

@@ -74,6 +74,7 @@ type statusBucket struct {
 	// too).
 	first, afterRetries, gaveUp int64
 	broken                      int64 // answers that broke off after they began
+	mayHaveRun                  int64 // an MCP server's calls cut short that may have run (mcpStatus)
 	attempts                    int64
 	failed                      [numKinds]int64 // failed attempts by the kind of their verdict
 	latency                     [latencySlots]uint32
@@ -217,7 +218,7 @@ func latencyBound(i int) time.Duration {
 type rowFigures struct {
 	inFlight, calls, retried, attempts int64
 	first, afterRetries, gaveUp        int64
-	broken                             int64
+	broken, mayHaveRun                 int64
 	minutes                            [chartMinutes]minuteCounts // oldest first, the current minute last
 	failed                             [numKinds]int64
 	p50, p99                           time.Duration // 0 without calls
@@ -243,6 +244,7 @@ func (r *statusRow) figures(now time.Time) rowFigures {
 		f.afterRetries += b.afterRetries
 		f.gaveUp += b.gaveUp
 		f.broken += b.broken
+		f.mayHaveRun += b.mayHaveRun
 		f.attempts += b.attempts
 		for k := range b.failed {
 			f.failed[k] += b.failed[k]

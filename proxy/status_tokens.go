@@ -108,7 +108,7 @@ func (p *Proxy) recordOperation(c *call, status int) {
 		return
 	}
 	op := observe.Operation{Kind: "llm", Provider: providerName(c.dialect), Model: p.models.label(c.model), Duration: time.Since(c.start),
-		InputTokens: c.usage.InputAll(), OutputTokens: c.usage.OutputTokens}
+		Attempts: c.attempts, InputTokens: c.usage.InputAll(), OutputTokens: c.usage.OutputTokens}
 	switch {
 	case status >= 400:
 		op.ErrorType = strconv.Itoa(status)

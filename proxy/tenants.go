@@ -223,6 +223,7 @@ type tenant struct {
 // counting where it left off (reload.go).
 type tenantTally struct {
 	requests, answered, failed atomic.Int64
+	toolCalls                  atomic.Int64 // MCP tools/calls admitted (serveMCP)
 	refused                    [numRefusals]atomic.Int64
 
 	mu          sync.Mutex // guards the spend and tokens below

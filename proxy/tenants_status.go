@@ -12,6 +12,7 @@ type tenantRow struct {
 	Period            string  // "day", "month"; "" uncapped
 	Resets            time.Time
 	Requests, Refused int64
+	ToolCalls         int64      // MCP tools/calls admitted, since the process started
 	Tokens            tokenTally // since the process started
 }
 
@@ -34,7 +35,7 @@ func (p *Proxy) tenantRows(ctx context.Context) []tenantRow {
 	now := time.Now()
 	rows := make([]tenantRow, 0, len(p.tenants.list))
 	for _, t := range p.tenants.list {
-		row := tenantRow{Name: t.name, CapUSD: t.capUSD, Period: t.period, Requests: t.requests.Load()}
+		row := tenantRow{Name: t.name, CapUSD: t.capUSD, Period: t.period, Requests: t.requests.Load(), ToolCalls: t.toolCalls.Load()}
 		for i := range t.refused {
 			row.Refused += t.refused[i].Load()
 		}

@@ -106,6 +106,8 @@ type statusJSON struct {
 	Failures      []failureJSON  `json:"failures"`
 	// Caches are the routes' response caches, in the routes' order.
 	Caches []cacheJSON `json:"caches"`
+	// MCPServers are the config's MCP servers, by name.
+	MCPServers []mcpServerJSON `json:"mcp_servers"`
 }
 
 // upstreamJSON is an upstream's key: its state and the figures of its
@@ -150,6 +152,10 @@ type tenantJSON struct {
 	Resets   *time.Time `json:"resets"`
 	Requests int64      `json:"requests"`
 	Refused  int64      `json:"refused"`
+	// ToolCalls are the tenant's calls of MCP tools (tools/call) the
+	// proxy passed on, since the process started, beside its model calls
+	// (Requests).
+	ToolCalls int64 `json:"tool_calls"`
 	// The tokens of the answers to the tenant's requests since the
 	// process started, and the share of their input read from the
 	// provider's cache.
@@ -193,7 +199,7 @@ func (p *Proxy) status(ctx context.Context, now time.Time) statusJSON {
 		}
 	}
 	for _, t := range p.tenantRows(ctx) {
-		j := tenantJSON{Name: t.Name, SpentUSD: t.SpentUSD, Period: t.Period, Requests: t.Requests, Refused: t.Refused, tokensJSON: t.Tokens.json()}
+		j := tenantJSON{Name: t.Name, SpentUSD: t.SpentUSD, Period: t.Period, Requests: t.Requests, Refused: t.Refused, ToolCalls: t.ToolCalls, tokensJSON: t.Tokens.json()}
 		if !t.Resets.IsZero() {
 			j.Resets = &t.Resets
 			j.CapUSD = &t.CapUSD
@@ -201,6 +207,7 @@ func (p *Proxy) status(ctx context.Context, now time.Time) statusJSON {
 		s.Tenants = append(s.Tenants, j)
 	}
 	s.Caches = p.cacheRows()
+	s.MCPServers = p.mcpRows(now)
 	for _, f := range p.board.latest() {
 		s.Failures = append(s.Failures, failureJSON{Time: f.at.UTC(), Route: f.route, Upstream: f.upstream, Key: f.key, Kind: f.kind, Status: f.status})
 	}

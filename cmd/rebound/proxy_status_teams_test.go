@@ -16,9 +16,11 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/rebound-go/rebound/chaos"
 	"github.com/rebound-go/rebound/internal/chromium"
+	"github.com/rebound-go/rebound/internal/npmserver"
 )
 
 // pageKey is a row of a pooled key on the status page, as a person reads
@@ -55,8 +57,10 @@ const readTeamsPage = `JSON.stringify({
 // load from both tenants, in headless Chromium: the page shows each key's
 // headroom and the dead key's cool-down, each key's attempts as the chaos
 // server and /metrics counted them, each tenant's spend, requests and
-// refusals as /metrics counts them; and no token (a tenant's or the admin's), key or
-// prompt is in the page, its JSON, /metrics or the log. With REBOUND_UI_SCREENSHOT set it writes the
+// refusals as /metrics counts them, and the tool calls the team made of
+// the everything server (an MCP server of the config) with its row; and
+// no token (a tenant's or the admin's), key or prompt is in the page, its
+// JSON, /metrics or the log. With REBOUND_UI_SCREENSHOT set it writes the
 // screenshot of the docs, under the load.
 func TestStatusPageShowsTenantsAndAKeyPoolOfARealRun(t *testing.T) {
 	t.Parallel()
@@ -80,13 +84,16 @@ func TestStatusPageShowsTenantsAndAKeyPoolOfARealRun(t *testing.T) {
 	chaosURL, _ := startChaos(t, "--mode", "ok", "--profile", "openai", "--key-rpm", "40", "--key-window", "2s",
 		"--key-quota-exhausted", deadPrefix)
 	const capUSD = 0.01
+	server := npmserver.EverythingStdio(t)
+	command, _ := json.Marshal(append([]string{server.Path}, server.Args[1:]...))
 	config := filepath.Join(t.TempDir(), "proxy.json")
 	os.WriteFile(config, []byte(fmt.Sprintf(`{
 	"upstreams": {"pool": {"url": %q, "keys_env": ["UI_POOL_K1", "UI_POOL_K2", "UI_POOL_K3"]}},
 	"prices": {"gpt-x": {"input_per_million": 100, "output_per_million": 100}},
+	"mcp_servers": {"everything": {"command": %s, "tools": {"echo": "read-only"}}},
 	"tenants": {
 		"capped": {"tokens_env": "UI_CAPPED_TOKENS", "spend_cap_usd": %g, "models": ["gpt-x"]},
-		"team": {"tokens_env": "UI_TEAM_TOKENS"}}}`, chaosURL, capUSD)), 0o600)
+		"team": {"tokens_env": "UI_TEAM_TOKENS", "mcp": {"everything": ["echo"]}}}}`, chaosURL, command, capUSD)), 0o600)
 	url, logs, _ := startProxy(t, "--config", config, "--admin-token-env", "UI_ADMIN_TOKEN")
 
 	// The load: two clients of each tenant, each calling in turn until
@@ -148,6 +155,19 @@ func TestStatusPageShowsTenantsAndAKeyPoolOfARealRun(t *testing.T) {
 	if _, err := chromedp.Run(step(15*time.Second), chromedp.Poll[bool](underLoad)); err != nil {
 		keyRows, tenantRows := read()
 		t.Fatalf("under load the page shows keys %+v, tenants %+v: %v", keyRows, tenantRows, err)
+	}
+	// The team's tool calls, beside its model calls.
+	cs, err := connectProxyMCP(t, url+"/mcp/everything", tokens["team"])
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	for range 3 {
+		textOf(t)(cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": prompt}}))
+	}
+	toolCalls := `+document.querySelector('#tenants tr[data-tenant="team"] .toolcalls')?.textContent === 3 &&
+		+document.querySelector('#mcp-servers tr[data-mcp-server="everything"] .calls')?.textContent >= 3`
+	if _, err := chromedp.Run(step(10*time.Second), chromedp.Poll[bool](toolCalls)); err != nil {
+		t.Fatalf("the page shows neither the team's 3 tool calls nor the everything server's: %v", err)
 	}
 	if path := os.Getenv(screenshotEnv); path != "" {
 		png, err := chromedp.Run(step(10*time.Second), chromedp.FullScreenshot(100))

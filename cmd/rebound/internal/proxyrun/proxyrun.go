@@ -59,7 +59,8 @@ type Config struct {
 	// token. Run says so at start.
 	AdminOff bool
 	// MCPServer makes the handler of an MCP server of the config
-	// (proxy.Options.MCPServer), given the proxy's logger and observer;
+	// (proxy.Options.MCPServer), given the proxy's logger and an observer
+	// of its metrics and status page;
 	// the command sets it to rebound mcp's. Nil refuses a config with MCP
 	// servers.
 	MCPServer func(name string, spec proxy.MCPServerConfig, logger *slog.Logger, obs rebound.Observer) (http.Handler, error)
@@ -97,11 +98,7 @@ func Run(ctx context.Context, c Config, stdout, stderr io.Writer) int {
 		}
 		defer closeRedis()
 	}
-	if c.MCPServer != nil {
-		opts.MCPServer = func(name string, spec proxy.MCPServerConfig) (http.Handler, error) {
-			return c.MCPServer(name, spec, logger, obs)
-		}
-	}
+	opts.MCPServer = c.MCPServer
 	p, err := proxy.New(opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "rebound proxy: %v\n", err)
