@@ -221,10 +221,13 @@ func TestProxyGatewayServesOpenAIAndMCPSDKsAtOneAddress(t *testing.T) {
 // checkGatewayLog checks the proxy's log of the gateway scenario: one
 // access line per model call and per MCP request, of one schema
 // ("msg":"request", kind, method, attempts and latency_ms, a number), the
-// tools/call cut short by a kill marked restarted, and the two restarts.
+// model calls' naming their tenants, the read-only call cut short by a
+// kill answered in a second attempt by a restarted server, the
+// side-effecting one in one attempt, and the two restarts.
 func checkGatewayLog(t *testing.T, log []string) {
 	t.Helper()
 	kinds := map[string]int{}
+	var tenants []string // of the model calls
 	restarts := 0
 	var readOnly, sideEffects map[string]any
 	for _, l := range log {
@@ -251,6 +254,9 @@ func checkGatewayLog(t *testing.T, log []string) {
 		if _, ok := line["attempts"].(float64); !ok {
 			t.Errorf("attempts is not a number: %s", l)
 		}
+		if kind == "llm" {
+			tenants = append(tenants, fmt.Sprint(line["tenant"]))
+		}
 		switch line["tool"] {
 		case "trigger-long-running-operation":
 			readOnly = line
@@ -260,6 +266,9 @@ func checkGatewayLog(t *testing.T, log []string) {
 	}
 	if kinds["llm"] != 2 || kinds["mcp"] == 0 || len(kinds) != 2 {
 		t.Errorf("access lines by kind %v, want 2 llm (the model calls) and some mcp, no other", kinds)
+	}
+	if slices.Sort(tenants); !slices.Equal(tenants, []string{"a", "b"}) {
+		t.Errorf("the model calls' lines name tenants %v, want a and b", tenants)
 	}
 	if readOnly["restarted"] != true || readOnly["outcome"] != "ok" || readOnly["attempts"] != float64(2) {
 		t.Errorf("the read-only call's line %v: want restarted, ok in 2 attempts", readOnly)
