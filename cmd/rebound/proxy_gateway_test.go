@@ -38,7 +38,7 @@ const (
 	gatewayScriptTimeout = 4 * time.Minute
 )
 
-// everythingOf returns the pids of the everything servers that are
+// everythingOf returns the pids of the everything servers that are the
 // proxy's children: those of its MCP sessions. A killed one, not yet
 // waited for, has no command line and is not among them.
 func everythingOf(t *testing.T, proxy int) []int {
@@ -67,132 +67,9 @@ func everythingOf(t *testing.T, proxy int) []int {
 // taken effect; the session goes on. The access log has a line of one
 // schema for each model call and each MCP request.
 func TestProxyGatewayServesOpenAIAndMCPSDKsAtOneAddress(t *testing.T) {
-	web := npmserver.EverythingHTTP(t)
-	stdio := npmserver.EverythingStdio(t)
-	command, _ := json.Marshal(append([]string{stdio.Path}, stdio.Args[1:]...))
-	upstream, _ := startChaos(t, "--profile", "openai", "--mode", "ok")
-	v := fmt.Sprintf("TEST_PROXY_GATEWAY_%d_", tenantsConfigs.Add(1))
-	t.Setenv(v+"A", "tok-gateway-a")
-	t.Setenv(v+"B", "tok-gateway-b")
-	aTools := []string{"echo", "trigger-long-running-operation", "trigger-sampling-request"}
-	bTools := []string{"get-sum"} // and refused echo
-	list := func(names []string) string { b, _ := json.Marshal(names); return string(b) }
-	file := filepath.Join(t.TempDir(), "config.json")
-	config := fmt.Sprintf(`{
-	"upstreams": {"default": {"url": %q}},
-	"mcp_servers": {
-		"everything": {"command": %s, "tools": {"echo": "read-only",
-			"trigger-long-running-operation": "read-only", "trigger-sampling-request": "side-effects"}},
-		"web": {"url": %q}},
-	"tenants": {
-		"a": {"tokens_env": %q, "mcp": {"everything": %s}},
-		"b": {"tokens_env": %q, "mcp": {"web": %s}}}}`,
-		upstream, command, web.URL, v+"A", list(aTools), v+"B", list(bTools))
-	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	proc := startLoggedProxy(t, "--config", file)
-	proxyPid := proc.cmd.Process.Pid
-
-	script, err := filepath.Abs(filepath.Join("testdata", "gateway_client.js"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := npmserver.NodeScriptWith(t, []npmserver.Package{npmserver.OpenAI, npmserver.MCPSDK}, script,
-		"BASE_URL="+proc.url, "TOKEN_A=tok-gateway-a", "TOKEN_B=tok-gateway-b",
-		fmt.Sprint("LONG_SECONDS=", gatewayLongSeconds), fmt.Sprint("CALL_TIMEOUT_MS=", gatewayCallTimeout.Milliseconds()))
-	var nodeErr lockedBuffer
-	node.Stderr = &nodeErr
-	stdout, err := node.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := node.Start(); err != nil {
-		t.Fatal(err)
-	}
-	watchdog := time.AfterFunc(gatewayScriptTimeout, func() { node.Process.Kill() })
-	t.Cleanup(func() { watchdog.Stop(); node.Process.Kill(); node.Wait() }) // if the test stops early
-
-	// The script's lines as they come: the steps it waits in are when the
-	// stdio server is killed.
-	steps := map[string][]gatewayStep{}
-	var killed []int
-	kill := func(why string) {
-		t.Helper()
-		pids := everythingOf(t, proxyPid)
-		if len(pids) != 1 || slices.Contains(killed, pids[0]) {
-			t.Errorf("%s: everything servers %v (killed before: %v), want one new one, the session's", why, pids, killed)
-			return
-		}
-		if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
-			t.Errorf("%s: %v", why, err)
-		}
-		killed = append(killed, pids[0])
-	}
-	lines := bufio.NewScanner(stdout)
-	for lines.Scan() {
-		var s gatewayStep
-		if err := json.Unmarshal(lines.Bytes(), &s); err != nil {
-			t.Errorf("the script printed %q: %v", lines.Text(), err)
-			continue
-		}
-		t.Logf("script: %s", lines.Text())
-		steps[s.Step] = append(steps[s.Step], s)
-		switch s.Step {
-		case "progress":
-			kill("a read-only call in flight")
-		case "sampling":
-			if s.N == 1 {
-				kill("a side-effecting call in flight")
-			}
-		}
-	}
-	if err := node.Wait(); err != nil {
-		t.Fatalf("the script: %v (stderr %s; proxy log %s)", err, nodeErr.String(), strings.Join(proc.lines(), "\n"))
-	}
-
-	// Model calls: answered, each tenant's.
-	for _, tenant := range []string{"a", "b"} {
-		i := slices.IndexFunc(steps["model"], func(s gatewayStep) bool { return s.Tenant == tenant })
-		if i < 0 || steps["model"][i].Content == "" || steps["model"][i].Error != "" {
-			t.Errorf("tenant %s's model call: %+v, want an answer", tenant, steps["model"])
-		}
-	}
-	// Tools: each tenant's own, and no other.
-	wantLists := map[string][]string{"a": aTools, "b": bTools}
-	for _, l := range steps["list"] {
-		if !slices.Equal(l.Tools, wantLists[l.Tenant]) {
-			t.Errorf("tenant %s's tools/list of %s: %v, want %v", l.Tenant, l.Server, l.Tools, wantLists[l.Tenant])
-		}
-	}
-	if len(steps["list"]) != 2 {
-		t.Errorf("tools/list steps %+v, want one for each tenant", steps["list"])
-	}
-	wantCalls := map[string]string{"a": "from a", "b": "5"}
-	for _, c := range steps["call"] {
-		if !strings.Contains(c.Text, wantCalls[c.Tenant]) {
-			t.Errorf("tenant %s's call of %s answered %q, want %q in it", c.Tenant, c.Tool, c.Text, wantCalls[c.Tenant])
-		}
-	}
-	if len(steps["call"]) != 2 {
-		t.Errorf("call steps %+v, want one for each tenant", steps["call"])
-	}
-	for _, r := range steps["refused"] {
-		if want := fmt.Sprintf("tool %q is not one this caller may use", r.Tool); r.Answered || !strings.Contains(r.Error, want) || r.Code != float64(-32602) {
-			t.Errorf("tenant %s's call of %s, a tool not given: %+v, want JSON-RPC error -32602 with %q", r.Tenant, r.Tool, r, want)
-		}
-	}
-	if len(steps["refused"]) != 2 {
-		t.Errorf("refused steps %+v, want one for each tenant", steps["refused"])
-	}
-	for _, e := range steps["elsewhere"] {
-		if e.Connected || e.Code != float64(404) {
-			t.Errorf("tenant %s at %s, a server not given: %+v, want 404", e.Tenant, e.Server, e)
-		}
-	}
-	if len(steps["elsewhere"]) != 2 {
-		t.Errorf("elsewhere steps %+v, want one for each tenant", steps["elsewhere"])
-	}
+	proc := startGatewayProxy(t)
+	steps, killed := runGatewayClient(t, proc)
+	checkGatewayTenants(t, steps)
 
 	// The server killed mid-call.
 	if len(killed) != 2 {
@@ -215,6 +92,144 @@ func TestProxyGatewayServesOpenAIAndMCPSDKsAtOneAddress(t *testing.T) {
 	checkGatewayLog(t, proc.lines())
 	if t.Failed() {
 		t.Logf("the proxy's log:\n%s", strings.Join(proc.lines(), "\n"))
+	}
+}
+
+// The tools of the gateway scenario's tenants: a's of the stdio server
+// "everything", b's of the streamable HTTP one, "web". Each is refused a
+// tool of its server it was not given (a get-env, b echo).
+var gatewayTools = map[string][]string{
+	"a": {"echo", "trigger-long-running-operation", "trigger-sampling-request"},
+	"b": {"get-sum"},
+}
+
+// startGatewayProxy starts the gateway scenario's proxy, a process of its
+// own, and its servers: the chaos server for models, and the everything
+// server over stdio (the proxy's child) and over streamable HTTP.
+func startGatewayProxy(t *testing.T) *loggedProxy {
+	t.Helper()
+	web := npmserver.EverythingHTTP(t)
+	stdio := npmserver.EverythingStdio(t)
+	command, _ := json.Marshal(append([]string{stdio.Path}, stdio.Args[1:]...))
+	upstream, _ := startChaos(t, "--profile", "openai", "--mode", "ok")
+	v := fmt.Sprintf("TEST_PROXY_GATEWAY_%d_", tenantsConfigs.Add(1))
+	t.Setenv(v+"A", "tok-gateway-a")
+	t.Setenv(v+"B", "tok-gateway-b")
+	a, _ := json.Marshal(gatewayTools["a"])
+	b, _ := json.Marshal(gatewayTools["b"])
+	file := filepath.Join(t.TempDir(), "config.json")
+	config := fmt.Sprintf(`{
+	"upstreams": {"default": {"url": %q}},
+	"mcp_servers": {
+		"everything": {"command": %s, "tools": {"echo": "read-only",
+			"trigger-long-running-operation": "read-only", "trigger-sampling-request": "side-effects"}},
+		"web": {"url": %q}},
+	"tenants": {
+		"a": {"tokens_env": %q, "mcp": {"everything": %s}},
+		"b": {"tokens_env": %q, "mcp": {"web": %s}}}}`,
+		upstream, command, web.URL, v+"A", a, v+"B", b)
+	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return startLoggedProxy(t, "--config", file)
+}
+
+// runGatewayClient runs the gateway client's script against proc and
+// returns its steps by name, having killed the stdio server at each call
+// the script says is in flight; killed are the pids it killed.
+func runGatewayClient(t *testing.T, proc *loggedProxy) (steps map[string][]gatewayStep, killed []int) {
+	t.Helper()
+	script, err := filepath.Abs(filepath.Join("testdata", "gateway_client.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := npmserver.NodeScriptWith(t, []npmserver.Package{npmserver.OpenAI, npmserver.MCPSDK}, script,
+		"BASE_URL="+proc.url, "TOKEN_A=tok-gateway-a", "TOKEN_B=tok-gateway-b",
+		fmt.Sprint("LONG_SECONDS=", gatewayLongSeconds), fmt.Sprint("CALL_TIMEOUT_MS=", gatewayCallTimeout.Milliseconds()))
+	var nodeErr lockedBuffer
+	node.Stderr = &nodeErr
+	stdout, err := node.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Start(); err != nil {
+		t.Fatal(err)
+	}
+	watchdog := time.AfterFunc(gatewayScriptTimeout, func() { node.Process.Kill() })
+	t.Cleanup(func() { watchdog.Stop(); node.Process.Kill(); node.Wait() }) // if the test stops early
+
+	kill := func(why string) {
+		t.Helper()
+		pids := everythingOf(t, proc.cmd.Process.Pid)
+		if len(pids) != 1 || slices.Contains(killed, pids[0]) {
+			t.Errorf("%s: everything servers %v (killed before: %v), want one new one, the session's", why, pids, killed)
+			return
+		}
+		if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+			t.Errorf("%s: %v", why, err)
+		}
+		killed = append(killed, pids[0])
+	}
+	steps = map[string][]gatewayStep{}
+	lines := bufio.NewScanner(stdout)
+	for lines.Scan() {
+		var s gatewayStep
+		if err := json.Unmarshal(lines.Bytes(), &s); err != nil {
+			t.Errorf("the script printed %q: %v", lines.Text(), err)
+			continue
+		}
+		t.Logf("script: %s", lines.Text())
+		steps[s.Step] = append(steps[s.Step], s)
+		switch {
+		case s.Step == "progress":
+			kill("a read-only call in flight")
+		case s.Step == "sampling" && s.N == 1:
+			kill("a side-effecting call in flight")
+		}
+	}
+	if err := node.Wait(); err != nil {
+		t.Fatalf("the script: %v (stderr %s; proxy log %s)", err, nodeErr.String(), strings.Join(proc.lines(), "\n"))
+	}
+	return steps, killed
+}
+
+// checkGatewayTenants checks what each tenant got: its model call
+// answered; its tools/list its tools alone; its call of one of them
+// answered; its call of another refused with a JSON-RPC error naming it;
+// a server it was not given, 404.
+func checkGatewayTenants(t *testing.T, steps map[string][]gatewayStep) {
+	t.Helper()
+	for _, tenant := range []string{"a", "b"} {
+		i := slices.IndexFunc(steps["model"], func(s gatewayStep) bool { return s.Tenant == tenant })
+		if i < 0 || steps["model"][i].Content == "" || steps["model"][i].Error != "" {
+			t.Errorf("tenant %s's model call: %+v, want an answer", tenant, steps["model"])
+		}
+	}
+	for _, l := range steps["list"] {
+		if !slices.Equal(l.Tools, gatewayTools[l.Tenant]) {
+			t.Errorf("tenant %s's tools/list of %s: %v, want %v", l.Tenant, l.Server, l.Tools, gatewayTools[l.Tenant])
+		}
+	}
+	wantCalls := map[string]string{"a": "from a", "b": "5"}
+	for _, c := range steps["call"] {
+		if !strings.Contains(c.Text, wantCalls[c.Tenant]) {
+			t.Errorf("tenant %s's call of %s answered %q, want %q in it", c.Tenant, c.Tool, c.Text, wantCalls[c.Tenant])
+		}
+	}
+	for _, r := range steps["refused"] {
+		if want := fmt.Sprintf("tool %q is not one this caller may use", r.Tool); r.Answered || !strings.Contains(r.Error, want) || r.Code != float64(-32602) {
+			t.Errorf("tenant %s's call of %s, a tool not given: %+v, want JSON-RPC error -32602 with %q", r.Tenant, r.Tool, r, want)
+		}
+	}
+	for _, e := range steps["elsewhere"] {
+		if e.Connected || e.Code != float64(404) {
+			t.Errorf("tenant %s at %s, a server not given: %+v, want 404", e.Tenant, e.Server, e)
+		}
+	}
+	for _, step := range []string{"list", "call", "refused", "elsewhere"} {
+		if len(steps[step]) != 2 {
+			t.Errorf("%s steps %+v, want one for each tenant", step, steps[step])
+		}
 	}
 }
 

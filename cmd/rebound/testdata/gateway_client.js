@@ -4,9 +4,9 @@
 // (TOKEN_A, TOKEN_B). It prints one JSON line per step, which the test
 // reads: {"step": NAME, ...what came of it}. Tenant a is given some tools
 // of the stdio server "everything", b some of the streamable HTTP server
-// "web". Two steps wait for the test: "progress" (a read-only call in
-// flight) and "sampling" (a side-effecting call in flight), after which the
-// test kills the stdio server.
+// "web". Two steps tell the test that a call is in flight, at which it
+// kills the stdio server: "progress" (of a read-only call) and
+// "sampling" (a side-effecting call's request to the client).
 const OpenAI = require("openai");
 const { Client } = require("@modelcontextprotocol/sdk/client/index.js");
 const { StreamableHTTPClientTransport } = require("@modelcontextprotocol/sdk/client/streamableHttp.js");
