@@ -1,8 +1,8 @@
 // Package npmserver runs, for tests, MCP servers and clients that no one
 // here wrote: the reference servers published with npm, and the official
-// OpenAI Node SDK, at versions pinned here, so that the MCP module and the
-// proxy are tested against the behaviour of real servers and SDKs and not
-// only against their own idea of one.
+// OpenAI Node SDK and TypeScript MCP SDK, at versions pinned here, so
+// that the MCP module and the proxy are tested against the behaviour of
+// real servers and SDKs and not only against their own idea of one.
 //
 // Install puts a package into a cache folder once (os.UserCacheDir()/
 // rebound/npm/NAME@VERSION, or under $REBOUND_NPM_CACHE): npm installs it
@@ -12,10 +12,11 @@
 // another rather than all running npm. Later runs find the folder and need
 // neither npm nor the network.
 //
-// EverythingStdio, MemoryStdio, EverythingHTTP and NodeScript are what
-// tests call: they install the server or SDK, fail the test with one line if Node.js or npm is missing
-// (a test that needs a real server must not pass without one), and skip
-// it, saying why, only when REBOUND_NO_NPM=1 asks for that. The servers
+// EverythingStdio, MemoryStdio, EverythingHTTP, NodeScript and
+// NodeScriptWith are what tests call: they install the server or SDK,
+// fail the test with one line if Node.js or npm is missing (a test that
+// needs a real server must not pass without one), and skip it, saying
+// why, only when REBOUND_NO_NPM=1 asks for that. The servers
 // run with an environment of PATH, HOME and TMPDIR only, since the
 // everything server has a tool that echoes its environment back.
 package npmserver
@@ -53,6 +54,10 @@ var (
 	// OpenAI is the official OpenAI SDK for Node.js, a library: a test's
 	// script (NodeScript) requires it as "openai".
 	OpenAI = Package{Name: "openai", Version: "7.59.0"}
+	// MCPSDK is the official TypeScript MCP SDK, a library: a test's
+	// script (NodeScript) requires its client, as
+	// "@modelcontextprotocol/sdk/client/index.js".
+	MCPSDK = Package{Name: "@modelcontextprotocol/sdk", Version: "1.32.2"}
 )
 
 // The environment variables the package reads.

@@ -65,9 +65,23 @@ func childEnv(extra ...string) []string {
 // extra ("NAME=value") only.
 func NodeScript(t TB, p Package, script string, extra ...string) *exec.Cmd {
 	t.Helper()
-	node, modules := need(t, p)
+	return NodeScriptWith(t, []Package{p}, script, extra...)
+}
+
+// NodeScriptWith is NodeScript with every library of ps where the
+// script's require finds it: each is installed in a folder of its own,
+// and NODE_PATH lists them all.
+func NodeScriptWith(t TB, ps []Package, script string, extra ...string) *exec.Cmd {
+	t.Helper()
+	var node string
+	var paths []string
+	for _, p := range ps {
+		var modules string
+		node, modules = need(t, p)
+		paths = append(paths, modules)
+	}
 	cmd := exec.Command(node, script)
-	cmd.Env = childEnv(append([]string{"NODE_PATH=" + modules}, extra...)...)
+	cmd.Env = childEnv(append([]string{"NODE_PATH=" + strings.Join(paths, string(os.PathListSeparator))}, extra...)...)
 	return cmd
 }
 
