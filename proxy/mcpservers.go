@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,12 +12,10 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/rebound-go/rebound/internal/frontdoor"
 	"github.com/rebound-go/rebound/tool"
 )
 
@@ -304,98 +301,6 @@ func (p *Proxy) mcpServerOf(path string) (string, bool) {
 	name, _, _ := strings.Cut(rest, "/")
 	_, ok = p.mcp.handlers[name]
 	return name, ok
-}
-
-// serveMCP hands a request for the server name to its handler, with its
-// caller in the context: a request without a client token (where tokens
-// are needed) gets a 401, and one of a tenant not given the server a
-// 404, as if there were none. The body is read here, within the proxy's
-// limits on its size and time, so that an event stream (a GET) is not
-// cut by the body's deadline.
-func (p *Proxy) serveMCP(w http.ResponseWriter, r *http.Request, name string, body frontdoor.BodyReader) {
-	caller := MCPCaller{}
-	i, ok := p.door.Match(r)
-	if p.door.HasTokens() {
-		if !ok {
-			writeRPCError(w, http.StatusUnauthorized, "missing or wrong token (send it as Authorization: Bearer TOKEN)")
-			return
-		}
-		caller.Holder = p.door.Holder(i)
-	}
-	var t *tenant
-	if p.tenants != nil && len(p.tenants.list) > 0 {
-		t = p.tenants.of(i)
-		tools, given := t.mcpTools(name)
-		if !given {
-			writeRPCError(w, http.StatusNotFound, "no MCP server "+name)
-			return
-		}
-		caller.Tenant, caller.Tools = t.name, tools
-	}
-	if r.URL.Path != MCPPathPrefix+name {
-		writeRPCError(w, http.StatusNotFound, "the MCP endpoint is "+MCPPathPrefix+name)
-		return
-	}
-	if r.Body != nil && r.Body != http.NoBody {
-		// Read as a model call's body is: its memory reserved from the
-		// proxy's body memory as it comes, and held until the handler
-		// has answered (a tool call may take minutes).
-		held, err := readBody(r, body, p.memory, p.maxBody)
-		switch {
-		case errors.Is(err, errBodyMemory):
-			w.Header().Set("Retry-After", "1")
-			writeRPCError(w, http.StatusServiceUnavailable, "the proxy holds as many request bodies as its memory allows; try again")
-			return
-		case errors.Is(err, errTooLarge):
-			writeRPCError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", p.maxBody))
-			return
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			writeRPCError(w, http.StatusRequestTimeout, "the request body did not come in time")
-			return
-		case err != nil:
-			writeRPCError(w, http.StatusBadRequest, "could not read the body")
-			return
-		}
-		defer held.release()
-		data := held.b
-		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(data)), int64(len(data))
-		if t != nil && isToolCall(data) {
-			if t.pacer != nil && !p.admitToolCall(w, r, t) {
-				return
-			}
-			t.toolCalls.Add(1)
-		}
-	}
-	p.mcp.handlers[name].ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), mcpCallerKey{}, caller)))
-}
-
-// isToolCall reports whether a POST's body is a tools/call.
-func isToolCall(data []byte) bool {
-	var msg struct {
-		Method string `json:"method"`
-	}
-	return json.Unmarshal(data, &msg) == nil && msg.Method == "tools/call"
-}
-
-// admitToolCall holds a tool call to its tenant's requests_per_minute, as
-// a model call is held (admitTenant): it waits up to TenantMaxWait, then
-// gets a 429 with Retry-After, counted as the tenant's refusal. It reports
-// whether the call goes on.
-func (p *Proxy) admitToolCall(w http.ResponseWriter, r *http.Request, t *tenant) bool {
-	ctx, cancel := context.WithTimeout(r.Context(), TenantMaxWait)
-	err := t.pacer.Wait(ctx, 0) // a tool call spends no model tokens
-	cancel()
-	if err == nil {
-		return true
-	}
-	if r.Context().Err() != nil {
-		return false // the client left
-	}
-	secs := t.retryAfter(1)
-	w.Header().Set("Retry-After", strconv.Itoa(secs))
-	writeRPCError(w, http.StatusTooManyRequests, fmt.Sprintf("tenant %q is over its rate limit (%s); try again in %d s", t.name, t.limits(), secs))
-	t.refused[refusedRateLimit].Add(1)
-	return false
 }
 
 // mcpTools returns the tools of the server name that t may use (nil: all)
