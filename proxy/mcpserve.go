@@ -121,11 +121,12 @@ func isToolCall(data []byte) bool {
 
 // logMCPRefusal writes the access line of a request to the MCP server
 // name that the proxy answered itself (status, outcome) rather than pass
-// on: the schema of the handler's lines ("kind":"mcp"), never a body.
+// on: the schema of the handler's lines ("kind":"mcp"; no attempt made),
+// never a body.
 func (p *Proxy) logMCPRefusal(r *http.Request, name, tenant string, status int, outcome string, start time.Time) {
 	attrs := []slog.Attr{
 		slog.String("kind", "mcp"), slog.String("server", name), slog.String("method", r.Method),
-		slog.String("path", r.URL.Path), slog.Int("status", status), slog.String("outcome", outcome),
+		slog.String("path", r.URL.Path), slog.Int("attempts", 0), slog.Int("status", status), slog.String("outcome", outcome),
 		slog.Float64("latency_ms", float64(time.Since(start).Microseconds())/1000),
 	}
 	if tenant != "" {

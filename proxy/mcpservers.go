@@ -204,6 +204,7 @@ type mcpServers struct {
 	// Proxies of one chain of reloads share it, so that Close of the
 	// last ends them all.
 	retiring *retirement
+	retired  bool // retireAll has retired the handlers
 }
 
 // newMCPServers makes the handlers of c's MCP servers with make, each
@@ -267,6 +268,20 @@ func (s *mcpServers) closeReplaced(grace time.Duration) {
 	s.replaced = nil
 	s.mu.Unlock()
 	s.retiring.retire(replaced, grace)
+}
+
+// retireAll retires every handler, as closeReplaced retires those s
+// replaced, once.
+func (s *mcpServers) retireAll(grace time.Duration) {
+	s.mu.Lock()
+	all := s.replaced
+	s.replaced = nil
+	if !s.retired {
+		s.retired = true
+		all = append(all, slices.Collect(maps.Values(s.handlers))...)
+	}
+	s.mu.Unlock()
+	s.retiring.retire(all, grace)
 }
 
 // Close closes every handler: those replaced and those still finishing

@@ -378,5 +378,14 @@ func (p *Proxy) CloseReplaced(grace time.Duration) {
 }
 
 // Drain makes /readyz answer 503, so that a load balancer sends no new
-// requests while those in flight finish.
-func (p *Proxy) Drain() { p.draining.Store(true) }
+// requests while those in flight finish, and ends every MCP server's
+// handler as CloseReplaced ends a replaced one: no new session, the calls
+// in flight finished for up to grace, then the sessions (their event
+// streams too, which would hold a drain open) ended. It returns at once;
+// Close cuts the grace short.
+func (p *Proxy) Drain(grace time.Duration) {
+	p.draining.Store(true)
+	if p.mcp != nil {
+		p.mcp.retireAll(grace)
+	}
+}

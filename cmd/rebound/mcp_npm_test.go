@@ -122,7 +122,8 @@ func TestMCPEverythingOverHTTPUpstream(t *testing.T) {
 // TestMCPEverythingBehindHTTPFront: the Go SDK's client over streamable
 // HTTP to "rebound mcp --addr", which runs the everything server over
 // stdio: its tools listed and echo called, the server killed and echo
-// answered by the next one, SIGTERM exiting 0 with the server gone.
+// answered by the next one, SIGTERM letting a call in flight finish and
+// exiting 0 with the server gone.
 func TestMCPEverythingBehindHTTPFront(t *testing.T) {
 	server := npmserver.EverythingStdio(t)
 	cmd := mcpProcess(t, append([]string{"--addr", "127.0.0.1:0", "--"}, server.Args...)...)
@@ -156,7 +157,11 @@ func TestMCPEverythingBehindHTTPFront(t *testing.T) {
 		t.Errorf("echo after the server was killed: %q", got)
 	}
 	again := children(t, cmd.Process.Pid)
+	finished := slowCall(t, endpoint)
 	stop(t, cmd)
+	if got := <-finished; !strings.Contains(got, "completed") {
+		t.Errorf("a call in flight at SIGTERM: %q, want it to finish", got)
+	}
 	for _, pid := range again {
 		if !waitExit(t, pid, 10*time.Second) {
 			t.Errorf("server %d outlived the command", pid)

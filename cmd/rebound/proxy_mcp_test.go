@@ -290,38 +290,7 @@ func TestProxySIGHUPAddsAndRemovesMCPServers(t *testing.T) {
 		t.Errorf("one's session after the reload that kept it: %q, %v", got, err)
 	}
 	// A call in flight on the server the next reload removes finishes.
-	progressed := make(chan struct{}, 1)
-	slowClient := mcp.NewClient(&mcp.Implementation{Name: "rebound-test", Version: "1"}, &mcp.ClientOptions{
-		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
-			select {
-			case progressed <- struct{}{}:
-			default:
-			}
-		}})
-	slow, err := slowClient.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: proc.url + "/mcp/one"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer slow.Close()
-	params := &mcp.CallToolParams{Name: "trigger-long-running-operation", Arguments: map[string]any{"duration": 3, "steps": 3}}
-	params.SetProgressToken("slow")
-	finished := make(chan string, 1)
-	go func() {
-		res, err := slow.CallTool(t.Context(), params)
-		switch {
-		case err != nil:
-			finished <- "error: " + err.Error()
-		case res.IsError:
-			finished <- "tool error"
-		default:
-			finished <- res.Content[0].(*mcp.TextContent).Text
-		}
-	}()
-	select {
-	case <-progressed: // a second into its three
-	case got := <-finished:
-		t.Fatalf("the slow call ended before any progress: %s", got)
-	}
+	finished := slowCall(t, proc.url+"/mcp/one")
 	write("two")
 	reload()
 	if got := <-finished; !strings.Contains(got, "completed") {
@@ -332,5 +301,70 @@ func TestProxySIGHUPAddsAndRemovesMCPServers(t *testing.T) {
 	}
 	if got, err := echo(two, "still"); err != nil || !strings.Contains(got, "still") {
 		t.Errorf("two's session after one was removed: %q, %v", got, err)
+	}
+}
+
+// slowCall connects the Go SDK's client to endpoint, a server of
+// everything's, and calls its long-running tool (3 s), returning once the
+// call is a second into its run: the channel then gives the call's text,
+// or what went wrong.
+func slowCall(t *testing.T, endpoint string) <-chan string {
+	t.Helper()
+	progressed := make(chan struct{}, 1)
+	client := mcp.NewClient(&mcp.Implementation{Name: "rebound-test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
+			select {
+			case progressed <- struct{}{}:
+			default:
+			}
+		}})
+	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: endpoint}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	params := &mcp.CallToolParams{Name: "trigger-long-running-operation", Arguments: map[string]any{"duration": 3, "steps": 3}}
+	params.SetProgressToken("slow")
+	finished := make(chan string, 1)
+	go func() {
+		res, err := cs.CallTool(t.Context(), params)
+		switch {
+		case err != nil:
+			finished <- "error: " + err.Error()
+		case res.IsError:
+			finished <- "tool error"
+		default:
+			finished <- res.Content[0].(*mcp.TextContent).Text
+		}
+	}()
+	select {
+	case <-progressed:
+		return finished
+	case got := <-finished:
+		t.Fatalf("the slow call ended before any progress: %s", got)
+		return nil
+	}
+}
+
+// TestProxySIGTERMLetsAToolCallInFlightFinish: at SIGTERM the proxy's MCP
+// servers take no new session, finish the calls in flight within the
+// drain, then end: the call is answered and the proxy exits 0.
+func TestProxySIGTERMLetsAToolCallInFlightFinish(t *testing.T) {
+	server := npmserver.EverythingStdio(t)
+	command, _ := json.Marshal(append([]string{server.Path}, server.Args[1:]...))
+	upstream, _ := startChaos(t, "--mode", "ok")
+	file := filepath.Join(t.TempDir(), "config.json")
+	text := fmt.Sprintf(`{"upstreams": {"default": {"url": %q}}, "mcp_servers": {"e": {"command": %s}}}`, upstream, command)
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	proc := startLoggedProxy(t, "--config", file)
+	finished := slowCall(t, proc.url+"/mcp/e")
+	proc.cmd.Process.Signal(syscall.SIGTERM)
+	if got := <-finished; !strings.Contains(got, "completed") {
+		t.Errorf("a call in flight at SIGTERM: %q, want it to finish", got)
+	}
+	if err := proc.cmd.Wait(); err != nil {
+		t.Errorf("after SIGTERM: %v, want exit 0", err)
 	}
 }

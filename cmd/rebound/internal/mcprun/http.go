@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -73,17 +74,18 @@ func reloadTools(file string, live *atomic.Pointer[reboundmcp.Options], logger *
 
 // serveHTTP serves streamable HTTP at Path behind the front of every
 // server of rebound's (internal/front: the door, /healthz, /readyz,
-// /metrics, SIGHUP) until ctx is done, then ends every session (and so
-// its upstream) and lets requests still in flight finish for up to
-// c.Drain. closed is called once every upstream is closed, before the
-// drain. At SIGHUP, hangup re-reads what it can.
+// /metrics, SIGHUP) until ctx is done, then takes no new session, lets
+// the calls in flight finish for up to c.Drain, and ends every session
+// (and so its upstream). closed is called once every upstream is closed. At SIGHUP, hangup re-reads what it can.
 func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Transport, m *metrics.Metrics, hangup func(), logger *slog.Logger, stdout, stderr io.Writer, closed func()) int {
 	door, err := frontdoor.New(c.Door)
 	if err != nil {
 		fmt.Fprintf(stderr, "rebound mcp: %v\n", err)
 		return 2
 	}
-	f := newFront(ctx, door, newTransport, c.MaxSessions, c.SessionTimeout)
+	// The sessions outlive ctx: at its end they finish their calls in
+	// flight (Stopping), and f.Close ends them.
+	f := newFront(context.WithoutCancel(ctx), door, newTransport, c.MaxSessions, c.SessionTimeout)
 	f.logger = logger
 	f.metrics = m.Handler
 	f.admin = front.Admin{Token: c.AdminToken, Server: "rebound mcp", Pages: "the admin pages (/metrics)"}
@@ -91,6 +93,7 @@ func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Tr
 	if logger != nil {
 		errorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
 	}
+	var shut sync.WaitGroup
 	err = front.Run(ctx, front.Config{
 		Addr:     c.Addr,
 		Handler:  f,
@@ -101,11 +104,19 @@ func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Tr
 		Hangup:   hangup,
 		Stopping: func() {
 			f.draining.Store(true)
-			f.closeAll()
-			closed() // a second signal may now cut the drain short
+			// The calls in flight finish, for up to the drain, then the
+			// sessions end: a client's event stream would hold the drain
+			// open to its end.
+			ctx, cancel := context.WithTimeout(context.Background(), c.Drain)
+			shut.Go(func() {
+				defer cancel()
+				f.Shutdown(ctx)
+				closed() // a second signal may now cut the drain short
+			})
 		},
 	})
 	f.Close()
+	shut.Wait()
 	if err != nil {
 		fmt.Fprintf(stderr, "rebound mcp: %v\n", err)
 		return 1

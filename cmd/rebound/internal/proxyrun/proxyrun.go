@@ -184,10 +184,10 @@ func serveProxy(ctx context.Context, c Config, live *liveProxy, logger *slog.Log
 		Stdout:   stdout,
 		Hangup:   func() { live.reload(c.ConfigFile, c.Drain, logger) },
 		Stopping: func() {
-			live.Load().Drain()
-			// MCP sessions end now, as rebound mcp --addr's do: a client's
-			// event stream would hold the drain open to its end.
-			live.Load().Close()
+			// The MCP servers finish their calls in flight, then end
+			// their sessions: a client's event stream would hold the
+			// drain open to its end.
+			live.Load().Drain(c.Drain)
 			logger.Info("draining", "timeout", c.Drain.String())
 		},
 		Unfinished: func(error) { logger.Warn("drain timed out; closing open connections") },
