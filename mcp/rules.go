@@ -157,6 +157,17 @@ func requestFacts(params json.RawMessage) (tool string, progressToken any, err e
 	return tool, progressToken, nil
 }
 
+// ToolName returns the tool a tools/call's params name, read as the
+// relay reads it to judge the call: by its exact key, escapes resolved.
+// Params that give the name twice, or spell it another way, are an error
+// (the relay answers such a call -32600, never sending it), since the
+// server may run another tool than the one judged; params that are not
+// an object, or a name that is not a string, give "".
+func ToolName(params json.RawMessage) (string, error) {
+	tool, _, err := requestFacts(params)
+	return tool, err
+}
+
 // idKey is a map key for a JSON-RPC ID or progress token: 1 and "1"
 // differ, and a number is the same key whether the SDK read it (an ID's
 // int64) or encoding/json did (a float64, in a cancellation's requestId).

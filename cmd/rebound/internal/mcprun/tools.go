@@ -43,15 +43,18 @@ func (f *toolFilter) admit(w http.ResponseWriter, data []byte, tools []string) b
 	}
 	switch req.Method {
 	case "tools/call":
-		var params struct {
-			Name string `json:"name"`
-		}
-		json.Unmarshal(req.Params, &params)
-		if slices.Contains(tools, params.Name) {
+		// Read as the relay reads it: a name the caller may use, under a
+		// second spelling, would be judged here and another run there.
+		name, err := reboundmcp.ToolName(req.Params)
+		code, msg := codeInvalidParams, fmt.Sprintf("tool %q is not one this caller may use", name)
+		switch {
+		case err != nil:
+			code, msg = jsonrpc.CodeInvalidRequest, "invalid request: the tool's name is given twice, or spelled another way"
+		case slices.Contains(tools, name):
 			return true
 		}
 		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": req.ID.Raw(), "error": map[string]any{
-			"code": codeInvalidParams, "message": fmt.Sprintf("tool %q is not one this caller may use", params.Name)}})
+			"code": code, "message": msg}})
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(append(body, '\n'))
 		return false

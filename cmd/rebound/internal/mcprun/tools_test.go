@@ -42,3 +42,32 @@ func TestToolFilterRefusesOtherToolsAndCutsTheList(t *testing.T) {
 		t.Errorf("an answer to no tools/list of a limited caller was changed: %s", again.Result)
 	}
 }
+
+// TestToolFilterReadsTheNameAsTheServerDoes: a caller given echo cannot
+// pass a call of another tool by naming echo a second time, under another
+// spelling, which a reader that folds case would take and the server
+// would not: such a call is refused as invalid (-32600), never passed on;
+// an escaped spelling of echo is echo.
+func TestToolFilterReadsTheNameAsTheServerDoes(t *testing.T) {
+	var f toolFilter
+	for _, params := range []string{
+		`{"name":"get-env","NAME":"echo"}`,
+		`{"Name":"echo","name":"get-env"}`,
+		`{"name":"echo","name":"get-env"}`,
+	} {
+		w := httptest.NewRecorder()
+		if f.admit(w, []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":`+params+`}`), []string{"echo"}) {
+			t.Errorf("%s passed", params)
+			continue
+		}
+		var answer struct {
+			Error struct{ Code int } `json:"error"`
+		}
+		if json.Unmarshal(w.Body.Bytes(), &answer); answer.Error.Code != jsonrpc.CodeInvalidRequest {
+			t.Errorf("%s: %s, want a -32600 error", params, w.Body)
+		}
+	}
+	if !f.admit(httptest.NewRecorder(), []byte(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"\u0065cho"}}`), []string{"echo"}) {
+		t.Error(`"\u0065cho" was refused`)
+	}
+}
