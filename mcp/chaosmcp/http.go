@@ -84,8 +84,34 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.LoseSessions()
 		}
 	}
-	s.current().handler.ServeHTTP(w, r)
+	g := s.current()
+	g.handler.ServeHTTP(&lostWriter{ResponseWriter: w, lost: g.lost}, r)
 }
+
+// lostWriter is a response of a generation's: once the generation is
+// lost, what is written is dropped, so that a call ended by the loss
+// ends its POST unanswered, as a server that restarted would leave it,
+// rather than with the error its handler returned on the way out.
+type lostWriter struct {
+	http.ResponseWriter
+	lost context.Context
+}
+
+func (w *lostWriter) Write(b []byte) (int, error) {
+	if w.lost.Err() != nil {
+		return 0, context.Cause(w.lost)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *lostWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok && w.lost.Err() == nil {
+		f.Flush()
+	}
+}
+
+// Unwrap gives http.ResponseController the writer beneath.
+func (w *lostWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // loseNow counts a tools/call and says whether it is the one whose
 // session is to be lost.
