@@ -21,6 +21,7 @@ import (
 	"github.com/rebound-go/rebound/internal/front"
 	"github.com/rebound-go/rebound/internal/frontdoor"
 	reboundmcp "github.com/rebound-go/rebound/mcp"
+	"github.com/rebound-go/rebound/proxy"
 )
 
 // Path is where the MCP endpoint is served.
@@ -180,7 +181,7 @@ func (f *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	f.serve(w, r, data, strconv.Itoa(index), nil)
+	f.serve(w, r, data, proxy.MCPCaller{Holder: strconv.Itoa(index)})
 }
 
 // readBody reads r's body whole through br (at most maxBody bytes, within
