@@ -121,7 +121,7 @@ func (u *shared) initialized(ctx context.Context, resp *jsonrpc.Response) error 
 
 // id returns a request ID no other request of the connection has.
 func (u *shared) id() jsonrpc.ID {
-	id, _ := jsonrpc.MakeID(u.next.Add(1))
+	id, _ := jsonrpc.MakeID(float64(u.next.Add(1))) // MakeID takes no int64
 	return id
 }
 

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// wire counts, for the SDK's client, the requests it sends and those that
+// carry a session, and the session IDs answers give.
+type wire struct {
+	mu                        sync.Mutex
+	requests, inSession, gave int
+	methods                   map[string]int // HTTP methods
+}
+
+func (c *wire) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.requests++
+	if c.methods == nil {
+		c.methods = map[string]int{}
+	}
+	c.methods[r.Method]++
+	if r.Header.Get("Mcp-Session-Id") != "" {
+		c.inSession++
+	}
+	if err == nil && resp.Header.Get("Mcp-Session-Id") != "" {
+		c.gave++
+	}
+	return resp, err
+}
+
+func (c *wire) counts() (requests, inSession, gave int, methods map[string]int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.requests, c.inSession, c.gave, c.methods
+}
+
+// TestMCPHTTPServesTheStatelessProtocol: the Go SDK's client with its
+// default options speaks the stateless protocol to rebound mcp --addr:
+// discover, then every request POSTed on its own, none with a session;
+// two such clients share one server, started once. A read-only call the
+// server dies under is answered by the next server; a side-effecting one
+// runs once, and its caller is told it may have taken effect. A client
+// asking for 2025-11-25 still gets a session, and a server of its own.
+func TestMCPHTTPServesTheStatelessProtocol(t *testing.T) {
+	mark := filepath.Join(t.TempDir(), "starts")
+	cmd, endpoint := startHTTP(t, nil, append([]string{"--name", "test"}, testServer(mark)...)...)
+	connect := func(version string) (*mcp.ClientSession, *wire) {
+		t.Helper()
+		w := &wire{}
+		client := mcp.NewClient(&mcp.Implementation{Name: "rebound-test", Version: "1"}, nil)
+		var opts *mcp.ClientSessionOptions
+		if version != "" {
+			opts = &mcp.ClientSessionOptions{ProtocolVersion: version}
+		}
+		cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: w}}, opts)
+		if err != nil {
+			t.Fatalf("connect (%q): %v", version, err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs, w
+	}
+
+	one, oneWire := connect("")
+	if v := one.InitializeResult().ProtocolVersion; v != "2026-07-28" {
+		t.Fatalf("protocol %q, want 2026-07-28", v)
+	}
+	if info := one.InitializeResult().ServerInfo; info == nil || info.Name != "rebound-test" {
+		t.Errorf("server info %+v, want the server's", info)
+	}
+	tools, err := one.ListTools(t.Context(), nil)
+	if err != nil || len(tools.Tools) != 5 {
+		t.Fatalf("tools/list: %v %+v, want the server's 5 tools", err, tools)
+	}
+	pid := callInt(t, one, "pid")
+	two, twoWire := connect("")
+	if again := callInt(t, two, "pid"); again != pid {
+		t.Errorf("a second stateless client was answered by server %d, the first by %d: want one server", again, pid)
+	}
+	if starts := serverStarts(t, mark); len(starts) != 1 {
+		t.Errorf("server starts %v for two stateless clients, want one", starts)
+	}
+
+	if next := callInt(t, one, "first_start_dies"); next == pid {
+		t.Errorf("first_start_dies answered by the server it killed, %d", pid)
+	} else if starts := serverStarts(t, mark); len(starts) != 2 || starts[1] != next {
+		t.Errorf("starts %v, answer from %d: want the call answered by the second start", starts, next)
+	}
+	_, err = two.CallTool(t.Context(), &mcp.CallToolParams{Name: "exit", Arguments: map[string]any{}})
+	want := `reboundmcp: MCP server test died while tool "exit" ran: the call may have taken effect, and was not sent again`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("tools/call exit: %v, want an error with %q", err, want)
+	}
+	data, _ := os.ReadFile(mark)
+	if n := strings.Count(string(data), "exit\n"); n != 1 {
+		t.Errorf("the side-effecting tool ran %d times, want once", n)
+	}
+	callInt(t, two, "pid")
+
+	for name, w := range map[string]*wire{"first": oneWire, "second": twoWire} {
+		requests, inSession, gave, methods := w.counts()
+		if requests < 3 || inSession != 0 || gave != 0 || methods["POST"] != requests {
+			t.Errorf("%s stateless client: %d requests (%v), %d with a session, %d answers giving one; want POSTs alone, no session", name, requests, methods, inSession, gave)
+		}
+	}
+
+	old, oldWire := connect("2025-11-25")
+	if v := old.InitializeResult().ProtocolVersion; v != "2025-11-25" {
+		t.Errorf("protocol %q, want 2025-11-25", v)
+	}
+	if own := callInt(t, old, "pid"); own == pid {
+		t.Errorf("the session was answered by the stateless clients' server %d", own)
+	}
+	if _, inSession, gave, _ := oldWire.counts(); inSession == 0 || gave == 0 {
+		t.Errorf("client of 2025-11-25: %d requests with a session, %d answers giving one; want a session", inSession, gave)
+	}
+	stop(t, cmd)
+}
