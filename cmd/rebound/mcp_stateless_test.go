@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -123,4 +125,70 @@ func TestMCPHTTPServesTheStatelessProtocol(t *testing.T) {
 		t.Errorf("client of 2025-11-25: %d requests with a session, %d answers giving one; want a session", inSession, gave)
 	}
 	stop(t, cmd)
+}
+
+// TestProxyMCPStatelessAndSessionClientsOfATenant: through rebound proxy,
+// a tenant given the everything server's echo is served with the
+// stateless protocol and with sessions alike: it lists echo alone, echo
+// answers, another tool is refused with an error naming it; and every
+// access line of its calls names the tenant, but the initialize of the
+// upstream the stateless clients share, which is no one tenant's.
+func TestProxyMCPStatelessAndSessionClientsOfATenant(t *testing.T) {
+	upstream, _ := startChaos(t, "--mode", "ok")
+	v := fmt.Sprintf("TEST_PROXY_MCP_%d_", tenantsConfigs.Add(1))
+	t.Setenv(v+"A", "tok-a")
+	url, logs, _ := startProxy(t, "--config", proxyMCPConfig(t, upstream, fmt.Sprintf(`"a": {"tokens_env": %q, "mcp": {"everything": ["echo"]}}`, v+"A")))
+	for _, version := range []string{"", "2025-11-25"} {
+		w := &wire{}
+		client := mcp.NewClient(&mcp.Implementation{Name: "rebound-test", Version: "1"}, nil)
+		tr := &mcp.StreamableClientTransport{Endpoint: url + "/mcp/everything", HTTPClient: &http.Client{Transport: bearerOver{"tok-a", w}}}
+		cs, err := client.Connect(t.Context(), tr, &mcp.ClientSessionOptions{ProtocolVersion: version})
+		if err != nil {
+			t.Fatalf("connect (%q): %v (logs %s)", version, err, logs)
+		}
+		if _, inSession, _, _ := w.counts(); (inSession == 0) != (version == "") {
+			t.Errorf("client of %q: %d requests with a session", version, inSession)
+		}
+		tools, err := cs.ListTools(t.Context(), nil)
+		if err != nil || len(tools.Tools) != 1 || tools.Tools[0].Name != "echo" {
+			t.Errorf("tools/list (%q): %v, %v; want echo alone", version, tools, err)
+		}
+		if got := textOf(t)(cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "mine"}})); !strings.Contains(got, "mine") {
+			t.Errorf("echo (%q) answered %q", version, got)
+		}
+		if _, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "get-env", Arguments: map[string]any{}}); err == nil || !strings.Contains(err.Error(), `tool "get-env" is not one this caller may use`) {
+			t.Errorf("a tool not given (%q): %v, want an error naming it", version, err)
+		}
+		cs.Close()
+	}
+	lines, shared := 0, 0
+	for line := range strings.Lines(logs.String()) {
+		var l struct{ Msg, Kind, Method, Tenant string }
+		if json.Unmarshal([]byte(line), &l) != nil || l.Msg != "request" || l.Kind != "mcp" {
+			continue
+		}
+		lines++
+		if l.Tenant == "" && l.Method == "initialize" && shared == 0 {
+			shared++
+			continue
+		}
+		if l.Tenant != "a" {
+			t.Errorf("access line without the tenant: %s", line)
+		}
+	}
+	if lines < 4 { // each client's tools/list and echo
+		t.Errorf("%d MCP access lines, want at least 4; logs:\n%s", lines, logs)
+	}
+}
+
+// bearerOver adds a token to every request, sent through next.
+type bearerOver struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearerOver) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
 }
