@@ -144,8 +144,9 @@ func checkStateless(r *http.Request, req *jsonrpc.Request) *jsonrpc.Response {
 }
 
 // errorStatus is the HTTP status of an answer, as SEP-2575 has it: 404
-// for a method not found, 400 for invalid params and an unsupported
-// version, else 200.
+// for a method not found, 400 for invalid params, an unsupported version
+// and headers that do not match the body (as the SDK's server answers
+// them), else 200.
 func errorStatus(resp *jsonrpc.Response) int {
 	e, _ := resp.Error.(*jsonrpc.Error)
 	switch {
@@ -153,7 +154,7 @@ func errorStatus(resp *jsonrpc.Response) int {
 		return http.StatusOK
 	case e.Code == jsonrpc.CodeMethodNotFound:
 		return http.StatusNotFound
-	case e.Code == jsonrpc.CodeInvalidParams, e.Code == mcp.CodeUnsupportedProtocolVersion, e.Code == mcp.CodeMissingRequiredClientCapabilities:
+	case e.Code == jsonrpc.CodeInvalidParams, e.Code == mcp.CodeUnsupportedProtocolVersion, e.Code == mcp.CodeMissingRequiredClientCapabilities, e.Code == codeHeaderMismatch:
 		return http.StatusBadRequest
 	}
 	return http.StatusOK
