@@ -77,7 +77,8 @@ func reloadTools(file string, live *atomic.Pointer[reboundmcp.Options], logger *
 // /metrics, SIGHUP) until ctx is done, then ends every session (and so
 // its upstream) and lets requests still in flight finish for up to
 // c.Drain. closed is called once every upstream is closed, before the
-// drain. At SIGHUP, hangup re-reads what it can.
+// drain. At SIGHUP, hangup re-reads what it can, and the stateless
+// clients' next request starts an upstream that holds it.
 func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Transport, m *metrics.Metrics, hangup func(), logger *slog.Logger, stdout, stderr io.Writer, closed func()) int {
 	door, err := frontdoor.New(c.Door)
 	if err != nil {
@@ -99,7 +100,7 @@ func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Tr
 		Path:     Path,
 		Drain:    c.Drain,
 		Stdout:   stdout,
-		Hangup:   hangup,
+		Hangup:   func() { hangup(); f.renewStateless() },
 		Stopping: func() {
 			f.draining.Store(true)
 			f.closeAll()

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,7 +45,8 @@ type Handler struct {
 
 	mu        sync.Mutex
 	sessions  map[string]*session
-	stateless *shared // the upstream of stateless clients; nil until one comes
+	stateless *shared   // the upstream of stateless clients; nil until one comes
+	retired   []*shared // those before it, closed once their requests are answered
 	closed    bool
 	relays    sync.WaitGroup
 }
@@ -336,13 +338,15 @@ func (f *Handler) closeAll() {
 	for _, s := range f.sessions {
 		all = append(all, s)
 	}
-	up := f.stateless
+	ups := append(slices.Clone(f.retired), f.stateless)
 	f.mu.Unlock()
 	for _, s := range all {
 		s.end()
 	}
-	if up != nil && up.conn != nil {
-		up.conn.Close()
+	for _, u := range ups {
+		if u != nil && u.conn != nil {
+			u.conn.Close()
+		}
 	}
 	f.relays.Wait()
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -25,9 +26,10 @@ type shared struct {
 	err      error
 	next     atomic.Int64 // the last request ID given
 
-	mu    sync.Mutex
-	waits map[jsonrpc.ID]chan *jsonrpc.Response // requests in flight, by the ID the upstream knows
-	ended bool                                  // the connection ended: no request waits any more
+	mu      sync.Mutex
+	waits   map[jsonrpc.ID]chan *jsonrpc.Response // requests in flight, by the ID the upstream knows
+	ended   bool                                  // the connection ended: no request waits any more
+	retired bool                                  // replaced: it closes once no request waits
 }
 
 // errShuttingDown is why a request finds no upstream once Close began.
@@ -37,6 +39,18 @@ var errShuttingDown = errors.New("shutting down")
 // initialized, starting it (again, if it failed) when it must, or an
 // error if it cannot be had before ctx ends.
 func (f *Handler) sharedUpstream(ctx context.Context) (*shared, error) {
+	for {
+		u, err := f.currentUpstream(ctx)
+		if err != nil || !u.isRetired() {
+			return u, err
+		}
+		// Replaced while it started (a SIGHUP): the new one serves.
+	}
+}
+
+// currentUpstream returns the stateless clients' upstream of now, once
+// it is initialized.
+func (f *Handler) currentUpstream(ctx context.Context) (*shared, error) {
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()
@@ -69,6 +83,54 @@ func (f *Handler) sharedUpstream(ctx context.Context) (*shared, error) {
 		return nil, u.err
 	}
 	return u, nil
+}
+
+// renewStateless has the next stateless request start a new shared
+// upstream, with the options of now (a SIGHUP's tool rules); the one
+// before is closed once the requests it has in flight are answered.
+func (f *Handler) renewStateless() {
+	f.mu.Lock()
+	if f.stateless != nil {
+		f.retired = append(f.retired, f.stateless)
+		f.stateless = nil
+	}
+	f.retired = slices.DeleteFunc(f.retired, (*shared).hasEnded)
+	retired := slices.Clone(f.retired)
+	f.mu.Unlock()
+	for _, u := range retired {
+		u.retire()
+	}
+}
+
+// retire closes the connection once no request waits for it.
+func (u *shared) retire() {
+	u.mu.Lock()
+	u.retired = true
+	u.mu.Unlock()
+	u.closeIfDone()
+}
+
+// isRetired says whether the connection was replaced.
+func (u *shared) isRetired() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.retired
+}
+
+// closeIfDone closes a retired connection, once started, that no request
+// waits for.
+func (u *shared) closeIfDone() {
+	select {
+	case <-u.ready:
+	default:
+		return // initialized() asks again
+	}
+	u.mu.Lock()
+	done := u.retired && len(u.waits) == 0 && u.conn != nil
+	u.mu.Unlock()
+	if done {
+		u.conn.Close()
+	}
 }
 
 // initializeParams are those the shared upstream is initialized with: no
@@ -116,6 +178,7 @@ func (u *shared) initialized(ctx context.Context, resp *jsonrpc.Response) error 
 	}
 	u.discover = discoverResult(resp.Result)
 	close(u.ready)
+	u.closeIfDone()
 	return nil
 }
 
@@ -150,22 +213,29 @@ func (u *shared) call(ctx, done context.Context, req *jsonrpc.Request) *jsonrpc.
 		resp.ID = req.ID
 		return resp
 	case <-ctx.Done():
-		if u.forget(id) {
+		if u.take(id) {
 			params, _ := json.Marshal(map[string]any{"requestId": id.Raw(), "reason": "the client left"})
 			u.conn.Write(done, &jsonrpc.Request{Method: "notifications/cancelled", Params: params})
 		}
+		u.closeIfDone()
 		return nil
 	}
 }
 
-// forget takes the request id from those waiting, and says whether it
+// take takes the request id from those waiting, and says whether it
 // still waited.
-func (u *shared) forget(id jsonrpc.ID) bool {
+func (u *shared) take(id jsonrpc.ID) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	_, ok := u.waits[id]
 	delete(u.waits, id)
 	return ok
+}
+
+// forget takes the request id from those waiting.
+func (u *shared) forget(id jsonrpc.ID) {
+	u.take(id)
+	u.closeIfDone()
 }
 
 // answer hands resp to the request that waits for it, if one does.
@@ -177,6 +247,7 @@ func (u *shared) answer(resp *jsonrpc.Response) {
 	if ch != nil {
 		ch <- resp
 	}
+	u.closeIfDone()
 }
 
 // end ends the connection for its requests: one not yet initialized fails
