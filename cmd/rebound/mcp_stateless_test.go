@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -191,4 +192,41 @@ func (b bearerOver) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return b.next.RoundTrip(r)
+}
+
+// BenchmarkMCPHTTPCall is a tools/call of pid through rebound mcp --addr
+// by the Go SDK's client, round trip: over the stateless protocol (every
+// call a POST of its own to the shared server) and in a session.
+func BenchmarkMCPHTTPCall(b *testing.B) {
+	cmd := commandProcess(b, append([]string{"mcp", "--addr", "127.0.0.1:0", "--log", "warn"}, testServer("")...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	endpoint, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
+	if !ok {
+		b.Fatalf("first line %q", line)
+	}
+	for _, c := range []struct{ name, version string }{{"stateless", ""}, {"session", "2025-11-25"}} {
+		b.Run(c.name, func(b *testing.B) {
+			client := mcp.NewClient(&mcp.Implementation{Name: "rebound-bench", Version: "1"}, nil)
+			cs, err := client.Connect(b.Context(), &mcp.StreamableClientTransport{Endpoint: endpoint}, &mcp.ClientSessionOptions{ProtocolVersion: c.version})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cs.Close()
+			params := &mcp.CallToolParams{Name: "pid", Arguments: map[string]any{}}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := cs.CallTool(b.Context(), params); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
