@@ -26,9 +26,11 @@ import (
 // A Handler serves one MCP server over streamable HTTP: each client
 // session a StreamableServerTransport relayed by reboundmcp.Serve to an
 // upstream connection of its own (a stdio server's process), with every
-// guarantee of rebound mcp. It is what rebound mcp --addr serves behind
-// its front, and what rebound proxy serves at /mcp/NAME behind its own.
-// A session answers only the holder (of a token) that opened it.
+// guarantee of rebound mcp; clients of the stateless protocol, which
+// open no session, share one upstream connection (stateless.go). It is
+// what rebound mcp --addr serves behind its front, and what rebound
+// proxy serves at /mcp/NAME behind its own. A session answers only the
+// holder (of a token) that opened it.
 type Handler struct {
 	ctx          context.Context // the server's: a session outlives the request that opened it
 	cancel       context.CancelFunc
