@@ -18,7 +18,7 @@ func (c *call) log(outcome string, took time.Duration) {
 		}
 		r.RecordOperation(context.Background(), op)
 	}
-	l := c.s.o.Logger
+	l := c.logger
 	if l == nil {
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"strings"
 	"sync"
@@ -32,6 +33,8 @@ type call struct {
 	byClient atomic.Bool   // the client cancelled it: it gets no answer
 	alivec   chan struct{} // a progress notification came
 
+	logger *slog.Logger // its line's: Options.Logger, or WithLogger's
+
 	mu     sync.Mutex
 	ctx    context.Context // set once the call has a goroutine
 	cancel context.CancelFunc
@@ -56,10 +59,14 @@ type callError struct {
 func (e *callError) Error() string { return e.msg }
 func (e *callError) Unwrap() error { return e.err }
 
-// startCall takes a client's request and answers it later.
-func (s *session) startCall(req *jsonrpc.Request) error {
+// startCall takes a client's request, written with ctx, and answers it
+// later.
+func (s *session) startCall(ctx context.Context, req *jsonrpc.Request) error {
 	tool, token, err := requestFacts(req.Params)
-	c := &call{s: s, req: req, key: idKey(req.ID.Raw()), tool: tool, start: time.Now(), alivec: make(chan struct{}, 1)}
+	c := &call{s: s, req: req, logger: s.o.Logger, key: idKey(req.ID.Raw()), tool: tool, start: time.Now(), alivec: make(chan struct{}, 1)}
+	if l, ok := ctx.Value(loggerKey{}).(*slog.Logger); ok {
+		c.logger = l
+	}
 	s.mu.Lock()
 	if s.ctx.Err() != nil {
 		s.mu.Unlock()

@@ -3,6 +3,7 @@ package reboundmcp
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,13 +108,23 @@ func (s *session) Write(ctx context.Context, msg jsonrpc.Message) error {
 	switch msg := msg.(type) {
 	case *jsonrpc.Request:
 		if msg.IsCall() {
-			return s.startCall(msg)
+			return s.startCall(ctx, msg)
 		}
 		s.fromClientNotification(ctx, msg)
 	case *jsonrpc.Response:
 		s.answerServer(ctx, msg)
 	}
 	return nil
+}
+
+type loggerKey struct{}
+
+// WithLogger returns a copy of ctx with l: a request written with it to
+// a Transport's connection has its line logged to l rather than
+// Options.Logger (a nil l: none), as a connection shared by several
+// clients tells them apart.
+func WithLogger(ctx context.Context, l *slog.Logger) context.Context {
+	return context.WithValue(ctx, loggerKey{}, l)
 }
 
 // Close ends every call in flight and the server: a stdio server's process

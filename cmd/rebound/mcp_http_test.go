@@ -123,8 +123,8 @@ func stop(t *testing.T, cmd *exec.Cmd) {
 // TestMCPHTTPHostRule: without tokens, a request for a foreign Host (a
 // page that rebound its name to 127.0.0.1) or from a foreign page gets a
 // 403 with a JSON-RPC error, and no server is ever started for it; the Go
-// SDK's client at the loopback address is served, one server per
-// session, which its DELETE ends; SIGTERM exits 0.
+// SDK's client of the session protocol at the loopback address is served,
+// one server per session, which its DELETE ends; SIGTERM exits 0.
 func TestMCPHTTPHostRule(t *testing.T) {
 	mark := filepath.Join(t.TempDir(), "starts")
 	cmd, endpoint := startHTTP(t, nil, testServer(mark)...)
@@ -141,7 +141,8 @@ func TestMCPHTTPHostRule(t *testing.T) {
 		t.Fatalf("refused requests started the server %d times", len(starts))
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "rebound-test", Version: "1"}, nil)
-	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: endpoint}, nil)
+	// A session, which a client of the stateless protocol would not open.
+	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: endpoint}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -304,8 +304,8 @@ func TestProxySIGHUPAddsAndRemovesMCPServers(t *testing.T) {
 	}
 }
 
-// slowCall connects the Go SDK's client to endpoint, a server of
-// everything's, and calls its long-running tool (3 s), returning once the
+// slowCall opens a session of the Go SDK's client with endpoint, a
+// server of everything's, and calls its long-running tool (3 s), returning once the
 // call is a second into its run: the channel then gives the call's text,
 // or what went wrong.
 func slowCall(t *testing.T, endpoint string) <-chan string {
@@ -318,7 +318,9 @@ func slowCall(t *testing.T, endpoint string) <-chan string {
 			default:
 			}
 		}})
-	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: endpoint}, nil)
+	// A session, whose answers are event streams that carry progress (a
+	// stateless client's are JSON, the answer alone).
+	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: endpoint}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 	if err != nil {
 		t.Fatal(err)
 	}

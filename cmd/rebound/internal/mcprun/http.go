@@ -22,6 +22,7 @@ import (
 	"github.com/rebound-go/rebound/internal/front"
 	"github.com/rebound-go/rebound/internal/frontdoor"
 	reboundmcp "github.com/rebound-go/rebound/mcp"
+	"github.com/rebound-go/rebound/proxy"
 )
 
 // Path is where the MCP endpoint is served.
@@ -76,7 +77,9 @@ func reloadTools(file string, live *atomic.Pointer[reboundmcp.Options], logger *
 // server of rebound's (internal/front: the door, /healthz, /readyz,
 // /metrics, SIGHUP) until ctx is done, then takes no new session, lets
 // the calls in flight finish for up to c.Drain, and ends every session
-// (and so its upstream). closed is called once every upstream is closed. At SIGHUP, hangup re-reads what it can.
+// (and so its upstream). closed is called once every upstream is closed.
+// At SIGHUP, hangup re-reads what it can, and the stateless clients' next
+// request starts an upstream that holds it.
 func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Transport, m *metrics.Metrics, hangup func(), logger *slog.Logger, stdout, stderr io.Writer, closed func()) int {
 	door, err := frontdoor.New(c.Door)
 	if err != nil {
@@ -101,7 +104,7 @@ func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Tr
 		Path:     Path,
 		Drain:    c.Drain,
 		Stdout:   stdout,
-		Hangup:   hangup,
+		Hangup:   func() { hangup(); f.renewStateless() },
 		Stopping: func() {
 			f.draining.Store(true)
 			// The calls in flight finish, for up to the drain, then the
@@ -191,7 +194,7 @@ func (f *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	f.serve(w, r, data, strconv.Itoa(index), nil)
+	f.serve(w, r, data, proxy.MCPCaller{Holder: strconv.Itoa(index)})
 }
 
 // readBody reads r's body whole through br (at most maxBody bytes, within

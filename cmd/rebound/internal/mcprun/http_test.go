@@ -97,9 +97,9 @@ func TestFrontRefusesWhatOpensNoSession(t *testing.T) {
 		{"POST", url, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, nil, 400, codeServerError},
 		{"POST", url, `not json`, nil, 400, -32700},
 		// Read by reboundmcp.DecodeMessage, as every message is: a member
-		// given twice, or spelled another way, is no message.
-		{"POST", url, `{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"initialize"}`, nil, 400, -32700},
-		{"POST", url, `{"jsonrpc":"2.0","ID":1,"method":"initialize"}`, nil, 400, -32700},
+		// given twice, or spelled another way, is JSON but no message.
+		{"POST", url, `{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"initialize"}`, nil, 400, -32600},
+		{"POST", url, `{"jsonrpc":"2.0","ID":1,"method":"initialize"}`, nil, 400, -32600},
 		{"POST", url, initialize, []string{"Content-Type", "text/plain"}, 415, codeServerError},
 		{"POST", url, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, []string{"Mcp-Session-Id", "gone"}, 404, codeSessionNotFound},
 		{"GET", url, "", nil, 400, codeServerError},

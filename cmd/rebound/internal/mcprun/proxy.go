@@ -25,8 +25,8 @@ const (
 // observer): served at /mcp/NAME with reboundmcp's defaults, as rebound
 // mcp's flags have them, its tool rules and trust in annotations from the
 // config, its sessions bound to the caller the proxy found
-// (proxy.MCPCallerFrom). A stdio server's own logs go to stderr, beside
-// the proxy's.
+// (proxy.MCPCallerFrom), their lines naming its tenant. A stdio server's
+// own logs go to stderr, beside the proxy's.
 func ProxyServer(stderr io.Writer) func(name string, spec proxy.MCPServerConfig, logger *slog.Logger, obs rebound.Observer) (http.Handler, error) {
 	return func(name string, spec proxy.MCPServerConfig, logger *slog.Logger, obs rebound.Observer) (http.Handler, error) {
 		s := Server{
@@ -42,9 +42,9 @@ func ProxyServer(stderr io.Writer) func(name string, spec proxy.MCPServerConfig,
 				Logger:            logger,
 				Observer:          obs,
 			},
-			Caller: func(r *http.Request) (string, []string) {
+			Caller: func(r *http.Request) proxy.MCPCaller {
 				c, _ := proxy.MCPCallerFrom(r.Context())
-				return c.Holder, c.Tools
+				return c
 			},
 		}
 		if len(spec.Command) > 0 {

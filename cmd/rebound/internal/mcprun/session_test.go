@@ -19,6 +19,7 @@ import (
 
 	"github.com/rebound-go/rebound/internal/frontdoor"
 	reboundmcp "github.com/rebound-go/rebound/mcp"
+	"github.com/rebound-go/rebound/proxy"
 )
 
 // TestSessionTimeout: a session with no request for the session timeout
@@ -36,7 +37,7 @@ func TestSessionTimeout(t *testing.T) {
 		}, 4, timeout)
 		defer f.closeAll()
 
-		idle, err := f.start(jsonrpc.ID{}, "")
+		idle, err := f.start(jsonrpc.ID{}, proxy.MCPCaller{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +52,7 @@ func TestSessionTimeout(t *testing.T) {
 			t.Fatal("the session outlived its timeout")
 		}
 
-		busy, _ := f.start(jsonrpc.ID{}, "")
+		busy, _ := f.start(jsonrpc.ID{}, proxy.MCPCaller{})
 		getCtx, endGET := context.WithCancel(t.Context())
 		get := httptest.NewRequestWithContext(getCtx, "GET", Path, nil)
 		get.Header.Set("Accept", "text/event-stream")

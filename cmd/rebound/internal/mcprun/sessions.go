@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	crand "crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"mime"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,31 +20,38 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	reboundmcp "github.com/rebound-go/rebound/mcp"
+	"github.com/rebound-go/rebound/proxy"
 )
 
 // A Handler serves one MCP server over streamable HTTP: each client
 // session a StreamableServerTransport relayed by reboundmcp.Serve to an
 // upstream connection of its own (a stdio server's process), with every
-// guarantee of rebound mcp. It is what rebound mcp --addr serves behind
-// its front, and what rebound proxy serves at /mcp/NAME behind its own.
-// A session answers only the holder (of a token) that opened it.
+// guarantee of rebound mcp; clients of the stateless protocol, which
+// open no session, share one upstream connection (stateless.go). It is
+// what rebound mcp --addr serves behind its front, and what rebound
+// proxy serves at /mcp/NAME behind its own. A session answers only the
+// holder (of a token) that opened it.
 type Handler struct {
 	ctx          context.Context // the server's: a session outlives the request that opened it
 	cancel       context.CancelFunc
 	newTransport func() *reboundmcp.Transport
 	max          int
 	timeout      time.Duration
-	logger       *slog.Logger // nil: none
+	// withTenant, if set, makes a transport whose lines carry a tenant.
+	withTenant func(tenant string) *reboundmcp.Transport
+	logger     *slog.Logger // nil: none
 	// caller returns who r comes from: the holder a session is bound
-	// to, and the tools it may use (nil: all); nil means everyone is
-	// the same holder.
-	caller func(r *http.Request) (holder string, tools []string)
+	// to, the tenant, and the tools it may use (nil: all); nil means
+	// everyone is the same holder.
+	caller func(r *http.Request) proxy.MCPCaller
 
-	mu       sync.Mutex
-	sessions map[string]*session
-	closed   bool
-	inFlight calls
-	relays   sync.WaitGroup
+	mu        sync.Mutex
+	sessions  map[string]*session
+	stateless *shared   // the upstream of stateless clients; nil until one comes
+	retired   []*shared // those before it, closed once their requests are answered
+	closed    bool
+	inFlight  calls
+	relays    sync.WaitGroup
 }
 
 func newHandler(ctx context.Context, newTransport func() *reboundmcp.Transport, max int, timeout time.Duration) *Handler {
@@ -71,9 +80,9 @@ type Server struct {
 	MaxSessions    int
 	SessionTimeout time.Duration
 	// Caller returns who a request comes from: the holder its session is
-	// bound to, and the tools it may list and call (nil: all). Nil means
-	// one holder, every tool.
-	Caller func(r *http.Request) (holder string, tools []string)
+	// bound to, the tenant its lines name, and the tools it may list and
+	// call (nil: all). Nil means one holder, no tenant, every tool.
+	Caller func(r *http.Request) proxy.MCPCaller
 }
 
 // NewHandler returns the Handler of s; an error, in one line, if its
@@ -86,6 +95,13 @@ func NewHandler(s Server) (*Handler, error) {
 	opts := s.Options
 	h := newHandler(context.Background(), func() *reboundmcp.Transport { return reboundmcp.New(up, opts) }, s.MaxSessions, s.SessionTimeout)
 	h.logger, h.caller = opts.Logger, s.Caller
+	h.withTenant = func(tenant string) *reboundmcp.Transport {
+		o := opts
+		if o.Logger != nil {
+			o.Logger = o.Logger.With("tenant", tenant)
+		}
+		return reboundmcp.New(up, o)
+	}
 	return h, nil
 }
 
@@ -103,11 +119,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(data)) // for the session's transport
-	holder, tools := "", []string(nil)
+	var c proxy.MCPCaller
 	if h.caller != nil {
-		holder, tools = h.caller(r)
+		c = h.caller(r)
 	}
-	h.serve(w, r, data, holder, tools)
+	h.serve(w, r, data, c)
 }
 
 // Close ends every session and its upstream, and refuses new ones.
@@ -117,44 +133,51 @@ func (h *Handler) Close() error {
 	return nil
 }
 
-// serve serves a request whose body is data, from holder, who may use
-// tools (nil: all).
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, data []byte, holder string, tools []string) {
+// serve serves a request whose body is data, from caller c.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, data []byte, c proxy.MCPCaller) {
 	defer h.begin(r)()
 	id := r.Header.Get("Mcp-Session-Id")
 	switch {
 	case r.Method == http.MethodPost && id == "":
-		h.open(w, r, data, holder)
+		h.open(w, r, data, c)
 	case r.Method != http.MethodPost && r.Method != http.MethodGet && r.Method != http.MethodDelete:
 		w.Header().Set("Allow", "GET, POST, DELETE, OPTIONS")
 		writeError(w, http.StatusMethodNotAllowed, codeServerError, "method not allowed")
+	case id == "" && newProtocol(r.Header.Get(protocolHeader)):
+		// As the SDK's stateless server answers: its clients only POST.
+		w.Header().Set("Allow", "POST")
+		writeError(w, http.StatusMethodNotAllowed, codeServerError, "Method Not Allowed: a stateless client only POSTs")
 	case id == "":
 		writeError(w, http.StatusBadRequest, codeServerError, "Bad Request: "+r.Method+" needs an Mcp-Session-Id header")
 	default:
-		h.serveSession(w, r, id, holder, data, tools)
+		h.serveSession(w, r, id, c, data)
 	}
 }
 
 // open starts a session for an initialize request (body) that names
-// none, for the holder of the token the request carries.
-func (f *Handler) open(w http.ResponseWriter, r *http.Request, body []byte, holder string) {
+// none, for the caller c; a request of the stateless protocol it serves
+// without one.
+func (f *Handler) open(w http.ResponseWriter, r *http.Request, body []byte, c proxy.MCPCaller) {
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
 		writeError(w, http.StatusUnsupportedMediaType, codeServerError, "Content-Type must be application/json")
 		return
 	}
-	var initID jsonrpc.ID
+	msg, ok := decodeBody(w, body)
+	if !ok {
+		return
+	}
+	req, _ := msg.(*jsonrpc.Request)
+	if stateless(r, req) {
+		f.serveStateless(w, r, req, c)
+		return
+	}
 	// Only an initialize opens a session, and so starts a server: any
 	// other message without a session is an old session's, or noise.
-	if msg, err := reboundmcp.DecodeMessage(body); err != nil {
-		writeError(w, http.StatusBadRequest, jsonrpc.CodeParseError, "Bad Request: the body is not one JSON-RPC message")
-		return
-	} else if req, ok := msg.(*jsonrpc.Request); !ok || req.Method != "initialize" || !req.IsCall() {
+	if req == nil || req.Method != "initialize" || !req.IsCall() {
 		writeError(w, http.StatusBadRequest, codeServerError, "Bad Request: no valid session ID provided (only initialize opens a session)")
 		return
-	} else {
-		initID = req.ID
 	}
-	s, err := f.start(initID, holder)
+	s, err := f.start(req.ID, c)
 	if err != nil {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, codeServerError, err.Error())
@@ -216,15 +239,15 @@ func (c *clientConn) Close() error {
 }
 
 // serveSession hands a request to its session's transport, once a POST
-// (its body data) is judged by the tools its caller may use (nil: all);
-// DELETE ends the session, and its upstream with it, before it is
-// answered. A
-// session opened with another token is unknown to the request.
-func (f *Handler) serveSession(w http.ResponseWriter, r *http.Request, id string, holder string, data []byte, tools []string) {
+// (its body data) is read by reboundmcp's reader, and judged by the tools
+// its caller may use; DELETE ends the session, and its upstream with it,
+// before it is answered. A session opened with another token is unknown
+// to the request.
+func (f *Handler) serveSession(w http.ResponseWriter, r *http.Request, id string, c proxy.MCPCaller, data []byte) {
 	f.mu.Lock()
 	s := f.sessions[id]
 	f.mu.Unlock()
-	if s == nil || s.holder != holder {
+	if s == nil || s.holder != c.Holder {
 		writeError(w, http.StatusNotFound, codeSessionNotFound, "Session not found")
 		return
 	}
@@ -237,15 +260,37 @@ func (f *Handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	if r.Method == http.MethodPost && !s.conn.filter.admit(w, data, tools) {
-		return
+	if r.Method == http.MethodPost {
+		// The SDK's transport would read the body by other rules than
+		// the relay and the tool filter: it gets only what they read.
+		msg, ok := decodeBody(w, data)
+		if !ok || !s.conn.filter.admit(w, msg, c.Tools) {
+			return
+		}
 	}
 	s.serve(w, r)
 }
 
-// start opens a session for holder: a server transport, and the relay
+// decodeBody reads a POST's body (data) as one JSON-RPC message, by
+// reboundmcp's one reader; what it refuses is answered here: -32700 if it
+// is not JSON, -32600 if it is JSON but not one message (a batch, a
+// member given twice).
+func decodeBody(w http.ResponseWriter, data []byte) (jsonrpc.Message, bool) {
+	msg, err := reboundmcp.DecodeMessage(data)
+	switch {
+	case err == nil:
+		return msg, true
+	case json.Valid(data):
+		writeError(w, http.StatusBadRequest, jsonrpc.CodeInvalidRequest, "Bad Request: the body is not one JSON-RPC message: "+err.Error())
+	default:
+		writeError(w, http.StatusBadRequest, jsonrpc.CodeParseError, "Bad Request: the body is not one JSON-RPC message")
+	}
+	return nil, false
+}
+
+// start opens a session for caller c: a server transport, and the relay
 // that ties it to an upstream connection of its own until either ends.
-func (f *Handler) start(initID jsonrpc.ID, holder string) (*session, error) {
+func (f *Handler) start(initID jsonrpc.ID, c proxy.MCPCaller) (*session, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
@@ -261,7 +306,7 @@ func (f *Handler) start(initID jsonrpc.ID, holder string) (*session, error) {
 		return nil, err
 	}
 	watched := &clientConn{Connection: conn, id: initID, logger: f.logger}
-	s := &session{t: t, conn: watched, holder: holder, done: make(chan struct{}), timeout: f.timeout}
+	s := &session{t: t, conn: watched, holder: c.Holder, done: make(chan struct{}), timeout: f.timeout}
 	if f.timeout > 0 {
 		s.idle = time.AfterFunc(f.timeout, s.end)
 	}
@@ -269,7 +314,7 @@ func (f *Handler) start(initID jsonrpc.ID, holder string) (*session, error) {
 	f.relays.Add(1)
 	go func() {
 		defer f.relays.Done()
-		reboundmcp.Serve(f.ctx, watched, f.newTransport()) // ends the upstream on its way out
+		reboundmcp.Serve(f.ctx, watched, f.transport(c.Tenant)) // ends the upstream on its way out
 		f.mu.Lock()
 		delete(f.sessions, id)
 		f.mu.Unlock()
@@ -279,8 +324,17 @@ func (f *Handler) start(initID jsonrpc.ID, holder string) (*session, error) {
 	return s, nil
 }
 
-// closeAll ends every session, refuses new ones, and waits until every
-// upstream is closed.
+// transport returns a new upstream transport, its lines carrying
+// tenant, if not empty.
+func (f *Handler) transport(tenant string) *reboundmcp.Transport {
+	if tenant != "" && f.withTenant != nil {
+		return f.withTenant(tenant)
+	}
+	return f.newTransport()
+}
+
+// closeAll ends every session and the stateless clients' upstream,
+// refuses new ones, and waits until every upstream is closed.
 func (f *Handler) closeAll() {
 	f.mu.Lock()
 	f.closed = true
@@ -288,9 +342,15 @@ func (f *Handler) closeAll() {
 	for _, s := range f.sessions {
 		all = append(all, s)
 	}
+	ups := append(slices.Clone(f.retired), f.stateless)
 	f.mu.Unlock()
 	for _, s := range all {
 		s.end()
+	}
+	for _, u := range ups {
+		if u != nil && u.conn != nil {
+			u.conn.Close()
+		}
 	}
 	f.relays.Wait()
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	reboundmcp "github.com/rebound-go/rebound/mcp"
+	"github.com/rebound-go/rebound/proxy"
 )
 
 // TestShutdownWaitsForThePOSTsInFlight: Shutdown refuses new sessions at
@@ -32,7 +33,7 @@ func TestShutdownWaitsForThePOSTsInFlight(t *testing.T) {
 			shut := make(chan struct{})
 			go func() { h.Shutdown(ctx); close(shut) }()
 			synctest.Wait()
-			if _, err := h.start(jsonrpc.ID{}, ""); err == nil {
+			if _, err := h.start(jsonrpc.ID{}, proxy.MCPCaller{}); err == nil {
 				t.Error("a session opened after Shutdown began")
 			}
 			if isClosed(shut) {

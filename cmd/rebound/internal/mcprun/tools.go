@@ -25,40 +25,19 @@ type toolFilter struct {
 	lists map[jsonrpc.ID][]string // tools/list requests in flight: the tools their callers may see
 }
 
-// admit judges a POST's body (data) from a caller who may use tools (nil:
-// all), and reports whether it goes on to the session; if not, it has
-// answered it.
-func (f *toolFilter) admit(w http.ResponseWriter, data []byte, tools []string) bool {
-	if tools == nil {
-		return true
-	}
-	msg, err := reboundmcp.DecodeMessage(data)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, jsonrpc.CodeParseError, "Bad Request: the body is not one JSON-RPC message")
-		return false
-	}
+// admit judges a POST's message (msg) from a caller who may use tools
+// (nil: all), and reports whether it goes on to the session; if not, it
+// has answered it.
+func (f *toolFilter) admit(w http.ResponseWriter, msg jsonrpc.Message, tools []string) bool {
 	req, ok := msg.(*jsonrpc.Request)
-	if !ok || !req.IsCall() {
+	if tools == nil || !ok || !req.IsCall() {
 		return true
 	}
-	switch req.Method {
-	case "tools/call":
-		// Read as the relay reads it: a name the caller may use, under a
-		// second spelling, would be judged here and another run there.
-		name, err := reboundmcp.ToolName(req.Params)
-		code, msg := codeInvalidParams, fmt.Sprintf("tool %q is not one this caller may use", name)
-		switch {
-		case err != nil:
-			code, msg = jsonrpc.CodeInvalidRequest, "invalid request: the tool's name is given twice, or spelled another way"
-		case slices.Contains(tools, name):
-			return true
-		}
-		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": req.ID.Raw(), "error": map[string]any{
-			"code": code, "message": msg}})
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(append(body, '\n'))
+	if refusal := refuseTool(req, tools); refusal != nil {
+		writeAnswer(w, http.StatusOK, refusal)
 		return false
-	case "tools/list":
+	}
+	if req.Method == "tools/list" {
 		f.mu.Lock()
 		if f.lists == nil {
 			f.lists = map[jsonrpc.ID][]string{}
@@ -67,6 +46,32 @@ func (f *toolFilter) admit(w http.ResponseWriter, data []byte, tools []string) b
 		f.mu.Unlock()
 	}
 	return true
+}
+
+// refuseTool returns the answer to req, if it is a tools/call of a tool
+// not in tools (nil: all), or else nil.
+func refuseTool(req *jsonrpc.Request, tools []string) *jsonrpc.Response {
+	if tools == nil || req.Method != "tools/call" {
+		return nil
+	}
+	// Read as the relay reads it: a name the caller may use, under a
+	// second spelling, would be judged here and another run there.
+	name, err := reboundmcp.ToolName(req.Params)
+	switch {
+	case err != nil:
+		return &jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "invalid request: the tool's name is given twice, or spelled another way"}}
+	case slices.Contains(tools, name):
+		return nil
+	}
+	return &jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: codeInvalidParams, Message: fmt.Sprintf("tool %q is not one this caller may use", name)}}
+}
+
+// writeAnswer writes resp, a JSON-RPC message, as a POST's answer.
+func writeAnswer(w http.ResponseWriter, status int, resp *jsonrpc.Response) {
+	body, _ := jsonrpc.EncodeMessage(resp)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
 }
 
 // answer cuts down msg, on its way to the client, if it answers a
@@ -80,7 +85,15 @@ func (f *toolFilter) answer(msg jsonrpc.Message) {
 	tools, listed := f.lists[resp.ID]
 	delete(f.lists, resp.ID)
 	f.mu.Unlock()
-	if !listed || resp.Error != nil {
+	if listed {
+		cutTools(resp, tools)
+	}
+}
+
+// cutTools cuts resp, the answer to a tools/list, down to the tools a
+// caller may see (nil: all).
+func cutTools(resp *jsonrpc.Response, tools []string) {
+	if tools == nil || resp.Error != nil {
 		return
 	}
 	var result map[string]json.RawMessage
