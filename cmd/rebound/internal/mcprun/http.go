@@ -89,7 +89,7 @@ func serveHTTP(ctx context.Context, c Config, newTransport func() *reboundmcp.Tr
 	// The sessions outlive ctx: at its end they finish their calls in
 	// flight (Stopping), and f.Close ends them.
 	f := newFront(context.WithoutCancel(ctx), door, newTransport, c.MaxSessions, c.SessionTimeout)
-	f.logger = logger
+	f.logger, f.name = logger, c.Options.Name
 	f.metrics = m.Handler
 	f.admin = front.Admin{Token: c.AdminToken, Server: "rebound mcp", Pages: "the admin pages (/metrics)"}
 	errorLog := log.New(io.Discard, "", 0)

@@ -40,6 +40,7 @@ type Handler struct {
 	// withTenant, if set, makes a transport whose lines carry a tenant.
 	withTenant func(tenant string) *reboundmcp.Transport
 	logger     *slog.Logger // nil: none
+	name       string       // the server's, for the lines the Handler writes itself
 	// caller returns who r comes from: the holder a session is bound
 	// to, the tenant, and the tools it may use (nil: all); nil means
 	// everyone is the same holder.
@@ -94,7 +95,7 @@ func NewHandler(s Server) (*Handler, error) {
 	}
 	opts := s.Options
 	h := newHandler(context.Background(), func() *reboundmcp.Transport { return reboundmcp.New(up, opts) }, s.MaxSessions, s.SessionTimeout)
-	h.logger, h.caller = opts.Logger, s.Caller
+	h.logger, h.caller, h.name = opts.Logger, s.Caller, opts.Name
 	h.withTenant = func(tenant string) *reboundmcp.Transport {
 		o := opts
 		if o.Logger != nil {
@@ -244,6 +245,7 @@ func (c *clientConn) Close() error {
 // before it is answered. A session opened with another token is unknown
 // to the request.
 func (f *Handler) serveSession(w http.ResponseWriter, r *http.Request, id string, c proxy.MCPCaller, data []byte) {
+	start := time.Now()
 	f.mu.Lock()
 	s := f.sessions[id]
 	f.mu.Unlock()
@@ -264,7 +266,11 @@ func (f *Handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 		// The SDK's transport would read the body by other rules than
 		// the relay and the tool filter: it gets only what they read.
 		msg, ok := decodeBody(w, data)
-		if !ok || !s.conn.filter.admit(w, msg, c.Tools) {
+		if !ok {
+			return
+		}
+		if refusal := s.conn.filter.admit(w, msg, c.Tools); refusal != nil {
+			f.logRefused(c, msg.(*jsonrpc.Request), refusal, start)
 			return
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -71,6 +72,7 @@ func stateless(r *http.Request, req *jsonrpc.Request) bool {
 // does), a call checked as the SDK's stateless server checks it, judged
 // by the caller's tools, and relayed through the shared upstream.
 func (f *Handler) serveStateless(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request, c proxy.MCPCaller) {
+	start := time.Now()
 	if !req.IsCall() {
 		w.WriteHeader(http.StatusAccepted)
 		return
@@ -85,6 +87,7 @@ func (f *Handler) serveStateless(w http.ResponseWriter, r *http.Request, req *js
 	}
 	if refusal := refuseTool(req, c.Tools); refusal != nil {
 		writeAnswer(w, errorStatus(refusal), refusal)
+		f.logRefused(c, req, refusal, start)
 		return
 	}
 	u, err := f.sharedUpstream(r.Context())

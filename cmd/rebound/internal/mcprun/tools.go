@@ -26,16 +26,16 @@ type toolFilter struct {
 }
 
 // admit judges a POST's message (msg) from a caller who may use tools
-// (nil: all), and reports whether it goes on to the session; if not, it
-// has answered it.
-func (f *toolFilter) admit(w http.ResponseWriter, msg jsonrpc.Message, tools []string) bool {
+// (nil: all): it returns nil if it goes on to the session, or the
+// refusal it has answered it with.
+func (f *toolFilter) admit(w http.ResponseWriter, msg jsonrpc.Message, tools []string) *jsonrpc.Response {
 	req, ok := msg.(*jsonrpc.Request)
 	if tools == nil || !ok || !req.IsCall() {
-		return true
+		return nil
 	}
 	if refusal := refuseTool(req, tools); refusal != nil {
 		writeAnswer(w, http.StatusOK, refusal)
-		return false
+		return refusal
 	}
 	if req.Method == "tools/list" {
 		f.mu.Lock()
@@ -45,7 +45,7 @@ func (f *toolFilter) admit(w http.ResponseWriter, msg jsonrpc.Message, tools []s
 		f.lists[req.ID] = tools
 		f.mu.Unlock()
 	}
-	return true
+	return nil
 }
 
 // refuseTool returns the answer to req, if it is a tools/call of a tool

@@ -15,20 +15,20 @@ import (
 func TestToolFilterRefusesOtherToolsAndCutsTheList(t *testing.T) {
 	var f toolFilter
 	w := httptest.NewRecorder()
-	if f.admit(w, msg(t, []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"add","arguments":{}}}`)), []string{"echo"}) {
+	if f.admit(w, msg(t, []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"add","arguments":{}}}`)), []string{"echo"}) == nil {
 		t.Fatal("a call of add passed")
 	}
 	if want := `{"jsonrpc":"2.0","id":7,"error":{"code":-32602,"message":"tool \"add\" is not one this caller may use"}}` + "\n"; w.Body.String() != want || w.Code != 200 {
 		t.Errorf("answer %d %s, want 200 %s", w.Code, w.Body, want)
 	}
-	if !f.admit(httptest.NewRecorder(), msg(t, []byte(`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"echo"}}`)), []string{"echo"}) {
+	if f.admit(httptest.NewRecorder(), msg(t, []byte(`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"echo"}}`)), []string{"echo"}) != nil {
 		t.Error("a call of echo was refused")
 	}
-	if !f.admit(httptest.NewRecorder(), msg(t, []byte(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"add"}}`)), nil) {
+	if f.admit(httptest.NewRecorder(), msg(t, []byte(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"add"}}`)), nil) != nil {
 		t.Error("a caller given all tools was refused add")
 	}
 	list := []byte(`{"jsonrpc":"2.0","id":"l","method":"tools/list"}`)
-	if !f.admit(httptest.NewRecorder(), msg(t, list), []string{"echo"}) {
+	if f.admit(httptest.NewRecorder(), msg(t, list), []string{"echo"}) != nil {
 		t.Fatal("tools/list refused")
 	}
 	id, _ := jsonrpc.MakeID("l")
@@ -56,7 +56,7 @@ func TestToolFilterReadsTheNameAsTheServerDoes(t *testing.T) {
 		`{"name":"echo","name":"get-env"}`,
 	} {
 		w := httptest.NewRecorder()
-		if f.admit(w, msg(t, []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":`+params+`}`)), []string{"echo"}) {
+		if f.admit(w, msg(t, []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":`+params+`}`)), []string{"echo"}) == nil {
 			t.Errorf("%s passed", params)
 			continue
 		}
@@ -67,7 +67,7 @@ func TestToolFilterReadsTheNameAsTheServerDoes(t *testing.T) {
 			t.Errorf("%s: %s, want a -32600 error", params, w.Body)
 		}
 	}
-	if !f.admit(httptest.NewRecorder(), msg(t, []byte(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"\u0065cho"}}`)), []string{"echo"}) {
+	if f.admit(httptest.NewRecorder(), msg(t, []byte(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"\u0065cho"}}`)), []string{"echo"}) != nil {
 		t.Error(`"\u0065cho" was refused`)
 	}
 }
