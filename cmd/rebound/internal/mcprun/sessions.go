@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"mime"
 	"net/http"
 	"slices"
@@ -46,9 +47,11 @@ type Handler struct {
 	// everyone is the same holder.
 	caller func(r *http.Request) proxy.MCPCaller
 
-	mu        sync.Mutex
-	sessions  map[string]*session
-	stateless *shared   // the upstream of stateless clients; nil until one comes
+	mu       sync.Mutex
+	sessions map[string]*session
+	// stateless are the upstreams of stateless clients, one for each
+	// holder (of a token) that has sent one a request.
+	stateless map[string]*shared
 	retired   []*shared // those before it, closed once their requests are answered
 	closed    bool
 	inFlight  calls
@@ -348,7 +351,7 @@ func (f *Handler) closeAll() {
 	for _, s := range f.sessions {
 		all = append(all, s)
 	}
-	ups := append(slices.Clone(f.retired), f.stateless)
+	ups := append(slices.Clone(f.retired), slices.Collect(maps.Values(f.stateless))...)
 	f.mu.Unlock()
 	for _, s := range all {
 		s.end()

@@ -35,12 +35,15 @@ type shared struct {
 // errShuttingDown is why a request finds no upstream once Close began.
 var errShuttingDown = errors.New("shutting down")
 
-// sharedUpstream returns the stateless clients' upstream once it is
-// initialized, starting it (again, if it failed) when it must, or an
-// error if it cannot be had before ctx ends.
-func (f *Handler) sharedUpstream(ctx context.Context) (*shared, error) {
+// sharedUpstream returns the upstream of holder's stateless clients once
+// it is initialized, starting it (again, if it failed) when it must, or
+// an error if it cannot be had before ctx ends. Each holder (of a token)
+// has its own: what a server keeps for its session (tasks, their
+// results, subscriptions) is one client's, and no other token's caller
+// may list, read or cancel it.
+func (f *Handler) sharedUpstream(ctx context.Context, holder string) (*shared, error) {
 	for {
-		u, err := f.currentUpstream(ctx)
+		u, err := f.currentUpstream(ctx, holder)
 		if err != nil || !u.isRetired() {
 			return u, err
 		}
@@ -48,18 +51,21 @@ func (f *Handler) sharedUpstream(ctx context.Context) (*shared, error) {
 	}
 }
 
-// currentUpstream returns the stateless clients' upstream of now, once
-// it is initialized.
-func (f *Handler) currentUpstream(ctx context.Context) (*shared, error) {
+// currentUpstream returns the upstream of now of holder's stateless
+// clients, once it is initialized.
+func (f *Handler) currentUpstream(ctx context.Context, holder string) (*shared, error) {
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()
 		return nil, errShuttingDown
 	}
-	u := f.stateless
+	u := f.stateless[holder]
 	if u == nil || u.hasEnded() {
 		u = &shared{ready: make(chan struct{}), waits: map[jsonrpc.ID]chan *jsonrpc.Response{}}
-		f.stateless = u
+		if f.stateless == nil {
+			f.stateless = map[string]*shared{}
+		}
+		f.stateless[holder] = u
 		conn, err := f.newTransport().Connect(f.ctx)
 		if err != nil {
 			u.err, u.ended = err, true
@@ -90,10 +96,10 @@ func (f *Handler) currentUpstream(ctx context.Context) (*shared, error) {
 // before is closed once the requests it has in flight are answered.
 func (f *Handler) renewStateless() {
 	f.mu.Lock()
-	if f.stateless != nil {
-		f.retired = append(f.retired, f.stateless)
-		f.stateless = nil
+	for _, u := range f.stateless {
+		f.retired = append(f.retired, u)
 	}
+	f.stateless = nil
 	f.retired = slices.DeleteFunc(f.retired, (*shared).hasEnded)
 	retired := slices.Clone(f.retired)
 	f.mu.Unlock()

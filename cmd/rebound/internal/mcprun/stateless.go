@@ -90,7 +90,7 @@ func (f *Handler) serveStateless(w http.ResponseWriter, r *http.Request, req *js
 		f.logRefused(c, req, refusal, start)
 		return
 	}
-	u, err := f.sharedUpstream(r.Context())
+	u, err := f.sharedUpstream(r.Context(), c.Holder)
 	if err != nil {
 		w.Header().Set("Retry-After", "1")
 		writeAnswer(w, http.StatusServiceUnavailable, &jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: codeServerError, Message: err.Error()}})
