@@ -276,6 +276,7 @@ func (f *Handler) serveSession(w http.ResponseWriter, r *http.Request, id string
 			f.logRefused(c, msg.(*jsonrpc.Request), refusal, start)
 			return
 		}
+		defer s.conn.filter.forget(msg)
 	}
 	s.serve(w, r)
 }

@@ -23,6 +23,11 @@ const codeInvalidParams = -32602
 type toolFilter struct {
 	mu    sync.Mutex
 	lists map[jsonrpc.ID][]string // tools/list requests in flight: the tools their callers may see
+	// last are the tools of the session's latest caller given some (nil:
+	// none was): an answer that lists tools is cut to them when no
+	// tools/list in flight has its ID (another request of the same ID
+	// was answered first), never passed on whole.
+	last []string
 }
 
 // admit judges a POST's message (msg) from a caller who may use tools
@@ -33,6 +38,9 @@ func (f *toolFilter) admit(w http.ResponseWriter, msg jsonrpc.Message, tools []s
 	if tools == nil || !ok || !req.IsCall() {
 		return nil
 	}
+	f.mu.Lock()
+	f.last = tools
+	f.mu.Unlock()
 	if refusal := refuseTool(req, tools); refusal != nil {
 		writeAnswer(w, http.StatusOK, refusal)
 		return refusal
@@ -81,13 +89,40 @@ func (f *toolFilter) answer(msg jsonrpc.Message) {
 	if !ok {
 		return
 	}
+	lists := resp.Error == nil && listsTools(resp.Result)
 	f.mu.Lock()
 	tools, listed := f.lists[resp.ID]
-	delete(f.lists, resp.ID)
+	if listed && (lists || resp.Error != nil) {
+		// Taken by the answer to the tools/list alone: a ping of the
+		// same ID, answered first, leaves it.
+		delete(f.lists, resp.ID)
+	}
+	if !listed {
+		tools = f.last
+	}
 	f.mu.Unlock()
-	if listed {
+	if lists {
 		cutTools(resp, tools)
 	}
+}
+
+// forget drops what admit kept for msg, once its POST has ended: its
+// answer has gone to the client, or never will (the transport refused
+// the message, or the client left).
+func (f *toolFilter) forget(msg jsonrpc.Message) {
+	if req, ok := msg.(*jsonrpc.Request); ok && req.Method == "tools/list" {
+		f.mu.Lock()
+		delete(f.lists, req.ID)
+		f.mu.Unlock()
+	}
+}
+
+// listsTools says whether result, a JSON-RPC result, has a "tools" list.
+func listsTools(result json.RawMessage) bool {
+	var r struct {
+		Tools []json.RawMessage `json:"tools"`
+	}
+	return json.Unmarshal(result, &r) == nil && r.Tools != nil
 }
 
 // cutTools cuts resp, the answer to a tools/list, down to the tools a
@@ -103,10 +138,9 @@ func cutTools(resp *jsonrpc.Response, tools []string) {
 	}
 	kept := all[:0]
 	for _, t := range all {
-		var named struct {
-			Name string `json:"name"`
-		}
-		if json.Unmarshal(t, &named) == nil && slices.Contains(tools, named.Name) {
+		// By the name the client reads: a tool that names itself twice
+		// is dropped.
+		if name, err := reboundmcp.ToolName(t); err == nil && slices.Contains(tools, name) {
 			kept = append(kept, t)
 		}
 	}

@@ -37,9 +37,42 @@ func TestToolFilterRefusesOtherToolsAndCutsTheList(t *testing.T) {
 	if want := `{"nextCursor":"c","tools":[{"name":"echo","title":"Echo"}]}`; string(resp.Result) != want {
 		t.Errorf("tools/list answer %s, want %s", resp.Result, want)
 	}
-	again := &jsonrpc.Response{ID: id, Result: json.RawMessage(`{"tools":[{"name":"add"}]}`)}
-	if f.answer(again); string(again.Result) != `{"tools":[{"name":"add"}]}` {
-		t.Errorf("an answer to no tools/list of a limited caller was changed: %s", again.Result)
+	again := &jsonrpc.Response{ID: id, Result: json.RawMessage(`{"tools":[{"name":"add"},{"name":"echo"}]}`)}
+	if f.answer(again); string(again.Result) != `{"tools":[{"name":"echo"}]}` {
+		t.Errorf("an answer listing tools, to no tools/list in flight, of a limited caller's session: %s, want it cut all the same", again.Result)
+	}
+	pong := &jsonrpc.Response{ID: id, Result: json.RawMessage(`{}`)}
+	if f.answer(pong); string(pong.Result) != `{}` {
+		t.Errorf("an answer that lists no tools was changed: %s", pong.Result)
+	}
+	var all toolFilter
+	whole := &jsonrpc.Response{ID: id, Result: json.RawMessage(`{"tools":[{"name":"add"}]}`)}
+	all.admit(httptest.NewRecorder(), msg(t, list), nil)
+	if all.answer(whole); string(whole.Result) != `{"tools":[{"name":"add"}]}` {
+		t.Errorf("a caller given all tools had its list changed: %s", whole.Result)
+	}
+}
+
+// TestToolFilterKeepsNoListBeyondItsPOST: what the filter keeps for a
+// tools/list is dropped once its POST has ended, answered or not; and an
+// answer of another request under the list's ID (a ping, answered first)
+// does not take it: the list's answer is still cut.
+func TestToolFilterKeepsNoListBeyondItsPOST(t *testing.T) {
+	var f toolFilter
+	list := msg(t, []byte(`{"jsonrpc":"2.0","id":5,"method":"tools/list"}`))
+	f.admit(httptest.NewRecorder(), list, []string{"echo"})
+	id, _ := jsonrpc.MakeID(float64(5))
+	f.answer(&jsonrpc.Response{ID: id, Result: json.RawMessage(`{}`)}) // a ping's
+	resp := &jsonrpc.Response{ID: id, Result: json.RawMessage(`{"tools":[{"name":"add"},{"name":"echo"}]}`)}
+	if f.answer(resp); string(resp.Result) != `{"tools":[{"name":"echo"}]}` {
+		t.Errorf("the list's answer after a ping of its ID: %s", resp.Result)
+	}
+	for range 100 {
+		f.admit(httptest.NewRecorder(), list, []string{"echo"})
+		f.forget(list) // its transport refused it: no answer comes
+	}
+	if len(f.lists) != 0 {
+		t.Errorf("%d lists kept after their POSTs ended", len(f.lists))
 	}
 }
 
