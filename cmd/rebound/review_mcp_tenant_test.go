@@ -48,7 +48,9 @@ func TestProxyTenantNeverSeesAToolNotGivenInAList(t *testing.T) {
 	for k := range n {
 		var wg sync.WaitGroup
 		var list string
-		wg.Go(func() { _, list = rawPost(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`, 100+k), session) })
+		wg.Go(func() {
+			_, list = rawPost(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`, 100+k), session)
+		})
 		wg.Go(func() { rawPost(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping"}`, 100+k), session) })
 		wg.Wait()
 		if strings.Contains(list, `"get-env"`) {
