@@ -72,4 +72,12 @@ func TestStatelessTenantCannotReachAnotherTenantsTask(t *testing.T) {
 	}
 	_, after := as("a", `{"jsonrpc":"2.0","id":5,"method":"tasks/get","params":{"taskId":"`+id+`",`+meta+`}}`)
 	t.Logf("a's task after b's cancel: %s", after)
+	// Another task of a's, run to its end: b reads its result, the
+	// output of a tool b was not given.
+	_, body = as("a", `{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"simulate-research-query","arguments":{"topic":"a's second secret"},"task":{"ttl":60000},`+meta+`}}`)
+	json.Unmarshal([]byte(body), &created)
+	_, result := as("b", `{"jsonrpc":"2.0","id":7,"method":"tasks/result","params":{"taskId":"`+created.Result.Task.TaskID+`",`+meta+`}}`)
+	if strings.Contains(result, "second secret") {
+		t.Errorf("tenant b's tasks/result of a's task: %.300s", result)
+	}
 }
