@@ -208,7 +208,10 @@ func (u *shared) call(ctx, done context.Context, req *jsonrpc.Request) *jsonrpc.
 	u.mu.Unlock()
 	var err error
 	if !ended {
-		err = u.conn.Write(ctx, &jsonrpc.Request{ID: id, Method: req.Method, Params: legacyParams(req.Params)})
+		// The request's own ID, unique on the connection, is its progress
+		// token there too.
+		token, _ := json.Marshal(id.Raw())
+		err = u.conn.Write(ctx, &jsonrpc.Request{ID: id, Method: req.Method, Params: legacyParams(req.Params, token)})
 	}
 	if ended || err != nil {
 		u.forget(id)

@@ -196,14 +196,21 @@ func toolName(params json.RawMessage) string {
 
 // legacyParams returns params without the _meta members of the stateless
 // protocol (requestMeta), which a server might read as a stateless
-// client's request of its own.
-func legacyParams(params json.RawMessage) json.RawMessage {
+// client's request of its own, and with a progress token, if the client
+// gave one, replaced by token: clients that share the connection may give
+// the same, and each call's progress must keep that call alive, not
+// another's. (A stateless client is sent no progress: it gets its answer
+// alone.)
+func legacyParams(params json.RawMessage, token json.RawMessage) json.RawMessage {
 	var p, meta map[string]json.RawMessage
 	if json.Unmarshal(params, &p) != nil || json.Unmarshal(p["_meta"], &meta) != nil {
 		return params
 	}
 	for _, k := range requestMeta {
 		delete(meta, k)
+	}
+	if _, ok := meta["progressToken"]; ok {
+		meta["progressToken"] = token
 	}
 	if len(meta) == 0 {
 		delete(p, "_meta")

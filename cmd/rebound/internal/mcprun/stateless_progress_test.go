@@ -42,6 +42,7 @@ func TestStatelessProgressKeepsItsOwnCallAlive(t *testing.T) {
 				_, first = postStateless(t, context.Background(), srv.URL, long("0", 6))
 			})
 			<-started
+			awaitWaiting(t, h, 1) // the first is with the server
 			second := "1"
 			if sameToken {
 				second = "0"
@@ -56,4 +57,26 @@ func TestStatelessProgressKeepsItsOwnCallAlive(t *testing.T) {
 			}
 		})
 	}
+}
+
+// awaitWaiting waits until n stateless requests of h wait for the
+// server's answer (a real server's: its time is not virtual), for a
+// minute at most.
+func awaitWaiting(t *testing.T, h *Handler, n int) {
+	t.Helper()
+	for range 6000 {
+		h.mu.Lock()
+		u := h.stateless[""]
+		h.mu.Unlock()
+		if u != nil {
+			u.mu.Lock()
+			waiting := len(u.waits)
+			u.mu.Unlock()
+			if waiting >= n {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%d requests never waited for the server", n)
 }
