@@ -74,6 +74,15 @@ func (p *Proxy) serveMCP(w http.ResponseWriter, r *http.Request, name string, bo
 			refuse(http.StatusBadRequest, "client_error", "could not read the body")
 			return
 		}
+		if r.Method != http.MethodPost {
+			// Only a POST carries a message: the body of an event
+			// stream (a GET, held open for hours) or of a DELETE is read,
+			// as net/http would read it, and let go at once.
+			held.release()
+			r.Body, r.ContentLength = http.NoBody, 0
+			p.mcp.handlers[name].ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), mcpCallerKey{}, caller)))
+			return
+		}
 		defer held.release()
 		data := held.b
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(data)), int64(len(data))
