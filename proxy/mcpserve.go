@@ -80,13 +80,11 @@ func (p *Proxy) serveMCP(w http.ResponseWriter, r *http.Request, name string, bo
 			// as net/http would read it, and let go at once.
 			held.release()
 			r.Body, r.ContentLength = http.NoBody, 0
-			p.mcp.handlers[name].ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), mcpCallerKey{}, caller)))
-			return
+		} else {
+			defer held.release()
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(held.b)), int64(len(held.b))
 		}
-		defer held.release()
-		data := held.b
-		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(data)), int64(len(data))
-		if t != nil && isToolCall(data) {
+		if data := held.b; t != nil && data != nil && isToolCall(data) {
 			if t.pacer != nil && !p.admitToolCall(w, r, t) {
 				if r.Context().Err() == nil {
 					p.logMCPRefusal(r, name, t.name, http.StatusTooManyRequests, "tenant_rate_limit", start)

@@ -76,7 +76,7 @@ func awaitWaiting(t *testing.T, h *Handler, n int) {
 				return
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // polling a server process: no event to wait on
 	}
 	t.Fatalf("%d requests never waited for the server", n)
 }

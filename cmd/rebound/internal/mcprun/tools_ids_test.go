@@ -22,19 +22,7 @@ import (
 // until its answer passes would otherwise grow with every such POST, a
 // new ID each, for as long as the session lives.
 func TestToolFilterKeepsNothingForAListTheSessionRefused(t *testing.T) {
-	h := newHandler(t.Context(), func() *reboundmcp.Transport {
-		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), blockServerEnv+"=1")
-		return reboundmcp.New(reboundmcp.Command(cmd), reboundmcp.Options{})
-	}, 4, 0)
-	h.caller = func(*http.Request) proxy.MCPCaller { return proxy.MCPCaller{Tools: []string{"hello"}} }
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	defer h.Close()
-	status, id, _ := send(t, "POST", srv.URL, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
-	if status != 200 || id == "" {
-		t.Fatalf("initialize: %d %q", status, id)
-	}
+	h, srv, id := helloSession(t)
 	const n = 100
 	for i := range n {
 		status, _, _ := send(t, "POST", srv.URL, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`, 1000+i),
@@ -60,19 +48,7 @@ func TestToolFilterKeepsNothingForAListTheSessionRefused(t *testing.T) {
 // ping) whose answer comes first: the filter keeps the tools to cut by
 // request ID, and the first answer under that ID must not take them.
 func TestToolFilterCutsAListWhoseIDAnotherRequestShares(t *testing.T) {
-	h := newHandler(t.Context(), func() *reboundmcp.Transport {
-		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), blockServerEnv+"=1")
-		return reboundmcp.New(reboundmcp.Command(cmd), reboundmcp.Options{})
-	}, 4, 0)
-	h.caller = func(*http.Request) proxy.MCPCaller { return proxy.MCPCaller{Tools: []string{"hello"}} }
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	defer h.Close()
-	status, id, _ := send(t, "POST", srv.URL, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
-	if status != 200 || id == "" {
-		t.Fatalf("initialize: %d %q", status, id)
-	}
+	_, srv, id := helloSession(t)
 	send(t, "POST", srv.URL, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, "Mcp-Session-Id", id, "Mcp-Protocol-Version", "2025-11-25")
 	leaked := 0
 	for k := range 200 {
@@ -111,4 +87,24 @@ func sendBody(t *testing.T, url, body, session string) string {
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
 	return string(data)
+}
+
+// helloSession serves the block server behind a Handler whose caller is
+// given hello alone, and opens a session with it: the Handler, its test
+// server (both closed with t) and the session's ID.
+func helloSession(t *testing.T) (*Handler, *httptest.Server, string) {
+	t.Helper()
+	h := newHandler(t.Context(), func() *reboundmcp.Transport {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), blockServerEnv+"=1")
+		return reboundmcp.New(reboundmcp.Command(cmd), reboundmcp.Options{})
+	}, 4, 0)
+	h.caller = func(*http.Request) proxy.MCPCaller { return proxy.MCPCaller{Tools: []string{"hello"}} }
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() { srv.Close(); h.Close() })
+	status, id, _ := send(t, "POST", srv.URL, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	if status != 200 || id == "" {
+		t.Fatalf("initialize: %d %q", status, id)
+	}
+	return h, srv, id
 }
